@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# Social Posts API image. Build: docker build -t social-posts .   (skaffold builds it the same way)
+
+# Exact Node 20 release on Debian bookworm; bump deliberately (and with it the engines field).
+ARG NODE_IMAGE=node:20.20.2-bookworm-slim
+
+# --- build: all dependencies, compile TypeScript to dist/ ---
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY service/src ./service/src
+COPY migrations ./migrations
+RUN npm run build
+
+# --- deps: production dependencies only (bcrypt brings prebuilt binaries, no toolchain needed) ---
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /app
+ENV NODE_ENV=production
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+# --- runtime: node, production node_modules and dist/ only ---
+FROM ${NODE_IMAGE} AS runtime
+# The package managers are not needed at run time; removing them shrinks what an attacker could use.
+RUN rm -rf /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/corepack \
+      /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \
+      /usr/local/bin/yarn /usr/local/bin/yarnpkg /opt/yarn-*
+ENV NODE_ENV=production \
+    PORT=8000
+WORKDIR /app
+# Files stay owned by root: the service user can read but never modify its own code.
+COPY package.json ./
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+# Numeric uid of the image's "node" user, so Kubernetes can verify runAsNonRoot.
+USER 1000:1000
+# The API, and Prometheus metrics on a port of their own (METRICS_PORT).
+EXPOSE 8000 9464
+# node as PID 1 receives SIGTERM directly (no npm or shell in between) and runs the graceful shutdown.
+CMD ["node", "dist/service/src/main.js"]

@@ -1,0 +1,232 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
+export interface EndpointFigures {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+  requests: number;
+}
+
+export interface SizeResult {
+  posts: number;
+  users: number;
+  votes: number;
+  measuredAt: string;
+  duration: number;
+  connections: number;
+  note?: string;
+  machine: { cpus: string; memoryGb: number; node: string; postgres: string; loadAverage: number[] };
+  service: Record<string, EndpointFigures>;
+  reference: Record<string, EndpointFigures>;
+  liveDuringLogins: { p50: number; p99: number; loginRps: number };
+  memory: { rss20k: number; rss100k: number };
+  loginTiming: { unknownMedianMs: number; wrongPasswordMedianMs: number };
+}
+
+const LISTS = ['public list', 'authenticated list'];
+const isSearch = (name: string) => name.startsWith('search');
+const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const mark = (ok: boolean) => (ok ? '✅ met' : '❌ missed');
+
+function table(r: SizeResult): string[] {
+  const lines = [
+    '| Endpoint | Service req/s | p50 ms | p99 ms | errors | non-2xx | Reference req/s | p50 ms | p99 ms | Service / reference |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const [name, s] of Object.entries(r.service)) {
+    const ref = r.reference[name];
+    const ratio = ref && ref.rps > 0 ? (s.rps / ref.rps).toFixed(2) : '–';
+    lines.push(
+      `| ${name} | ${fmt(s.rps)} | ${String(s.p50)} | ${String(s.p99)} | ${String(s.errors)} | ${String(s.non2xx)} | ${ref ? fmt(ref.rps) : '–'} | ${ref ? String(ref.p50) : '–'} | ${ref ? String(ref.p99) : '–'} | ${ratio} |`,
+    );
+  }
+  return lines;
+}
+
+function checks(r: SizeResult): string[] {
+  const growth = (r.memory.rss100k - r.memory.rss20k) / r.memory.rss20k;
+  const { unknownMedianMs: u, wrongPasswordMedianMs: w } = r.loginTiming;
+  const timingGap = Math.abs(u - w) / Math.min(u, w);
+  const lines = [
+    '| Check | Measured | Target | |',
+    '|---|---|---|---|',
+    `| \`/healthz/live\` p99 during 20 concurrent logins (${fmt(r.liveDuringLogins.loginRps)} logins/s) | ${String(r.liveDuringLogins.p99)} ms (p50 ${String(r.liveDuringLogins.p50)} ms) | < 50 ms | ${mark(r.liveDuringLogins.p99 < 50)} |`,
+    `| Resident memory after 100,000 vs 20,000 requests | ${fmt(r.memory.rss100k, 1)} MB vs ${fmt(r.memory.rss20k, 1)} MB (${growth >= 0 ? '+' : ''}${fmt(growth * 100, 1)} %) | within 20 % | ${mark(Math.abs(growth) <= 0.2)} |`,
+    `| Login median: unknown e-mail vs wrong password | ${fmt(u)} ms vs ${fmt(w)} ms (${fmt(timingGap * 100, 1)} % apart) | within 15 % | ${mark(timingGap <= 0.15)} |`,
+  ];
+  for (const name of LISTS) {
+    const s = r.service[name];
+    const ref = r.reference[name];
+    if (s && ref) {
+      const ratio = s.rps / ref.rps;
+      lines.push(
+        `| ${name}: service / reference throughput | ${ratio.toFixed(2)} × | ≥ 0.8 × | ${mark(ratio >= 0.8)} |`,
+      );
+    }
+  }
+  if (r.posts === 100_000)
+    for (const [name, s] of Object.entries(r.service).filter(([n]) => isSearch(n)))
+      lines.push(`| ${name} p50 at 100k posts | ${String(s.p50)} ms | < 15 ms | ${mark(s.p50 < 15)} |`);
+  return lines;
+}
+
+function scaling(results: SizeResult[]): string[] {
+  const small = results.find((r) => r.posts === 10_000);
+  const large = results.find((r) => r.posts === 1_000_000);
+  if (!small || !large) return ['Needs results at both 10,000 and 1,000,000 posts.'];
+  const lines = [
+    '| Endpoint | p50 at 10k | p50 at 1M | Ratio | Target ≤ 1.5 × |',
+    '|---|---:|---:|---:|---|',
+  ];
+  for (const name of Object.keys(large.service).filter((n) => LISTS.includes(n) || isSearch(n))) {
+    const a = small.service[name];
+    const b = large.service[name];
+    if (!a || !b) continue;
+    const ratio = b.p50 / Math.max(a.p50, 1);
+    lines.push(
+      `| ${name} | ${String(a.p50)} ms | ${String(b.p50)} ms | ${ratio.toFixed(2)} × | ${mark(ratio <= 1.5)} |`,
+    );
+  }
+  return lines;
+}
+
+const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
+const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/"/g, '&quot;');
+
+/** p50 latency against the number of posts (log scale), one line per endpoint, as plain SVG. */
+export function plot(results: SizeResult[]): string {
+  const W = 760;
+  const H = 420;
+  const left = 60;
+  const right = 240;
+  const top = 40;
+  const bottom = 50;
+  const sizes = results.map((r) => r.posts);
+  // Login is bcrypt-bound (seconds under load) and does not depend on the posts; plotted, it would
+  // flatten every other line, so it stays in the tables only.
+  const names = Object.keys(results[0]?.service ?? {}).filter((n) => !n.startsWith('login'));
+  const maxY = Math.max(1, ...results.flatMap((r) => names.map((n) => r.service[n]?.p50 ?? 0))) * 1.1;
+  const lx = (n: number) => Math.log10(n);
+  const [minX, maxX] = [lx(Math.min(...sizes)), lx(Math.max(...sizes))];
+  const x = (n: number) => left + (maxX === minX ? 0.5 : (lx(n) - minX) / (maxX - minX)) * (W - left - right);
+  const y = (v: number) => top + (1 - v / maxY) * (H - top - bottom);
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${String(W)}" height="${String(H)}" viewBox="0 0 ${String(W)} ${String(H)}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="${String(W / 2 - 100)}" y="20" font-size="14">p50 latency (ms) against posts in the database</text>`,
+    `<line x1="${String(left)}" y1="${String(H - bottom)}" x2="${String(W - right)}" y2="${String(H - bottom)}" stroke="black"/>`,
+    `<line x1="${String(left)}" y1="${String(top)}" x2="${String(left)}" y2="${String(H - bottom)}" stroke="black"/>`,
+  ];
+  for (let i = 0; i <= 5; i++) {
+    const v = (maxY / 5) * i;
+    out.push(
+      `<line x1="${String(left)}" y1="${y(v).toFixed(1)}" x2="${String(W - right)}" y2="${y(v).toFixed(1)}" stroke="#ddd"/>`,
+      `<text x="${String(left - 8)}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(0)}</text>`,
+    );
+  }
+  for (const n of sizes)
+    out.push(
+      `<text x="${x(n).toFixed(1)}" y="${String(H - bottom + 18)}" text-anchor="middle">${fmt(n)}</text>`,
+    );
+  out.push(
+    `<text x="${String((left + W - right) / 2)}" y="${String(H - 12)}" text-anchor="middle">posts (log scale)</text>`,
+  );
+  names.forEach((name, i) => {
+    const color = COLORS[i % COLORS.length] ?? 'black';
+    const points = results
+      .filter((r) => r.service[name])
+      .map((r) => `${x(r.posts).toFixed(1)},${y(r.service[name]?.p50 ?? 0).toFixed(1)}`);
+    out.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${points.join(' ')}"/>`);
+    for (const p of points) {
+      const [px, py] = p.split(',');
+      out.push(`<circle cx="${px ?? '0'}" cy="${py ?? '0'}" r="3" fill="${color}"/>`);
+    }
+    const ly = top + 10 + i * 20;
+    out.push(
+      `<line x1="${String(W - right + 15)}" y1="${String(ly)}" x2="${String(W - right + 40)}" y2="${String(ly)}" stroke="${color}" stroke-width="2"/>`,
+      `<text x="${String(W - right + 46)}" y="${String(ly + 4)}">${esc(name)}</text>`,
+    );
+  });
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}
+
+/** Rebuilds docs/benchmarks.md and docs/benchmarks.svg from every result in the folder. */
+export function renderDocs(resultsDir: string, docsDir: string): string[] {
+  const results = (existsSync(resultsDir) ? readdirSync(resultsDir) : [])
+    .filter((f) => /^posts-\d+\.json$/.test(f))
+    .map((f) => JSON.parse(readFileSync(path.join(resultsDir, f), 'utf8')) as SizeResult)
+    .sort((a, b) => a.posts - b.posts);
+  mkdirSync(docsDir, { recursive: true });
+  const md = [
+    '# Benchmarks',
+    '',
+    '<!-- Generated by `npm run bench`; edits here are overwritten. -->',
+    '',
+    'Reproduce on your own machine (PostgreSQL on 127.0.0.1:5432, or set `DB_HOSTNAME`, `DB_PORT`, `DB_USERNAME`, `DB_PASSWORD`):',
+    '',
+    '```sh',
+    'npm run bench -- --posts 10000,100000,1000000   # or one size; --duration 10 --connections 10 --reseed',
+    '```',
+    '',
+    'Each size seeds a database `sp_bench_<posts>` set-based in SQL (one user per ten posts, about two votes per post,',
+    `nine posts in ten published, "news" in about one title in ten and "zephyr" in one in ten thousand), reuses it`,
+    'on later runs, then measures every endpoint with [autocannon](https://github.com/mcollina/autocannon) against',
+    'the service (`node --import tsx service/src/main.ts`, `NODE_ENV=production`, `LOG_LEVEL=warn`, `BCRYPT_ROUNDS=12`,',
+    'pool of 10) and against `bench/reference.ts`, a bare `node:http` + `pg` server sending the same SQL on the same',
+    "data, in the same run. Every figure is after a 2 s warm-up; latencies are autocannon's, in ms, measured on the",
+    'same machine as the server, the database and the load generator, which therefore share the CPU.',
+    '',
+    '![p50 latency against the number of posts](benchmarks.svg)',
+    '',
+    '(Login is left out of the plot: bcrypt, not the number of posts, sets its latency.)',
+    '',
+  ];
+  for (const r of results) {
+    md.push(
+      `## ${fmt(r.posts)} posts`,
+      '',
+      `${fmt(r.users)} users, ${fmt(r.votes)} votes. Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB, Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}; load average ${r.machine.loadAverage.join(' / ')} when it ended; ${String(r.connections)} connections, ${String(r.duration)} s per endpoint.`,
+      '',
+    );
+    if (r.note) md.push(`> ${r.note}`, '');
+    md.push(...table(r), '', ...checks(r), '');
+  }
+  md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '');
+  // Findings from one profiling session (2026-11-22), kept because they explain the missed targets;
+  // rerun the experiments described before trusting them on other hardware.
+  md.push(
+    '## Why the service is slower than the reference',
+    '',
+    'The database is not the gap: on 100,000 posts `EXPLAIN ANALYZE` gives 1.1 ms for the rare search',
+    '(bitmap scan on `posts_title_trgm`), 0.6 ms for the common one (walk of `posts_newest`), and with one',
+    'connection the service answers either search with a p50 of 2 ms (reference: 1 to 2 ms). At 10 connections',
+    'on 2 shared cores, latency is queueing behind per-request CPU, so it follows throughput. Taking the public',
+    'list apart on 10,000 posts, one variant after the other on a lightly loaded machine (8 s each, req/s):',
+    '',
+    '| Variant | req/s |',
+    '|---|---:|',
+    '| reference: `node:http` + `pg`, same SQL | 2,100 to 2,300 |',
+    "| `node:http` + the service's knex repository | 1,650 to 1,800 |",
+    '| bare Express 5 + the knex repository | 1,200 to 1,500 |',
+    '| bare Express 5 + knex + the joi query validation | 1,100 (one run) |',
+    '| the whole app (`createApp`: pino-http, helmet, cors, the routers, error handling) | 920 to 1,030 |',
+    '',
+    'So knex costs about a fifth, Express a tenth or more, and the middleware stack in `service/src/app.ts`',
+    "(a child logger and a UUID per request from pino-http, helmet's dozen headers, cors, ETag hashing) about",
+    "a third. A CPU profile under load shows no single hot spot in the service's own code, and none of the",
+    'cost is in the queries or the schema. The public list shows it most because its query is the cheapest;',
+    "on the authenticated calls the token's user look-up and the list query dilute it. (These variants were",
+    'measured before the Prometheus middleware was added to `app.ts`.)',
+    '',
+  );
+  const mdPath = path.join(docsDir, 'benchmarks.md');
+  const svgPath = path.join(docsDir, 'benchmarks.svg');
+  writeFileSync(mdPath, md.join('\n'));
+  writeFileSync(svgPath, plot(results));
+  return [mdPath, svgPath];
+}

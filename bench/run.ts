@@ -1,0 +1,366 @@
+/**
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10] [--reseed]`
+ *
+ * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
+ * data, measures every endpoint with autocannon against both, then the service-only checks
+ * (liveness during logins, memory growth, login timing). Results go to bench/results/, and
+ * docs/benchmarks.md and docs/benchmarks.svg are rebuilt from every result there.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import knex from 'knex';
+import * as prettier from 'prettier';
+import { renderDocs, type EndpointFigures, type SizeResult } from './report';
+import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
+
+const ROOT = path.join(__dirname, '..');
+const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
+
+function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+const sizes = option('posts', '10000')
+  .split(',')
+  .map((s) => Number(s.trim()));
+const duration = Number(option('duration', '10'));
+const connections = Number(option('connections', '10'));
+const reseed = process.argv.includes('--reseed');
+/** Free text on the conditions (other load on the machine, say), printed with the figures. */
+const note = option('note', '');
+if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
+  process.stderr.write('--posts takes 10000, 100000 or 1000000 (comma-separated for several)\n');
+  process.exit(2);
+}
+
+const log = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface Server {
+  child: ChildProcessWithoutNullStreams;
+  base: string;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Starts a server script on a free port and resolves once it answers HTTP. */
+async function startServer(script: string, env: Record<string, string>): Promise<Server> {
+  const port = await freePort();
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, PORT: String(port) };
+  delete childEnv.NODE_OPTIONS;
+  const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: ROOT, env: childEnv });
+  let err = '';
+  child.stdout.resume();
+  child.stderr.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
+  const base = `http://127.0.0.1:${String(port)}`;
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${script} exited with ${String(child.exitCode)}: ${err}`);
+    if (Date.now() > deadline) throw new Error(`${script} did not start: ${err}`);
+    try {
+      await fetch(`${base}/healthz/live`);
+      break;
+    } catch {
+      await sleep(200);
+    }
+  }
+  return {
+    child,
+    base,
+    stop: async () => {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+async function run(options: autocannon.Options): Promise<autocannon.Result> {
+  return new Promise((resolve, reject) => {
+    // A run is bounded by its amount of requests when given one, otherwise by time.
+    const bound = options.amount === undefined ? { duration } : {};
+    autocannon({ connections, ...bound, ...options }, (error: unknown, result) => {
+      if (error) reject(error instanceof Error ? error : new Error('autocannon failed'));
+      else resolve(result);
+    });
+  });
+}
+
+const figures = (r: autocannon.Result): EndpointFigures => ({
+  rps: Math.round(r.requests.average),
+  p50: r.latency.p50,
+  p99: r.latency.p99,
+  errors: r.errors + r.timeouts,
+  non2xx: r.non2xx,
+  requests: r.requests.total,
+});
+
+async function login(
+  base: string,
+  username: string,
+  password: string,
+): Promise<{ status: number; ms: number; token?: string }> {
+  const started = performance.now();
+  const res = await fetch(`${base}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ username, password }),
+  });
+  const body = (await res.json()) as { access_token?: string };
+  return { status: res.status, ms: performance.now() - started, token: body.access_token };
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+};
+
+const rssMb = (pid: number): number => {
+  const status = readFileSync(`/proc/${String(pid)}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+};
+
+/** Everything the bench asks of one server, endpoint by endpoint. */
+async function measureEndpoints(
+  base: string,
+  token: string,
+  publishedIds: number[],
+  voteIds: number[],
+  resetVotes: () => Promise<void>,
+): Promise<Record<string, EndpointFigures>> {
+  const auth = { authorization: `Bearer ${token}` };
+  const out: Record<string, EndpointFigures> = {};
+  const endpoints: [string, autocannon.Options][] = [
+    ['public list', { url: `${base}/posts/public` }],
+    ['authenticated list', { url: `${base}/posts/`, headers: auth }],
+    [`search rare ("${RARE_WORD}")`, { url: `${base}/posts/?search=${RARE_WORD}`, headers: auth }],
+    [`search common ("${COMMON_WORD}")`, { url: `${base}/posts/?search=${COMMON_WORD}`, headers: auth }],
+    [
+      'get by id',
+      {
+        url: base,
+        requests: [
+          {
+            method: 'GET',
+            headers: auth,
+            setupRequest: (req) => ({
+              ...req,
+              path: `/posts/${String(publishedIds[Math.floor(Math.random() * publishedIds.length)])}`,
+            }),
+          },
+        ],
+      },
+    ],
+    [
+      'vote + unvote',
+      {
+        url: base,
+        // Each connection toggles its own vote on its own post, so every answer is a 201.
+        setupClient: (() => {
+          let next = 0;
+          return (client: autocannon.Client) => {
+            const postId = voteIds[next++ % voteIds.length] ?? 1;
+            const headers = { ...auth, 'content-type': 'application/json' };
+            client.setRequests([
+              { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 1 }) },
+              { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 0 }) },
+            ]);
+          };
+        })(),
+      },
+    ],
+    [
+      'login (bcrypt cost 12)',
+      {
+        url: `${base}/login`,
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+      },
+    ],
+  ];
+  for (const [name, options] of endpoints) {
+    // A short warm-up first: JIT, pool connections and PostgreSQL's cache.
+    await run({ ...options, duration: 2 });
+    // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
+    await resetVotes();
+    const result = await run(options);
+    out[name] = figures(result);
+    log(
+      `  ${name.padEnd(28)} ${String(out[name].rps).padStart(6)} req/s  p50 ${String(out[name].p50).padStart(4)} ms  p99 ${String(out[name].p99).padStart(5)} ms  errors ${String(out[name].errors)}  non-2xx ${String(out[name].non2xx)}`,
+    );
+  }
+  return out;
+}
+
+async function benchSize(posts: number): Promise<SizeResult> {
+  const info = await seed(posts, reseed, log);
+  log(
+    `${info.database}: ${String(info.users)} users, ${String(info.posts)} posts, ${String(info.votes)} votes${info.seededNow ? ` (seeded in ${info.seedSeconds.toFixed(0)} s)` : ' (reused)'}`,
+  );
+  const db = knex({
+    client: 'pg',
+    connection: { ...pgConnection, database: info.database },
+    pool: { min: 0, max: 1 },
+  });
+  const publishedIds = (
+    await db.raw<{ rows: { id: number }[] }>(
+      'SELECT id FROM posts WHERE published ORDER BY random() LIMIT 2000',
+    )
+  ).rows.map((r) => r.id);
+  const voteIds = publishedIds.slice(0, 200);
+  const benchUserId = 1;
+  const resetVotes = async () => {
+    await db('votes').where('user_id', benchUserId).whereIn('post_id', voteIds).delete();
+  };
+
+  const env = {
+    NODE_ENV: 'production',
+    // The metrics listener (when present) must not collide with anything else running.
+    METRICS_PORT: '0',
+    LOG_LEVEL: 'warn',
+    SECRET_KEY: SECRET,
+    BCRYPT_ROUNDS: '12',
+    DB_HOSTNAME: pgConnection.host,
+    DB_PORT: String(pgConnection.port),
+    DB_USERNAME: pgConnection.user,
+    DB_PASSWORD: pgConnection.password,
+    DB_NAME: info.database,
+  };
+  const service = await startServer('service/src/main.ts', env);
+  const reference = await startServer('bench/reference.ts', env);
+  try {
+    const token = (await login(service.base, 'user1@bench.example', BENCH_PASSWORD)).token ?? '';
+    log(`service (${service.base}):`);
+    const svc = await measureEndpoints(service.base, token, publishedIds, voteIds, resetVotes);
+    log(`reference: bare node:http + pg (${reference.base}):`);
+    const ref = await measureEndpoints(reference.base, token, publishedIds, voteIds, resetVotes);
+
+    // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
+    const [logins, live] = await Promise.all([
+      run({
+        url: `${service.base}/login`,
+        connections: 20,
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+      }),
+      run({ url: `${service.base}/healthz/live`, connections: 1 }),
+    ]);
+    log(
+      `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
+    );
+
+    // Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them.
+    const auth = { authorization: `Bearer ${token}` };
+    const mix: autocannon.Request[] = [
+      { method: 'GET', path: '/posts/public?limit=5' },
+      { method: 'GET', path: `/posts/${String(publishedIds[0])}`, headers: auth },
+      { method: 'GET', path: '/posts/?limit=5', headers: auth },
+      { method: 'GET', path: '/no/such/path' },
+    ];
+    await run({ url: service.base, requests: mix, amount: 20_000 });
+    await sleep(1000);
+    const rss20k = rssMb(service.child.pid ?? 0);
+    await run({ url: service.base, requests: mix, amount: 80_000 });
+    await sleep(1000);
+    const rss100k = rssMb(service.child.pid ?? 0);
+    log(
+      `  resident memory: ${rss20k.toFixed(1)} MB after 20,000 requests, ${rss100k.toFixed(1)} MB after 100,000`,
+    );
+
+    // Login timing: unknown e-mail against known e-mail with a wrong password, interleaved.
+    const unknown: number[] = [];
+    const wrong: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      unknown.push((await login(service.base, `nobody${String(i)}@bench.example`, 'wrong-password-1')).ms);
+      wrong.push((await login(service.base, 'user2@bench.example', 'wrong-password-1')).ms);
+    }
+    log(
+      `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
+    );
+
+    return {
+      posts,
+      users: info.users,
+      votes: info.votes,
+      measuredAt: new Date().toISOString(),
+      duration,
+      connections,
+      ...(note ? { note } : {}),
+      machine: {
+        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
+        memoryGb: Math.round(os.totalmem() / 2 ** 30),
+        node: process.version,
+        postgres: await postgresVersion(),
+        loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
+      },
+      service: svc,
+      reference: ref,
+      liveDuringLogins: {
+        p50: live.latency.p50,
+        p99: live.latency.p99,
+        loginRps: Math.round(logins.requests.average),
+      },
+      memory: { rss20k, rss100k },
+      loginTiming: { unknownMedianMs: median(unknown), wrongPasswordMedianMs: median(wrong) },
+    };
+  } finally {
+    await service.stop();
+    await reference.stop();
+    await db.destroy();
+  }
+}
+
+async function postgresVersion(): Promise<string> {
+  const db = knex({
+    client: 'pg',
+    connection: { ...pgConnection, database: 'postgres' },
+    pool: { min: 0, max: 1 },
+  });
+  const v =
+    (await db.raw<{ rows: { v: string }[] }>("SELECT current_setting('server_version') AS v")).rows[0]?.v ??
+    '?';
+  await db.destroy();
+  return v;
+}
+
+async function main(): Promise<void> {
+  const resultsDir = path.join(ROOT, 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  for (const posts of sizes) {
+    log(
+      `\n== ${String(posts)} posts (load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')})`,
+    );
+    const result = await benchSize(posts);
+    // Formatted as the repository's Prettier check expects, so `npm run lint` stays clean.
+    const json = await prettier.format(JSON.stringify(result), { parser: 'json' });
+    writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
+  }
+  const written = renderDocs(resultsDir, path.join(ROOT, 'docs'));
+  log(`\nwrote ${written.join(', ')}`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -1,0 +1,179 @@
+import bcrypt from 'bcrypt';
+import knex, { type Knex } from 'knex';
+import { migrateToLatest, openDatabase } from '../service/src/database';
+import { createLogger } from '../service/src/logger';
+import { loadSettings } from '../service/src/settings';
+
+export const BENCH_PASSWORD = 'bench-password-123';
+/** In about one title in ten thousand, and in about one in ten. */
+export const RARE_WORD = 'zephyr';
+export const COMMON_WORD = 'news';
+
+export const pgConnection = {
+  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
+  port: Number(process.env.DB_PORT ?? 5432),
+  user: process.env.DB_USERNAME ?? 'postgres',
+  password: process.env.DB_PASSWORD ?? '',
+};
+
+/** Ten posts per user and two votes per post on average, as a small community site might have. */
+export const usersFor = (posts: number): number => Math.max(100, Math.round(posts / 10));
+
+// Plain words that contain neither search word, so the chosen frequencies hold.
+const WORDS = [
+  'apple',
+  'river',
+  'garden',
+  'coffee',
+  'morning',
+  'travel',
+  'music',
+  'winter',
+  'summer',
+  'city',
+  'market',
+  'forest',
+  'guide',
+  'recipe',
+  'review',
+  'story',
+  'photo',
+  'update',
+  'weekly',
+  'tips',
+  'design',
+  'code',
+  'data',
+  'health',
+  'sport',
+  'game',
+  'book',
+  'film',
+  'science',
+  'space',
+  'ocean',
+  'mountain',
+  'bridge',
+  'light',
+  'dark',
+  'simple',
+  'quick',
+  'better',
+  'first',
+  'last',
+  'open',
+  'small',
+  'large',
+  'local',
+  'global',
+  'green',
+  'blue',
+  'red',
+  'gold',
+  'silver',
+  'train',
+  'bike',
+  'road',
+  'home',
+  'family',
+  'friend',
+  'school',
+  'work',
+  'team',
+  'plan',
+  'idea',
+  'note',
+  'list',
+  'day',
+];
+
+export interface SeedInfo {
+  database: string;
+  posts: number;
+  users: number;
+  votes: number;
+  seededNow: boolean;
+  seedSeconds: number;
+}
+
+/**
+ * A database `sp_bench_<posts>` with the schema the service migrates and `posts` posts, built
+ * set-based in SQL (generate_series); reused when it already holds that many.
+ */
+export async function seed(posts: number, reseed: boolean, log: (line: string) => void): Promise<SeedInfo> {
+  const database = `sp_bench_${String(posts)}`;
+  const users = usersFor(posts);
+  const admin = knex({
+    client: 'pg',
+    connection: { ...pgConnection, database: 'postgres' },
+    pool: { min: 0, max: 1 },
+  });
+  const exists =
+    (await admin.raw<{ rows: unknown[] }>('SELECT 1 FROM pg_database WHERE datname = ?', [database])).rows
+      .length > 0;
+  if (exists && reseed) await admin.raw(`DROP DATABASE "${database}" WITH (FORCE)`);
+  if (!exists || reseed) await admin.raw(`CREATE DATABASE "${database}"`);
+  await admin.destroy();
+
+  const settings = loadSettings({
+    ...process.env,
+    DB_HOSTNAME: pgConnection.host,
+    DB_PORT: String(pgConnection.port),
+    DB_USERNAME: pgConnection.user,
+    DB_PASSWORD: pgConnection.password,
+    DB_NAME: database,
+    LOG_LEVEL: 'warn',
+    DB_STATEMENT_TIMEOUT_MS: '600000',
+  });
+  const db = await openDatabase(settings, createLogger('warn'));
+  await migrateToLatest(db, createLogger('warn'));
+  const k: Knex = db.knex;
+  const count = async (table: string) =>
+    Number((await k.raw<{ rows: { n: string }[] }>('SELECT count(*) AS n FROM ??', [table])).rows[0]?.n);
+  const started = Date.now();
+  let seededNow = false;
+  if ((await count('posts')) !== posts || (await count('users')) !== users) {
+    seededNow = true;
+    log(`seeding ${database}: ${String(users)} users, ${String(posts)} posts, ~${String(2 * posts)} votes`);
+    await k.raw('TRUNCATE votes, posts, users RESTART IDENTITY');
+    // One bcrypt hash (cost 12) shared by all: hashing each user's would take hours, and logins cost the same.
+    const hash = await bcrypt.hash(BENCH_PASSWORD, 12);
+    await k.raw('SELECT setseed(0.42)');
+    await k.raw(
+      `INSERT INTO users (email, password, created_at)
+       SELECT 'user' || g || '@bench.example', ?, timestamptz '2023-01-01' + g * interval '1 minute'
+       FROM generate_series(1, ?) g`,
+      [hash, users],
+    );
+    // Titles of 3 to 8 common words, some with the common or the rare search word; creation
+    // times rise with the id, with some jitter; nine in ten published.
+    await k.raw(
+      `INSERT INTO posts (title, content, published, created_at, user_id)
+       SELECT t.title, repeat(t.title || '. ', 6), random() < 0.9,
+              timestamptz '2024-01-01' + g * interval '30 seconds' + random() * interval '25 seconds',
+              1 + floor(random() * ?)::int
+       FROM generate_series(1, ?) g
+       CROSS JOIN LATERAL (
+         SELECT initcap(string_agg((?::text[])[1 + floor(random() * ?)::int], ' '))
+                || CASE WHEN random() < 0.1 THEN ' ${COMMON_WORD}' ELSE '' END
+                || CASE WHEN random() < 0.0001 THEN ' ${RARE_WORD}' ELSE '' END AS title
+         FROM generate_series(1, 3 + g % 6)
+       ) t`,
+      [users, posts, WORDS, WORDS.length],
+    );
+    // Newer posts draw more votes; duplicates (same user, same post) are dropped.
+    await k.raw(
+      `INSERT INTO votes (user_id, post_id)
+       SELECT DISTINCT 1 + floor(random() * ?)::int, ? - floor(? * power(random(), 2))::int
+       FROM generate_series(1, ?)
+       ON CONFLICT DO NOTHING`,
+      [users, posts, posts, 2 * posts],
+    );
+    await k.raw('VACUUM ANALYZE users');
+    await k.raw('VACUUM ANALYZE posts');
+    await k.raw('VACUUM ANALYZE votes');
+  }
+  const votes = await count('votes');
+  await db.close();
+  return { database, posts, users, votes, seededNow, seedSeconds: (Date.now() - started) / 1000 };
+}

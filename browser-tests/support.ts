@@ -1,0 +1,174 @@
+/** What the browser tests share: the service as its own process, Debian's Chromium, small page servers. */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { chromium, type BrowserContext } from 'playwright-core';
+
+export const ROOT = path.join(__dirname, '..');
+export const ARTIFACTS = path.join(ROOT, 'test-artifacts');
+
+/** Debian's package, installed by .ci/run: never a downloaded browser. */
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+/**
+ * The flags the closed CI network needs: without them Chromium keeps trying its own background
+ * connections (updates, sync, QUIC probes) and stalls.
+ */
+const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export interface Browser {
+  context: BrowserContext;
+  close(): Promise<void>;
+}
+
+/** A fresh profile every time (--user-data-dir, which playwright passes for a persistent context). */
+export async function launchBrowser(): Promise<Browser> {
+  const profile = mkdtempSync(path.join(tmpdir(), 'sp-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_FLAGS,
+    viewport: { width: 1280, height: 900 },
+  });
+  context.setDefaultTimeout(30_000);
+  return {
+    context,
+    close: async () => {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface RequestLine {
+  id: string;
+  method: string;
+  path: string;
+  status: number;
+}
+
+export interface Service {
+  /** http://127.0.0.1:<port> */
+  url: string;
+  metricsUrl: string;
+  /** The request log lines (one per request) written so far. */
+  requests(): RequestLine[];
+  stop(): Promise<void>;
+}
+
+/**
+ * The service as operators run it (tsx on service/src/main.ts), on ephemeral ports and the embedded
+ * in-memory database, with the given extra settings.
+ */
+export async function startService(settings: Record<string, string>): Promise<Service> {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_ENV: 'test',
+    PORT: '0',
+    METRICS_PORT: '0',
+    DB_EMBEDDED_DIR: 'memory://',
+    SECRET_KEY: 'browser-test-signing-secret-0123456789abcdef',
+    BCRYPT_ROUNDS: '4',
+    LOG_LEVEL: 'info',
+    SHUTDOWN_DELAY_SECONDS: '0',
+    ...settings,
+  };
+  // Always the embedded database: these tests are about the browser, not about PostgreSQL.
+  delete env.DB_HOSTNAME;
+  delete env.NODE_OPTIONS;
+  const child: ChildProcessWithoutNullStreams = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'service/src/main.ts'],
+    { cwd: ROOT, env },
+  );
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+
+  const entries = () =>
+    out
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+
+  const deadline = Date.now() + 90_000;
+  let listening: { port: number; metricsPort: number } | undefined;
+  while (!listening && child.exitCode === null && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    listening = entries().find((entry) => String(entry.msg).startsWith('listening')) as
+      { port: number; metricsPort: number } | undefined;
+  }
+  if (!listening) {
+    child.kill('SIGKILL');
+    throw new Error(`the service did not start:\n${out}\n${err}`);
+  }
+  return {
+    url: `http://127.0.0.1:${listening.port}`,
+    metricsUrl: `http://127.0.0.1:${listening.metricsPort}/metrics`,
+    requests: () =>
+      entries()
+        .filter((entry) => entry.msg === 'request completed')
+        .map((entry) => {
+          const req = entry.req as { id: string; method: string; path: string };
+          return { ...req, status: (entry.res as { status: number }).status };
+        }),
+    stop: async () => {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      const code = await exited;
+      if (code !== 0) throw new Error(`the service exited with ${String(code)}:\n${err}`);
+    },
+  };
+}
+
+export interface PageServer {
+  origin: string;
+  close(): Promise<void>;
+}
+
+/** Serves one HTML page at / from its own origin (127.0.0.1 and a port of its own). */
+export async function servePage(html: string): Promise<PageServer> {
+  const server: Server = createServer((req, res) => {
+    if (req.url === '/') res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' }).end(html);
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => {
+          resolve();
+        });
+      }),
+  };
+}
+
+/** Polls (a bounded number of times) until `check` holds; returns its last result. */
+export async function eventually<T>(read: () => T, check: (value: T) => boolean, tries = 100): Promise<T> {
+  let value = read();
+  for (let i = 0; i < tries && !check(value); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    value = read();
+  }
+  return value;
+}
+
+export function artifactPath(name: string): string {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  return path.join(ARTIFACTS, name);
+}

@@ -1,0 +1,40 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parse } from 'yaml';
+import { chartDir } from './helm';
+
+const valuesText = readFileSync(resolve(chartDir, 'values.yaml'), 'utf8');
+const readme = readFileSync(resolve(chartDir, 'README.md'), 'utf8');
+const documented = [...valuesText.matchAll(/^\s*## @param (\S+) /gm)].map((match) => match[1] ?? '');
+
+/** Dotted paths of every value: objects are descended, lists and scalars are leaves. */
+function leafPaths(value: unknown, prefix = ''): string[] {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return [prefix];
+  const entries = Object.entries(value as Record<string, unknown>);
+  if (entries.length === 0) return [prefix];
+  return entries.flatMap(([key, child]) => leafPaths(child, prefix ? `${prefix}.${key}` : key));
+}
+
+describe('Documentation of the values', () => {
+  it('When values.yaml is read, then every value is documented where it stands (## @param on it or on a parent)', () => {
+    const undocumented = leafPaths(parse(valuesText)).filter(
+      (path) => !documented.some((param) => path === param || path.startsWith(`${param}.`)),
+    );
+    expect(undocumented).toEqual([]);
+  });
+
+  it('When chart/README.md is read, then its values table lists every documented value', () => {
+    expect(documented.length).toBeGreaterThan(50);
+    expect(documented.filter((param) => !readme.includes(`| \`${param}\` |`))).toEqual([]);
+  });
+
+  it('When chart/README.md is read, then it covers helm install per environment, skaffold and the ingress-nginx operator notes', () => {
+    for (const environment of ['dev', 'staging', 'prod'])
+      expect(readme).toContain(`-f chart/values-${environment}.yaml`);
+    expect(readme).toContain('limit-req-status-code: "429"');
+    expect(readme).toContain('externalTrafficPolicy: Local');
+    expect(readme).toContain('use-forwarded-headers');
+    expect(readme).toContain('skaffold dev');
+    expect(readme).toMatch(/ingress-nginx is retired/);
+  });
+});

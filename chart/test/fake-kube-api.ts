@@ -1,0 +1,115 @@
+/**
+ * A minimal Kubernetes API server for `helm template --dry-run=server`: enough discovery for helm to
+ * map the chart's kinds, GET of the objects it is given (so the chart's `lookup` sees them) and 404
+ * for everything else. It lets the tests show what an upgrade renders without a cluster.
+ */
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { KubeObject } from './helm';
+
+/** group/version → served resources (plural name → kind): the kinds the chart renders. */
+const discovery: Record<string, Record<string, string>> = {
+  v1: {
+    configmaps: 'ConfigMap',
+    secrets: 'Secret',
+    services: 'Service',
+    serviceaccounts: 'ServiceAccount',
+    pods: 'Pod',
+  },
+  'apps/v1': { deployments: 'Deployment', statefulsets: 'StatefulSet' },
+  'networking.k8s.io/v1': { ingresses: 'Ingress', networkpolicies: 'NetworkPolicy' },
+  'autoscaling/v2': { horizontalpodautoscalers: 'HorizontalPodAutoscaler' },
+  'policy/v1': { poddisruptionbudgets: 'PodDisruptionBudget' },
+};
+
+const notFound = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 };
+
+/** The status and body the API server gives for a GET of the path. */
+function answer(namespace: string, existing: KubeObject[], path: string): [number, unknown] {
+  if (path === '/version')
+    return [200, { major: '1', minor: '35', gitVersion: 'v1.35.0', platform: 'linux/amd64' }];
+  // Plain (not aggregated) discovery: helm falls back to it.
+  if (path === '/api')
+    return [200, { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [] }];
+  if (path === '/apis') {
+    const groups = Object.keys(discovery)
+      .filter((groupVersion) => groupVersion.includes('/'))
+      .map((groupVersion) => {
+        const [name = '', version = ''] = groupVersion.split('/');
+        return { name, versions: [{ groupVersion, version }], preferredVersion: { groupVersion, version } };
+      });
+    return [200, { kind: 'APIGroupList', apiVersion: 'v1', groups }];
+  }
+  const resourceList = /^\/(?:api\/(v1)|apis\/([^/]+\/[^/]+))$/.exec(path);
+  if (resourceList) {
+    const groupVersion = resourceList[1] ?? resourceList[2] ?? '';
+    const resources = Object.entries(discovery[groupVersion] ?? {}).map(([name, kind]) => ({
+      name,
+      kind,
+      singularName: kind.toLowerCase(),
+      namespaced: true,
+      verbs: ['get', 'list', 'create', 'update', 'patch', 'delete'],
+    }));
+    return [200, { kind: 'APIResourceList', apiVersion: 'v1', groupVersion, resources }];
+  }
+  const objectPath = /^\/(?:api\/v1|apis\/([^/]+\/[^/]+))\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(
+    path,
+  );
+  if (objectPath) {
+    const [, groupVersion = 'v1', inNamespace, resource = '', name] = objectPath;
+    const kind = discovery[groupVersion]?.[resource];
+    const matching = existing.filter(
+      (object) => object.kind === kind && object.apiVersion === groupVersion && inNamespace === namespace,
+    );
+    if (name === undefined)
+      return [200, { kind: `${kind ?? ''}List`, apiVersion: groupVersion, metadata: {}, items: matching }];
+    const found = matching.find((object) => object.metadata.name === name);
+    if (found) return [200, found];
+  }
+  return [404, notFound];
+}
+
+export interface FakeKubeApi {
+  /** Environment for helm: a kubeconfig pointing at this server. */
+  env: NodeJS.ProcessEnv;
+  close(): Promise<void>;
+}
+
+export async function startFakeKubeApi(namespace: string, existing: KubeObject[]): Promise<FakeKubeApi> {
+  const server = createServer((request, response) => {
+    const path = new URL(request.url ?? '/', 'http://fake').pathname;
+    const [status, body] = request.method === 'GET' ? answer(namespace, existing, path) : [404, notFound];
+    response.writeHead(status, { 'Content-Type': 'application/json' });
+    response.end(JSON.stringify(body));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+
+  const directory = mkdtempSync(join(tmpdir(), 'fake-kube-api-'));
+  const kubeconfig = join(directory, 'kubeconfig');
+  writeFileSync(
+    kubeconfig,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'fake', cluster: { server: `http://127.0.0.1:${port}` } }],
+      users: [{ name: 'fake', user: { token: 'fake' } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake', namespace } }],
+      'current-context': 'fake',
+    }),
+    { mode: 0o600 },
+  );
+  return {
+    env: { KUBECONFIG: kubeconfig },
+    close: async () => {
+      server.close();
+      await once(server, 'close');
+      rmSync(directory, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,114 @@
+import {
+  chartDir,
+  ciValuesFiles,
+  environmentOptions,
+  environments,
+  runHelm,
+  template,
+  valuesArgs,
+  type HelmResult,
+  type RenderOptions,
+} from './helm';
+
+function lint(options: RenderOptions): Promise<HelmResult> {
+  return runHelm(['lint', '--strict', chartDir, ...valuesArgs(options)]);
+}
+
+describe('helm lint --strict', () => {
+  it.each(environments)(
+    'When the %s values are linted, then helm reports no warning or error',
+    async (environment) => {
+      const result = await lint(environmentOptions(environment));
+      expect(result.stdout + result.stderr).toContain('0 chart(s) failed');
+      expect(result.code).toBe(0);
+    },
+  );
+
+  it('When chart-testing looks for ci/*-values.yaml, then it finds some', () => {
+    expect(ciValuesFiles.length).toBeGreaterThan(0);
+  });
+
+  it.each(ciValuesFiles)('When %s is linted and rendered, then both succeed', async (file) => {
+    expect((await lint({ values: [file] })).code).toBe(0);
+    const rendered = await template({ values: [file] });
+    expect(rendered.stderr).toBe('');
+    expect(rendered.code).toBe(0);
+  });
+});
+
+describe('values.schema.json', () => {
+  it.each([
+    ['an unknown top-level key', { replicas: '2' }, "additional properties 'replicas' not allowed"],
+    ['a wrong type', { replicaCount: 'three' }, '/replicaCount'],
+  ])('When the values carry %s, then helm lint and helm template both fail', async (_case, set, message) => {
+    const linted = await lint({ values: ['values-dev.yaml'], set });
+    expect(linted.code).not.toBe(0);
+    expect(linted.stdout + linted.stderr).toContain(message);
+    const rendered = await template({ values: ['values-dev.yaml'], set });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain(message);
+  });
+
+  it.each([
+    ['a wildcard CORS origin', { 'config.corsAllowedOrigins': '{*}' }, '/config/corsAllowedOrigins/0'],
+    [
+      'a CORS origin with a path',
+      { 'config.corsAllowedOrigins': '{https://app.example.com/}' },
+      '/config/corsAllowedOrigins/0',
+    ],
+    ['bcrypt rounds below 10', { 'config.bcryptRounds': '8' }, '/config/bcryptRounds'],
+    ['a SECRET_KEY shorter than 32 characters', { 'secret.secretKey': 'short' }, '/secret/secretKey'],
+    ['an unknown key inside ingress', { 'ingress.hosts': 'x' }, "additional properties 'hosts' not allowed"],
+    ['a probe with an action of its own', { 'readinessProbe.httpGet.path': '/' }, '/readinessProbe'],
+    ['no memory limit', { 'resources.limits': 'null' }, '/resources'],
+    ['an image digest that is not sha256', { 'image.digest': 'latest' }, '/image/digest'],
+  ])('When the values carry %s, then helm template fails naming the value', async (_case, set, path) => {
+    const rendered = await template({ values: ['values-dev.yaml'], set });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain(path);
+  });
+
+  it.each([
+    'nginx.ingress.kubernetes.io/server-snippet',
+    'nginx.ingress.kubernetes.io/configuration-snippet',
+    'nginx.ingress.kubernetes.io/use-regex',
+    'nginx.ingress.kubernetes.io/rewrite-target',
+    'nginx.ingress.kubernetes.io/limit-rpm',
+    'nginx.ingress.kubernetes.io/proxy-read-timeout',
+  ])('When ingress.annotations carries %s, then helm template refuses it', async (annotation) => {
+    const key = `ingress.annotations.${annotation.replaceAll('.', '\\.')}`;
+    const rendered = await template({ values: ['values-dev.yaml'], setString: { [key]: 'x' } });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain(`invalid propertyName '${annotation}'`);
+  });
+
+  it('When ingress.annotations carries an unrelated annotation, then it is accepted', async () => {
+    const key = 'ingress.annotations.cert-manager\\.io/cluster-issuer';
+    const rendered = await template({ values: ['values-dev.yaml'], setString: { [key]: 'letsencrypt' } });
+    expect(rendered.stderr).toBe('');
+    expect(rendered.code).toBe(0);
+  });
+});
+
+describe('Guards across values', () => {
+  it('When terminationGracePeriodSeconds does not exceed the shutdown delay plus drain time, then rendering fails', async () => {
+    const rendered = await template({
+      values: ['values-dev.yaml'],
+      set: { terminationGracePeriodSeconds: '20' },
+    });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain('terminationGracePeriodSeconds (20) must exceed');
+  });
+
+  it('When the in-chart PostgreSQL is off and no database host is given, then rendering fails instead of using the embedded database', async () => {
+    const rendered = await template({ set: { 'secret.dbPassword': 'x' } });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain('database.host is required');
+  });
+
+  it('When an external database is first installed without a password or existing Secret, then rendering fails', async () => {
+    const rendered = await template({ values: ['values-staging.yaml'] });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain('secret.dbPassword is required');
+  });
+});

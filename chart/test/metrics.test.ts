@@ -1,0 +1,190 @@
+import {
+  environments,
+  findAll,
+  findOne,
+  must,
+  render,
+  renderEnvironment,
+  template,
+  type KubeObject,
+} from './helm';
+
+const apiSelector = {
+  'app.kubernetes.io/name': 'social-posts',
+  'app.kubernetes.io/instance': 'social-posts',
+  'app.kubernetes.io/component': 'api',
+};
+
+/** The Prometheus Operator's kind; kubernetes-models has no type for it, so the fields used are spelt out. */
+interface ServiceMonitor extends KubeObject {
+  spec: {
+    selector: { matchLabels: Record<string, string> };
+    namespaceSelector: { matchNames: string[] };
+    endpoints: { port: string; path: string; interval: string; scrapeTimeout: string }[];
+  };
+}
+
+const serviceMonitors = (objects: KubeObject[]) =>
+  objects.filter((object): object is ServiceMonitor => object.kind === 'ServiceMonitor');
+
+const podAnnotations = (objects: KubeObject[]) =>
+  findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
+
+describe.each(environments)('Metrics wiring of %s', (environment) => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment(environment);
+  });
+
+  it(`When the ${environment} values are rendered, then METRICS_PORT is 9464, apart from PORT, and the Service exposes it as the port named metrics`, () => {
+    const data = must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+    expect(data.METRICS_PORT).toBe('9464');
+    expect(data.METRICS_PORT).not.toBe(data.PORT);
+    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    expect(container.ports).toContainEqual({ name: 'metrics', containerPort: 9464, protocol: 'TCP' });
+    const service = findOne(objects, 'Service', 'social-posts');
+    expect(service.spec?.ports).toContainEqual({
+      name: 'metrics',
+      port: 9464,
+      targetPort: 'metrics',
+      protocol: 'TCP',
+    });
+  });
+
+  it(`When the ${environment} values are rendered, then every Ingress path routes to the http port and none to metrics`, () => {
+    const backends = findAll(objects, 'Ingress').flatMap((ingress) =>
+      (ingress.spec?.rules ?? []).flatMap((rule) =>
+        (rule.http?.paths ?? []).map((entry) => entry.backend.service?.port),
+      ),
+    );
+    expect(backends.length).toBeGreaterThan(0);
+    for (const port of backends) expect(port).toEqual({ name: 'http' });
+  });
+
+  it(`When the ${environment} values are rendered, then there is no ServiceMonitor and no scrape annotation (both are opt-in)`, () => {
+    expect(serviceMonitors(objects)).toEqual([]);
+    expect(Object.keys(podAnnotations(objects)).filter((key) => key.startsWith('prometheus.io/'))).toEqual(
+      [],
+    );
+  });
+});
+
+describe('ServiceMonitor', () => {
+  it('When metrics.serviceMonitor is enabled with labels, then one ServiceMonitor scrapes the metrics port of the API Service in the release namespace', async () => {
+    const objects = await render({
+      values: ['values-prod.yaml'],
+      namespace: 'social-posts-prod',
+      set: {
+        'metrics.serviceMonitor.enabled': 'true',
+        'metrics.serviceMonitor.interval': '15s',
+        'metrics.serviceMonitor.labels.release': 'kube-prometheus-stack',
+      },
+    });
+    const monitors = serviceMonitors(objects);
+    expect(monitors).toHaveLength(1);
+    const [monitor] = monitors;
+    expect(monitor?.apiVersion).toBe('monitoring.coreos.com/v1');
+    expect(monitor?.metadata.name).toBe('social-posts');
+    expect(monitor?.metadata.labels).toMatchObject({ release: 'kube-prometheus-stack', ...apiSelector });
+    expect(monitor?.spec).toEqual({
+      selector: { matchLabels: apiSelector },
+      namespaceSelector: { matchNames: ['social-posts-prod'] },
+      endpoints: [{ port: 'metrics', path: '/metrics', interval: '15s', scrapeTimeout: '10s' }],
+    });
+    // It selects the API Service (which carries those labels and the metrics port), never PostgreSQL's.
+    const service = findOne(objects, 'Service', 'social-posts');
+    expect(service.metadata?.labels).toMatchObject(apiSelector);
+  });
+
+  it('When the interval is not a Prometheus duration, then helm template refuses it', async () => {
+    const rendered = await template({
+      values: ['values-dev.yaml'],
+      set: { 'metrics.serviceMonitor.enabled': 'true', 'metrics.serviceMonitor.interval': 'often' },
+    });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain('/metrics/serviceMonitor/interval');
+  });
+});
+
+describe('Scrape annotations', () => {
+  it('When metrics.scrapeAnnotations is on, then the API pods carry prometheus.io scrape, port and path', async () => {
+    const objects = await render({
+      values: ['values-dev.yaml'],
+      set: { 'metrics.scrapeAnnotations': 'true' },
+    });
+    expect(podAnnotations(objects)).toMatchObject({
+      'prometheus.io/scrape': 'true',
+      'prometheus.io/port': '9464',
+      'prometheus.io/path': '/metrics',
+    });
+  });
+
+  it('When metrics.port is changed, then the ConfigMap, container, Service and annotations follow it', async () => {
+    const objects = await render({
+      values: ['values-dev.yaml'],
+      set: { 'metrics.port': '9100', 'metrics.scrapeAnnotations': 'true' },
+    });
+    expect(findOne(objects, 'ConfigMap', 'social-posts').data?.METRICS_PORT).toBe('9100');
+    expect(findOne(objects, 'Deployment').spec?.template.spec?.containers[0]?.ports).toContainEqual({
+      name: 'metrics',
+      containerPort: 9100,
+      protocol: 'TCP',
+    });
+    expect(findOne(objects, 'Service', 'social-posts').spec?.ports).toContainEqual({
+      name: 'metrics',
+      port: 9100,
+      targetPort: 'metrics',
+      protocol: 'TCP',
+    });
+    expect(podAnnotations(objects)['prometheus.io/port']).toBe('9100');
+  });
+
+  it('When metrics.port equals containerPort, then rendering fails (metrics must never share the API port)', async () => {
+    const rendered = await template({ values: ['values-dev.yaml'], set: { 'metrics.port': '8000' } });
+    expect(rendered.code).not.toBe(0);
+    expect(rendered.stderr).toContain('metrics.port must differ from containerPort');
+  });
+});
+
+describe('NetworkPolicy and metrics', () => {
+  const metricsRule = async (set: Record<string, string>) => {
+    const objects = await render({ values: ['values-prod.yaml'], set });
+    const rules = findOne(objects, 'NetworkPolicy', 'social-posts').spec?.ingress ?? [];
+    return rules.filter((rule) => rule.ports?.some((port) => port.port === 'metrics'));
+  };
+
+  it('When Prometheus pod labels are given, then only those pods of the monitoring namespace may scrape, and only the metrics port', async () => {
+    const rules = await metricsRule({
+      'networkPolicy.metricsPodLabels.app\\.kubernetes\\.io/name': 'prometheus',
+    });
+    expect(rules).toEqual([
+      {
+        from: [
+          {
+            // One peer with both selectors: the pods must match both (AND), not either.
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+            podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+          },
+        ],
+        ports: [{ port: 'metrics', protocol: 'TCP' }],
+      },
+    ]);
+  });
+
+  it('When metricsNamespace names another namespace, then the rule follows it', async () => {
+    const rules = await metricsRule({ 'networkPolicy.metricsNamespace': 'observability' });
+    expect(rules[0]?.from).toEqual([
+      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } },
+    ]);
+  });
+
+  it('When metricsNamespace is empty, then no rule admits scrapes and the ingress controller still reaches only http', async () => {
+    const objects = await render({
+      values: ['values-prod.yaml'],
+      set: { 'networkPolicy.metricsNamespace': '' },
+    });
+    const rules = findOne(objects, 'NetworkPolicy', 'social-posts').spec?.ingress ?? [];
+    expect(rules).toHaveLength(1);
+    expect(rules[0]?.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);
+  });
+});

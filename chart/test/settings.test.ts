@@ -1,0 +1,138 @@
+import type { IEnvVar } from 'kubernetes-models/v1/EnvVar';
+import type { ISecret } from 'kubernetes-models/v1/Secret';
+import {
+  environments,
+  findAll,
+  findOne,
+  must,
+  render,
+  renderEnvironment,
+  type Environment,
+  type KubeObject,
+} from './helm';
+
+const corsAllowLists: Record<Environment, string> = {
+  dev: 'http://localhost:3000,http://localhost:5173',
+  staging: 'https://staging.social-posts.example.com',
+  prod: 'https://social-posts.example.com,https://www.social-posts.example.com',
+};
+
+const databases: Record<Environment, Record<string, string>> = {
+  dev: {
+    DB_HOSTNAME: 'social-posts-postgresql',
+    DB_PORT: '5432',
+    DB_NAME: 'social_posts',
+    DB_USERNAME: 'social_posts',
+    DB_SSL: 'false',
+  },
+  staging: {
+    DB_HOSTNAME: 'social-posts-staging.postgres.example.internal',
+    DB_PORT: '5432',
+    DB_NAME: 'social_posts',
+    DB_USERNAME: 'social_posts',
+    DB_SSL: 'true',
+  },
+  prod: {
+    DB_HOSTNAME: 'social-posts-prod.postgres.example.internal',
+    DB_PORT: '5432',
+    DB_NAME: 'social_posts',
+    DB_USERNAME: 'social_posts',
+    DB_SSL: 'true',
+  },
+};
+
+function settings(objects: KubeObject[]): Record<string, string> {
+  return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+}
+
+function containerEnv(objects: KubeObject[]): IEnvVar[] {
+  return must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0]?.env, 'env');
+}
+
+function decode(secret: ISecret, key: string): string {
+  return Buffer.from(must(secret.data?.[key], `Secret key ${key}`), 'base64').toString('utf8');
+}
+
+describe.each(environments)('Settings of %s', (environment) => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment(environment);
+  });
+
+  it(`When the ${environment} values are rendered, then CORS_ALLOWED_ORIGINS is the environment's own allow-list, without a wildcard`, () => {
+    const origins = settings(objects).CORS_ALLOWED_ORIGINS;
+    expect(origins).toBe(corsAllowLists[environment]);
+    expect(origins).not.toContain('*');
+  });
+
+  it(`When the ${environment} values are rendered, then the pod reads every non-secret setting from the ConfigMap`, () => {
+    const deployment = findOne(objects, 'Deployment');
+    expect(deployment.spec?.template.spec?.containers[0]?.envFrom).toEqual([
+      { configMapRef: { name: 'social-posts' } },
+    ]);
+    expect(settings(objects)).toMatchObject({
+      NODE_ENV: 'production',
+      PORT: '8000',
+      SHUTDOWN_DELAY_SECONDS: '5',
+      SHUTDOWN_TIMEOUT_SECONDS: '15',
+      ACCESS_TOKEN_EXPIRE_MINUTES: '30',
+      DB_POOL_MAX: '10',
+      DB_STATEMENT_TIMEOUT_MS: '2000',
+    });
+    expect(Number(settings(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);
+  });
+
+  it(`When the ${environment} values are rendered, then DB_HOSTNAME is always set (never the embedded database) and points at the environment's PostgreSQL`, () => {
+    expect(settings(objects)).toMatchObject(databases[environment]);
+    expect(settings(objects).DB_EMBEDDED_DIR).toBeUndefined();
+  });
+
+  it(`When the ${environment} values are rendered, then SECRET_KEY and DB_PASSWORD come from a Secret, never from the ConfigMap`, () => {
+    const secretName = environment === 'prod' ? 'social-posts-secrets' : 'social-posts';
+    expect(containerEnv(objects)).toEqual(
+      ['SECRET_KEY', 'DB_PASSWORD'].map((key) => ({
+        name: key,
+        valueFrom: { secretKeyRef: { name: secretName, key } },
+      })),
+    );
+    expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['SECRET_KEY']));
+    expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['DB_PASSWORD']));
+  });
+});
+
+describe('Secrets', () => {
+  it('When no SECRET_KEY is given (dev), then the chart creates a Secret with a generated 64-character key and a database password', async () => {
+    const secret = findOne(await renderEnvironment('dev'), 'Secret', 'social-posts');
+    expect(decode(secret, 'SECRET_KEY')).toMatch(/^[A-Za-z0-9]{64}$/);
+    expect(decode(secret, 'DB_PASSWORD')).toMatch(/^[A-Za-z0-9]{32}$/);
+  });
+
+  it("When staging is installed with the operator's database password, then the chart's Secret holds it", async () => {
+    const secret = findOne(await renderEnvironment('staging'), 'Secret', 'social-posts');
+    expect(decode(secret, 'DB_PASSWORD')).toBe('staging-password-from-the-operator');
+    expect(decode(secret, 'SECRET_KEY')).toHaveLength(64);
+  });
+
+  it('When prod names an existing Secret, then the chart creates no Secret and skips the secret checksum', async () => {
+    const objects = await renderEnvironment('prod');
+    expect(findAll(objects, 'Secret')).toEqual([]);
+    const annotations = findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
+    expect(Object.keys(annotations)).toEqual(['checksum/config']);
+  });
+
+  it('When SECRET_KEY is given in values, then the Secret holds exactly that key', async () => {
+    const key = 'an-operator-chosen-signing-key-0123456789';
+    const objects = await render({ values: ['values-dev.yaml'], set: { 'secret.secretKey': key } });
+    expect(decode(findOne(objects, 'Secret'), 'SECRET_KEY')).toBe(key);
+  });
+
+  it('When the in-chart PostgreSQL is used, then it reads its password from the same Secret key as the API', async () => {
+    const objects = await renderEnvironment('dev');
+    const statefulSet = findOne(objects, 'StatefulSet');
+    const env = statefulSet.spec?.template.spec?.containers[0]?.env ?? [];
+    expect(env.find((variable) => variable.name === 'POSTGRES_PASSWORD')).toEqual({
+      name: 'POSTGRES_PASSWORD',
+      valueFrom: { secretKeyRef: { name: 'social-posts', key: 'DB_PASSWORD' } },
+    });
+  });
+});

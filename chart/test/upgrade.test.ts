@@ -1,0 +1,76 @@
+import type { ISecret } from 'kubernetes-models/v1/Secret';
+import { startFakeKubeApi, type FakeKubeApi } from './fake-kube-api';
+import { findOne, must, parseManifests, template, type KubeObject } from './helm';
+
+const namespace = 'social-posts-dev';
+const keptKey = 'the-key-generated-at-first-install-0123456789abcdef0123';
+const keptPassword = 'the-password-generated-at-first-install';
+
+/** The Secret as the first install left it in the cluster, owned by the release. */
+const installedSecret = {
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: {
+    name: 'social-posts',
+    namespace,
+    labels: { 'app.kubernetes.io/managed-by': 'Helm' },
+    annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
+  },
+  type: 'Opaque',
+  data: {
+    SECRET_KEY: Buffer.from(keptKey).toString('base64'),
+    DB_PASSWORD: Buffer.from(keptPassword).toString('base64'),
+  },
+};
+
+function decode(secret: ISecret, key: string): string {
+  return Buffer.from(must(secret.data?.[key], key), 'base64').toString('utf8');
+}
+
+/**
+ * `helm template --dry-run=server` renders with `lookup` answered by a (fake) API server, as
+ * `helm upgrade` does; plain `helm template` has no cluster and lookup returns nothing.
+ */
+describe('SECRET_KEY across upgrades', () => {
+  let api: FakeKubeApi;
+
+  beforeAll(async () => {
+    api = await startFakeKubeApi(namespace, [installedSecret]);
+  });
+  afterAll(async () => {
+    await api.close();
+  });
+
+  async function renderUpgrade(set: Record<string, string> = {}): Promise<KubeObject[]> {
+    const result = await template({
+      values: ['values-dev.yaml'],
+      namespace,
+      set,
+      env: api.env,
+      // The fake server serves no OpenAPI documents; the schemas are checked by the other tests.
+      extraArgs: ['--dry-run=server', '--disable-openapi-validation'],
+    });
+    if (result.code !== 0) throw new Error(`helm template --dry-run=server failed:\n${result.stderr}`);
+    return parseManifests(result.stdout);
+  }
+
+  it('When the release already has a Secret, then the upgrade keeps its generated SECRET_KEY and DB_PASSWORD', async () => {
+    const secret = findOne(await renderUpgrade(), 'Secret', 'social-posts');
+    expect(decode(secret, 'SECRET_KEY')).toBe(keptKey);
+    expect(decode(secret, 'DB_PASSWORD')).toBe(keptPassword);
+  });
+
+  it('When the operator sets a new SECRET_KEY on upgrade, then the value wins over the kept one', async () => {
+    const rotated = 'a-rotated-signing-key-chosen-by-the-operator-0123';
+    const secret = findOne(await renderUpgrade({ 'secret.secretKey': rotated }), 'Secret', 'social-posts');
+    expect(decode(secret, 'SECRET_KEY')).toBe(rotated);
+    expect(decode(secret, 'DB_PASSWORD')).toBe(keptPassword);
+  });
+
+  it('When rendered without a cluster (plain helm template), then each render generates a different key', async () => {
+    const first = await template({ values: ['values-dev.yaml'], namespace });
+    const second = await template({ values: ['values-dev.yaml'], namespace });
+    const key = (text: string): string => decode(findOne(parseManifests(text), 'Secret'), 'SECRET_KEY');
+    expect(key(first.stdout)).not.toBe(key(second.stdout));
+  });
+});

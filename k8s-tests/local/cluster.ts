@@ -1,0 +1,188 @@
+/**
+ * The parts of Kubernetes the local emulation needs, modelled after what they do on a cluster:
+ * - kubelet: starts a replica with the rendered environment, runs the rendered startup, readiness
+ *   and liveness probes against it directly (not through the proxy), sends SIGTERM on termination;
+ * - endpoints controller + ingress-nginx's endpoint sync: the upstream holds the replicas that are
+ *   ready and not terminating; a change rewrites nginx.conf and reloads it. A terminating replica
+ *   leaves the upstream ENDPOINT_LAG_MS after its SIGTERM, because on a cluster the kubelet's
+ *   SIGTERM and the controller's endpoint update race and the update arrives later;
+ * - Deployment controller: a rollout replaces the replicas one by one with maxSurge 1 and
+ *   maxUnavailable 0 (a new replica ready before an old one is terminated).
+ * A liveness failureThreshold reached counts as a restart the kubelet would have made.
+ */
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Release } from './release';
+import { freePort, probe, start, stop, waitFor, type Managed } from './processes';
+
+const ENDPOINT_LAG_MS = 1000;
+
+export interface Replica {
+  name: string;
+  port: number;
+  process: Managed;
+  ready: boolean;
+  terminating: boolean;
+}
+
+export interface ClusterOptions {
+  release: Release;
+  /** Entry point of the built service. */
+  main: string;
+  logDir: string;
+  database: { host: string; port: number };
+  /** Extra environment of the node process only (module resolution), not of the service. */
+  nodePath: string;
+  /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
+  onEndpoints: (endpoints: string[]) => Promise<void>;
+}
+
+export interface RolloutResult {
+  replaced: { name: string; exit: number | string }[];
+}
+
+export class Cluster {
+  readonly replicas: Replica[] = [];
+  restarts = 0;
+  unexpectedExits: string[] = [];
+  private counter = 0;
+  private closed = false;
+  private published = '';
+  private publishing: Promise<void> = Promise.resolve();
+
+  constructor(private readonly options: ClusterOptions) {}
+
+  endpoints(): string[] {
+    return this.replicas.filter((r) => r.ready && !r.terminating).map((r) => `127.0.0.1:${r.port}`);
+  }
+
+  /** Pushes the current endpoints to the proxy if they changed; serialised, like the controller's sync loop. */
+  private publish(): Promise<void> {
+    this.publishing = this.publishing.then(async () => {
+      const endpoints = this.endpoints();
+      const key = endpoints.join(',');
+      if (key === this.published || this.closed) return;
+      await this.options.onEndpoints(endpoints);
+      this.published = key;
+    });
+    return this.publishing;
+  }
+
+  async startReplica(): Promise<Replica> {
+    const { release } = this.options;
+    const name = `replica-${++this.counter}`;
+    // On one machine each replica needs ports of its own: every setting that names one of the
+    // container's ports (PORT, METRICS_PORT…) gets a free one; PORT is the one the proxy uses.
+    const env: Record<string, string> = { ...release.env };
+    for (const [key, value] of Object.entries(release.env))
+      if (release.containerPorts.includes(Number(value))) env[key] = String(await freePort());
+    const port = Number(env.PORT);
+    Object.assign(env, {
+      // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
+      DB_HOSTNAME: this.options.database.host,
+      DB_PORT: String(this.options.database.port),
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      NODE_PATH: this.options.nodePath,
+    });
+    const child = start(
+      name,
+      process.execPath,
+      [this.options.main],
+      join(this.options.logDir, `${name}.log`),
+      {
+        env,
+        cwd: this.options.logDir,
+      },
+    );
+    const replica: Replica = { name, port, process: child, ready: false, terminating: false };
+    this.replicas.push(replica);
+    void child.exited.then((code) => {
+      replica.ready = false;
+      if (!replica.terminating && !this.closed)
+        this.unexpectedExits.push(`${name} exited with ${String(code)}`);
+      void this.publish();
+    });
+
+    // Startup probe, then the readiness and liveness probes, as the kubelet runs them.
+    const startup = release.startup;
+    await waitFor(
+      `${name} to pass its startup probe`,
+      startup.periodSeconds * startup.failureThreshold * 1000,
+      async () => {
+        if (child.hasExited()) throw new Error(`${name} exited during start-up; see its log`);
+        return (await probe(port, startup.path, startup.timeoutSeconds * 1000)).status === 200;
+      },
+    );
+    void this.probeLoop(replica, 'readiness');
+    void this.probeLoop(replica, 'liveness');
+    await waitFor(`${name} to become ready`, 60_000, () => Promise.resolve(replica.ready));
+    return replica;
+  }
+
+  private async probeLoop(replica: Replica, kind: 'readiness' | 'liveness'): Promise<void> {
+    const timing = kind === 'readiness' ? this.options.release.readiness : this.options.release.liveness;
+    let failures = 0;
+    let successes = 0;
+    // The first probe runs at once (initialDelaySeconds 0), then every periodSeconds.
+    while (!this.closed && !replica.process.hasExited()) {
+      const { status } = await probe(replica.port, timing.path, timing.timeoutSeconds * 1000);
+      const ok = status >= 200 && status < 400;
+      failures = ok ? 0 : failures + 1;
+      successes = ok ? successes + 1 : 0;
+      if (kind === 'readiness') {
+        if (!replica.ready && successes >= timing.successThreshold) {
+          replica.ready = true;
+          await this.publish();
+        } else if (replica.ready && failures >= timing.failureThreshold) {
+          replica.ready = false;
+          await this.publish();
+        }
+      } else if (failures >= timing.failureThreshold && !replica.terminating) {
+        // The kubelet would restart the container here; the emulation counts it (the suite asserts none).
+        this.restarts++;
+        failures = 0;
+      }
+      await sleep(timing.periodSeconds * 1000);
+    }
+  }
+
+  /** SIGTERM (the kubelet) and, after the controller's lag, removal from the upstream. */
+  async terminate(replica: Replica): Promise<number | string> {
+    replica.terminating = true;
+    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
+    // terminationGracePeriodSeconds is checked by the chart to exceed delay + timeout.
+    const exiting = stop(replica.process, 'SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000);
+    await sleep(ENDPOINT_LAG_MS);
+    await this.publish();
+    const exit = await exiting;
+    this.replicas.splice(this.replicas.indexOf(replica), 1);
+    return exit;
+  }
+
+  private shutdownTimings(): { shutdownDelay: number; shutdownTimeout: number } {
+    return {
+      shutdownDelay: Number(this.options.release.env.SHUTDOWN_DELAY_SECONDS ?? 5),
+      shutdownTimeout: Number(this.options.release.env.SHUTDOWN_TIMEOUT_SECONDS ?? 15),
+    };
+  }
+
+  /** `kubectl rollout restart` with maxSurge 1, maxUnavailable 0: one new replica ready, one old one out. */
+  async rollout(): Promise<RolloutResult> {
+    const old = this.replicas.filter((r) => !r.terminating);
+    const replaced: RolloutResult['replaced'] = [];
+    for (const replica of old) {
+      await this.startReplica();
+      replaced.push({ name: replica.name, exit: await this.terminate(replica) });
+    }
+    return { replaced };
+  }
+
+  /** Tear-down: every replica stops by its own pid (SIGTERM, then SIGKILL after the drain time). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
+    await Promise.all(
+      this.replicas.map((r) => stop(r.process, 'SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000)),
+    );
+  }
+}

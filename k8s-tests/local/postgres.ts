@@ -1,0 +1,117 @@
+/**
+ * A PostgreSQL instance of the runner's own: initdb into a temporary folder as the postgres user,
+ * its own port on 127.0.0.1 and its socket in that folder, so stopping it touches nothing else.
+ * It stands in for the chart's in-chart PostgreSQL (same database, user and password).
+ */
+import { execFileSync } from 'node:child_process';
+import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { start, stop, waitFor, type Managed } from './processes';
+
+const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
+
+export interface PostgresOptions {
+  dir: string;
+  port: number;
+  database: string;
+  user: string;
+  password: string;
+}
+
+function postgresAccount(): { uid: number; gid: number } {
+  // Throws when the machine has no postgres user (initdb refuses to run as root).
+  const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
+  return { uid: id('-u'), gid: id('-g') };
+}
+
+export class Postgres {
+  private server: Managed | undefined;
+  private readonly account = postgresAccount();
+  private readonly data: string;
+  private readonly log: string;
+
+  constructor(private readonly options: PostgresOptions) {
+    this.data = join(options.dir, 'data');
+    this.log = join(options.dir, 'postgres.log');
+  }
+
+  /** initdb (scram passwords over TCP, like the postgres image) and the application database. */
+  async init(): Promise<void> {
+    const { dir, user, password } = this.options;
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chownSync(dir, this.account.uid, this.account.gid);
+    const passwordFile = join(dir, 'password');
+    writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+    chownSync(passwordFile, this.account.uid, this.account.gid);
+    const initdb = start(
+      'initdb',
+      join(BIN, 'initdb'),
+      [
+        '-D',
+        this.data,
+        '-U',
+        user,
+        `--pwfile=${passwordFile}`,
+        '--auth-local=trust',
+        '--auth-host=scram-sha-256',
+        '-E',
+        'UTF8',
+        '--locale=C',
+      ],
+      this.log,
+      { uid: this.account.uid, gid: this.account.gid, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } },
+    );
+    const code = await initdb.exited;
+    if (code !== 0) throw new Error(`initdb failed (${String(code)}); see ${this.log}`);
+    await this.start();
+    // The postgres image creates POSTGRES_DB on first start; so does the runner.
+    execFileSync(join(BIN, 'createdb'), [
+      '-h',
+      dir,
+      '-p',
+      String(this.options.port),
+      '-U',
+      user,
+      this.options.database,
+    ]);
+  }
+
+  async start(): Promise<void> {
+    if (this.server && !this.server.hasExited()) return;
+    const { dir, port, user } = this.options;
+    this.server = start(
+      'postgres',
+      join(BIN, 'postgres'),
+      ['-D', this.data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1'],
+      this.log,
+      { uid: this.account.uid, gid: this.account.gid, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } },
+    );
+    const server = this.server;
+    await waitFor('PostgreSQL to accept connections', 60_000, () => {
+      if (server.hasExited()) throw new Error(`postgres exited; see ${this.log}`);
+      try {
+        execFileSync(join(BIN, 'pg_isready'), [
+          '-q',
+          '-h',
+          dir,
+          '-p',
+          String(port),
+          '-U',
+          user,
+          '-d',
+          'postgres',
+        ]);
+        return Promise.resolve(true);
+      } catch {
+        return Promise.resolve(false);
+      }
+    });
+  }
+
+  /** Fast shutdown (SIGINT to the postmaster): sessions are cut, as when the pod goes away. */
+  async stop(): Promise<void> {
+    if (!this.server) return;
+    await stop(this.server, 'SIGINT', 30_000);
+    this.server = undefined;
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Renders the chart with `helm template` (dev values plus k8s-tests/values-e2e.yaml) and reads out
+ * what the local emulation runs: the Ingress objects, the API container's environment (ConfigMap and
+ * Secret, as the kubelet would assemble it) and its probes.
+ */
+import { execFileSync } from 'node:child_process';
+import { resolve } from 'node:path';
+import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
+import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
+import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import type { IProbe } from 'kubernetes-models/v1/Probe';
+import type { ISecret } from 'kubernetes-models/v1/Secret';
+import type { IService } from 'kubernetes-models/v1/Service';
+import { parseAllDocuments } from 'yaml';
+
+export const repoRoot = resolve(__dirname, '..', '..');
+export const releaseName = 'social-posts';
+export const namespace = 'social-posts-dev';
+/** The same files the kind target installs with. */
+export const valuesFiles = [
+  resolve(repoRoot, 'chart/values-dev.yaml'),
+  resolve(repoRoot, 'k8s-tests/values-e2e.yaml'),
+];
+
+interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; annotations?: Record<string, string> };
+}
+
+export interface ProbeTiming {
+  path: string;
+  periodSeconds: number;
+  timeoutSeconds: number;
+  failureThreshold: number;
+  successThreshold: number;
+}
+
+export interface Release {
+  ingresses: IIngress[];
+  service: IService;
+  replicas: number;
+  containerPort: number;
+  /** Every port the container declares (the API's, the metrics listener's…). */
+  containerPorts: number[];
+  /** The API container's environment as rendered (before the runner rewrites hosts and ports). */
+  env: Record<string, string>;
+  readiness: ProbeTiming;
+  liveness: ProbeTiming;
+  startup: ProbeTiming;
+  database: { host: string; port: number; name: string; user: string; password: string };
+}
+
+export function renderChart(helm: string): KubeObject[] {
+  const args = ['template', releaseName, resolve(repoRoot, 'chart'), '--namespace', namespace];
+  for (const file of valuesFiles) args.push('--values', file);
+  // No kubeconfig: rendering must never reach a cluster (lookup then finds no Secret).
+  const text = execFileSync(helm, args, {
+    env: { ...process.env, KUBECONFIG: '/dev/null' },
+    encoding: 'utf8',
+  });
+  return parseAllDocuments(text)
+    .map((document) => document.toJS() as KubeObject | null)
+    .filter((object): object is KubeObject => object !== null);
+}
+
+function one(objects: KubeObject[], kind: string, name: string): unknown {
+  const found = objects.find((o) => o.kind === kind && o.metadata.name === name);
+  if (!found) throw new Error(`the rendered chart has no ${kind} ${name}`);
+  return found;
+}
+
+function probe(given: IProbe | undefined, what: string): ProbeTiming {
+  const path = given?.httpGet?.path;
+  if (!given || !path) throw new Error(`the API container has no httpGet ${what} probe`);
+  return {
+    path,
+    // Kubernetes' defaults for fields the chart leaves out.
+    periodSeconds: given.periodSeconds ?? 10,
+    timeoutSeconds: given.timeoutSeconds ?? 1,
+    failureThreshold: given.failureThreshold ?? 3,
+    successThreshold: given.successThreshold ?? 1,
+  };
+}
+
+export function readRelease(objects: KubeObject[]): Release {
+  const deployment = one(objects, 'Deployment', releaseName) as IDeployment;
+  const service = one(objects, 'Service', releaseName) as IService;
+  const podSpec = deployment.spec?.template.spec;
+  const container = podSpec?.containers[0];
+  if (!podSpec || !container || podSpec.containers.length !== 1)
+    throw new Error('expected one API container in the Deployment');
+  const containerPort = container.ports?.find((p) => p.name === 'http')?.containerPort;
+  if (containerPort === undefined) throw new Error('the API container has no port named http');
+
+  // The environment as the kubelet assembles it: envFrom first, then env entries.
+  const env: Record<string, string> = {};
+  for (const source of container.envFrom ?? []) {
+    const name = source.configMapRef?.name;
+    if (!name || source.secretRef || source.prefix) throw new Error('only envFrom configMapRef is modelled');
+    Object.assign(env, (one(objects, 'ConfigMap', name) as IConfigMap).data ?? {});
+  }
+  for (const variable of container.env ?? []) {
+    if (variable.value !== undefined) {
+      env[variable.name] = variable.value;
+      continue;
+    }
+    const ref = variable.valueFrom?.secretKeyRef;
+    if (!ref?.name) throw new Error(`env ${variable.name}: only value and secretKeyRef are modelled`);
+    const data = (one(objects, 'Secret', ref.name) as ISecret).data ?? {};
+    const encoded = data[ref.key];
+    if (encoded === undefined) throw new Error(`Secret ${ref.name} has no key ${ref.key}`);
+    env[variable.name] = Buffer.from(encoded, 'base64').toString('utf8');
+  }
+  if (env.PORT !== String(containerPort))
+    throw new Error(`PORT ${String(env.PORT)} is not the container port`);
+
+  const database = {
+    host: env.DB_HOSTNAME ?? '',
+    port: Number(env.DB_PORT),
+    name: env.DB_NAME ?? '',
+    user: env.DB_USERNAME ?? '',
+    password: env.DB_PASSWORD ?? '',
+  };
+  // The emulation stands in for the in-chart PostgreSQL only; an external host would be a different test.
+  one(objects, 'Service', database.host);
+  one(objects, 'StatefulSet', database.host);
+
+  return {
+    ingresses: objects.filter((o) => o.kind === 'Ingress') as unknown as IIngress[],
+    service,
+    replicas: deployment.spec?.replicas ?? 1,
+    containerPort,
+    containerPorts: (container.ports ?? []).map((p) => p.containerPort),
+    env,
+    readiness: probe(container.readinessProbe, 'readiness'),
+    liveness: probe(container.livenessProbe, 'liveness'),
+    startup: probe(container.startupProbe, 'startup'),
+    database,
+  };
+}
+
+/** Whether a Service port (by name or number) leads to the API container's http port. */
+export function servesApi(release: Release, service: string, port: string | number): boolean {
+  if (service !== release.service.metadata?.name) return false;
+  const servicePort = release.service.spec?.ports?.find((p) => p.name === port || p.port === port);
+  return servicePort?.targetPort === 'http' || servicePort?.targetPort === release.containerPort;
+}

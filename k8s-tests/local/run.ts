@@ -1,0 +1,260 @@
+/**
+ * `npm run k8s:local`: the local ingress emulation. Renders the chart, translates its Ingress
+ * objects and the controller values into an nginx.conf, starts PostgreSQL, the API replicas and
+ * nginx (each by its own pid, all torn down at the end, also on failure or Ctrl-C), runs the suite
+ * through nginx and prints the proof table. Exit code: the suite's.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse } from 'yaml';
+import { ensureTools } from '../../scripts/tools';
+import { formatReport, readReport } from '../report';
+import { Cluster } from './cluster';
+import { translate, type ControllerValues } from './nginx-config';
+import { Nginx } from './nginx';
+import { Postgres } from './postgres';
+import { freePort, stillRunning, stop } from './processes';
+import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
+
+const startedAt = Date.now();
+
+function step(message: string): void {
+  const seconds = ((Date.now() - startedAt) / 1000).toFixed(1).padStart(5);
+  process.stdout.write(`[k8s:local ${seconds}s] ${message}\n`);
+}
+
+interface Running {
+  tmp: string;
+  postgres?: Postgres;
+  nginx?: Nginx;
+  cluster?: Cluster;
+  control?: Server;
+  jest?: ChildProcess;
+}
+
+const state: Running = { tmp: mkdtempSync(join(tmpdir(), 'social-posts-k8s-')) };
+let tornDown: Promise<void> | undefined;
+
+/** Stops everything the runner started, each by its own pid, newest first. */
+function tearDown(): Promise<void> {
+  tornDown ??= (async () => {
+    step('tear-down');
+    const { jest, control, cluster, nginx, postgres } = state;
+    if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
+      process.kill(jest.pid, 'SIGTERM');
+    control?.close();
+    control?.closeAllConnections();
+    await cluster?.close().catch((error: unknown) => {
+      step(`replicas: ${String(error)}`);
+    });
+    await nginx?.stop().catch((error: unknown) => {
+      step(`nginx: ${String(error)}`);
+    });
+    await postgres?.stop().catch((error: unknown) => {
+      step(`postgres: ${String(error)}`);
+    });
+    // Anything left (a start that failed half-way) goes by its pid as well.
+    for (const managed of stillRunning()) await stop(managed, 'SIGKILL', 5000);
+  })();
+  return tornDown;
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    step(`${signal}: stopping`);
+    void tearDown().finally(() => {
+      step(`interrupted; logs kept in ${state.tmp}`);
+      process.exit(130);
+    });
+  });
+}
+
+function controlServer(postgres: Postgres, cluster: Cluster): Promise<{ server: Server; url: string }> {
+  const routes: Record<string, () => Promise<string>> = {
+    'POST /database/stop': async () => {
+      await postgres.stop();
+      step('PostgreSQL stopped (fast shutdown)');
+      return 'stopped';
+    },
+    'POST /database/start': async () => {
+      await postgres.start();
+      step('PostgreSQL started');
+      return 'started';
+    },
+    'POST /rollout': async () => {
+      step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
+      const { replaced } = await cluster.rollout();
+      const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
+      step(`rollout done: ${text}`);
+      // A replica that did not end its graceful shutdown with 0 was killed or crashed.
+      if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
+      return `replaced ${text}`;
+    },
+    'GET /restarts': () =>
+      Promise.resolve(JSON.stringify({ restarts: cluster.restarts + cluster.unexpectedExits.length })),
+  };
+  const server = createServer((req, res) => {
+    const route = routes[`${req.method ?? ''} ${req.url ?? ''}`];
+    if (!route) {
+      res.writeHead(404).end();
+      return;
+    }
+    route().then(
+      (body) => res.writeHead(200).end(body),
+      (error: unknown) => res.writeHead(500).end(String(error)),
+    );
+  });
+  return new Promise((resolvePromise) => {
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      resolvePromise({ server, url: `http://127.0.0.1:${port}` });
+    });
+  });
+}
+
+function runSuite(env: NodeJS.ProcessEnv): Promise<number> {
+  const jestBin = require.resolve('jest/bin/jest', { paths: [repoRoot] });
+  const child = spawn(process.execPath, [jestBin, '-c', 'k8s-tests/jest.config.js', '--runInBand'], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+    stdio: 'inherit',
+  });
+  state.jest = child;
+  return new Promise((resolvePromise) => {
+    child.once('exit', (code) => {
+      resolvePromise(code ?? 1);
+    });
+  });
+}
+
+async function main(): Promise<number> {
+  const { tmp } = state;
+  for (const [bin, hint] of [
+    [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
+    [
+      join(process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin', 'initdb'),
+      'apt-get install postgresql (or set PG_BIN)',
+    ],
+  ] as const) {
+    if (!existsSync(bin)) throw new Error(`${bin} is missing: ${hint}`);
+  }
+  if (process.getuid?.() !== 0)
+    throw new Error('run as root: PostgreSQL runs as postgres and nginx as nobody');
+  // Readable for the postgres and nobody users, which own their subfolders.
+  chmodSync(tmp, 0o755);
+  step(`work folder ${tmp}`);
+
+  step('render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml');
+  const release: Release = readRelease(renderChart(ensureTools().helm));
+  const controllerValues = parse(
+    readFileSync(join(repoRoot, 'k8s-tests/ingress-nginx-values.yaml'), 'utf8'),
+  ) as ControllerValues;
+  const host = release.ingresses[0]?.spec?.rules?.[0]?.host ?? '';
+  step(`${release.ingresses.length} Ingress objects for ${host}, ${release.replicas} replicas`);
+
+  const listenPort = await freePort();
+  const statusPort = await freePort();
+  const prefix = join(tmp, 'nginx');
+  let generation = 0;
+  const nginxConf = (endpoints: string[]) =>
+    translate(release.ingresses, controllerValues, {
+      prefix,
+      listenPort,
+      statusPort,
+      generation,
+      namespace,
+      endpoints: (service, port) => {
+        if (!servesApi(release, service, port))
+          throw new Error(`backend ${service}:${String(port)} is not the API`);
+        return endpoints;
+      },
+    });
+  // Translate before starting anything: an unmodelled feature fails the run here.
+  nginxConf([]);
+
+  step('build the service (tsc into the work folder; dist/ is left alone)');
+  const build = join(tmp, 'build');
+  const tsc = require.resolve('typescript/bin/tsc', { paths: [repoRoot] });
+  execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', build], {
+    cwd: repoRoot,
+    stdio: 'inherit',
+  });
+
+  const pgPort = await freePort();
+  step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
+  state.postgres = new Postgres({
+    dir: join(tmp, 'postgres'),
+    port: pgPort,
+    database: release.database.name,
+    user: release.database.user,
+    password: release.database.password,
+  });
+  await state.postgres.init();
+
+  step(`nginx on 127.0.0.1:${listenPort} (no endpoints yet: 503)`);
+  const nginx = new Nginx(prefix, statusPort);
+  state.nginx = nginx;
+  generation++;
+  await nginx.start(nginxConf([]), generation);
+
+  const logDir = join(tmp, 'replicas');
+  mkdirSync(logDir);
+  const cluster = new Cluster({
+    release,
+    main: join(build, 'service/src/main.js'),
+    logDir,
+    database: { host: '127.0.0.1', port: pgPort },
+    nodePath: join(repoRoot, 'node_modules'),
+    onEndpoints: async (endpoints) => {
+      generation++;
+      await nginx.reload(nginxConf(endpoints), generation);
+      step(`endpoints: [${endpoints.join(', ')}] (nginx configuration generation ${generation})`);
+    },
+  });
+  state.cluster = cluster;
+  step(
+    `${release.replicas} replicas with the rendered ConfigMap and Secret (PORT, DB_HOSTNAME, DB_PORT rewritten)`,
+  );
+  await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
+
+  const control = await controlServer(state.postgres, cluster);
+  state.control = control.server;
+  const reportFile = join(tmp, 'report.json');
+  step('the suite, through nginx');
+  const code = await runSuite({
+    K8S_BASE_URL: `http://127.0.0.1:${listenPort}`,
+    K8S_HOST: host,
+    K8S_ALLOWED_ORIGINS: release.env.CORS_ALLOWED_ORIGINS ?? '',
+    K8S_DRIVER: 'local',
+    K8S_CONTROL_URL: control.url,
+    K8S_REPORT_FILE: reportFile,
+    K8S_PROBE_WINDOW_SECONDS: String(
+      release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
+    ),
+  });
+  if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
+  try {
+    process.stdout.write(`\n${formatReport(readReport(reportFile))}\n\n`);
+  } catch {
+    step('no report was written');
+  }
+  return code;
+}
+
+main()
+  .catch((error: unknown) => {
+    step(`failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    return 1;
+  })
+  .then(async (code) => {
+    await tearDown();
+    if (code === 0) rmSync(state.tmp, { recursive: true, force: true });
+    else step(`logs kept in ${state.tmp}`);
+    step(code === 0 ? 'passed' : 'FAILED');
+    process.exit(code);
+  })
+  .catch(() => process.exit(1));

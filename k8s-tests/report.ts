@@ -1,0 +1,86 @@
+/**
+ * The proof table: what the suite sent and observed, written by the suite (K8S_REPORT_FILE) and
+ * printed by the runner. CLI: `tsx k8s-tests/report.ts <file>`.
+ */
+import { readFileSync } from 'node:fs';
+
+export interface Report {
+  target: string;
+  requests: number;
+  statuses: Record<string, number>;
+  rateLimit?: {
+    passed: number;
+    limited: number;
+    limitedByProxy: number;
+    refillWaitMs: number;
+    refillAnswer: number;
+  };
+  general?: { sent: number; limited: number };
+  bypass?: { path: string; login: number; register: number }[];
+  cors?: { allowed: string; foreign: string };
+  database?: { readyDownMs: number; readyBackMs: number; liveDuringOutage: number[]; restarts: number };
+  rollout?: { sent: number; failed: number; detail: string };
+}
+
+function row(what: string, result: string): string {
+  return `| ${what.padEnd(34)} | ${result}`;
+}
+
+export function formatReport(report: Report): string {
+  const lines = [
+    `Proof table (${report.target})`,
+    row('what', 'observed'),
+    row('-'.repeat(34), '-'.repeat(40)),
+  ];
+  const statuses = Object.entries(report.statuses)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([status, count]) => `${status}: ${count}`)
+    .join(', ');
+  lines.push(row('requests sent through the ingress', `${report.requests} (${statuses})`));
+  const { rateLimit, general, bypass, cors, database, rollout } = report;
+  if (rateLimit) {
+    lines.push(
+      row(
+        'rate limit: rapid /login + /users/',
+        `${rateLimit.passed} passed, then ${rateLimit.limited} x 429`,
+      ),
+    );
+    lines.push(row('429s answered by the proxy', `${rateLimit.limitedByProxy} of ${rateLimit.limited}`));
+    lines.push(
+      row(
+        'refill',
+        `after ${(rateLimit.refillWaitMs / 1000).toFixed(1)} s one passed (${rateLimit.refillAnswer})`,
+      ),
+    );
+  }
+  if (general)
+    lines.push(row('general route, rapid reads', `${general.sent} sent, ${general.limited} x 429`));
+  if (bypass) {
+    for (const attempt of bypass)
+      lines.push(
+        row(`bypass POST ${attempt.path}`, `login form ${attempt.login}, registration ${attempt.register}`),
+      );
+  }
+  if (cors) lines.push(row('CORS', `${cors.allowed} allowed; ${cors.foreign} refused`));
+  if (database) {
+    lines.push(row('database stopped: ready 503 after', `${(database.readyDownMs / 1000).toFixed(1)} s`));
+    lines.push(row('  /healthz/live meanwhile', database.liveDuringOutage.join(', ')));
+    lines.push(row('database started: ready 200 after', `${(database.readyBackMs / 1000).toFixed(1)} s`));
+    lines.push(row('  API restarts', String(database.restarts)));
+  }
+  if (rollout) {
+    lines.push(row('rollout: requests during it', `${rollout.sent} sent, ${rollout.failed} failed`));
+    lines.push(row('  rollout', rollout.detail));
+  }
+  return lines.join('\n');
+}
+
+export function readReport(file: string): Report {
+  return JSON.parse(readFileSync(file, 'utf8')) as Report;
+}
+
+if (require.main === module) {
+  const file = process.argv[2];
+  if (!file) throw new Error('usage: tsx k8s-tests/report.ts <report.json>');
+  process.stdout.write(`${formatReport(readReport(file))}\n`);
+}

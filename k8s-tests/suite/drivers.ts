@@ -1,0 +1,117 @@
+/**
+ * What the suite asks of the platform for cases 6 and 7, one implementation per target
+ * (K8S_DRIVER): `local` calls the runner's control endpoint (K8S_CONTROL_URL), which owns the
+ * processes; `kind` runs kubectl against the release (K8S_NAMESPACE, K8S_RELEASE, KUBECTL,
+ * K8S_KUBE_CONTEXT).
+ */
+import { execFile } from 'node:child_process';
+import { request } from 'node:http';
+
+export interface Driver {
+  name: string;
+  /** Returns once the database is down (its process or pod is gone). */
+  stopDatabase(): Promise<void>;
+  /** Returns once the database accepts connections again. */
+  startDatabase(): Promise<void>;
+  /** Replaces every API replica the way a rollout does; returns once the rollout has finished. */
+  rollout(): Promise<string>;
+  /** Container restarts of the API so far (liveness failures, crashes). */
+  restarts(): Promise<number>;
+}
+
+function control(base: string, method: string, path: string): Promise<string> {
+  return new Promise((resolvePromise, reject) => {
+    const req = request(new URL(path, base), { method, agent: false, timeout: 300_000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => {
+        if (res.statusCode === 200) resolvePromise(body);
+        else reject(new Error(`runner control ${method} ${path}: ${String(res.statusCode)} ${body}`));
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`runner control ${path}: no answer`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function localDriver(): Driver {
+  const base = process.env.K8S_CONTROL_URL;
+  if (!base) throw new Error('K8S_CONTROL_URL is not set (the local runner sets it)');
+  return {
+    name: 'local',
+    stopDatabase: async () => {
+      await control(base, 'POST', '/database/stop');
+    },
+    startDatabase: async () => {
+      await control(base, 'POST', '/database/start');
+    },
+    rollout: () => control(base, 'POST', '/rollout'),
+    restarts: async () =>
+      (JSON.parse(await control(base, 'GET', '/restarts')) as { restarts: number }).restarts,
+  };
+}
+
+function kubectl(args: string[]): Promise<string> {
+  const bin = process.env.KUBECTL ?? 'kubectl';
+  return new Promise((resolvePromise, reject) => {
+    execFile(bin, args, { timeout: 600_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`kubectl ${args.join(' ')}: ${stderr || error.message}`));
+      else resolvePromise(stdout);
+    });
+  });
+}
+
+function kindDriver(): Driver {
+  const namespace = process.env.K8S_NAMESPACE ?? 'social-posts-dev';
+  const release = process.env.K8S_RELEASE ?? 'social-posts';
+  const context = process.env.K8S_KUBE_CONTEXT;
+  const ns = [...(context ? ['--context', context] : []), '--namespace', namespace];
+  const instance = `app.kubernetes.io/instance=${release}`;
+  return {
+    name: 'kind',
+    stopDatabase: async () => {
+      await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=0']);
+      await kubectl([
+        ...ns,
+        'wait',
+        '--for=delete',
+        'pod',
+        '--selector',
+        `${instance},app.kubernetes.io/component=database`,
+        '--timeout=180s',
+      ]);
+    },
+    startDatabase: async () => {
+      await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=1']);
+      await kubectl([...ns, 'rollout', 'status', `statefulset/${release}-postgresql`, '--timeout=300s']);
+    },
+    rollout: async () => {
+      await kubectl([...ns, 'rollout', 'restart', `deployment/${release}`]);
+      return kubectl([...ns, 'rollout', 'status', `deployment/${release}`, '--timeout=300s']);
+    },
+    restarts: async () => {
+      const out = await kubectl([
+        ...ns,
+        'get',
+        'pods',
+        '--selector',
+        `${instance},app.kubernetes.io/component=api`,
+        '--output',
+        'jsonpath={.items[*].status.containerStatuses[*].restartCount}',
+      ]);
+      return out
+        .split(/\s+/)
+        .filter((n) => n !== '')
+        .reduce((sum, n) => sum + Number(n), 0);
+    },
+  };
+}
+
+export function driverFromEnv(): Driver {
+  const name = process.env.K8S_DRIVER ?? 'local';
+  if (name === 'local') return localDriver();
+  if (name === 'kind') return kindDriver();
+  throw new Error(`K8S_DRIVER must be local or kind, not ${name}`);
+}

@@ -1,0 +1,324 @@
+/**
+ * What clients and operators see through ingress-nginx (issue 4), against whichever target the
+ * environment names: K8S_BASE_URL and K8S_HOST (the ingress), K8S_ALLOWED_ORIGINS (the installed
+ * environment's CORS allow-list), K8S_DRIVER (local or kind, for cases 6 and 7) and
+ * K8S_REPORT_FILE (the proof table). The cases run in order and share one user: case 2 must be
+ * the first traffic on /login and /users/ from this address within a minute.
+ */
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Report } from '../report';
+import {
+  baseUrl,
+  closeConnections,
+  fromApplication,
+  host,
+  isProblem,
+  isProxyPage,
+  postForm,
+  postJson,
+  send,
+  show,
+  tally,
+  type Answer,
+} from './client';
+import { driverFromEnv } from './drivers';
+
+const driver = driverFromEnv();
+const allowedOrigins = (process.env.K8S_ALLOWED_ORIGINS ?? '')
+  .split(',')
+  .map((origin) => origin.trim())
+  .filter((origin) => origin !== '');
+/** The readiness probe's window (periodSeconds x failureThreshold) plus the service's 1 s check. */
+const probeWindowMs = Number(process.env.K8S_PROBE_WINDOW_SECONDS ?? 11) * 1000;
+/** Bound for the database and the endpoints to come back after the database starts. */
+const recoveryMs = Number(process.env.K8S_RECOVERY_SECONDS ?? 90) * 1000;
+/** ingress-nginx: limit-rpm 10, limit-burst-multiplier 1 (chart values). */
+const LIMIT_RPM = 10;
+const BURST = LIMIT_RPM * 1;
+
+// A kind cluster keeps its database between runs: every run registers addresses of its own.
+const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
+const email = (label: string) => `e2e-${label}-${run}@example.com`;
+const password = 'correct horse battery';
+const userA = { username: email('a'), password };
+let token = '';
+const auth = () => ({ Authorization: `Bearer ${token}` });
+
+const report: Report = {
+  target: `${driver.name}: ${baseUrl.origin}, Host ${host}`,
+  requests: 0,
+  statuses: {},
+};
+
+afterAll(() => {
+  report.requests = tally.sent;
+  report.statuses = tally.statuses;
+  const file = process.env.K8S_REPORT_FILE;
+  if (file) writeFileSync(file, JSON.stringify(report, null, 2));
+  closeConnections();
+});
+
+/** Sends the requests in this order, each fully written before the next connection opens. */
+async function inOrder(requests: ((onWritten: () => void) => Promise<Answer>)[]): Promise<Answer[]> {
+  const answers: Promise<Answer>[] = [];
+  for (const next of requests) {
+    let written!: () => void;
+    const isWritten = new Promise<void>((resolvePromise) => (written = resolvePromise));
+    const answer = next(written);
+    answers.push(answer);
+    await Promise.race([isWritten, answer]);
+  }
+  return Promise.all(answers);
+}
+
+async function pollUntil(limitMs: number, everyMs: number, check: () => Promise<boolean>): Promise<number> {
+  const startedAt = Date.now();
+  while (Date.now() - startedAt < limitMs) {
+    if (await check()) return Date.now() - startedAt;
+    await sleep(everyMs);
+  }
+  return -1;
+}
+
+test('1. health: /healthz/live and /healthz/ready answer 200 through the ingress', async () => {
+  for (const path of ['/healthz/live', '/healthz/ready']) {
+    const answer = await send('GET', path);
+    expect({ path, status: answer.status }).toEqual({ path, status: 200 });
+  }
+  // Another host is not routed to the release: the controller's default server answers 404.
+  const other = await send('GET', '/healthz/live', { host: 'not-this-release.localtest.me' });
+  expect(other.status).toBe(404);
+});
+
+test('2. rate limit: 11 rapid POSTs to /login and /users/ pass, then 429 from the proxy; one more after ~6 s', async () => {
+  const firstAt = Date.now();
+  const registered = await postJson('/users/', { email: userA.username, password }, { fresh: true });
+  expect(registered.status).toBe(201);
+
+  const userB = { email: email('b'), password };
+  const wrong = { username: userA.username, password: 'not the password' };
+  // Requests 2-11 and then 12-13, written back to back on their own connections, in this order.
+  const answers = await inOrder([
+    (w) => postForm('/login', userA, { fresh: true, onWritten: w }),
+    ...[1, 2, 3, 4].map(
+      (i) => (w: () => void) =>
+        postJson('/users/', { email: email(`burst${i}`), password }, { fresh: true, onWritten: w }),
+    ),
+    ...[1, 2, 3, 4, 5].map(() => (w: () => void) => postForm('/login', wrong, { fresh: true, onWritten: w })),
+    (w) => postJson('/users/', userB, { fresh: true, onWritten: w }),
+    (w) => postForm('/login', { username: userB.email, password }, { fresh: true, onWritten: w }),
+  ]);
+  const sentFor12Ms = Date.now() - firstAt;
+  const passed = [registered, ...answers.slice(0, 10)];
+  const limited = answers.slice(10);
+
+  // The first 11 (1 + burst 10) reached the application: its own statuses, its request id.
+  expect(passed.map((a) => a.status)).toEqual([201, 200, 201, 201, 201, 201, 403, 403, 403, 403, 403]);
+  expect(passed.every(fromApplication)).toBe(true);
+  token = (JSON.parse(passed[1]?.body ?? '{}') as { access_token?: string }).access_token ?? '';
+  expect(token).not.toBe('');
+  // Then 429, answered by the proxy (the application never answers 429 and always sends X-Request-Id).
+  expect(limited.map((a) => a.status)).toEqual([429, 429]);
+  expect(limited.some(fromApplication)).toBe(false);
+  // The claim only holds if the 12 went out before one slot (6 s) refilled.
+  expect(sentFor12Ms).toBeLessThan(60_000 / LIMIT_RPM);
+
+  // The bucket drains one request per 6 s from the first request on: 6 s after it, one slot is free.
+  const refillAt = firstAt + 60_000 / LIMIT_RPM + 500;
+  await sleep(Math.max(0, refillAt - Date.now()));
+  const refillWaitMs = Date.now() - firstAt;
+  // The 429'd registration of B created no user: the login reaches the application and is refused.
+  const afterRefill = await postForm('/login', { username: userB.email, password }, { fresh: true });
+  expect(afterRefill.status).toBe(403);
+  expect(fromApplication(afterRefill)).toBe(true);
+  // Only one slot refilled.
+  const next = await postForm('/login', { username: userB.email, password }, { fresh: true });
+  expect(next.status).toBe(429);
+
+  const allLimited = [...limited, next];
+  report.rateLimit = {
+    passed: passed.length,
+    limited: allLimited.length,
+    limitedByProxy: allLimited.filter((a) => !fromApplication(a)).length,
+    refillWaitMs,
+    refillAnswer: afterRefill.status,
+  };
+  expect(BURST + 1).toBe(passed.length);
+}, 60_000);
+
+test('3. the general route is not limited: 60 rapid public and 60 authenticated reads, no 429', async () => {
+  const requests = Array.from({ length: 120 }, (_, i) =>
+    i % 2 === 0
+      ? () => send('GET', '/posts/public')
+      : () => send('GET', '/posts/?limit=5', { headers: auth() }),
+  );
+  const answers: Answer[] = [];
+  // Ten at a time: rapid, without flooding a shared machine.
+  for (let i = 0; i < requests.length; i += 10)
+    answers.push(...(await Promise.all(requests.slice(i, i + 10).map((r) => r()))));
+  report.general = { sent: answers.length, limited: answers.filter((a) => a.status === 429).length };
+  expect(answers.map((a) => a.status).filter((s) => s !== 200)).toEqual([]);
+}, 60_000);
+
+test('4. no bypass: variants of /login and /users/ are limited (429), 404 or redirected into the limit', async () => {
+  const variants = ['/Login', '/login/', '/LOGIN', '/users', '/USERS/', '//login', '/%6Cogin'];
+  report.bypass = [];
+  for (const path of variants) {
+    // Use up the counter first (a slot refills every 6 s), so a variant that got past the limiter would show.
+    const drained = await pollUntil(20_000, 0, async () => (await postForm('/login', userA)).status === 429);
+    expect(drained).toBeGreaterThanOrEqual(0);
+    const login = await postForm(path, userA, { fresh: true });
+    const register = await postJson(path, { email: email('bypass'), password }, { fresh: true });
+    report.bypass.push({ path, login: login.status, register: register.status });
+    for (const answer of [login, register]) {
+      const seen = { path, status: answer.status, fromApplication: fromApplication(answer) };
+      if (answer.status === 301) {
+        // nginx redirects a path that lacks only the trailing slash of a location ending in "/"
+        // (here /users -> /users/) before any limit applies. Not served: the redirect leads into
+        // the limited route, and a client re-sending the POST there is counted like any other.
+        const location = new URL(answer.headers.location ?? '', 'http://unknown');
+        expect({ ...seen, location: location.pathname }).toEqual({
+          ...seen,
+          fromApplication: false,
+          location: '/users/',
+        });
+        const followed = await postJson(
+          location.pathname,
+          { email: email('redirected'), password },
+          { fresh: true },
+        );
+        expect({ path, followed: followed.status }).toEqual({ path, followed: 429 });
+      } else if (answer.status === 429) {
+        // Limited: the proxy's answer, so the request was counted.
+        expect(seen).toEqual({ path, status: 429, fromApplication: false });
+      } else {
+        // Past the proxy on the general route: the application refuses the path.
+        expect(seen).toEqual({ path, status: 404, fromApplication: true });
+      }
+    }
+  }
+}, 60_000);
+
+test('5. CORS: the environment allow-list gets Access-Control-Allow-Origin, a foreign origin does not', async () => {
+  expect(allowedOrigins.length).toBeGreaterThan(0);
+  const first = allowedOrigins[0] ?? '';
+  const foreign = ['https://attacker.example', `${first}.attacker.example`];
+  const preflight = (origin: string) =>
+    send('OPTIONS', '/posts/', {
+      headers: {
+        Origin: origin,
+        'Access-Control-Request-Method': 'POST',
+        'Access-Control-Request-Headers': 'authorization,content-type',
+      },
+    });
+  for (const origin of allowedOrigins) {
+    const answer = await preflight(origin);
+    expect(answer.status).toBe(200);
+    expect(answer.headers['access-control-allow-origin']).toBe(origin);
+    expect(answer.headers['access-control-allow-methods']).toContain('POST');
+    expect(answer.headers['access-control-allow-headers']).toContain('authorization');
+    const call = await send('GET', '/posts/public', { headers: { Origin: origin } });
+    expect(call.status).toBe(200);
+    expect(call.headers['access-control-allow-origin']).toBe(origin);
+  }
+  for (const origin of foreign) {
+    const answer = await preflight(origin);
+    expect(answer.status).toBe(200);
+    expect(answer.headers['access-control-allow-origin']).toBeUndefined();
+    const call = await send('GET', '/posts/public', { headers: { Origin: origin } });
+    expect(call.status).toBe(200);
+    expect(call.headers['access-control-allow-origin']).toBeUndefined();
+  }
+  report.cors = { allowed: allowedOrigins.join(' '), foreign: foreign.join(' ') };
+});
+
+test('6. readiness follows the database: ready 503 while live stays 200 and the API answers 503; back without a restart', async () => {
+  const restartsBefore = await driver.restarts();
+  await driver.stopDatabase();
+
+  let down: Answer | undefined;
+  const readyDownMs = await pollUntil(probeWindowMs, 250, async () => {
+    down = await send('GET', '/healthz/ready', { fresh: true });
+    return down.status === 503;
+  });
+  expect(readyDownMs).toBeGreaterThanOrEqual(0);
+  // Right away, while the replicas are still endpoints: alive, and the API says 503 in its own words.
+  const live = await send('GET', '/healthz/live', { fresh: true });
+  expect(live.status).toBe(200);
+  for (const answer of [
+    await send('GET', '/posts/', { headers: auth(), fresh: true }),
+    await send('GET', '/posts/public', { fresh: true }),
+  ]) {
+    expect(answer.status).toBe(503);
+    expect(isProblem(answer)).toBe(true);
+    expect(typeof (JSON.parse(answer.body) as { detail?: unknown }).detail).toBe('string');
+  }
+
+  // Over the readiness probe's window, liveness keeps answering 200. Once the failed readiness
+  // has taken every replica out of the endpoints, the controller itself answers 503 (an HTML
+  // page), which is the ingress, not the service; the operator's view is the restart count.
+  const liveDuringOutage: number[] = [];
+  const windowEnd = Date.now() + probeWindowMs;
+  while (Date.now() < windowEnd) {
+    const answer = await send('GET', '/healthz/live', { fresh: true });
+    liveDuringOutage.push(answer.status);
+    expect(answer.status === 200 || (answer.status === 503 && isProxyPage(answer))).toBe(true);
+    await sleep(1000);
+  }
+
+  await driver.startDatabase();
+  const readyBackMs = await pollUntil(recoveryMs, 500, async () => {
+    return (await send('GET', '/healthz/ready', { fresh: true })).status === 200;
+  });
+  expect(readyBackMs).toBeGreaterThanOrEqual(0);
+  // The same processes serve again: the token issued before the outage still works.
+  const after = await send('GET', '/posts/', { headers: auth(), fresh: true });
+  expect(after.status).toBe(200);
+  const restarts = await driver.restarts();
+  expect(restarts).toBe(restartsBefore);
+  report.database = {
+    readyDownMs,
+    readyBackMs,
+    liveDuringOutage: [...new Set([live.status, ...liveDuringOutage])],
+    restarts: restarts - restartsBefore,
+  };
+}, 300_000);
+
+test('7. zero-downtime rollout: a steady stream of requests while the replicas are replaced, none fails', async () => {
+  // Make sure both replicas are endpoints again after case 6 before the clock starts.
+  expect((await send('GET', '/healthz/ready')).status).toBe(200);
+  const MAX_REQUESTS = 20_000;
+  let done = false;
+  let detail = '';
+  let sent = 0;
+  const failures: string[] = [];
+  const rollout = driver
+    .rollout()
+    .then((text) => {
+      detail = text.trim().split('\n').slice(-1)[0] ?? '';
+    })
+    .finally(() => {
+      done = true;
+    });
+  // Two clients, one request at a time each, each on a new connection (see README: nginx reloads).
+  const client = async () => {
+    while (!done && sent < MAX_REQUESTS) {
+      const path = sent % 2 === 0 ? '/posts/public' : '/posts/?limit=1';
+      sent++;
+      const answer = await send('GET', path, { headers: auth(), fresh: true });
+      if (answer.status !== 200) failures.push(`${path}: ${show(answer)}`);
+    }
+  };
+  await Promise.all([client(), client(), rollout]);
+  // The new replicas serve afterwards.
+  for (let i = 0; i < 10; i++) {
+    sent++;
+    const answer = await send('GET', '/posts/public', { fresh: true });
+    if (answer.status !== 200) failures.push(`after the rollout: ${show(answer)}`);
+  }
+  report.rollout = { sent, failed: failures.length, detail };
+  expect(failures.slice(0, 10)).toEqual([]);
+  expect(sent).toBeGreaterThan(10);
+}, 600_000);

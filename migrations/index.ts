@@ -1,0 +1,14 @@
+import type { Knex } from 'knex';
+import * as createUsers from './20261121000001_create_users';
+import * as createPosts from './20261121000002_create_posts';
+import * as createVotes from './20261121000003_create_votes';
+
+/**
+ * The migrations, in order. They are imported rather than read from disk so the same list runs
+ * under ts-jest, tsx and the compiled image; add each new migration file here.
+ */
+export const migrations: Record<string, Knex.Migration> = {
+  '20261121000001_create_users': createUsers,
+  '20261121000002_create_posts': createPosts,
+  '20261121000003_create_votes': createVotes,
+};

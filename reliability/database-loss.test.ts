@@ -1,0 +1,117 @@
+import {
+  account,
+  call,
+  createPosts,
+  isProblem,
+  OwnPostgres,
+  report,
+  startService,
+  stopAllServices,
+  waitForStatus,
+  type Answer,
+} from './support';
+
+/** Longest a call may take while the database is away: connect (2 s) or acquire (2.5 s) time-out, plus slack. */
+const BOUNDED_MS = 8000;
+
+const own = new OwnPostgres();
+
+beforeAll(async () => {
+  await own.init();
+  own.start();
+});
+
+afterAll(async () => {
+  await stopAllServices();
+  own.destroy();
+});
+
+test('Database loss and return: ready 503 within 2 s, live 200, API 503 problem+json, ready again within 5 s in the same process', async () => {
+  const svc = await startService({
+    DB_HOSTNAME: '127.0.0.1',
+    DB_PORT: String(own.port),
+    DB_NAME: 'postgres',
+  });
+  const token = await account(svc.base, 'loss@example.com');
+  const [postId] = await createPosts(svc.base, token, 3);
+  const calls: [string, () => Promise<Answer>][] = [
+    ['public list', () => call(svc.base, '/posts/public', { timeoutMs: 20_000 })],
+    ['list', () => call(svc.base, '/posts/', { token, timeoutMs: 20_000 })],
+    ['get', () => call(svc.base, `/posts/${String(postId)}`, { token, timeoutMs: 20_000 })],
+    [
+      'vote',
+      () => call(svc.base, '/votes/', { token, json: { post_id: postId, dir: 1 }, timeoutMs: 20_000 }),
+    ],
+    [
+      'create',
+      () => call(svc.base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs: 20_000 }),
+    ],
+    [
+      'login',
+      () =>
+        call(svc.base, '/login', {
+          form: { username: 'loss@example.com', password: 'correct horse battery' },
+          timeoutMs: 20_000,
+        }),
+    ],
+  ];
+  // Every pooled connection is in use once, so the loss hits live connections too.
+  await Promise.all(Array.from({ length: 12 }, () => call(svc.base, '/posts/public')));
+
+  own.stop();
+  const stoppedAt = Date.now();
+  const readyStatus = await waitForStatus(svc.base, '/healthz/ready', 503, 10_000);
+  const readyDownMs = Date.now() - stoppedAt;
+  const live = await Promise.all([1, 2, 3].map(() => call(svc.base, '/healthz/live')));
+
+  const down: { name: string; answer: Answer }[] = [];
+  for (const [name, fn] of calls) down.push({ name, answer: await fn() });
+  // More requests at once than the pool has connections: each still answers, none hangs.
+  const burst = await Promise.all(
+    Array.from({ length: 30 }, () => call(svc.base, '/posts/public', { timeoutMs: 20_000 })),
+  );
+  const aliveWhileDown = svc.child.exitCode === null;
+
+  own.start();
+  const restartedAt = Date.now();
+  const readyAgain = await waitForStatus(svc.base, '/healthz/ready', 200, 10_000);
+  const readyUpMs = Date.now() - restartedAt;
+  const up: { name: string; answer: Answer }[] = [];
+  for (const [name, fn] of calls) up.push({ name, answer: await fn() });
+
+  const slowest = Math.max(...[...down.map((d) => d.answer), ...burst].map((a) => a.ms));
+  report('database loss', {
+    readyDownMs,
+    live: live.map((l) => l.status).join(','),
+    downStatuses: down.map((d) => `${d.name}:${d.answer.status}`).join(','),
+    burst503: burst.filter((a) => a.status === 503).length,
+    slowestDownAnswerMs: Math.round(slowest),
+    readyUpMs,
+    upStatuses: up.map((d) => `${d.name}:${d.answer.status}`).join(','),
+    samePid: svc.child.exitCode === null,
+  });
+
+  expect(readyStatus).toBe(503);
+  expect(readyDownMs).toBeLessThanOrEqual(2000);
+  expect(live.map((l) => l.status)).toEqual([200, 200, 200]);
+  for (const { name, answer } of [...down, ...burst.map((answer) => ({ name: 'burst', answer }))]) {
+    expect({ name, status: answer.status, problem: isProblem(answer) }).toEqual({
+      name,
+      status: 503,
+      problem: true,
+    });
+    expect(answer.ms).toBeLessThan(BOUNDED_MS);
+  }
+  expect(aliveWhileDown).toBe(true);
+  expect(readyAgain).toBe(200);
+  expect(readyUpMs).toBeLessThanOrEqual(5000);
+  expect(up.map((u) => `${u.name}:${u.answer.status}`)).toEqual([
+    'public list:200',
+    'list:200',
+    'get:200',
+    'vote:201',
+    'create:201',
+    'login:200',
+  ]);
+  expect(svc.child.exitCode).toBeNull();
+});

@@ -1,0 +1,414 @@
+import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import knex, { type Knex } from 'knex';
+
+export const ROOT = path.join(__dirname, '..');
+export const SECRET = 'reliability-signing-secret-long-enough-0123456789';
+
+/** The PostgreSQL server the suite runs against; the local one on 5432 unless DB_* say otherwise. */
+export const pg = {
+  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
+  port: Number(process.env.DB_PORT ?? 5432),
+  user: process.env.DB_USERNAME ?? 'postgres',
+  password: process.env.DB_PASSWORD ?? '',
+  adminDatabase: process.env.DB_NAME ?? 'postgres',
+};
+
+export function connect(database: string, port = pg.port, host = pg.host): Knex {
+  return knex({
+    client: 'pg',
+    connection: { host, port, user: pg.user, password: pg.password, database },
+    pool: { min: 0, max: 4 },
+  });
+}
+
+/** A fresh database for one case, dropped (with any connection left on it) afterwards. */
+export async function createDatabase(label: string): Promise<{ name: string; drop(): Promise<void> }> {
+  const name = `sp_rel_${label}_${process.pid}_${Date.now().toString(36)}`;
+  const admin = connect(pg.adminDatabase);
+  await admin.raw(`CREATE DATABASE "${name}"`);
+  return {
+    name,
+    drop: async () => {
+      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.destroy();
+    },
+  };
+}
+
+/** Prints one case's figures on their own line, outside jest's console decoration. */
+export function report(name: string, figures: Record<string, unknown>): void {
+  const parts = Object.entries(figures).map(
+    ([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`,
+  );
+  process.stdout.write(`[reliability] ${name}: ${parts.join(' ')}\n`);
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface LogFields {
+  time?: string;
+  level?: number;
+  msg?: string;
+  [key: string]: unknown;
+}
+
+/** One pino line, with its arrival time in this process. */
+export type LogLine = LogFields & { at: number };
+
+/** The service as operators run it: its own process, real signals, real exit codes. */
+export interface ServiceProcess {
+  child: ChildProcessWithoutNullStreams;
+  pid: number;
+  port: number;
+  base: string;
+  /** Log lines at warn level or above, plus the lifecycle lines the cases look for. */
+  notable: LogLine[];
+  /** The last lines of stderr, for failure messages. */
+  stderr(): string;
+  exited: Promise<number | null>;
+  /** Resolves with the first log line whose message matches. */
+  waitForLog(pattern: RegExp, withinMs: number): Promise<LogLine>;
+}
+
+const running = new Set<ChildProcessWithoutNullStreams>();
+
+const LIFECYCLE = /listening on|shutdown|closing the listener|migrat|another replica/;
+
+/**
+ * Starts `node --import tsx service/src/main.ts` on an ephemeral port and resolves once it
+ * logs that it listens. Only the lines that matter are kept, so a long load cannot fill memory.
+ */
+export async function startService(env: Record<string, string>, withinMs = 90_000): Promise<ServiceProcess> {
+  const childEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_ENV: 'test',
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    BCRYPT_ROUNDS: '4',
+    SECRET_KEY: SECRET,
+    DB_HOSTNAME: pg.host,
+    DB_PORT: String(pg.port),
+    DB_USERNAME: pg.user,
+    DB_PASSWORD: pg.password,
+    ...env,
+  };
+  delete childEnv.NODE_OPTIONS; // jest's flags are not the service's business
+  // The port is read from the info-level "listening" line.
+  if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
+  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], {
+    cwd: ROOT,
+    env: childEnv,
+  });
+  running.add(child);
+  const notable: LogLine[] = [];
+  const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
+  let pending = '';
+  let err = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    const at = Date.now();
+    pending += chunk.toString();
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const text of lines) {
+      if (!text.startsWith('{')) continue;
+      const line: LogLine = { ...(JSON.parse(text) as LogFields), at };
+      if ((line.level ?? 0) < 40 && !LIFECYCLE.test(line.msg ?? '')) continue;
+      if (notable.length < 2000) notable.push(line);
+      for (const w of [...waiters]) {
+        if (w.pattern.test(line.msg ?? '')) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(line);
+        }
+      }
+    }
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    err = (err + chunk.toString()).slice(-4000);
+  });
+  const exited = new Promise<number | null>((resolve) => {
+    child.on('exit', (code) => {
+      running.delete(child);
+      resolve(code);
+    });
+  });
+
+  const waitForLog = (pattern: RegExp, ms: number): Promise<LogLine> => {
+    const seen = notable.find((l) => pattern.test(l.msg ?? ''));
+    if (seen) return Promise.resolve(seen);
+    return new Promise<LogLine>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(new Error(`no log line matching ${String(pattern)} within ${ms} ms; stderr: ${err}`));
+      }, ms);
+      waiters.push({
+        pattern,
+        resolve: (line) => {
+          clearTimeout(timer);
+          resolve(line);
+        },
+      });
+      void exited.then(() => {
+        clearTimeout(timer);
+        reject(new Error(`the service exited before logging ${String(pattern)}; stderr: ${err}`));
+      });
+    });
+  };
+
+  const listening = await waitForLog(/^listening on http/, withinMs);
+  const port = Number(listening.port);
+  if (!child.pid || !Number.isInteger(port) || port <= 0) throw new Error('no port in the listening line');
+  return {
+    child,
+    pid: child.pid,
+    port,
+    base: `http://127.0.0.1:${port}`,
+    notable,
+    stderr: () => err,
+    exited,
+    waitForLog,
+  };
+}
+
+/** Kills every service process a case left running (by pid, never by name). */
+export async function stopAllServices(): Promise<void> {
+  const children = [...running];
+  for (const child of children) child.kill('SIGKILL');
+  await Promise.all(
+    children
+      .filter((child) => child.exitCode === null && child.signalCode === null)
+      .map((child) => new Promise((resolve) => child.once('exit', resolve))),
+  );
+}
+
+export interface Answer {
+  status: number;
+  contentType: string;
+  body: unknown;
+  ms: number;
+}
+
+/** One request with a hard time-out, so a hanging service fails the case instead of the runner. */
+export async function call(
+  base: string,
+  pathAndQuery: string,
+  init: {
+    method?: string;
+    token?: string;
+    json?: unknown;
+    form?: Record<string, string>;
+    timeoutMs?: number;
+  } = {},
+): Promise<Answer> {
+  const headers: Record<string, string> = {};
+  let body: string | undefined;
+  if (init.token) headers.Authorization = `Bearer ${init.token}`;
+  if (init.json !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    body = JSON.stringify(init.json);
+  }
+  if (init.form) {
+    headers['Content-Type'] = 'application/x-www-form-urlencoded';
+    body = new URLSearchParams(init.form).toString();
+  }
+  const started = performance.now();
+  const res = await fetch(`${base}${pathAndQuery}`, {
+    method: init.method ?? (body === undefined ? 'GET' : 'POST'),
+    headers,
+    body,
+    signal: AbortSignal.timeout(init.timeoutMs ?? 30_000),
+  });
+  const text = await res.text();
+  const contentType = res.headers.get('content-type') ?? '';
+  let parsed: unknown = text;
+  if (contentType.includes('json') && text !== '') parsed = JSON.parse(text);
+  return { status: res.status, contentType, body: parsed, ms: performance.now() - started };
+}
+
+/** A problem+json refusal with a non-empty detail, as every error must be. */
+export function isProblem(a: Answer): boolean {
+  const detail = (a.body as { detail?: unknown } | null)?.detail;
+  return a.contentType.startsWith('application/problem+json') && typeof detail === 'string' && detail !== '';
+}
+
+/** Registers and logs in through the API; returns the token. */
+export async function account(
+  base: string,
+  email: string,
+  password = 'correct horse battery',
+): Promise<string> {
+  const created = await call(base, '/users/', { json: { email, password } });
+  if (created.status !== 201) throw new Error(`register ${email}: ${created.status}`);
+  const login = await call(base, '/login', { form: { username: email, password } });
+  if (login.status !== 200) throw new Error(`login ${email}: ${login.status}`);
+  return (login.body as { access_token: string }).access_token;
+}
+
+export async function createPosts(
+  base: string,
+  token: string,
+  count: number,
+  prefix = 'post',
+): Promise<number[]> {
+  const ids: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const res = await call(base, '/posts/', { token, json: { title: `${prefix} ${i}`, content: 'content' } });
+    if (res.status !== 201) throw new Error(`create post: ${res.status}`);
+    ids.push((res.body as { id: number }).id);
+  }
+  return ids;
+}
+
+/** Polls until the path answers with the status or the time runs out; returns the last status. */
+export async function waitForStatus(
+  base: string,
+  p: string,
+  status: number,
+  withinMs: number,
+): Promise<number> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    let got: number;
+    try {
+      got = (await call(base, p, { timeoutMs: 2000 })).status;
+    } catch {
+      got = 0;
+    }
+    if (got === status || Date.now() > deadline) return got;
+    await sleep(50);
+  }
+}
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** The PostgreSQL server binaries: PG_BINDIR, or the newest /usr/lib/postgresql/<n>/bin. */
+function postgresBinDir(): string {
+  if (process.env.PG_BINDIR) return process.env.PG_BINDIR;
+  const base = '/usr/lib/postgresql';
+  const versions = existsSync(base)
+    ? readdirSync(base)
+        .filter((v) => existsSync(path.join(base, v, 'bin', 'initdb')))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
+  if (!versions[0]) throw new Error('no PostgreSQL server binaries; set PG_BINDIR');
+  return path.join(base, versions[0], 'bin');
+}
+
+/**
+ * A throw-away PostgreSQL cluster of the test's own (initdb in a temporary folder, its own port,
+ * its socket inside that folder), so stopping it touches nothing else. initdb refuses to run as
+ * root, so under root it runs as the `postgres` user on a folder that user owns.
+ */
+export class OwnPostgres {
+  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-rel-pg-'));
+  port = 0;
+  private readonly bin = postgresBinDir();
+
+  private run(tool: string, args: string[]): void {
+    const command = path.join(this.bin, tool);
+    const asRoot = process.getuid?.() === 0;
+    execFileSync(asRoot ? 'runuser' : command, asRoot ? ['-u', 'postgres', '--', command, ...args] : args, {
+      stdio: 'pipe',
+      timeout: 60_000,
+    });
+  }
+
+  async init(): Promise<void> {
+    if (process.getuid?.() === 0) {
+      const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
+      const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
+      chownSync(this.dir, uid, gid);
+    }
+    this.port = await freePort();
+    this.run('initdb', [
+      '-D',
+      path.join(this.dir, 'data'),
+      '-A',
+      'trust',
+      '-U',
+      pg.user,
+      '--no-sync',
+      '-E',
+      'UTF8',
+    ]);
+  }
+
+  start(): void {
+    const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
+    this.run('pg_ctl', [
+      '-D',
+      path.join(this.dir, 'data'),
+      '-o',
+      options,
+      '-l',
+      path.join(this.dir, 'log'),
+      '-w',
+      'start',
+    ]);
+  }
+
+  /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
+  stop(): void {
+    this.run('pg_ctl', ['-D', path.join(this.dir, 'data'), '-m', 'fast', '-w', 'stop']);
+  }
+
+  destroy(): void {
+    try {
+      this.run('pg_ctl', ['-D', path.join(this.dir, 'data'), '-m', 'immediate', '-w', 'stop']);
+    } catch {
+      // already stopped
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export interface LoadRecord {
+  result: Promise<autocannon.Result>;
+  /** Arrival time of every response, to tell what happened before and after a moment. */
+  responses: number[];
+  /** Responses whose status was not the expected one, at any time. */
+  unexpected: { at: number; status: number }[];
+  /** Transport errors (refused, reset, timed out), with their time. */
+  errors: { at: number; message: string }[];
+  stop(): Promise<autocannon.Result>;
+}
+
+/** Runs autocannon until stopped, keeping a timed record of every answer and error. */
+export function load(options: autocannon.Options, expected: number): LoadRecord {
+  const record: Omit<LoadRecord, 'result' | 'stop'> = { responses: [], unexpected: [], errors: [] };
+  let instance: autocannon.Instance | undefined;
+  const result = new Promise<autocannon.Result>((resolve, reject) => {
+    instance = autocannon({ duration: 300, ...options }, (error: unknown, res) => {
+      if (error) reject(error instanceof Error ? error : new Error('autocannon failed'));
+      else resolve(res);
+    });
+  });
+  if (!instance) throw new Error('autocannon did not start');
+  const started = instance;
+  started.on('response', (_client, status) => {
+    const at = Date.now();
+    record.responses.push(at);
+    if (status !== expected && record.unexpected.length < 1000) record.unexpected.push({ at, status });
+  });
+  started.on('reqError', (error: unknown) => {
+    if (record.errors.length < 10_000)
+      record.errors.push({ at: Date.now(), message: error instanceof Error ? error.message : String(error) });
+  });
+  return {
+    ...record,
+    result,
+    stop: () => {
+      started.stop();
+      return result;
+    },
+  };
+}

@@ -1,0 +1,80 @@
+import type { Knex } from 'knex';
+import {
+  account,
+  call,
+  connect,
+  createDatabase,
+  createPosts,
+  report,
+  startService,
+  stopAllServices,
+  type ServiceProcess,
+} from './support';
+
+const SIMULTANEOUS = 100;
+const ROUNDS = 3;
+
+let database: { name: string; drop(): Promise<void> };
+let db: Knex;
+let svc: ServiceProcess;
+
+beforeAll(async () => {
+  database = await createDatabase('votes');
+  db = connect(database.name);
+  svc = await startService({ DB_NAME: database.name });
+});
+
+afterAll(async () => {
+  await stopAllServices();
+  await db.destroy();
+  await database.drop();
+});
+
+const tally = (statuses: number[]) =>
+  statuses.reduce<Record<number, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
+
+async function storedVotes(postId: number): Promise<number> {
+  const rows = (
+    await db.raw<{ rows: { n: number }[] }>('SELECT count(*)::int AS n FROM votes WHERE post_id = ?', [
+      postId,
+    ])
+  ).rows;
+  return rows[0]?.n ?? -1;
+}
+
+test('Concurrent votes: 100 identical votes give one 201 and 99 409, 100 withdrawals one 201 and 99 404; the total follows', async () => {
+  const author = await account(svc.base, 'author@example.com');
+  const voter = await account(svc.base, 'voter@example.com');
+  const posts = await createPosts(svc.base, author, ROUNDS);
+  const figures: Record<string, string> = {};
+
+  for (const postId of posts) {
+    // All requests are sent before any answer is awaited; fetch opens a connection for each.
+    const add = await Promise.all(
+      Array.from({ length: SIMULTANEOUS }, () =>
+        call(svc.base, '/votes/', { token: voter, json: { post_id: postId, dir: 1 } }),
+      ),
+    );
+    const afterAdd = await storedVotes(postId);
+    const shownAfterAdd = (await call(svc.base, `/posts/${String(postId)}`, { token: voter })).body as {
+      votes: number;
+    };
+    const remove = await Promise.all(
+      Array.from({ length: SIMULTANEOUS }, () =>
+        call(svc.base, '/votes/', { token: voter, json: { post_id: postId, dir: 0 } }),
+      ),
+    );
+    const afterRemove = await storedVotes(postId);
+    figures[`post${String(postId)}`] =
+      `add${JSON.stringify(tally(add.map((a) => a.status)))}->${String(afterAdd)} ` +
+      `remove${JSON.stringify(tally(remove.map((a) => a.status)))}->${String(afterRemove)}`;
+
+    expect(tally(add.map((a) => a.status))).toEqual({ 201: 1, 409: SIMULTANEOUS - 1 });
+    expect(afterAdd).toBe(1);
+    expect(shownAfterAdd.votes).toBe(1);
+    expect(tally(remove.map((a) => a.status))).toEqual({ 201: 1, 404: SIMULTANEOUS - 1 });
+    expect(afterRemove).toBe(0);
+  }
+  report('concurrent votes', figures);
+  expect(svc.child.exitCode).toBeNull();
+});

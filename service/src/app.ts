@@ -1,0 +1,83 @@
+import { randomUUID } from 'node:crypto';
+import cors from 'cors';
+import express, { type Express } from 'express';
+import helmet from 'helmet';
+import { pinoHttp } from 'pino-http';
+import { requireAuth } from './auth/auth.middleware';
+import { authRouter } from './auth/auth.routes';
+import type { Database } from './database';
+import { docsRouter } from './http/docs';
+import { errorHandler, notFound } from './http/errors';
+import type { Logger } from './logger';
+import { createMetrics, type Metrics } from './metrics';
+import { postsRouter } from './posts/posts.routes';
+import type { Settings } from './settings';
+import { usersRouter } from './users/users.routes';
+import { votesRouter } from './votes/votes.routes';
+
+export interface AppDeps {
+  db: Database;
+  settings: Settings;
+  logger: Logger;
+  /** The server passes the registry it serves on the metrics port; without one the app makes its own. */
+  metrics?: Metrics;
+}
+
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/** The Express app; it never listens, so tests build it in-process against their own database. */
+export function createApp({ db, settings, logger, metrics = createMetrics(db, logger) }: AppDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  // /login and /users/ are rate-limited by the proxy at exactly those paths; strict,
+  // case-sensitive routing keeps /login/, /Login or /users from reaching them unlimited.
+  app.set('strict routing', true);
+  app.set('case sensitive routing', true);
+
+  app.use(metrics.httpMiddleware);
+  app.use(
+    pinoHttp({
+      logger,
+      genReqId: (req, res) => {
+        const given = req.headers['x-request-id'];
+        const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+        res.setHeader('X-Request-Id', id);
+        return id;
+      },
+      // One line per request: method, path, status, duration (responseTime) and request id. Headers
+      // are left out altogether, so neither Authorization nor a cookie can reach the log.
+      serializers: {
+        req: (req: { id: unknown; method: string; url: string }) => ({
+          id: req.id,
+          method: req.method,
+          path: req.url.split('?')[0],
+        }),
+        res: (res: { statusCode: number }) => ({ status: res.statusCode }),
+      },
+      customLogLevel: (_req, res, error) => (error || res.statusCode >= 500 ? 'error' : 'info'),
+    }),
+  );
+  app.use(helmet());
+  app.use(
+    cors({
+      // A list (even an empty one) makes cors echo only listed origins and always add Vary: Origin.
+      origin: settings.corsAllowedOrigins,
+      methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+      // allowedHeaders left unset: the preflight's requested headers are echoed.
+      exposedHeaders: ['X-Request-Id', 'WWW-Authenticate', 'Retry-After'],
+      optionsSuccessStatus: 200,
+      maxAge: 600,
+    }),
+  );
+
+  const auth = requireAuth(db, settings.secretKey);
+  app.use(usersRouter(db, settings.bcryptRounds));
+  app.use(authRouter(db, settings));
+  app.use(postsRouter(db, auth));
+  app.use(votesRouter(db, auth));
+  app.use(docsRouter());
+
+  app.use(notFound);
+  app.use(errorHandler(logger));
+  return app;
+}

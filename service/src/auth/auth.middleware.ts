@@ -1,0 +1,82 @@
+import type { RequestHandler } from 'express';
+import { Passport } from 'passport';
+import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
+import { errorFields, type Database } from '../database';
+import { notAuthenticated } from '../http/errors';
+import { findUserById, type User } from '../users/users.repository';
+import { TOKEN_ALGORITHM } from './tokens';
+
+declare global {
+  // passport types req.user as Express.User; ours is the API's user.
+  // eslint-disable-next-line @typescript-eslint/no-namespace
+  namespace Express {
+    interface User {
+      id: number;
+      email: string;
+      created_at: Date;
+    }
+  }
+}
+
+const NOT_AUTHENTICATED = 'Not authenticated';
+const INVALID = 'Could not validate credentials';
+
+/**
+ * Bearer-token authentication: signature (HS256 only), expiry and an existing user, checked on
+ * every request; nothing is kept between requests. Answers 401 itself, before any body is read.
+ */
+export function requireAuth(db: Database, secretKey: string): RequestHandler {
+  // Its own Passport instance, so apps built with different secrets (tests) never share state.
+  const passport = new Passport();
+  passport.use(
+    new JwtStrategy(
+      {
+        jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(),
+        secretOrKey: secretKey,
+        algorithms: [TOKEN_ALGORITHM],
+      },
+      (payload: { sub?: unknown }, done: (error: unknown, user?: User | false) => void) => {
+        const sub = payload.sub;
+        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > 2_147_483_647) {
+          done(null, false);
+          return;
+        }
+        findUserById(db, Number(sub)).then(
+          (user) => {
+            done(null, user ?? false);
+          },
+          (error: unknown) => {
+            done(error);
+          },
+        );
+      },
+    ),
+  );
+
+  return (req, res, next) => {
+    const authenticate = passport.authenticate(
+      'jwt',
+      { session: false },
+      (error: unknown, user: User | false, info: unknown) => {
+        if (error) {
+          next(error);
+          return;
+        }
+        if (!user) {
+          const missing = errorFields(info).message === 'No auth token';
+          next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
+          return;
+        }
+        req.user = user;
+        next();
+      },
+    ) as RequestHandler;
+    authenticate(req, res, next);
+  };
+}
+
+/** The authenticated caller; only valid behind requireAuth. */
+export function caller(req: Express.Request): User {
+  if (!req.user) throw notAuthenticated(NOT_AUTHENTICATED);
+  return req.user;
+}

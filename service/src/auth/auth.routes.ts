@@ -1,0 +1,78 @@
+import { randomBytes } from 'node:crypto';
+import bcrypt from 'bcrypt';
+import { Router } from 'express';
+import Joi from 'joi';
+import type { Database } from '../database';
+import { ApiError, methodNotAllowed } from '../http/errors';
+import { formBody, validate } from '../http/validation';
+import { findUserByEmail } from '../users/users.repository';
+import { signAccessToken } from './tokens';
+
+interface LoginForm {
+  username: string;
+  password: string;
+}
+
+// Any string is accepted here: a malformed e-mail simply matches no user and gets the same 403.
+const loginForm = Joi.object<LoginForm>({
+  username: Joi.string().max(1000).required(),
+  password: Joi.string().max(1000).required(),
+});
+
+export interface LoginOptions {
+  secretKey: string;
+  accessTokenExpireMinutes: number;
+  bcryptRounds: number;
+}
+
+/**
+ * @openapi
+ * /login:
+ *   post:
+ *     tags: [Authentication]
+ *     summary: Log in for an access token
+ *     description: >
+ *       OAuth2 password-style form login: `username` is the e-mail address. An unknown e-mail and a
+ *       wrong password get the same 403 after the same work, so e-mails cannot be probed. Only this
+ *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
+ *       `/users/`).
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/x-www-form-urlencoded:
+ *           schema: { $ref: '#/components/schemas/LoginForm' }
+ *     responses:
+ *       200:
+ *         description: A bearer token.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Token' }
+ *       403: { $ref: '#/components/responses/InvalidCredentials' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       429: { $ref: '#/components/responses/TooManyRequests' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ */
+export function authRouter(db: Database, options: LoginOptions): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+  // Compared against when the e-mail is unknown, at the same cost as a real hash.
+  const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
+
+  router
+    .route('/login')
+    .post(...formBody, async (req, res) => {
+      const form = validate(loginForm, req.body, 'body');
+      const user = await findUserByEmail(db, form.username);
+      // bcrypt stops at 72 bytes and at NUL; registration refuses such passwords, so they never match.
+      const comparable = Buffer.byteLength(form.password, 'utf8') <= 72 && !form.password.includes('\0');
+      const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
+      if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
+      res.json({
+        access_token: signAccessToken(user.id, options.secretKey, options.accessTokenExpireMinutes),
+        token_type: 'bearer',
+      });
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}

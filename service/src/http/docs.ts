@@ -1,0 +1,295 @@
+import path from 'node:path';
+import { Router, type RequestHandler } from 'express';
+import swaggerJsdoc from 'swagger-jsdoc';
+import swaggerUi from 'swagger-ui-express';
+
+const problem = (example: Record<string, unknown>) => ({
+  'application/problem+json': {
+    schema: { $ref: '#/components/schemas/Problem' },
+    example: { type: 'about:blank', ...example },
+  },
+});
+const response = (description: string, status: number, title: string, detail: string) => ({
+  description,
+  content: problem({ title, status, detail }),
+});
+
+/** The parts every route shares; each route's own part sits in a comment beside it. */
+const definition = {
+  openapi: '3.0.3',
+  info: {
+    title: 'Social Posts API',
+    version: '1.0.0',
+    description: [
+      'Register, log in for a bearer token, write posts, vote, read the public feed.',
+      '',
+      'Press **Authorize** and log in with your e-mail as `username` (OAuth2 password flow, form POST to `/login`), then try any call.',
+      '',
+      'Every error is `application/problem+json` with `detail`. A request without a valid token is answered 401 before its body is read.',
+      'Cross-origin calls are allowed only from the configured origins (`CORS_ALLOWED_ORIGINS`); every answer carries `Vary: Origin` because it depends on the origin.',
+      'No cookies are ever set.',
+    ].join('\n'),
+  },
+  tags: [
+    { name: 'Users' },
+    { name: 'Authentication' },
+    { name: 'Posts' },
+    { name: 'Votes' },
+    { name: 'Health' },
+  ],
+  components: {
+    securitySchemes: {
+      bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
+      oauth2Password: { type: 'oauth2', flows: { password: { tokenUrl: '/login', scopes: {} } } },
+    },
+    parameters: {
+      limit: {
+        name: 'limit',
+        in: 'query',
+        description: 'Page size.',
+        schema: { type: 'integer', minimum: 1, maximum: 100, default: 10 },
+      },
+      skip: {
+        name: 'skip',
+        in: 'query',
+        description: 'Posts to skip first.',
+        schema: { type: 'integer', minimum: 0, default: 0 },
+      },
+      search: {
+        name: 'search',
+        in: 'query',
+        description: 'Case-insensitive substring of the title; `%` and `_` match themselves.',
+        schema: { type: 'string', maxLength: 300 },
+      },
+      postId: {
+        name: 'id',
+        in: 'path',
+        required: true,
+        schema: { type: 'integer', minimum: 1, maximum: 2147483647 },
+      },
+    },
+    schemas: {
+      User: {
+        type: 'object',
+        required: ['id', 'email', 'created_at'],
+        properties: {
+          id: { type: 'integer', example: 1 },
+          email: { type: 'string', format: 'email', example: 'a@b.io' },
+          created_at: { type: 'string', format: 'date-time' },
+        },
+      },
+      UserCreate: {
+        type: 'object',
+        required: ['email', 'password'],
+        properties: {
+          email: {
+            type: 'string',
+            format: 'email',
+            maxLength: 254,
+            description: 'Unique ignoring letter case.',
+          },
+          password: {
+            type: 'string',
+            minLength: 8,
+            description: '8 characters to 72 bytes (UTF-8), no NUL.',
+          },
+        },
+      },
+      LoginForm: {
+        type: 'object',
+        required: ['username', 'password'],
+        properties: {
+          username: { type: 'string', description: 'The e-mail address.' },
+          password: { type: 'string', format: 'password' },
+        },
+      },
+      Token: {
+        type: 'object',
+        required: ['access_token', 'token_type'],
+        properties: {
+          access_token: {
+            type: 'string',
+            description: 'HS256 JWT; `sub` is the user id, `exp` is ACCESS_TOKEN_EXPIRE_MINUTES later.',
+          },
+          token_type: { type: 'string', enum: ['bearer'] },
+        },
+      },
+      PostInput: {
+        type: 'object',
+        required: ['title', 'content'],
+        description: 'Unknown fields (such as `id`) are ignored.',
+        properties: {
+          title: { type: 'string', minLength: 1, maxLength: 300, description: 'Not blank; no NUL.' },
+          content: { type: 'string', minLength: 1, maxLength: 20000, description: 'Not blank; no NUL.' },
+          published: { type: 'boolean', default: true },
+        },
+      },
+      Post: {
+        type: 'object',
+        required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
+        properties: {
+          id: { type: 'integer', example: 7 },
+          title: { type: 'string' },
+          content: { type: 'string' },
+          published: { type: 'boolean' },
+          created_at: { type: 'string', format: 'date-time' },
+          user_id: { type: 'integer' },
+          owner: { $ref: '#/components/schemas/User' },
+          votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
+        },
+      },
+      Vote: {
+        type: 'object',
+        required: ['post_id', 'dir'],
+        properties: {
+          post_id: { type: 'integer', minimum: 1 },
+          dir: { type: 'integer', enum: [0, 1], description: '1 adds the vote, 0 withdraws it.' },
+        },
+      },
+      Message: { type: 'object', required: ['message'], properties: { message: { type: 'string' } } },
+      Problem: {
+        type: 'object',
+        description: 'RFC 9457 problem details.',
+        required: ['type', 'title', 'status', 'detail'],
+        properties: {
+          type: { type: 'string', example: 'about:blank' },
+          title: { type: 'string' },
+          status: { type: 'integer' },
+          detail: { type: 'string' },
+          errors: {
+            type: 'array',
+            description: 'On 422 only: one entry per invalid field.',
+            items: {
+              type: 'object',
+              required: ['field', 'message'],
+              properties: { field: { type: 'string' }, message: { type: 'string' } },
+            },
+          },
+        },
+      },
+    },
+    responses: {
+      BadRequest: response(
+        'The body is not valid JSON, or the path is badly encoded.',
+        400,
+        'Bad Request',
+        'The request body is not valid JSON',
+      ),
+      Unauthorized: {
+        description:
+          'No token (`Not authenticated`), or a bad, expired or foreign-signed token, or its user is gone (`Could not validate credentials`).',
+        headers: { 'WWW-Authenticate': { schema: { type: 'string', example: 'Bearer' } } },
+        content: problem({ title: 'Unauthorized', status: 401, detail: 'Not authenticated' }),
+      },
+      InvalidCredentials: response(
+        'Unknown e-mail or wrong password (one answer for both).',
+        403,
+        'Forbidden',
+        'Invalid Credentials',
+      ),
+      Forbidden: response(
+        'The post belongs to another user.',
+        403,
+        'Forbidden',
+        'Not authorized to perform requested action',
+      ),
+      NotFound: response(
+        "No such post, or another user's draft.",
+        404,
+        'Not Found',
+        'post with id: 9 was not found',
+      ),
+      Conflict: response(
+        'Already exists (a second vote, a taken e-mail).',
+        409,
+        'Conflict',
+        'user 1 has already voted on post 7',
+      ),
+      PayloadTooLarge: response(
+        'The body is over 100 kB.',
+        413,
+        'Payload Too Large',
+        'The request body is larger than 100 kB',
+      ),
+      UnsupportedMediaType: response(
+        'The body has the wrong Content-Type.',
+        415,
+        'Unsupported Media Type',
+        'The request body must be application/json',
+      ),
+      ValidationError: {
+        description: 'Invalid fields; `errors` lists each.',
+        content: problem({
+          title: 'Unprocessable Entity',
+          status: 422,
+          detail: 'Invalid body: title is required',
+          errors: [{ field: 'title', message: 'title is required' }],
+        }),
+      },
+      TooManyRequests: {
+        description:
+          'Sent by the proxy, not the service: over 10 requests a minute from one address to `/login` and `/users/` together.',
+      },
+      ServiceUnavailable: response(
+        'The database did not answer; retry shortly.',
+        503,
+        'Service Unavailable',
+        'The database is not available right now; try again shortly',
+      ),
+    },
+  },
+  paths: {
+    '/healthz/live': {
+      get: {
+        tags: ['Health'],
+        summary: 'Liveness',
+        responses: { 200: { description: 'The process runs.' }, 503: { description: 'Shutting down.' } },
+      },
+    },
+    '/healthz/ready': {
+      get: {
+        tags: ['Health'],
+        summary: 'Readiness',
+        responses: {
+          200: { description: 'The database answered `SELECT 1` within 1 s.' },
+          503: { description: 'The database did not answer in time, or the process is shutting down.' },
+        },
+      },
+    },
+  },
+};
+
+let cached: object | undefined;
+
+/** The OpenAPI document, built once from the shared parts and the comments beside each route. */
+export function openApiDocument(): object {
+  // Both the TypeScript sources (tests, tsx) and the compiled files keep the route comments.
+  cached ??= swaggerJsdoc({ definition, apis: [path.join(__dirname, '..', '**', '*.routes.{ts,js}')] });
+  return cached;
+}
+
+// swagger-ui-express answers any path ending in /package.json with a bare text/plain 404;
+// leaving this router sends such paths to the app's problem+json 404 instead.
+const leaveForPackageJson: RequestHandler = (req, _res, next) => {
+  next(req.path.endsWith('/package.json') ? 'router' : undefined);
+};
+
+export function docsRouter(): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+  const document = openApiDocument();
+  router.get('/openapi.json', (_req, res) => {
+    res.json(document);
+  });
+  const uiOptions = {
+    customSiteTitle: 'Social Posts API',
+    // The token lives in the page (localStorage), never in a cookie.
+    swaggerOptions: { persistAuthorization: true, validatorUrl: null },
+  };
+  // The page answers 200 at /docs itself (no redirect to /docs/), so its asset links are absolute.
+  const page = swaggerUi.generateHTML(document, uiOptions).replace(/(href|src)="\.\//g, '$1="/docs/');
+  router.get(['/docs', '/docs/'], (_req, res) => {
+    res.type('html').send(page);
+  });
+  router.use('/docs', leaveForPackageJson, swaggerUi.serveFiles(document, uiOptions));
+  return router;
+}

@@ -1,0 +1,201 @@
+import { createServer, type Server } from 'node:http';
+import type { Request, RequestHandler } from 'express';
+import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { migrations } from '../../migrations';
+import { withTimeout, type Database } from './database';
+import type { Logger } from './logger';
+
+/** The route label of requests no route matched (unknown paths, preflights): one value, whatever the path. */
+export const UNMATCHED_ROUTE = 'unmatched';
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
+/** A scrape must not hang on a database that does not answer; the probe budget is the same. */
+const MIGRATION_QUERY_TIMEOUT_MS = 1000;
+
+export interface Metrics {
+  registry: Registry;
+  /** Times every request by route template, method and status, and counts those in flight. */
+  httpMiddleware: RequestHandler;
+}
+
+/**
+ * The route template a request matched (`/posts/:id`), never the raw path: ids in label values
+ * would make a new time series per post. Files served under a mounted path (the /docs assets)
+ * share one `<mount>/*` label; everything else unmatched shares one label too.
+ */
+export function routeLabel(req: Request): string {
+  const route = req.route as { path?: unknown } | undefined;
+  const path = Array.isArray(route?.path) ? (route.path as unknown[])[0] : route?.path;
+  if (typeof path === 'string') return `${req.baseUrl}${path}`;
+  if (req.baseUrl !== '') return `${req.baseUrl}/*`;
+  return UNMATCHED_ROUTE;
+}
+
+interface MigrationState {
+  applied: number;
+  pending: number;
+  lastAppliedSeconds: number;
+}
+
+async function readMigrationState(db: Database): Promise<MigrationState> {
+  const rows = await withTimeout<{ name: string; migration_time: Date | string }[]>(
+    db.knex('knex_migrations').select('name', 'migration_time'),
+    MIGRATION_QUERY_TIMEOUT_MS,
+    'the database did not answer',
+  );
+  const applied = new Set(rows.map((row) => row.name));
+  const last = Math.max(0, ...rows.map((row) => new Date(row.migration_time).getTime()));
+  return {
+    applied: applied.size,
+    pending: Object.keys(migrations).filter((name) => !applied.has(name)).length,
+    lastAppliedSeconds: last / 1000,
+  };
+}
+
+/** knex's tarn pool; absent once the database is closed. */
+interface Pool {
+  max: number;
+  numUsed(): number;
+  numFree(): number;
+  numPendingAcquires(): number;
+}
+
+function poolOf(db: Database): Pool | undefined {
+  return (db.knex.client as { pool?: Pool | null }).pool ?? undefined;
+}
+
+/**
+ * A registry of its own per app (tests build many apps in one process) holding the request
+ * metrics, the database pool and migration state read at scrape time, and prom-client's process
+ * and event-loop metrics.
+ */
+export function createMetrics(db: Database, logger: Logger): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+
+  const duration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'Time from request to response, by route template, method and status code.',
+    labelNames: ['method', 'route', 'status_code'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+  const inFlight = new Gauge({
+    name: 'http_requests_in_flight',
+    help: 'Requests received and not yet answered.',
+    registers: [registry],
+  });
+
+  const poolGauge = (name: string, help: string, read: (pool: Pool) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const pool = poolOf(db);
+        this.set(pool ? read(pool) : 0);
+      },
+    });
+  poolGauge('db_pool_connections_used', 'Database connections lent to queries.', (p) => p.numUsed());
+  poolGauge('db_pool_connections_idle', 'Open database connections waiting for a query.', (p) => p.numFree());
+  poolGauge(
+    'db_pool_acquires_pending',
+    'Queries waiting for a database connection (sustained values: the pool is too small or the database slow).',
+    (p) => p.numPendingAcquires(),
+  );
+  poolGauge(
+    'db_pool_connections_max',
+    'Most database connections of this process (DB_POOL_MAX; 1 for the embedded database).',
+    (p) => p.max,
+  );
+
+  // One query per scrape, shared by the gauges below (the registry collects them concurrently).
+  let reading: Promise<MigrationState | undefined> | undefined;
+  const migrationState = () => {
+    reading ??= readMigrationState(db)
+      .catch((error: unknown) => {
+        logger.debug({ err: error }, 'metrics: migration state not readable');
+        return undefined;
+      })
+      .finally(() => {
+        reading = undefined;
+      });
+    return reading;
+  };
+  const migrationGauge = (name: string, help: string, read: (state: MigrationState) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        const state = await migrationState();
+        // When the database does not answer, the last value read stays (readiness reports the outage).
+        if (state) this.set(read(state));
+      },
+    });
+  new Gauge({
+    name: 'db_migrations_known',
+    help: 'Migrations this build of the service ships.',
+    registers: [registry],
+  }).set(Object.keys(migrations).length);
+  migrationGauge(
+    'db_migrations_applied',
+    'Migrations recorded as applied in the database.',
+    (s) => s.applied,
+  );
+  migrationGauge(
+    'db_migrations_pending',
+    'Migrations of this build not yet applied to the database.',
+    (s) => s.pending,
+  );
+  migrationGauge('db_schema_up_to_date', '1 when every migration of this build is applied, else 0.', (s) =>
+    s.pending === 0 ? 1 : 0,
+  );
+  migrationGauge(
+    'db_migration_last_applied_timestamp_seconds',
+    'When the latest migration was applied (Unix time).',
+    (s) => s.lastAppliedSeconds,
+  );
+
+  const httpMiddleware: RequestHandler = (req, res, next) => {
+    const end = duration.startTimer();
+    inFlight.inc();
+    // 'close' comes for every request, answered or abandoned by the client, exactly once.
+    res.once('close', () => {
+      inFlight.dec();
+      end({
+        method: METHODS.has(req.method) ? req.method : 'other',
+        route: routeLabel(req),
+        status_code: String(res.statusCode),
+      });
+    });
+    next();
+  };
+
+  return { registry, httpMiddleware };
+}
+
+/** GET /metrics in the Prometheus text format, on a listener of its own; nothing else answers there. */
+export function createMetricsServer(registry: Registry, logger: Logger): Server {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '').split('?')[0];
+    if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      res.writeHead(404, { 'Content-Type': 'text/plain' }).end('Not Found: metrics are at GET /metrics\n');
+      return;
+    }
+    registry.metrics().then(
+      (text) => {
+        res.writeHead(200, { 'Content-Type': registry.contentType, 'Cache-Control': 'no-store' });
+        res.end(req.method === 'HEAD' ? undefined : text);
+      },
+      (error: unknown) => {
+        logger.error({ err: error }, 'metrics: collection failed');
+        res.writeHead(500, { 'Content-Type': 'text/plain' }).end('metrics collection failed\n');
+      },
+    );
+  });
+  // Scrapes are short; Prometheus keeps its connection alive between them.
+  server.keepAliveTimeout = 65_000;
+  return server;
+}

@@ -1,0 +1,134 @@
+import type { Knex } from 'knex';
+import type { Database } from '../database';
+import type { User } from '../users/users.repository';
+import type { ListQuery, PostInput } from './posts.schemas';
+
+interface PostRow {
+  id: number;
+  title: string;
+  content: string;
+  published: boolean;
+  created_at: Date;
+  user_id: number;
+}
+
+/** The one post shape every endpoint returns: the row with its owner and vote total. */
+export interface Post extends PostRow {
+  owner: User;
+  votes: number;
+}
+
+interface PostWithOwnerRow extends PostRow {
+  owner_email: string;
+  owner_created_at: Date;
+  votes: number;
+}
+
+/** Who is looking: an authenticated caller also sees their own drafts; the public sees published posts. */
+export type Viewer = { userId: number } | 'public';
+
+function visibleTo(viewer: Viewer) {
+  return (q: Knex.QueryBuilder) => {
+    if (viewer === 'public') void q.where('published', true);
+    else
+      void q.where((w) => {
+        void w.where('published', true).orWhere('user_id', viewer.userId);
+      });
+  };
+}
+
+const NEWEST_FIRST = [
+  { column: 'created_at', order: 'desc' },
+  { column: 'id', order: 'desc' },
+] as const;
+
+/** LIKE treats % and _ as wildcards and \ as their escape; a search means them literally. */
+function likeSubstring(search: string): string {
+  return `%${search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}
+
+/**
+ * Adds owner and vote count to a set of post rows. Votes are counted per post in the outer select,
+ * so only the rows of the page are counted, never the whole votes table.
+ */
+function withOwnerAndVotes(db: Database, rows: Knex.QueryBuilder): Knex.QueryBuilder {
+  return db.knex
+    .with('page', rows)
+    .select(
+      'page.*',
+      'u.email as owner_email',
+      'u.created_at as owner_created_at',
+      db.knex.raw('(SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes'),
+    )
+    .from('page')
+    .join('users as u', 'u.id', 'page.user_id');
+}
+
+function toPost(row: PostWithOwnerRow): Post {
+  return {
+    id: row.id,
+    title: row.title,
+    content: row.content,
+    published: row.published,
+    created_at: row.created_at,
+    user_id: row.user_id,
+    owner: { id: row.user_id, email: row.owner_email, created_at: row.owner_created_at },
+    votes: row.votes,
+  };
+}
+
+export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<Post[]> {
+  const page = db
+    .knex<PostRow>('posts')
+    .select('*')
+    .modify(visibleTo(viewer))
+    .orderBy([...NEWEST_FIRST])
+    .limit(query.limit)
+    .offset(query.skip);
+  if (query.search) void page.whereILike('title', likeSubstring(query.search));
+  const rows = (await withOwnerAndVotes(db, page).orderBy(
+    NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })),
+  )) as PostWithOwnerRow[];
+  return rows.map(toPost);
+}
+
+/** A post the viewer may see, or undefined (missing and invisible look the same). */
+export async function getPost(db: Database, id: number, viewer: Viewer): Promise<Post | undefined> {
+  const rows = (await withOwnerAndVotes(
+    db,
+    db.knex('posts').select('*').where({ id }).modify(visibleTo(viewer)),
+  )) as PostWithOwnerRow[];
+  return rows[0] && toPost(rows[0]);
+}
+
+/** Just enough of a post to decide visibility and ownership. */
+export async function findPostOwnership(
+  db: Database,
+  id: number,
+): Promise<Pick<PostRow, 'user_id' | 'published'> | undefined> {
+  return db.knex<PostRow>('posts').select('user_id', 'published').where({ id }).first();
+}
+
+export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post> {
+  const [row] = await db
+    .knex<PostRow>('posts')
+    .insert({ title: input.title, content: input.content, published: input.published, user_id: owner.id })
+    .returning<PostRow[]>('*');
+  if (!row) throw new Error('insert returned no row');
+  return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
+}
+
+/** Returns false when the post vanished meanwhile. */
+export async function updatePost(db: Database, id: number, input: PostInput): Promise<boolean> {
+  const count = await db
+    .knex<PostRow>('posts')
+    .where({ id })
+    .update({ title: input.title, content: input.content, published: input.published });
+  return count > 0;
+}
+
+export async function deletePost(db: Database, id: number): Promise<boolean> {
+  // RETURNING rather than the affected-row count: knex-pglite reports a delete's count differently.
+  const deleted = await db.knex('posts').where({ id }).delete().returning('id');
+  return deleted.length > 0;
+}

@@ -1,0 +1,199 @@
+import { Router, type RequestHandler } from 'express';
+import { caller } from '../auth/auth.middleware';
+import type { Database } from '../database';
+import { ApiError, methodNotAllowed } from '../http/errors';
+import { jsonBody, validate } from '../http/validation';
+import {
+  createPost,
+  deletePost,
+  findPostOwnership,
+  getPost,
+  listPosts,
+  updatePost,
+} from './posts.repository';
+import { listQuery, postIdParams, postInput } from './posts.schemas';
+
+export const postNotFound = (id: number): ApiError => new ApiError(404, `post with id: ${id} was not found`);
+
+/**
+ * Loads what the caller may change: another user's draft is as absent as a missing post (404);
+ * another user's published post is visible but not theirs (403).
+ */
+async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
+  const post = await findPostOwnership(db, id);
+  if (!post || (!post.published && post.user_id !== userId)) throw postNotFound(id);
+  if (post.user_id !== userId) throw new ApiError(403, 'Not authorized to perform requested action');
+}
+
+/**
+ * @openapi
+ * /posts/:
+ *   get:
+ *     tags: [Posts]
+ *     summary: List posts
+ *     description: >
+ *       Published posts and the caller's own drafts, newest first (`created_at`, then `id`, both
+ *       descending), so consecutive pages never overlap or skip. Also answers at `/posts`.
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/limit'
+ *       - $ref: '#/components/parameters/skip'
+ *       - $ref: '#/components/parameters/search'
+ *     responses:
+ *       200:
+ *         description: A page of posts.
+ *         content:
+ *           application/json:
+ *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ *   post:
+ *     tags: [Posts]
+ *     summary: Create a post
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/json:
+ *           schema: { $ref: '#/components/schemas/PostInput' }
+ *     responses:
+ *       201:
+ *         description: The new post with its owner and 0 votes.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Post' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ * /posts/public:
+ *   get:
+ *     tags: [Posts]
+ *     summary: The public feed
+ *     description: Published posts only, no token needed; same query rules, order and shape as the list.
+ *     parameters:
+ *       - $ref: '#/components/parameters/limit'
+ *       - $ref: '#/components/parameters/skip'
+ *       - $ref: '#/components/parameters/search'
+ *     responses:
+ *       200:
+ *         description: A page of published posts.
+ *         content:
+ *           application/json:
+ *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ * /posts/{id}:
+ *   parameters:
+ *     - $ref: '#/components/parameters/postId'
+ *   get:
+ *     tags: [Posts]
+ *     summary: Get one post
+ *     description: Another user's draft answers 404, as if it did not exist.
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     responses:
+ *       200:
+ *         description: The post.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Post' }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       404: { $ref: '#/components/responses/NotFound' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ *   put:
+ *     tags: [Posts]
+ *     summary: Replace a post (owner only)
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/json:
+ *           schema: { $ref: '#/components/schemas/PostInput' }
+ *     responses:
+ *       200:
+ *         description: The updated post.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Post' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       403: { $ref: '#/components/responses/Forbidden' }
+ *       404: { $ref: '#/components/responses/NotFound' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ *   delete:
+ *     tags: [Posts]
+ *     summary: Delete a post (owner only)
+ *     description: Its votes go with it.
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     responses:
+ *       204: { description: Deleted; no body. }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       403: { $ref: '#/components/responses/Forbidden' }
+ *       404: { $ref: '#/components/responses/NotFound' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ */
+export function postsRouter(db: Database, auth: RequestHandler): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+
+  const list: RequestHandler = async (req, res) => {
+    const query = validate(listQuery, req.query, 'query');
+    res.json(await listPosts(db, { userId: caller(req).id }, query));
+  };
+  const create: RequestHandler = async (req, res) => {
+    const input = validate(postInput, req.body, 'body');
+    res.status(201).json(await createPost(db, caller(req), input));
+  };
+  router
+    .route('/posts/')
+    .get(auth, list)
+    .post(auth, ...jsonBody, create)
+    .all(methodNotAllowed(['GET', 'POST']));
+  router
+    .route('/posts')
+    .get(auth, list)
+    .post(auth, ...jsonBody, create)
+    .all(methodNotAllowed(['GET', 'POST']));
+
+  router
+    .route('/posts/public')
+    .get(async (req, res) => {
+      const query = validate(listQuery, req.query, 'query');
+      res.json(await listPosts(db, 'public', query));
+    })
+    .all(methodNotAllowed(['GET']));
+
+  router
+    .route('/posts/:id')
+    .get(auth, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      const post = await getPost(db, id, { userId: caller(req).id });
+      if (!post) throw postNotFound(id);
+      res.json(post);
+    })
+    .put(auth, ...jsonBody, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      const input = validate(postInput, req.body, 'body');
+      const { id: userId } = caller(req);
+      await assertOwnPost(db, id, userId);
+      const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
+      if (!post) throw postNotFound(id);
+      res.json(post);
+    })
+    .delete(auth, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      await assertOwnPost(db, id, caller(req).id);
+      if (!(await deletePost(db, id))) throw postNotFound(id);
+      res.status(204).end();
+    })
+    .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
+
+  return router;
+}

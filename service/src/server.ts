@@ -1,0 +1,150 @@
+import { createServer, STATUS_CODES, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createTerminus } from '@godaddy/terminus';
+import { createApp } from './app';
+import { problemBody } from './http/errors';
+import { withTimeout, type Database } from './database';
+import type { Logger } from './logger';
+import { createMetrics, createMetricsServer } from './metrics';
+import type { Settings } from './settings';
+
+export interface RunningServer {
+  server: Server;
+  port: number;
+  /** The Prometheus listener; it closes with `server`. */
+  metricsServer: Server;
+  metricsPort: number;
+}
+
+function listen(server: Server, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, () => {
+      server.off('error', reject);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
+
+function close(server: Server): Promise<void> {
+  if (!server.listening) return Promise.resolve();
+  return new Promise((resolve) => {
+    server.close(() => {
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}
+
+const READY_TIMEOUT_MS = 1000;
+
+/**
+ * Serves the app under terminus, which owns health checks and shutdown: on SIGTERM readiness
+ * turns 503 at once, the listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the
+ * pod out meanwhile), then stops accepting, lets in-flight requests finish, closes the database
+ * and exits 0. Metrics are served on a listener of their own (METRICS_PORT), never on the API's.
+ */
+export async function startServer(settings: Settings, db: Database, logger: Logger): Promise<RunningServer> {
+  const metrics = createMetrics(db, logger);
+  const metricsServer = createMetricsServer(metrics.registry, logger);
+  // It must never be what keeps a process alive: the API listener decides that.
+  metricsServer.unref();
+  const server = createServer(createApp({ db, settings, logger, metrics }));
+  // Longer than nginx's upstream keep-alive (60 s), so the proxy always closes idle sockets first.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+
+  const unavailable = (detail: string) => problemBody(503, detail);
+  createTerminus(server, {
+    healthChecks: {
+      // Liveness stays 200 while the process drains: only readiness takes the pod out of rotation.
+      '/healthz/live': () => Promise.resolve({}),
+      '/healthz/ready': async ({ state }) => {
+        if (state.isShuttingDown) {
+          throw Object.assign(new Error('shutting down'), {
+            statusResponse: unavailable('The service is shutting down'),
+          });
+        }
+        try {
+          await withTimeout(
+            db.knex.raw('SELECT 1'),
+            READY_TIMEOUT_MS,
+            `the database did not answer within ${READY_TIMEOUT_MS} ms`,
+          );
+        } catch (error) {
+          logger.warn({ err: error }, 'readiness check failed');
+          // terminus sends statusResponse as the body: no library message reaches the prober.
+          throw Object.assign(new Error('not ready'), {
+            statusResponse: unavailable('The database did not answer within 1 s'),
+          });
+        }
+        return {};
+      },
+      verbatim: true,
+    },
+    statusOkResponse: { status: 'ok' },
+    // Shutdown is answered by the readiness check itself, so liveness is not failed with it.
+    sendFailuresDuringShutdown: false,
+    headers: { 'Cache-Control': 'no-store' },
+    signals: ['SIGTERM', 'SIGINT'],
+    useExit0: true,
+    timeout: settings.shutdownTimeoutSeconds * 1000,
+    beforeShutdown: async () => {
+      logger.info(
+        { delaySeconds: settings.shutdownDelaySeconds, timeoutSeconds: settings.shutdownTimeoutSeconds },
+        'shutdown started: readiness is 503, still serving',
+      );
+      await sleep(settings.shutdownDelaySeconds * 1000);
+      logger.info(
+        { timeoutSeconds: settings.shutdownTimeoutSeconds },
+        'closing the listener and draining in-flight requests',
+      );
+    },
+    onSignal: async () => {
+      await close(metricsServer);
+      await db.close();
+      logger.info('metrics listener and database closed');
+    },
+    onShutdown: () => {
+      logger.info('shutdown complete');
+      return Promise.resolve();
+    },
+    logger: (message, error) => {
+      logger.error({ err: error }, message);
+    },
+  });
+
+  // Malformed HTTP never reaches Express; Node would answer a bare 400. Give it the same problem shape.
+  server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable || error.code === 'ECONNRESET') {
+      socket.destroy();
+      return;
+    }
+    const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+    const body = JSON.stringify(
+      problemBody(
+        status,
+        status === 431 ? 'The request headers are too large' : 'The request is not valid HTTP',
+      ),
+    );
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
+        `Content-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  });
+
+  const metricsPort = await listen(metricsServer, settings.metricsPort);
+  // Whoever closes the API listener (terminus, a test) closes the metrics one with it.
+  server.once('close', () => {
+    void close(metricsServer);
+  });
+  let port: number;
+  try {
+    port = await listen(server, settings.port);
+  } catch (error) {
+    await close(metricsServer);
+    throw error;
+  }
+  return { server, port, metricsServer, metricsPort };
+}

@@ -1,0 +1,180 @@
+import { randomBytes } from 'node:crypto';
+import Joi from 'joi';
+
+/** Every setting the service reads, typed and validated once at start-up. */
+export interface Settings {
+  nodeEnv: 'development' | 'production' | 'test';
+  port: number;
+  /** Port of the Prometheus metrics listener, kept apart from the API so no ingress can expose it. */
+  metricsPort: number;
+  db: {
+    /** Undefined means the embedded PGlite database. */
+    hostname: string | undefined;
+    port: number;
+    username: string;
+    password: string;
+    name: string;
+    ssl: boolean;
+    poolMax: number;
+    statementTimeoutMs: number;
+    embeddedDir: string;
+  };
+  secretKey: string;
+  /** True when SECRET_KEY was not set and a random one was made for this process. */
+  secretKeyGenerated: boolean;
+  accessTokenExpireMinutes: number;
+  corsAllowedOrigins: string[];
+  bcryptRounds: number;
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  shutdownDelaySeconds: number;
+  shutdownTimeoutSeconds: number;
+}
+
+/** Raised for a bad setting; its message is the one line printed before the process exits. */
+export class SettingsError extends Error {
+  override name = 'SettingsError';
+}
+
+const ORIGIN = /^https?:\/\/[^\s/?#*]+$/;
+
+const originList = Joi.string()
+  .allow('')
+  .custom((value: string, helpers) => {
+    const origins = value
+      .split(',')
+      .map((o) => o.trim())
+      .filter((o) => o !== '');
+    for (const origin of origins) {
+      // An origin is scheme://host[:port]: no path, no wildcard; the browser compares it byte for byte.
+      if (!ORIGIN.test(origin))
+        return helpers.message({
+          custom: `has "${origin}", which is not an origin like https://app.example.com`,
+        });
+    }
+    return origins;
+  });
+
+const schema = Joi.object({
+  NODE_ENV: Joi.string().valid('development', 'production', 'test').default('development'),
+  PORT: Joi.number().port().default(8000),
+  METRICS_PORT: Joi.number()
+    .port()
+    .when('PORT', {
+      // An ephemeral API port (0, as tests use) takes an ephemeral metrics port too, so parallel
+      // processes never collide on the fixed default.
+      is: 0,
+      then: Joi.number().default(0),
+      otherwise: Joi.number().invalid(Joi.ref('PORT')).default(9464),
+    })
+    .messages({ 'any.invalid': 'METRICS_PORT must differ from PORT' }),
+  DB_HOSTNAME: Joi.string().hostname().empty(''),
+  DB_PORT: Joi.number().port().default(5432),
+  DB_USERNAME: Joi.string().default('postgres'),
+  DB_PASSWORD: Joi.string().allow('').default(''),
+  DB_NAME: Joi.string().default('postgres'),
+  DB_SSL: Joi.boolean().truthy('1').falsy('0').default(false),
+  DB_POOL_MAX: Joi.number().integer().min(1).max(100).default(10),
+  DB_STATEMENT_TIMEOUT_MS: Joi.number().integer().min(100).max(600_000).default(2000),
+  DB_EMBEDDED_DIR: Joi.string().default('.data/pglite'),
+  SECRET_KEY: Joi.string().min(32).empty('').when('NODE_ENV', { is: 'production', then: Joi.required() }),
+  ACCESS_TOKEN_EXPIRE_MINUTES: Joi.number()
+    .integer()
+    .min(1)
+    .max(60 * 24 * 30)
+    .default(30),
+  CORS_ALLOWED_ORIGINS: originList.default(''),
+  BCRYPT_ROUNDS: Joi.number()
+    .integer()
+    .max(15)
+    // Tests may lower the cost to keep suites fast; production never goes below 10.
+    .when('NODE_ENV', { is: 'production', then: Joi.number().min(10), otherwise: Joi.number().min(4) })
+    .default(12),
+  LOG_LEVEL: Joi.string().valid('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent').default('info'),
+  SHUTDOWN_DELAY_SECONDS: Joi.number().min(0).max(120).default(5),
+  SHUTDOWN_TIMEOUT_SECONDS: Joi.number().min(1).max(600).default(15),
+}).unknown(true);
+
+interface RawSettings {
+  NODE_ENV: Settings['nodeEnv'];
+  PORT: number;
+  METRICS_PORT: number;
+  DB_HOSTNAME?: string;
+  DB_PORT: number;
+  DB_USERNAME: string;
+  DB_PASSWORD: string;
+  DB_NAME: string;
+  DB_SSL: boolean;
+  DB_POOL_MAX: number;
+  DB_STATEMENT_TIMEOUT_MS: number;
+  DB_EMBEDDED_DIR: string;
+  SECRET_KEY?: string;
+  ACCESS_TOKEN_EXPIRE_MINUTES: number;
+  CORS_ALLOWED_ORIGINS: string[] | string;
+  BCRYPT_ROUNDS: number;
+  LOG_LEVEL: Settings['logLevel'];
+  SHUTDOWN_DELAY_SECONDS: number;
+  SHUTDOWN_TIMEOUT_SECONDS: number;
+}
+
+/** Reads the settings from an environment; throws SettingsError naming the first bad one. */
+export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const result = schema.validate(env, { abortEarly: true, errors: { wrap: { label: false } } });
+  if (result.error) {
+    const detail = result.error.details[0];
+    const name = String(detail?.path[0] ?? 'settings');
+    throw new SettingsError(`Invalid setting ${name}: ${result.error.message}`);
+  }
+  const raw = result.value as RawSettings;
+  return {
+    nodeEnv: raw.NODE_ENV,
+    port: raw.PORT,
+    metricsPort: raw.METRICS_PORT,
+    db: {
+      hostname: raw.DB_HOSTNAME,
+      port: raw.DB_PORT,
+      username: raw.DB_USERNAME,
+      password: raw.DB_PASSWORD,
+      name: raw.DB_NAME,
+      ssl: raw.DB_SSL,
+      poolMax: raw.DB_POOL_MAX,
+      statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
+      embeddedDir: raw.DB_EMBEDDED_DIR,
+    },
+    secretKey: raw.SECRET_KEY ?? randomBytes(32).toString('base64url'),
+    secretKeyGenerated: raw.SECRET_KEY === undefined,
+    accessTokenExpireMinutes: raw.ACCESS_TOKEN_EXPIRE_MINUTES,
+    // The default '' skips the custom rule, so it arrives as a string.
+    corsAllowedOrigins: Array.isArray(raw.CORS_ALLOWED_ORIGINS) ? raw.CORS_ALLOWED_ORIGINS : [],
+    bcryptRounds: raw.BCRYPT_ROUNDS,
+    logLevel: raw.LOG_LEVEL,
+    shutdownDelaySeconds: raw.SHUTDOWN_DELAY_SECONDS,
+    shutdownTimeoutSeconds: raw.SHUTDOWN_TIMEOUT_SECONDS,
+  };
+}
+
+/** The settings as they may be logged: secrets left out. */
+export function describeSettings(s: Settings): Record<string, unknown> {
+  return {
+    nodeEnv: s.nodeEnv,
+    port: s.port,
+    metricsPort: s.metricsPort,
+    database: s.db.hostname
+      ? {
+          kind: 'postgres',
+          host: s.db.hostname,
+          port: s.db.port,
+          name: s.db.name,
+          user: s.db.username,
+          ssl: s.db.ssl,
+          poolMax: s.db.poolMax,
+        }
+      : { kind: 'embedded', dir: s.db.embeddedDir },
+    statementTimeoutMs: s.db.statementTimeoutMs,
+    accessTokenExpireMinutes: s.accessTokenExpireMinutes,
+    corsAllowedOrigins: s.corsAllowedOrigins,
+    bcryptRounds: s.bcryptRounds,
+    logLevel: s.logLevel,
+    shutdownDelaySeconds: s.shutdownDelaySeconds,
+    shutdownTimeoutSeconds: s.shutdownTimeoutSeconds,
+  };
+}

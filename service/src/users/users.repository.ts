@@ -1,0 +1,49 @@
+import { errorFields, type Database } from '../database';
+
+/** A user as the API returns it: never the password hash. */
+export interface User {
+  id: number;
+  email: string;
+  created_at: Date;
+}
+
+export interface UserWithHash extends User {
+  password: string;
+}
+
+const PUBLIC_COLUMNS = ['id', 'email', 'created_at'];
+
+/** Inserts a user; undefined when the e-mail is already taken (in any letter case). */
+export async function createUser(
+  db: Database,
+  email: string,
+  passwordHash: string,
+): Promise<User | undefined> {
+  try {
+    const [user] = await db
+      .knex<UserWithHash>('users')
+      .insert({ email, password: passwordHash })
+      .returning<User[]>(PUBLIC_COLUMNS);
+    return user;
+  } catch (error) {
+    // The unique index on lower(email) decides, so two simultaneous registrations cannot both win.
+    if (errorFields(error).code === '23505') return undefined;
+    throw error;
+  }
+}
+
+export async function findUserById(db: Database, id: number): Promise<User | undefined> {
+  return db.knex<User>('users').select<User>(PUBLIC_COLUMNS).where({ id }).first();
+}
+
+/** Case-insensitive look-up served by the lower(email) index. */
+export async function findUserByEmail(db: Database, email: string): Promise<UserWithHash | undefined> {
+  // PostgreSQL refuses a NUL in text outright (22021, which would be a 500), and no stored e-mail
+  // can hold one: such an address matches nobody, and the login still does a full bcrypt compare.
+  if (email.includes('\0')) return undefined;
+  return db
+    .knex<UserWithHash>('users')
+    .select('id', 'email', 'created_at', 'password')
+    .whereRaw('lower(email) = lower(?)', [email])
+    .first();
+}

@@ -1,0 +1,51 @@
+import bcrypt from 'bcrypt';
+import { Router } from 'express';
+import type { Database } from '../database';
+import { ApiError, methodNotAllowed } from '../http/errors';
+import { jsonBody, validate } from '../http/validation';
+import { createUser } from './users.repository';
+import { userCreate } from './users.schemas';
+
+/**
+ * @openapi
+ * /users/:
+ *   post:
+ *     tags: [Users]
+ *     summary: Register a user
+ *     description: >
+ *       Creates an account. The e-mail is unique ignoring letter case. Only this exact path
+ *       answers (no `/users`), because the proxy rate-limits it: 10 requests a minute per client
+ *       address, shared with `/login`.
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/json:
+ *           schema: { $ref: '#/components/schemas/UserCreate' }
+ *     responses:
+ *       201:
+ *         description: The user, without the password.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/User' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
+ *       409: { $ref: '#/components/responses/Conflict' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       429: { $ref: '#/components/responses/TooManyRequests' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ */
+export function usersRouter(db: Database, bcryptRounds: number): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+  router
+    .route('/users/')
+    .post(...jsonBody, async (req, res) => {
+      const input = validate(userCreate, req.body, 'body');
+      const hash = await bcrypt.hash(input.password, bcryptRounds);
+      const user = await createUser(db, input.email, hash);
+      if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
+      res.status(201).json(user);
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}

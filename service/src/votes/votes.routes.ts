@@ -1,0 +1,68 @@
+import { Router, type RequestHandler } from 'express';
+import { caller } from '../auth/auth.middleware';
+import type { Database } from '../database';
+import { ApiError, methodNotAllowed } from '../http/errors';
+import { jsonBody, validate } from '../http/validation';
+import { postNotFound } from '../posts/posts.routes';
+import { findPostOwnership } from '../posts/posts.repository';
+import { addVote, removeVote } from './votes.repository';
+import { voteInput } from './votes.schemas';
+
+/**
+ * @openapi
+ * /votes/:
+ *   post:
+ *     tags: [Votes]
+ *     summary: Cast (dir 1) or withdraw (dir 0) the caller's vote on a post
+ *     description: >
+ *       One vote per user and post. The post is checked first (404 when missing or not visible to
+ *       the caller); then a second vote is 409 and withdrawing a vote that does not exist is 404.
+ *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/json:
+ *           schema: { $ref: '#/components/schemas/Vote' }
+ *     responses:
+ *       201:
+ *         description: The vote was added or withdrawn.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Message' }
+ *             examples:
+ *               added: { value: { message: successfully added vote } }
+ *               deleted: { value: { message: successfully deleted vote } }
+ *       400: { $ref: '#/components/responses/BadRequest' }
+ *       401: { $ref: '#/components/responses/Unauthorized' }
+ *       404: { $ref: '#/components/responses/NotFound' }
+ *       409: { $ref: '#/components/responses/Conflict' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ */
+export function votesRouter(db: Database, auth: RequestHandler): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+  router
+    .route('/votes/')
+    .post(auth, ...jsonBody, async (req, res) => {
+      const vote = validate(voteInput, req.body, 'body');
+      const user = caller(req);
+      const post = await findPostOwnership(db, vote.post_id);
+      // Another user's draft is as absent for voting as it is for reading.
+      if (!post || (!post.published && post.user_id !== user.id)) throw postNotFound(vote.post_id);
+
+      if (vote.dir === 1) {
+        const outcome = await addVote(db, user.id, vote.post_id);
+        if (outcome === 'no-post') throw postNotFound(vote.post_id);
+        if (outcome === 'exists')
+          throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
+        res.status(201).json({ message: 'successfully added vote' });
+        return;
+      }
+      if (!(await removeVote(db, user.id, vote.post_id))) throw new ApiError(404, 'Vote does not exist');
+      res.status(201).json({ message: 'successfully deleted vote' });
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}

@@ -1,0 +1,179 @@
+import jwt from 'jsonwebtoken';
+import request from 'supertest';
+import {
+  bearer,
+  expectProblem,
+  newAccount,
+  startTestService,
+  TEST_SECRET,
+  uniqueEmail,
+  type Account,
+  type TestService,
+} from './helpers';
+
+let svc: TestService;
+let account: Account;
+beforeAll(async () => {
+  svc = await startTestService();
+  account = await newAccount(svc.app);
+});
+afterAll(async () => {
+  await svc.close();
+});
+
+const login = (body: Record<string, string>) => request(svc.app).post('/login').type('form').send(body);
+
+describe('POST /login', () => {
+  test('When the form credentials are right, then 200 with a bearer token', async () => {
+    const res = await login({ username: account.email, password: account.password });
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body as object).sort()).toEqual(['access_token', 'token_type']);
+    expect((res.body as { token_type: string }).token_type).toBe('bearer');
+  });
+
+  test('When the token is decoded, then it is HS256 with sub, iat and exp 30 minutes later', async () => {
+    const res = await login({ username: account.email, password: account.password });
+    const token = (res.body as { access_token: string }).access_token;
+    const decoded = jwt.verify(token, TEST_SECRET, { algorithms: ['HS256'], complete: true });
+    expect(decoded.header.alg).toBe('HS256');
+    const payload = decoded.payload as { sub: string; iat: number; exp: number };
+    expect(payload.sub).toBe(String(account.user.id));
+    expect(payload.exp - payload.iat).toBe(30 * 60);
+  });
+
+  test('When the username differs only in letter case, then login succeeds', async () => {
+    await login({ username: account.email.toUpperCase(), password: account.password }).expect(200);
+  });
+
+  test('When the password is wrong or the e-mail unknown, then both get the same 403', async () => {
+    const wrong = await login({ username: account.email, password: 'wrong-password' });
+    const unknown = await login({ username: uniqueEmail('nobody'), password: 'wrong-password' });
+    expect(expectProblem(wrong, 403).detail).toBe('Invalid Credentials');
+    expect(unknown.status).toBe(403);
+    expect(unknown.body).toEqual(wrong.body);
+  });
+
+  test('When the password only shares its first 72 bytes with the real one, then 403', async () => {
+    const email = uniqueEmail();
+    const password = 'x'.repeat(72);
+    await request(svc.app).post('/users/').send({ email, password }).expect(201);
+    expect((await login({ username: email, password: `${password}tail` })).status).toBe(403);
+  });
+
+  test.each([
+    ['username', { password: 'whatever1' }],
+    ['password', { username: 'a@b.io' }],
+  ])('When the form lacks %s, then 422 names it', async (field, body) => {
+    const problem = expectProblem(await login(body), 422);
+    expect(problem.errors?.map((e) => e.field)).toEqual([field]);
+  });
+
+  test('When the login is sent as JSON instead of a form, then 415', async () => {
+    const res = await request(svc.app)
+      .post('/login')
+      .send({ username: account.email, password: account.password });
+    expectProblem(res, 415);
+  });
+
+  test.each(['/login/', '/Login', '/LOGIN', '//login', '/%6Cogin', '/login;x'])(
+    'When logging in at %s, then 404',
+    async (path) => {
+      const res = await request(svc.app)
+        .post(path)
+        .type('form')
+        .send({ username: account.email, password: account.password });
+      expectProblem(res, 404);
+    },
+  );
+});
+
+describe('Bearer tokens on protected endpoints', () => {
+  const sign = (payload: object, secret = TEST_SECRET, options: jwt.SignOptions = {}) =>
+    jwt.sign(payload, secret, { algorithm: 'HS256', expiresIn: 600, ...options });
+
+  test('When no token is sent, then 401 Not authenticated with WWW-Authenticate: Bearer', async () => {
+    const res = await request(svc.app).get('/posts/');
+    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
+    expect(res.headers['www-authenticate']).toBe('Bearer');
+  });
+
+  test('When the header is not a bearer token, then 401 Not authenticated', async () => {
+    const res = await request(svc.app)
+      .get('/posts/')
+      .set('Authorization', `Basic ${Buffer.from('a:b').toString('base64')}`);
+    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
+  });
+
+  const invalid: [string, () => string][] = [
+    ['garbage', () => 'not.a.token'],
+    [
+      'signed with a foreign secret',
+      () => sign({ sub: String(account.user.id) }, 'another-secret-another-secret-another'),
+    ],
+    [
+      'expired',
+      () =>
+        jwt.sign({ sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 }, TEST_SECRET, {
+          algorithm: 'HS256',
+        }),
+    ],
+    [
+      'unsigned (alg none)',
+      () =>
+        `${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${Buffer.from(JSON.stringify({ sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) + 600 })).toString('base64url')}.`,
+    ],
+    [
+      'signed with HS512 and the right secret',
+      () => sign({ sub: String(account.user.id) }, TEST_SECRET, { algorithm: 'HS512' }),
+    ],
+    ['without a subject', () => sign({})],
+    ['with a non-numeric subject', () => sign({ sub: 'admin' })],
+    [
+      'tampered (payload changed after signing)',
+      () => {
+        const [h, , s] = account.token.split('.');
+        return `${h ?? ''}.${Buffer.from(JSON.stringify({ sub: '1', exp: 9_999_999_999 })).toString('base64url')}.${s ?? ''}`;
+      },
+    ],
+  ];
+  test.each(invalid)(
+    'When the token is %s, then 401 Could not validate credentials',
+    async (_name, token) => {
+      const res = await request(svc.app).get('/posts/').set(bearer(token()));
+      expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
+      expect(res.headers['www-authenticate']).toBe('Bearer');
+    },
+  );
+
+  test('When the token belongs to a deleted user, then 401 Could not validate credentials', async () => {
+    const doomed = await newAccount(svc.app);
+    await request(svc.app).get('/posts/').set(bearer(doomed)).expect(200);
+    await svc.db.knex('users').where({ id: doomed.user.id }).delete();
+    const res = await request(svc.app).get('/posts/').set(bearer(doomed));
+    expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
+  });
+
+  test('When the token lifetime passes, then the same token is refused', async () => {
+    const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 1 });
+    await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
+    await new Promise((resolve) => setTimeout(resolve, 2100));
+    expect((await request(svc.app).get('/posts/').set(bearer(token))).status).toBe(401);
+  });
+
+  test('When an invalid body comes without a token, then 401 comes before validation', async () => {
+    const res = await request(svc.app).post('/posts/').send({ title: 42 });
+    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
+  });
+
+  test('When an oversized or malformed body comes without a token, then still 401', async () => {
+    const big = await request(svc.app)
+      .post('/posts/')
+      .send({ title: 'x'.repeat(200_000), content: 'c' });
+    expectProblem(big, 401);
+    const broken = await request(svc.app)
+      .post('/votes/')
+      .set('Content-Type', 'application/json')
+      .send('{"post_id":');
+    expectProblem(broken, 401);
+  });
+});

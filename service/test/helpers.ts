@@ -1,0 +1,146 @@
+import type { Express } from 'express';
+import knex from 'knex';
+import request from 'supertest';
+import { createApp } from '../src/app';
+import { migrateToLatest, openDatabase, type Database } from '../src/database';
+import { createLogger, type Logger } from '../src/logger';
+import { loadSettings, type Settings } from '../src/settings';
+import type { Post } from '../src/posts/posts.repository';
+import type { User } from '../src/users/users.repository';
+
+export const TEST_SECRET = 'test-signing-secret-that-is-long-enough-0123456789';
+
+/** Environment for the service under test: PostgreSQL when DB_HOSTNAME is set, else embedded in memory. */
+export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    NODE_ENV: 'test',
+    BCRYPT_ROUNDS: '4',
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'silent',
+    DB_EMBEDDED_DIR: 'memory://',
+    SECRET_KEY: TEST_SECRET,
+    ...overrides,
+  };
+}
+
+export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
+
+/** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
+export function postgresConnection(database = process.env.DB_NAME ?? 'postgres') {
+  return knex({
+    client: 'pg',
+    connection: {
+      host: process.env.DB_HOSTNAME,
+      port: Number(process.env.DB_PORT ?? 5432),
+      user: process.env.DB_USERNAME ?? 'postgres',
+      password: process.env.DB_PASSWORD ?? '',
+      database,
+    },
+    pool: { min: 0, max: 1 },
+  });
+}
+
+let counter = 0;
+
+/** A fresh, empty database for one test file: its own PostgreSQL database, or a new in-memory PGlite. */
+export async function freshDatabaseEnv(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
+  if (!usingPostgres()) return { env: {}, drop: () => Promise.resolve() };
+  counter += 1;
+  const name = `sp_test_${process.pid}_${counter}_${Date.now().toString(36)}`;
+  const admin = postgresConnection();
+  await admin.raw(`CREATE DATABASE "${name}"`);
+  return {
+    env: { DB_NAME: name },
+    drop: async () => {
+      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.destroy();
+    },
+  };
+}
+
+export interface TestService {
+  app: Express;
+  db: Database;
+  settings: Settings;
+  logger: Logger;
+  close(): Promise<void>;
+}
+
+/** The app in-process on a fresh, migrated database; requests go over real HTTP via supertest. */
+export async function startTestService(overrides: Record<string, string> = {}): Promise<TestService> {
+  const fresh = await freshDatabaseEnv();
+  const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  return {
+    app: createApp({ db, settings, logger }),
+    db,
+    settings,
+    logger,
+    close: async () => {
+      await db.close();
+      await fresh.drop();
+    },
+  };
+}
+
+let emailCounter = 0;
+export const uniqueEmail = (prefix = 'user'): string =>
+  `${prefix}${++emailCounter}.${process.pid}@example.com`;
+
+export interface Account {
+  user: User;
+  token: string;
+  email: string;
+  password: string;
+}
+
+/** Registers and logs in a new user through the API, as a client would. */
+export async function newAccount(app: Express, email = uniqueEmail()): Promise<Account> {
+  const password = 'correct horse battery';
+  const created = await request(app).post('/users/').send({ email, password }).expect(201);
+  const login = await request(app)
+    .post('/login')
+    .type('form')
+    .send({ username: email, password })
+    .expect(200);
+  return {
+    user: created.body as User,
+    token: (login.body as { access_token: string }).access_token,
+    email,
+    password,
+  };
+}
+
+export const bearer = (account: Account | string): { Authorization: string } => ({
+  Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
+});
+
+export async function newPost(
+  app: Express,
+  account: Account,
+  fields: Partial<{ title: string; content: string; published: boolean }> = {},
+): Promise<Post> {
+  const res = await request(app)
+    .post('/posts/')
+    .set(bearer(account))
+    .send({ title: 'A title', content: 'Some content', ...fields })
+    .expect(201);
+  return res.body as Post;
+}
+
+/** Asserts the problem+json shape every error shares and returns its body. */
+export function expectProblem(
+  res: request.Response,
+  status: number,
+): { detail: string; errors?: { field: string; message: string }[] } {
+  expect(res.status).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+  const body = res.body as { type: string; title: string; status: number; detail: string };
+  expect(body).toMatchObject({ type: 'about:blank', status });
+  expect(typeof body.title).toBe('string');
+  expect(typeof body.detail).toBe('string');
+  expect(body.detail.length).toBeGreaterThan(0);
+  return res.body as { detail: string };
+}

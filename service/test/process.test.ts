@@ -1,0 +1,144 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
+
+/** The service as operators run it: its own process, real signals, real exit codes. */
+interface ServiceProcess {
+  child: ChildProcessWithoutNullStreams;
+  stdout: () => string;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+const ROOT = path.join(__dirname, '..', '..');
+
+function spawnService(env: NodeJS.ProcessEnv): ServiceProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], { cwd: ROOT, env });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => {
+    child.on('exit', resolve);
+  });
+  return { child, stdout: () => out, stderr: () => err, exited };
+}
+
+async function listeningPort(svc: ServiceProcess, withinMs = 60_000): Promise<number> {
+  const deadline = Date.now() + withinMs;
+  while (Date.now() < deadline) {
+    const match = /"port":(\d+)[^\n]*listening/.exec(svc.stdout());
+    if (match?.[1]) return Number(match[1]);
+    if (svc.child.exitCode !== null) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`service did not start:\n${svc.stdout()}\n${svc.stderr()}`);
+}
+
+const baseEnv = (overrides: Record<string, string>) => {
+  const env = testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
+  delete env.NODE_OPTIONS; // jest's vm-modules flag is not the service's business
+  return env;
+};
+
+describe('Start-up settings', () => {
+  test.each([
+    ['PORT', { PORT: 'eighty' }],
+    ['SECRET_KEY', { NODE_ENV: 'production', SECRET_KEY: '' }],
+    ['SECRET_KEY', { SECRET_KEY: 'too-short' }],
+    ['BCRYPT_ROUNDS', { NODE_ENV: 'production', BCRYPT_ROUNDS: '8' }],
+    ['CORS_ALLOWED_ORIGINS', { CORS_ALLOWED_ORIGINS: '*' }],
+    ['CORS_ALLOWED_ORIGINS', { CORS_ALLOWED_ORIGINS: 'https://ok.example.com,https://bad.example.com/path' }],
+    ['ACCESS_TOKEN_EXPIRE_MINUTES', { ACCESS_TOKEN_EXPIRE_MINUTES: '0' }],
+    ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
+    ['DB_PORT', { DB_HOSTNAME: '127.0.0.1', DB_PORT: '70000' }],
+  ])('When %s has a bad value, then the start stops with one line naming it', async (name, overrides) => {
+    const svc = spawnService(baseEnv(overrides));
+    expect(await svc.exited).toBe(1);
+    const lines = svc.stderr().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(new RegExp(`^Invalid setting ${name}: `));
+    expect(svc.stdout()).not.toContain('listening');
+  });
+});
+
+describe('Migrations at start-up', () => {
+  test('When a migration fails, then the process exits non-zero and never listens', async () => {
+    // A table already in the way makes the first migration fail.
+    let env: Record<string, string>;
+    let cleanup: () => Promise<void>;
+    if (usingPostgres()) {
+      const fresh = await freshDatabaseEnv();
+      const db = postgresConnection(fresh.env.DB_NAME);
+      await db.raw('CREATE TABLE users (nothing int)');
+      await db.destroy();
+      env = fresh.env;
+      cleanup = () => fresh.drop();
+    } else {
+      const dir = mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
+      const pglite = new PGlite(dir);
+      await pglite.exec('CREATE TABLE users (nothing int)');
+      await pglite.close();
+      env = { DB_EMBEDDED_DIR: dir };
+      cleanup = () => {
+        rmSync(dir, { recursive: true, force: true });
+        return Promise.resolve();
+      };
+    }
+    const svc = spawnService(baseEnv(env));
+    const code = await svc.exited;
+    await cleanup();
+    expect(code).not.toBe(0);
+    expect(svc.stdout()).toContain('migrations failed');
+    expect(svc.stdout()).not.toContain('listening');
+  });
+});
+
+describe('Graceful shutdown', () => {
+  let fresh: { env: Record<string, string>; drop(): Promise<void> };
+  beforeAll(async () => {
+    fresh = await freshDatabaseEnv();
+  });
+  afterAll(async () => {
+    await fresh.drop();
+  });
+
+  test('When SIGTERM arrives, then ready turns 503 at once while live stays 200, in-flight and new requests are still served during the delay, and the exit code is 0', async () => {
+    const svc = spawnService(baseEnv({ ...fresh.env, SHUTDOWN_DELAY_SECONDS: '2', BCRYPT_ROUNDS: '12' }));
+    const port = await listeningPort(svc);
+    const url = (p: string) => `http://127.0.0.1:${port}${p}`;
+    const credentials = { email: 'bye@example.com', password: 'password123' };
+    const created = await fetch(url('/users/'), {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(credentials),
+    });
+    expect(created.status).toBe(201);
+
+    // A login is slow on purpose (bcrypt): it is in flight when the signal lands.
+    const inFlight = fetch(url('/login'), {
+      method: 'POST',
+      body: new URLSearchParams({ username: credentials.email, password: credentials.password }),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    svc.child.kill('SIGTERM');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    expect((await fetch(url('/healthz/ready'))).status).toBe(503);
+    expect((await fetch(url('/healthz/live'))).status).toBe(200);
+    expect((await fetch(url('/posts/public'))).status).toBe(200);
+    const login = await inFlight;
+    expect(login.status).toBe(200);
+    expect(((await login.json()) as { token_type: string }).token_type).toBe('bearer');
+
+    expect(await svc.exited).toBe(0);
+    expect(svc.stdout()).toContain('shutdown complete');
+  });
+});

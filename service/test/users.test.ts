@@ -1,0 +1,128 @@
+import request from 'supertest';
+import { expectProblem, startTestService, uniqueEmail, type TestService } from './helpers';
+
+let svc: TestService;
+beforeAll(async () => {
+  svc = await startTestService();
+});
+afterAll(async () => {
+  await svc.close();
+});
+
+describe('POST /users/', () => {
+  test('When a new e-mail registers, then 201 returns the user without any password', async () => {
+    const email = uniqueEmail();
+    const res = await request(svc.app).post('/users/').send({ email, password: 'password123' });
+    expect(res.status).toBe(201);
+    expect(res.headers['content-type']).toMatch(/^application\/json/);
+    expect(Object.keys(res.body as object).sort()).toEqual(['created_at', 'email', 'id']);
+    const user = res.body as { id: number; email: string; created_at: string };
+    expect(Number.isInteger(user.id)).toBe(true);
+    expect(user.email).toBe(email);
+    expect(new Date(user.created_at).toISOString()).toBe(user.created_at);
+  });
+
+  test('When a user registers, then only a bcrypt hash of the password is stored', async () => {
+    const email = uniqueEmail();
+    await request(svc.app).post('/users/').send({ email, password: 'password123' }).expect(201);
+    const row = (await svc.db.knex('users').where({ email }).first()) as { password: string };
+    expect(row.password).not.toContain('password123');
+    expect(row.password).toMatch(/^\$2[aby]\$\d\d\$/);
+  });
+
+  test('When the e-mail is taken in another letter case, then 409 and no second user', async () => {
+    const email = uniqueEmail('Case');
+    await request(svc.app).post('/users/').send({ email, password: 'password123' }).expect(201);
+    const res = await request(svc.app)
+      .post('/users/')
+      .send({ email: email.toUpperCase(), password: 'other-password' });
+    expect(expectProblem(res, 409).detail).toMatch(/already exists/);
+    const count = await svc.db
+      .knex('users')
+      .whereRaw('lower(email) = lower(?)', [email])
+      .count<{ count: string | number }[]>('* as count');
+    expect(Number(count[0]?.count)).toBe(1);
+  });
+
+  test('When the same e-mail registers twice at once, then one 201 and one 409', async () => {
+    const email = uniqueEmail('race');
+    const results = await Promise.all(
+      [0, 1, 2, 3].map(() => request(svc.app).post('/users/').send({ email, password: 'password123' })),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([201, 409, 409, 409]);
+  });
+
+  test.each([
+    ['a missing e-mail', { password: 'password123' }, 'email'],
+    ['a malformed e-mail', { email: 'not-an-email', password: 'password123' }, 'email'],
+    ['an e-mail that is a number', { email: 42, password: 'password123' }, 'email'],
+    ['a missing password', { email: 'x@example.com' }, 'password'],
+    ['a 7-character password', { email: 'x@example.com', password: 'short12' }, 'password'],
+    ['a 73-byte password', { email: 'x@example.com', password: 'p'.repeat(73) }, 'password'],
+    [
+      'a password of 25 three-byte characters (75 bytes)',
+      { email: 'x@example.com', password: '€'.repeat(25) },
+      'password',
+    ],
+    ['a password with a NUL', { email: 'x@example.com', password: 'pass\u0000word123' }, 'password'],
+  ])('When the body has %s, then 422 names the field and nothing is stored', async (_name, body, field) => {
+    const before = await svc.db.knex('users').count<{ count: string | number }[]>('* as count');
+    const res = await request(svc.app).post('/users/').send(body);
+    const problem = expectProblem(res, 422);
+    expect(problem.errors?.map((e) => e.field)).toContain(field);
+    const after = await svc.db.knex('users').count<{ count: string | number }[]>('* as count');
+    expect(after[0]?.count).toEqual(before[0]?.count);
+  });
+
+  test('When the password is exactly 72 bytes, then it is accepted and works for login', async () => {
+    const email = uniqueEmail();
+    const password = 'é'.repeat(36); // 72 bytes in UTF-8
+    await request(svc.app).post('/users/').send({ email, password }).expect(201);
+    await request(svc.app).post('/login').type('form').send({ username: email, password }).expect(200);
+  });
+
+  test('When unknown fields are sent, then they are ignored', async () => {
+    const res = await request(svc.app)
+      .post('/users/')
+      .send({ email: uniqueEmail(), password: 'password123', id: 999, admin: true });
+    expect(res.status).toBe(201);
+    expect(res.body).not.toHaveProperty('admin');
+  });
+
+  test('When the body is malformed JSON, then 400', async () => {
+    const res = await request(svc.app)
+      .post('/users/')
+      .set('Content-Type', 'application/json')
+      .send('{"email": ');
+    expectProblem(res, 400);
+  });
+
+  test('When the body is over 100 kB, then 413', async () => {
+    const res = await request(svc.app)
+      .post('/users/')
+      .send({ email: uniqueEmail(), password: 'password123', pad: 'x'.repeat(110_000) });
+    expectProblem(res, 413);
+  });
+
+  test('When the body is not JSON, then 415', async () => {
+    const res = await request(svc.app)
+      .post('/users/')
+      .type('form')
+      .send({ email: uniqueEmail(), password: 'password123' });
+    expectProblem(res, 415);
+  });
+
+  test.each(['/users', '/USERS/', '/Users/', '/users//', '/users/x'])(
+    'When registering at %s, then 404 (only /users/ answers)',
+    async (path) => {
+      const res = await request(svc.app).post(path).send({ email: uniqueEmail(), password: 'password123' });
+      expectProblem(res, 404);
+    },
+  );
+
+  test('When /users/ is called with GET, then 405 with Allow: POST', async () => {
+    const res = await request(svc.app).get('/users/');
+    expectProblem(res, 405);
+    expect(res.headers.allow).toBe('POST');
+  });
+});
