@@ -8,6 +8,8 @@ export interface EndpointFigures {
   errors: number;
   non2xx: number;
   requests: number;
+  /** The server process's own CPU time per request (user + system), where /proc tells it. */
+  cpuUsPerRequest?: number;
 }
 
 export interface SizeResult {
@@ -22,6 +24,7 @@ export interface SizeResult {
   service: Record<string, EndpointFigures>;
   reference: Record<string, EndpointFigures>;
   liveDuringLogins: { p50: number; p99: number; loginRps: number };
+  /** Median resident size (MB) through requests 10,000-20,000 and 90,000-100,000. */
   memory: { rss20k: number; rss100k: number };
   loginTiming: { unknownMedianMs: number; wrongPasswordMedianMs: number };
 }
@@ -34,14 +37,16 @@ const mark = (ok: boolean) => (ok ? '✅ met' : '❌ missed');
 
 function table(r: SizeResult): string[] {
   const lines = [
-    '| Endpoint | Service req/s | p50 ms | p99 ms | errors | non-2xx | Reference req/s | p50 ms | p99 ms | Service / reference |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| Endpoint | Service req/s | p50 ms | p99 ms | errors | non-2xx | CPU µs/req | Reference req/s | p50 ms | p99 ms | CPU µs/req | Service / reference req/s |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
+  const cpu = (f: EndpointFigures | undefined) =>
+    f?.cpuUsPerRequest === undefined ? '–' : fmt(f.cpuUsPerRequest);
   for (const [name, s] of Object.entries(r.service)) {
     const ref = r.reference[name];
     const ratio = ref && ref.rps > 0 ? (s.rps / ref.rps).toFixed(2) : '–';
     lines.push(
-      `| ${name} | ${fmt(s.rps)} | ${String(s.p50)} | ${String(s.p99)} | ${String(s.errors)} | ${String(s.non2xx)} | ${ref ? fmt(ref.rps) : '–'} | ${ref ? String(ref.p50) : '–'} | ${ref ? String(ref.p99) : '–'} | ${ratio} |`,
+      `| ${name} | ${fmt(s.rps)} | ${String(s.p50)} | ${String(s.p99)} | ${String(s.errors)} | ${String(s.non2xx)} | ${cpu(s)} | ${ref ? fmt(ref.rps) : '–'} | ${ref ? String(ref.p50) : '–'} | ${ref ? String(ref.p99) : '–'} | ${cpu(ref)} | ${ratio} |`,
     );
   }
   return lines;
@@ -55,7 +60,7 @@ function checks(r: SizeResult): string[] {
     '| Check | Measured | Target | |',
     '|---|---|---|---|',
     `| \`/healthz/live\` p99 during 20 concurrent logins (${fmt(r.liveDuringLogins.loginRps)} logins/s) | ${String(r.liveDuringLogins.p99)} ms (p50 ${String(r.liveDuringLogins.p50)} ms) | < 50 ms | ${mark(r.liveDuringLogins.p99 < 50)} |`,
-    `| Resident memory after 100,000 vs 20,000 requests | ${fmt(r.memory.rss100k, 1)} MB vs ${fmt(r.memory.rss20k, 1)} MB (${growth >= 0 ? '+' : ''}${fmt(growth * 100, 1)} %) | within 20 % | ${mark(Math.abs(growth) <= 0.2)} |`,
+    `| Resident memory around 100,000 vs 20,000 requests (median of readings through the last 10,000) | ${fmt(r.memory.rss100k, 1)} MB vs ${fmt(r.memory.rss20k, 1)} MB (${growth >= 0 ? '+' : ''}${fmt(growth * 100, 1)} %) | within 20 % | ${mark(Math.abs(growth) <= 0.2)} |`,
     `| Login median: unknown e-mail vs wrong password | ${fmt(u)} ms vs ${fmt(w)} ms (${fmt(timingGap * 100, 1)} % apart) | within 15 % | ${mark(timingGap <= 0.15)} |`,
   ];
   for (const name of LISTS) {
@@ -178,8 +183,11 @@ export function renderDocs(resultsDir: string, docsDir: string): string[] {
     'on later runs, then measures every endpoint with [autocannon](https://github.com/mcollina/autocannon) against',
     'the service (`node --import tsx service/src/main.ts`, `NODE_ENV=production`, `LOG_LEVEL=warn`, `BCRYPT_ROUNDS=12`,',
     'pool of 10) and against `bench/reference.ts`, a bare `node:http` + `pg` server sending the same SQL on the same',
-    "data, in the same run. Every figure is after a 2 s warm-up; latencies are autocannon's, in ms, measured on the",
-    'same machine as the server, the database and the load generator, which therefore share the CPU.',
+    'data, in the same run: endpoint by endpoint, back to back, the one going first alternating, so a',
+    "disturbance lands on both. Every figure is after a 2 s warm-up; latencies are autocannon's, in ms, measured on",
+    'the same machine as the server, the database and the load generator, which therefore share the CPU.',
+    "CPU µs/req is the server process's own CPU time (user + system, from `/proc`) over the requests it answered:",
+    'steadier than throughput, which also depends on the other two (for login it includes the bcrypt threads).',
     '',
     '![p50 latency against the number of posts](benchmarks.svg)',
     '',
@@ -197,16 +205,31 @@ export function renderDocs(resultsDir: string, docsDir: string): string[] {
     md.push(...table(r), '', ...checks(r), '');
   }
   md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '');
-  // Findings from one profiling session (2026-11-22), kept because they explain the missed targets;
-  // rerun the experiments described before trusting them on other hardware.
+  // Findings from profiling sessions (2026-11-21 and -22), kept because they explain the missed
+  // targets; rerun the experiments described before trusting them on other hardware.
   md.push(
     '## Why the service is slower than the reference',
     '',
-    'The database is not the gap: on 100,000 posts `EXPLAIN ANALYZE` gives 1.1 ms for the rare search',
-    '(bitmap scan on `posts_title_trgm`), 0.6 ms for the common one (walk of `posts_newest`), and with one',
-    'connection the service answers either search with a p50 of 2 ms (reference: 1 to 2 ms). At 10 connections',
-    'on 2 shared cores, latency is queueing behind per-request CPU, so it follows throughput. Taking the public',
-    'list apart on 10,000 posts, one variant after the other on a lightly loaded machine (8 s each, req/s):',
+    "Per request, the service's process uses three to four times the CPU of the reference (the CPU µs/req",
+    'columns), and with two cores shared by the server, PostgreSQL and autocannon, that is the gap in',
+    'throughput; at 10 connections it is also the gap in latency, which is queueing behind that CPU. The',
+    'database is not the cause: both send the same SQL (captured from knex), `EXPLAIN ANALYZE` at 100,000',
+    'posts gives 1.1 ms for the rare search and 0.6 ms for the common one, and `strace -c` counts two',
+    '`writev` per request on both sides (one query, one response).',
+    '',
+    '**Found and fixed (2026-11-22).** A CPU profile of the authenticated list put 28 % of the',
+    "service's CPU in `crypto.createPublicKey`: handed the secret as a string, jsonwebtoken tries to parse",
+    'it as a PEM key on every verify, and that throws. The key is now a `KeyObject` built once',
+    '(`service/src/auth/tokens.ts`). Authenticated list on 10,000 posts, A/B, 8 s each: 654 and 757 req/s',
+    'before, 1,014 and 1,177 after. The reference had the same flaw and got the same fix, so the ratio',
+    'still compares like with like; that is why it barely moved although the service got faster.',
+    '',
+    '**What is left is spread thin.** The same profile after the fix: socket writes 28 % (the reference',
+    'pays the same), knex 8 %, Express and its router 8 %, garbage collection 6 %, pg 3 %, pino-http 2 %,',
+    "passport 1.5 %, joi 1 %, helmet, cors and prom-client under 1 % each, and no function of the service's",
+    'own code above 1 %. Taking one layer out at a time (public list, 6 s runs): without pino-http',
+    '380 and 466 µs/request against 452 and 694 with it; without helmet, ETag or the metrics middleware,',
+    'within the noise. Earlier (2026-11-21, another machine of the same kind, public list, req/s):',
     '',
     '| Variant | req/s |',
     '|---|---:|',
@@ -216,12 +239,10 @@ export function renderDocs(resultsDir: string, docsDir: string): string[] {
     '| bare Express 5 + knex + the joi query validation | 1,100 (one run) |',
     '| the whole app (`createApp`: pino-http, helmet, cors, the routers, error handling) | 920 to 1,030 |',
     '',
-    'So knex costs about a fifth, Express a tenth or more, and the middleware stack in `service/src/app.ts`',
-    "(a child logger and a UUID per request from pino-http, helmet's dozen headers, cors, ETag hashing) about",
-    "a third. A CPU profile under load shows no single hot spot in the service's own code, and none of the",
-    'cost is in the queries or the schema. The public list shows it most because its query is the cheapest;',
-    "on the authenticated calls the token's user look-up and the list query dilute it. (These variants were",
-    'measured before the Prometheus middleware was added to `app.ts`.)',
+    'So Express and knex alone, before any middleware, already sit at 0.55 to 0.65 of the reference. The',
+    '≥ 0.8 × target would allow the service about a quarter more CPU per request than a bare',
+    '`node:http` + `pg` server; with Express, knex, passport and joi on the path (the stack this project',
+    'chose) it is out of reach on this hardware, and the figures above say where the time goes.',
     '',
   );
   const mdPath = path.join(docsDir, 'benchmarks.md');

@@ -100,14 +100,36 @@ async function run(options: autocannon.Options): Promise<autocannon.Result> {
   });
 }
 
-const figures = (r: autocannon.Result): EndpointFigures => ({
+const figures = (r: autocannon.Result, cpuMs: number | undefined): EndpointFigures => ({
   rps: Math.round(r.requests.average),
   p50: r.latency.p50,
   p99: r.latency.p99,
   errors: r.errors + r.timeouts,
   non2xx: r.non2xx,
   requests: r.requests.total,
+  ...(cpuMs === undefined || r.requests.total === 0
+    ? {}
+    : { cpuUsPerRequest: Math.round((cpuMs * 1000) / r.requests.total) }),
 });
+
+/**
+ * CPU time (user + system) a process has used, in ms, from /proc (Linux); undefined elsewhere.
+ * Per request it is a steadier measure of a server's own cost than throughput, which also depends
+ * on the database and the load generator sharing the machine.
+ */
+function cpuMsOf(pid: number | undefined): number | undefined {
+  try {
+    const fields =
+      readFileSync(`/proc/${String(pid)}/stat`, 'utf8')
+        .split(') ')[1]
+        ?.split(' ') ?? [];
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every common architecture.
+    return Number.isFinite(ticks) ? ticks * 10 : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 async function login(
   base: string,
@@ -134,17 +156,15 @@ const rssMb = (pid: number): number => {
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
 };
 
-/** Everything the bench asks of one server, endpoint by endpoint. */
-async function measureEndpoints(
+/** Everything the bench asks of a server, endpoint by endpoint. */
+function endpointsOf(
   base: string,
   token: string,
   publishedIds: number[],
   voteIds: number[],
-  resetVotes: () => Promise<void>,
-): Promise<Record<string, EndpointFigures>> {
+): [string, autocannon.Options][] {
   const auth = { authorization: `Bearer ${token}` };
-  const out: Record<string, EndpointFigures> = {};
-  const endpoints: [string, autocannon.Options][] = [
+  return [
     ['public list', { url: `${base}/posts/public` }],
     ['authenticated list', { url: `${base}/posts/`, headers: auth }],
     [`search rare ("${RARE_WORD}")`, { url: `${base}/posts/?search=${RARE_WORD}`, headers: auth }],
@@ -193,16 +213,47 @@ async function measureEndpoints(
       },
     ],
   ];
-  for (const [name, options] of endpoints) {
-    // A short warm-up first: JIT, pool connections and PostgreSQL's cache.
-    await run({ ...options, duration: 2 });
-    // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
-    await resetVotes();
-    const result = await run(options);
-    out[name] = figures(result);
-    log(
-      `  ${name.padEnd(28)} ${String(out[name].rps).padStart(6)} req/s  p50 ${String(out[name].p50).padStart(4)} ms  p99 ${String(out[name].p99).padStart(5)} ms  errors ${String(out[name].errors)}  non-2xx ${String(out[name].non2xx)}`,
-    );
+}
+
+/**
+ * Measures both servers endpoint by endpoint, back to back, the one going first alternating from
+ * one endpoint to the next: a disturbance on the machine (a checkpoint, another process) then
+ * lands on both sides instead of on whichever server would otherwise be measured first.
+ */
+async function measureBoth(
+  servers: { service: Server; reference: Server },
+  token: string,
+  publishedIds: number[],
+  voteIds: number[],
+  resetVotes: () => Promise<void>,
+): Promise<Record<'service' | 'reference', Record<string, EndpointFigures>>> {
+  const out: Record<'service' | 'reference', Record<string, EndpointFigures>> = {
+    service: {},
+    reference: {},
+  };
+  const names = endpointsOf('', token, publishedIds, voteIds).map(([name]) => name);
+  for (const [i, name] of names.entries()) {
+    const order = i % 2 === 0 ? (['service', 'reference'] as const) : (['reference', 'service'] as const);
+    for (const side of order) {
+      const server = servers[side];
+      const options = endpointsOf(server.base, token, publishedIds, voteIds)[i]?.[1];
+      if (!options) continue;
+      // A short warm-up first: JIT, pool connections and PostgreSQL's cache.
+      await run({ ...options, duration: 2 });
+      // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
+      await resetVotes();
+      const cpuBefore = cpuMsOf(server.child.pid);
+      const result = await run(options);
+      const cpuAfter = cpuMsOf(server.child.pid);
+      const f = figures(
+        result,
+        cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
+      );
+      out[side][name] = f;
+      log(
+        `  ${side.padEnd(9)} ${name.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
+      );
+    }
   }
   return out;
 }
@@ -241,14 +292,22 @@ async function benchSize(posts: number): Promise<SizeResult> {
     DB_PASSWORD: pgConnection.password,
     DB_NAME: info.database,
   };
+  // Seeding leaves much to write out; a checkpoint now keeps that flush out of the measurements.
+  await db.raw('CHECKPOINT').catch(() => {
+    log('  (no CHECKPOINT: the bench user may not run one; measuring anyway)');
+  });
   const service = await startServer('service/src/main.ts', env);
   const reference = await startServer('bench/reference.ts', env);
   try {
     const token = (await login(service.base, 'user1@bench.example', BENCH_PASSWORD)).token ?? '';
-    log(`service (${service.base}):`);
-    const svc = await measureEndpoints(service.base, token, publishedIds, voteIds, resetVotes);
-    log(`reference: bare node:http + pg (${reference.base}):`);
-    const ref = await measureEndpoints(reference.base, token, publishedIds, voteIds, resetVotes);
+    log(`service ${service.base}, reference (bare node:http + pg) ${reference.base}:`);
+    const { service: svc, reference: ref } = await measureBoth(
+      { service, reference },
+      token,
+      publishedIds,
+      voteIds,
+      resetVotes,
+    );
 
     // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
     const [logins, live] = await Promise.all([
@@ -273,14 +332,24 @@ async function benchSize(posts: number): Promise<SizeResult> {
       { method: 'GET', path: '/posts/?limit=5', headers: auth },
       { method: 'GET', path: '/no/such/path' },
     ];
-    await run({ url: service.base, requests: mix, amount: 20_000 });
-    await sleep(1000);
-    const rss20k = rssMb(service.child.pid ?? 0);
-    await run({ url: service.base, requests: mix, amount: 80_000 });
-    await sleep(1000);
-    const rss100k = rssMb(service.child.pid ?? 0);
+    // A single reading lands anywhere in a garbage-collection cycle (±20 % seen); the median of
+    // readings taken through the last 10,000 requests of each stretch does not.
+    const residentDuring = async (amount: number): Promise<number> => {
+      const samples: number[] = [];
+      const timer = setInterval(() => samples.push(rssMb(service.child.pid ?? 0)), 100);
+      try {
+        await run({ url: service.base, requests: mix, amount });
+      } finally {
+        clearInterval(timer);
+      }
+      return median(samples);
+    };
+    await run({ url: service.base, requests: mix, amount: 10_000 });
+    const rss20k = await residentDuring(10_000);
+    await run({ url: service.base, requests: mix, amount: 70_000 });
+    const rss100k = await residentDuring(10_000);
     log(
-      `  resident memory: ${rss20k.toFixed(1)} MB after 20,000 requests, ${rss100k.toFixed(1)} MB after 100,000`,
+      `  resident memory (median through requests 10,000-20,000 and 90,000-100,000): ${rss20k.toFixed(1)} MB, ${rss100k.toFixed(1)} MB`,
     );
 
     // Login timing: unknown e-mail against known e-mail with a wrong password, interleaved.

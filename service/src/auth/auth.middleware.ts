@@ -4,7 +4,7 @@ import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields, type Database } from '../database';
 import { notAuthenticated } from '../http/errors';
 import { findUserById, type User } from '../users/users.repository';
-import { TOKEN_ALGORITHM } from './tokens';
+import { TOKEN_ALGORITHM, tokenKey } from './tokens';
 
 declare global {
   // passport types req.user as Express.User; ours is the API's user.
@@ -32,7 +32,8 @@ export function requireAuth(db: Database, secretKey: string): RequestHandler {
     new JwtStrategy(
       {
         jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(),
-        secretOrKey: secretKey,
+        // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
+        secretOrKey: tokenKey(secretKey) as unknown as Buffer,
         algorithms: [TOKEN_ALGORITHM],
       },
       (payload: { sub?: unknown }, done: (error: unknown, user?: User | false) => void) => {
