@@ -231,13 +231,16 @@ async function measureBoth(
     service: {},
     reference: {},
   };
-  const names = endpointsOf('', token, publishedIds, voteIds).map(([name]) => name);
-  for (const [i, name] of names.entries()) {
+  const endpoints = {
+    service: endpointsOf(servers.service.base, token, publishedIds, voteIds),
+    reference: endpointsOf(servers.reference.base, token, publishedIds, voteIds),
+  };
+  for (const [i, [name]] of endpoints.service.entries()) {
     const order = i % 2 === 0 ? (['service', 'reference'] as const) : (['reference', 'service'] as const);
     for (const side of order) {
       const server = servers[side];
-      const options = endpointsOf(server.base, token, publishedIds, voteIds)[i]?.[1];
-      if (!options) continue;
+      const options = endpoints[side][i]?.[1];
+      if (!options) throw new Error(`no endpoint ${name} for the ${side}`);
       // A short warm-up first: JIT, pool connections and PostgreSQL's cache.
       await run({ ...options, duration: 2 });
       // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
