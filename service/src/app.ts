@@ -1,13 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import cors from 'cors';
 import express, { type Express } from 'express';
 import helmet from 'helmet';
-import { pinoHttp } from 'pino-http';
 import { requireAuth } from './auth/auth.middleware';
 import { authRouter } from './auth/auth.routes';
 import type { Database } from './database';
 import { docsRouter } from './http/docs';
 import { errorHandler, notFound } from './http/errors';
+import { requestLog } from './http/request-log';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
 import { postsRouter } from './posts/posts.routes';
@@ -23,8 +22,6 @@ export interface AppDeps {
   metrics?: Metrics;
 }
 
-const REQUEST_ID = /^[\w.:-]{1,128}$/;
-
 /** The Express app; it never listens, so tests build it in-process against their own database. */
 export function createApp({ db, settings, logger, metrics = createMetrics(db, logger) }: AppDeps): Express {
   const app = express();
@@ -35,28 +32,7 @@ export function createApp({ db, settings, logger, metrics = createMetrics(db, lo
   app.set('case sensitive routing', true);
 
   app.use(metrics.httpMiddleware);
-  app.use(
-    pinoHttp({
-      logger,
-      genReqId: (req, res) => {
-        const given = req.headers['x-request-id'];
-        const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
-        res.setHeader('X-Request-Id', id);
-        return id;
-      },
-      // One line per request: method, path, status, duration (responseTime) and request id. Headers
-      // are left out altogether, so neither Authorization nor a cookie can reach the log.
-      serializers: {
-        req: (req: { id: unknown; method: string; url: string }) => ({
-          id: req.id,
-          method: req.method,
-          path: req.url.split('?')[0],
-        }),
-        res: (res: { statusCode: number }) => ({ status: res.statusCode }),
-      },
-      customLogLevel: (_req, res, error) => (error || res.statusCode >= 500 ? 'error' : 'info'),
-    }),
-  );
+  app.use(requestLog(logger));
   app.use(helmet());
   app.use(
     cors({

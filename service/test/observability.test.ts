@@ -2,8 +2,11 @@ import { spawn } from 'node:child_process';
 import { request as httpRequest } from 'node:http';
 import path from 'node:path';
 import { Writable } from 'node:stream';
+import express from 'express';
 import request from 'supertest';
 import { createApp } from '../src/app';
+import { errorHandler } from '../src/http/errors';
+import { requestLog } from '../src/http/request-log';
 import { migrateDown, migrateToLatest, openDatabase, type Database } from '../src/database';
 import { createLogger } from '../src/logger';
 import { startServer, type RunningServer } from '../src/server';
@@ -343,6 +346,83 @@ describe('Request log', () => {
       metricsPort: 9999,
       database: { kind: 'postgres', host: 'db.example.internal' },
     });
+  });
+});
+
+describe('Request log edge cases', () => {
+  // The middleware on its own, in front of routes that fail and that never answer.
+  function appLoggingAt(level: 'info' | 'warn') {
+    const log = captureLog();
+    const logger = createLogger(level, log.stream);
+    const app = express();
+    app.use(requestLog(logger));
+    app.get('/ok', (_req, res) => {
+      res.json({ ok: true });
+    });
+    app.get('/boom', () => {
+      throw new Error('kaboom');
+    });
+    app.get('/never', () => undefined);
+    app.use(errorHandler(logger));
+    const requestLines = () =>
+      log.entries().filter((entry) => entry.msg === 'request completed' || entry.msg === 'request aborted');
+    return { app, log, requestLines };
+  }
+
+  test('When a request fails with a 500, then its line is logged at error level with the same id as the failure', async () => {
+    const { app, log, requestLines } = appLoggingAt('info');
+    const res = await request(app).get('/boom').set('X-Request-Id', 'boom-1').expect(500);
+    expect(res.headers['x-request-id']).toBe('boom-1');
+    expect(requestLines()).toEqual([
+      expect.objectContaining({
+        level: 50,
+        msg: 'request completed',
+        req: { id: 'boom-1', method: 'GET', path: '/boom' },
+        res: { status: 500 },
+      }),
+    ]);
+    expect(log.entries()).toContainEqual(
+      expect.objectContaining({ level: 50, msg: 'request failed', reqId: 'boom-1' }),
+    );
+  });
+
+  test('When the level is warn, then answered requests write nothing and failed ones still do', async () => {
+    const { app, requestLines } = appLoggingAt('warn');
+    await request(app).get('/ok').expect(200);
+    expect(requestLines()).toHaveLength(0);
+    await request(app).get('/boom').expect(500);
+    expect(requestLines()).toEqual([expect.objectContaining({ level: 50, res: { status: 500 } })]);
+  });
+
+  test('When the client hangs up before the answer, then one "request aborted" line is logged', async () => {
+    const { app, requestLines } = appLoggingAt('info');
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    try {
+      const { port } = server.address() as { port: number };
+      const call = httpRequest({
+        host: '127.0.0.1',
+        port,
+        path: '/never?q=1',
+        headers: { 'X-Request-Id': 'gone-1' },
+      });
+      call.on('error', () => undefined);
+      call.end();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      call.destroy();
+      for (let i = 0; i < 50 && requestLines().length === 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(requestLines()).toEqual([
+        expect.objectContaining({
+          level: 30,
+          msg: 'request aborted',
+          req: { id: 'gone-1', method: 'GET', path: '/never' },
+        }),
+      ]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

@@ -1,0 +1,43 @@
+import { randomUUID } from 'node:crypto';
+import type { RequestHandler } from 'express';
+import type { Logger } from '../logger';
+
+declare module 'http' {
+  interface IncomingMessage {
+    /** The request id: a valid X-Request-Id from the caller, else a new UUID. */
+    id: string;
+  }
+}
+
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/**
+ * Gives each request its id (echoed in X-Request-Id) and, once it is answered or abandoned, logs
+ * one line: id, method, path without the query string, status and duration in ms. Headers and
+ * bodies are never read, so neither a token nor a password can reach the log. Nothing is built
+ * when the level is off: a per-request child logger cost a tenth of a list request's CPU.
+ */
+export function requestLog(logger: Logger): RequestHandler {
+  return (req, res, next) => {
+    const given = req.headers['x-request-id'];
+    const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    req.id = id;
+    res.setHeader('X-Request-Id', id);
+    const started = Date.now();
+    // 'close' comes exactly once for every request, answered or abandoned by the client.
+    res.once('close', () => {
+      const status = res.statusCode;
+      const level = status >= 500 ? 'error' : 'info';
+      if (!logger.isLevelEnabled(level)) return;
+      logger[level](
+        {
+          req: { id, method: req.method, path: req.originalUrl.split('?')[0] },
+          res: { status },
+          responseTime: Date.now() - started,
+        },
+        res.writableFinished ? 'request completed' : 'request aborted',
+      );
+    });
+    next();
+  };
+}
