@@ -1,10 +1,11 @@
 /**
- * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10] [--reseed]`
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10] [--reseed] [--out DIR]`
  *
  * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
- * data, measures every endpoint with autocannon against both, then the service-only checks
- * (liveness during logins, memory growth, login timing). Results go to bench/results/, and
- * docs/benchmarks.md and docs/benchmarks.svg are rebuilt from every result there.
+ * data, measures every endpoint with autocannon against both, then the public list one layer at a
+ * time between the two, then the service-only checks (liveness during logins, memory growth, login
+ * timing). Results go to bench/results/, and docs/benchmarks.md and docs/benchmarks.svg are rebuilt
+ * from every result there.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -14,7 +15,7 @@ import path from 'node:path';
 import autocannon from 'autocannon';
 import knex from 'knex';
 import * as prettier from 'prettier';
-import { renderDocs, type EndpointFigures, type SizeResult } from './report';
+import { renderDocs, type EndpointFigures, type LadderStep, type SizeResult } from './report';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
 
 const ROOT = path.join(__dirname, '..');
@@ -30,6 +31,8 @@ const sizes = option('posts', '10000')
 const duration = Number(option('duration', '10'));
 const connections = Number(option('connections', '10'));
 const reseed = process.argv.includes('--reseed');
+/** Results and docs go to DIR/results and DIR/docs instead of bench/results and docs (a smoke run in CI). */
+const outDir = option('out', '');
 /** Free text on the conditions (other load on the machine, say), printed with the figures. */
 const note = option('note', '');
 if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
@@ -215,6 +218,61 @@ function endpointsOf(
   ];
 }
 
+/** One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then the run. */
+async function measure(
+  server: Server,
+  options: autocannon.Options,
+  beforeRun?: () => Promise<void>,
+): Promise<EndpointFigures> {
+  await run({ ...options, duration: 2 });
+  await beforeRun?.();
+  const cpuBefore = cpuMsOf(server.child.pid);
+  const result = await run(options);
+  const cpuAfter = cpuMsOf(server.child.pid);
+  return figures(
+    result,
+    cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
+  );
+}
+
+function logFigures(who: string, what: string, f: EndpointFigures): void {
+  log(
+    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
+  );
+}
+
+/**
+ * The public list up the ladder from the reference to the service, one layer added per step, so
+ * the gap between the two is split into what each layer costs. The steps run one after the other
+ * on a quiet machine; their order is the order of the ladder.
+ */
+async function measureLadder(
+  env: Record<string, string>,
+  servers: { service: Server; reference: Server },
+): Promise<LadderStep[]> {
+  // [short label, what the step is, the server or the ladder.ts rung to start]
+  const steps: [string, string, Server | string][] = [
+    ['reference', 'reference: node:http + pg, the same SQL', servers.reference],
+    ['knex', "node:http + the service's knex repository", 'knex'],
+    ['express', 'Express 5 + the knex repository + res.json', 'express'],
+    ['app', 'the whole app (createApp): middleware, validation, routers', 'app'],
+    ['service', 'the service (main.ts): the app inside terminus', servers.service],
+  ];
+  const out: LadderStep[] = [];
+  for (const [label, name, target] of steps) {
+    const server =
+      typeof target === 'string' ? await startServer('bench/ladder.ts', { ...env, RUNG: target }) : target;
+    try {
+      const f = await measure(server, { url: `${server.base}/posts/public` });
+      out.push({ name, figures: f });
+      logFigures('ladder', label, f);
+    } finally {
+      if (typeof target === 'string') await server.stop();
+    }
+  }
+  return out;
+}
+
 /**
  * Measures both servers endpoint by endpoint, back to back, the one going first alternating from
  * one endpoint to the next: a disturbance on the machine (a checkpoint, another process) then
@@ -238,24 +296,11 @@ async function measureBoth(
   for (const [i, [name]] of endpoints.service.entries()) {
     const order = i % 2 === 0 ? (['service', 'reference'] as const) : (['reference', 'service'] as const);
     for (const side of order) {
-      const server = servers[side];
       const options = endpoints[side][i]?.[1];
       if (!options) throw new Error(`no endpoint ${name} for the ${side}`);
-      // A short warm-up first: JIT, pool connections and PostgreSQL's cache.
-      await run({ ...options, duration: 2 });
       // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
-      await resetVotes();
-      const cpuBefore = cpuMsOf(server.child.pid);
-      const result = await run(options);
-      const cpuAfter = cpuMsOf(server.child.pid);
-      const f = figures(
-        result,
-        cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
-      );
-      out[side][name] = f;
-      log(
-        `  ${side.padEnd(9)} ${name.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
-      );
+      out[side][name] = await measure(servers[side], options, resetVotes);
+      logFigures(side, name, out[side][name]);
     }
   }
   return out;
@@ -311,6 +356,8 @@ async function benchSize(posts: number): Promise<SizeResult> {
       voteIds,
       resetVotes,
     );
+    log('the public list, one layer at a time:');
+    const ladder = await measureLadder(env, { service, reference });
 
     // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
     const [logins, live] = await Promise.all([
@@ -383,6 +430,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
       },
       service: svc,
       reference: ref,
+      ladder,
       liveDuringLogins: {
         p50: live.latency.p50,
         p99: live.latency.p99,
@@ -412,7 +460,7 @@ async function postgresVersion(): Promise<string> {
 }
 
 async function main(): Promise<void> {
-  const resultsDir = path.join(ROOT, 'bench', 'results');
+  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'bench', 'results');
   mkdirSync(resultsDir, { recursive: true });
   for (const posts of sizes) {
     log(
@@ -426,7 +474,7 @@ async function main(): Promise<void> {
     const json = await prettier.format(JSON.stringify(result), { parser: 'json' });
     writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
   }
-  const written = renderDocs(resultsDir, path.join(ROOT, 'docs'));
+  const written = renderDocs(resultsDir, outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'));
   log(`\nwrote ${written.join(', ')}`);
 }
 
