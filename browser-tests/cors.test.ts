@@ -42,6 +42,8 @@ window.client = {
     body: JSON.stringify({ title, content: 'posted from another origin' }),
   }),
   readPost: (api, token, id) => call(api + '/posts/' + id, { headers: { Authorization: 'Bearer ' + token } }),
+  // A status page reading the probes; its custom header makes the browser send a preflight first.
+  probe: (api, path) => call(api + path, { headers: { 'X-Status-Page': '1' } }),
 };
 </script></body></html>`;
 
@@ -94,7 +96,7 @@ async function openClient(origin: string): Promise<Page> {
   return page;
 }
 
-type StepName = 'register' | 'login' | 'createPost' | 'readPost';
+type StepName = 'register' | 'login' | 'createPost' | 'readPost' | 'probe';
 
 /** Runs one of the page's steps in the page, from its origin. */
 function step(page: Page, name: StepName, ...args: unknown[]): Promise<StepResult> {
@@ -252,5 +254,23 @@ describe('Cross-origin calls in Chromium', () => {
     const login = await direct.login('cross.origin@example.com', 'correct horse battery');
     expect(login.status).toBe(200);
     expect(login.headers.get('set-cookie')).toBeNull();
+  });
+
+  test('When a status page reads the health probes, then the preflight and the call pass from an allowed origin only', async () => {
+    // terminus answers these paths before the app: the service puts the same CORS rules in front.
+    const fromAllowed = await openClient(allowed.origin);
+    for (const path of ['/healthz/live', '/healthz/ready']) {
+      expect(await step(fromAllowed, 'probe', service.url, path)).toMatchObject({
+        ok: true,
+        status: 200,
+        body: { status: 'ok' },
+      });
+    }
+    const fromListed = await openClient(listed.origin);
+    const refused = await step(fromListed, 'probe', service.url, '/healthz/ready');
+    expect(refused.ok).toBe(false);
+    expect(refused.error).toMatch(/TypeError: Failed to fetch/);
+    await fromAllowed.close();
+    await fromListed.close();
   });
 });

@@ -1,9 +1,9 @@
-import cors from 'cors';
 import express, { type Express } from 'express';
 import helmet from 'helmet';
 import { requireAuth } from './auth/auth.middleware';
 import { authRouter } from './auth/auth.routes';
 import type { Database } from './database';
+import { crossOrigin } from './http/cors';
 import { docsRouter } from './http/docs';
 import { errorHandler, notFound } from './http/errors';
 import { requestLog } from './http/request-log';
@@ -34,17 +34,7 @@ export function createApp({ db, settings, logger, metrics = createMetrics(db, lo
   app.use(metrics.httpMiddleware);
   app.use(requestLog(logger));
   app.use(helmet());
-  app.use(
-    cors({
-      // A list (even an empty one) makes cors echo only listed origins and always add Vary: Origin.
-      origin: settings.corsAllowedOrigins,
-      methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-      // allowedHeaders left unset: the preflight's requested headers are echoed.
-      exposedHeaders: ['X-Request-Id', 'WWW-Authenticate', 'Retry-After'],
-      optionsSuccessStatus: 200,
-      maxAge: 600,
-    }),
-  );
+  app.use(crossOrigin(settings.corsAllowedOrigins));
 
   const auth = requireAuth(db, settings.secretKey);
   app.use(usersRouter(db, settings.bcryptRounds));

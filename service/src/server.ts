@@ -1,8 +1,16 @@
-import { createServer, STATUS_CODES, type Server } from 'node:http';
+import {
+  createServer,
+  STATUS_CODES,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createTerminus } from '@godaddy/terminus';
+import { createTerminus, type HealthCheckMap } from '@godaddy/terminus';
 import { createApp } from './app';
+import { crossOrigin } from './http/cors';
 import { problemBody } from './http/errors';
 import { withTimeout, type Database } from './database';
 import type { Logger } from './logger';
@@ -56,33 +64,34 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   server.headersTimeout = 66_000;
 
   const unavailable = (detail: string) => problemBody(503, detail);
-  createTerminus(server, {
-    healthChecks: {
-      // Liveness stays 200 while the process drains: only readiness takes the pod out of rotation.
-      '/healthz/live': () => Promise.resolve({}),
-      '/healthz/ready': async ({ state }) => {
-        if (state.isShuttingDown) {
-          throw Object.assign(new Error('shutting down'), {
-            statusResponse: unavailable('The service is shutting down'),
-          });
-        }
-        try {
-          await withTimeout(
-            db.knex.raw('SELECT 1'),
-            READY_TIMEOUT_MS,
-            `the database did not answer within ${READY_TIMEOUT_MS} ms`,
-          );
-        } catch (error) {
-          logger.warn({ err: error }, 'readiness check failed');
-          // terminus sends statusResponse as the body: no library message reaches the prober.
-          throw Object.assign(new Error('not ready'), {
-            statusResponse: unavailable('The database did not answer within 1 s'),
-          });
-        }
-        return {};
-      },
-      verbatim: true,
+  const healthChecks: HealthCheckMap = {
+    // Liveness stays 200 while the process drains: only readiness takes the pod out of rotation.
+    '/healthz/live': () => Promise.resolve({}),
+    '/healthz/ready': async ({ state }) => {
+      if (state.isShuttingDown) {
+        throw Object.assign(new Error('shutting down'), {
+          statusResponse: unavailable('The service is shutting down'),
+        });
+      }
+      try {
+        await withTimeout(
+          db.knex.raw('SELECT 1'),
+          READY_TIMEOUT_MS,
+          `the database did not answer within ${READY_TIMEOUT_MS} ms`,
+        );
+      } catch (error) {
+        logger.warn({ err: error }, 'readiness check failed');
+        // terminus sends statusResponse as the body: no library message reaches the prober.
+        throw Object.assign(new Error('not ready'), {
+          statusResponse: unavailable('The database did not answer within 1 s'),
+        });
+      }
+      return {};
     },
+    verbatim: true,
+  };
+  createTerminus(server, {
+    healthChecks,
     statusOkResponse: { status: 'ok' },
     // Shutdown is answered by the readiness check itself, so liveness is not failed with it.
     sendFailuresDuringShutdown: false,
@@ -113,6 +122,26 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     logger: (message, error) => {
       logger.error({ err: error }, message);
     },
+  });
+
+  // terminus answers its paths before the app, whose CORS then never runs for them; the same rules
+  // go in front of those paths here, so a browser's preflight or call to a probe is answered alike.
+  // One listener runs terminus's (and its connection tracker's) in turn; a preflight, which cors
+  // answers itself, reaches neither.
+  const healthPaths = new Set(Object.keys(healthChecks).filter((key) => key.startsWith('/')));
+  const cors = crossOrigin(settings.corsAllowedOrigins) as unknown as (
+    req: IncomingMessage,
+    res: ServerResponse,
+    next: () => void,
+  ) => void;
+  const listeners = server.listeners('request') as RequestListener[];
+  server.removeAllListeners('request');
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const serve = () => {
+      for (const listener of listeners) listener(req, res);
+    };
+    if (healthPaths.has(req.url ?? '')) cors(req, res, serve);
+    else serve();
   });
 
   // Malformed HTTP never reaches Express; Node would answer a bare 400. Give it the same problem shape.

@@ -40,6 +40,7 @@ class DatabaseSwitch {
   }
 }
 
+const ALLOWED = 'https://status.example.com';
 let db: Database;
 let server: Server;
 let base: string;
@@ -49,7 +50,7 @@ const dbSwitch = new DatabaseSwitch();
 beforeAll(async () => {
   const fresh = await freshDatabaseEnv();
   dropDatabase = () => fresh.drop();
-  const overrides: Record<string, string> = { ...fresh.env, PORT: '0' };
+  const overrides: Record<string, string> = { ...fresh.env, PORT: '0', CORS_ALLOWED_ORIGINS: ALLOWED };
   if (usingPostgres()) {
     await dbSwitch.start();
     overrides.DB_HOSTNAME = '127.0.0.1';
@@ -124,6 +125,37 @@ describe('Health endpoints', () => {
     expect(ready.status).toBe(200);
     expect(await ready.json()).toEqual({ status: 'ok' });
     expect(ready.headers.get('cache-control')).toBe('no-store');
+  });
+
+  test.each(['/healthz/live', '/healthz/ready'])(
+    'When an allowed origin sends a preflight to %s, then 200 allows it like any API path',
+    async (path) => {
+      const res = await fetch(`${base}${path}`, {
+        method: 'OPTIONS',
+        headers: {
+          Origin: ALLOWED,
+          'Access-Control-Request-Method': 'GET',
+          'Access-Control-Request-Headers': 'x-probe',
+        },
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+      expect(res.headers.get('access-control-allow-methods')).toContain('GET');
+      expect(res.headers.get('access-control-allow-headers')).toBe('x-probe');
+      expect(res.headers.get('vary')).toMatch(/Origin/);
+    },
+  );
+
+  test('When a browser reads a probe, then only an allowed origin gets Access-Control-Allow-Origin, and the answer is the same', async () => {
+    const allowed = await fetch(`${base}/healthz/ready`, { headers: { Origin: ALLOWED } });
+    expect(allowed.status).toBe(200);
+    expect(await allowed.json()).toEqual({ status: 'ok' });
+    expect(allowed.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+    expect(allowed.headers.get('vary')).toMatch(/Origin/);
+    expect(allowed.headers.get('cache-control')).toBe('no-store');
+    const foreign = await fetch(`${base}/healthz/live`, { headers: { Origin: 'https://evil.example.net' } });
+    expect(foreign.status).toBe(200);
+    expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
   });
 
   test('When the database stops, then ready is 503 within 2 s, live stays 200 and API calls get 503 problem+json', async () => {

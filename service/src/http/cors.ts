@@ -1,0 +1,19 @@
+import cors from 'cors';
+import type { RequestHandler } from 'express';
+
+/**
+ * The cross-origin rules of the API: listed origins only, echoed (never `*`); preflights answer
+ * 200 on any path with every method and the requested headers. Shared by the app and by the
+ * health paths, which terminus answers before the app sees them.
+ */
+export function crossOrigin(allowedOrigins: string[]): RequestHandler {
+  return cors({
+    // A list (even an empty one) makes cors echo only listed origins and always add Vary: Origin.
+    origin: allowedOrigins,
+    methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    // allowedHeaders left unset: the preflight's requested headers are echoed.
+    exposedHeaders: ['X-Request-Id', 'WWW-Authenticate', 'Retry-After'],
+    optionsSuccessStatus: 200,
+    maxAge: 600,
+  });
+}
