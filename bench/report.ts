@@ -192,24 +192,49 @@ export function plot(results: SizeResult[]): string {
   return `${out.join('\n')}\n`;
 }
 
-/** The ladder's story in one sentence, from the smallest size that has one. */
+const LADDER_STEPS = [
+  'the reference: `node:http` + `pg`',
+  "the service's knex repository in place of its SQL",
+  'Express around that, before any middleware',
+  "the app's middleware, validation and routers",
+  'the process around the app (terminus, the metrics listener)',
+];
+
+/** Every size's ladder side by side: what each layer adds, and where that leaves the throughput. */
 function ladderSummary(results: SizeResult[]): string[] {
-  const r = results.find((x) => (x.ladder?.length ?? 0) >= 5);
-  const [ref, viaKnex, viaExpress, app, service] = (r?.ladder ?? []).map((s) => s.figures);
-  if (!r || !ref || !viaKnex || !viaExpress || !app || !service) return [];
-  const cpu = (f: EndpointFigures) => f.cpuUsPerRequest ?? 0;
-  const ratio = (f: EndpointFigures) => (f.rps / ref.rps).toFixed(2);
-  const added = (f: EndpointFigures, before: EndpointFigures) => `${signed(cpu(f) - cpu(before))} µs`;
+  const measured = results.filter((r) => (r.ladder?.length ?? 0) === LADDER_STEPS.length);
+  if (measured.length === 0) return [];
+  const cell = (r: SizeResult, i: number) => {
+    const steps = r.ladder ?? [];
+    const f = steps[i]?.figures;
+    const reference = steps[0]?.figures;
+    if (!f?.cpuUsPerRequest || !reference) return '–';
+    const before = steps[i - 1]?.figures.cpuUsPerRequest;
+    const cpu =
+      before === undefined ? `${fmt(f.cpuUsPerRequest)} µs` : `${signed(f.cpuUsPerRequest - before)} µs`;
+    return `${cpu}, ${(f.rps / reference.rps).toFixed(2)} ×`;
+  };
   return [
-    `The ladder at ${fmt(r.posts)} posts, CPU per request and throughput against the reference:`,
+    'CPU per request each step adds, and the throughput it leaves against the reference:',
     '',
-    `- the reference: ${fmt(cpu(ref))} µs;`,
-    `- the service's knex repository in place of its SQL: ${added(viaKnex, ref)} (${ratio(viaKnex)} ×);`,
-    `- Express around that, before any middleware: ${added(viaExpress, viaKnex)} (${ratio(viaExpress)} ×);`,
-    `- the app's middleware, validation and routers: ${added(app, viaExpress)} (${ratio(app)} ×);`,
-    `- the process around the app (terminus, the metrics listener): ${added(service, app)} (${ratio(service)} ×).`,
+    `| Step | ${measured.map((r) => `${fmt(r.posts)} posts`).join(' | ')} |`,
+    `|---|${measured.map(() => '---:').join('|')}|`,
+    ...LADDER_STEPS.map(
+      (step, i) => `| ${String(i + 1)}. ${step} | ${measured.map((r) => cell(r, i)).join(' | ')} |`,
+    ),
     '',
   ];
+}
+
+/** Step 3 of the ladder (bare Express + knex) against the reference, over every size measured. */
+function expressAlone(results: SizeResult[]): string {
+  const ratios = results.flatMap((r) => {
+    const [reference, , express] = r.ladder ?? [];
+    return reference && express ? [express.figures.rps / reference.figures.rps] : [];
+  });
+  if (ratios.length === 0) return 'about 0.7 (2026-11-22)';
+  const [low, high] = [Math.min(...ratios), Math.max(...ratios)].map((x) => x.toFixed(2));
+  return low === high ? (low ?? '') : `${low ?? ''} to ${high ?? ''}`;
 }
 
 // Findings from profiling sessions (2026-11-21 and -22), kept because they explain the missed
@@ -253,9 +278,9 @@ function why(results: SizeResult[]): string[] {
     'response (helmet alone sets 13 headers), their listeners and their garbage, not in any one function.',
     '',
     'So Express 5 and knex alone, before any of the middleware an operator needs (metrics, request ids,',
-    'security headers, CORS, validation), sit at about 0.7 of the reference on this hardware. The ≥ 0.8 ×',
-    'target allows the service less CPU per request than that; with the stack this project chose it is',
-    'out of reach here, and the ladder says where the time goes.',
+    `security headers, CORS, validation), sit at ${expressAlone(results)} of the reference on this hardware. The`,
+    '≥ 0.8 × target allows the service less CPU per request than that; with the stack this project chose',
+    'it is out of reach here, and the ladder says where the time goes.',
     '',
   ];
 }
