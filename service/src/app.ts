@@ -2,6 +2,7 @@ import express, { type Express } from 'express';
 import helmet from 'helmet';
 import { requireAuth } from './auth/auth.middleware';
 import { authRouter } from './auth/auth.routes';
+import { tokenKey } from './auth/tokens';
 import type { Database } from './database';
 import { crossOrigin } from './http/cors';
 import { docsRouter } from './http/docs';
@@ -36,9 +37,11 @@ export function createApp({ db, settings, logger, metrics = createMetrics(db, lo
   app.use(helmet());
   app.use(crossOrigin(settings.corsAllowedOrigins));
 
-  const auth = requireAuth(db, settings.secretKey);
+  // One key for signing and verifying, built once (see tokenKey).
+  const key = tokenKey(settings.secretKey);
+  const auth = requireAuth(db, key);
   app.use(usersRouter(db, settings.bcryptRounds));
-  app.use(authRouter(db, settings));
+  app.use(authRouter(db, { ...settings, key }));
   app.use(postsRouter(db, auth));
   app.use(votesRouter(db, auth));
   app.use(docsRouter());

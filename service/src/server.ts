@@ -136,12 +136,17 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   ) => void;
   const listeners = server.listeners('request') as RequestListener[];
   server.removeAllListeners('request');
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
+    for (const listener of listeners) listener(req, res);
+  };
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    const serve = () => {
-      for (const listener of listeners) listener(req, res);
-    };
-    if (healthPaths.has(req.url ?? '')) cors(req, res, serve);
-    else serve();
+    if (!healthPaths.has(req.url ?? '')) {
+      serve(req, res);
+      return;
+    }
+    cors(req, res, () => {
+      serve(req, res);
+    });
   });
 
   // Malformed HTTP never reaches Express; Node would answer a bare 400. Give it the same problem shape.

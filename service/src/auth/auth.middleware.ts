@@ -1,10 +1,11 @@
+import type { KeyObject } from 'node:crypto';
 import type { RequestHandler } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields, type Database } from '../database';
 import { notAuthenticated } from '../http/errors';
 import { findUserById, type User } from '../users/users.repository';
-import { TOKEN_ALGORITHM, tokenKey } from './tokens';
+import { TOKEN_ALGORITHM } from './tokens';
 
 declare global {
   // passport types req.user as Express.User; ours is the API's user.
@@ -25,7 +26,7 @@ const INVALID = 'Could not validate credentials';
  * Bearer-token authentication: signature (HS256 only), expiry and an existing user, checked on
  * every request; nothing is kept between requests. Answers 401 itself, before any body is read.
  */
-export function requireAuth(db: Database, secretKey: string): RequestHandler {
+export function requireAuth(db: Database, key: KeyObject): RequestHandler {
   // Its own Passport instance, so apps built with different secrets (tests) never share state.
   const passport = new Passport();
   passport.use(
@@ -33,7 +34,7 @@ export function requireAuth(db: Database, secretKey: string): RequestHandler {
       {
         jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(),
         // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
-        secretOrKey: tokenKey(secretKey) as unknown as Buffer,
+        secretOrKey: key as unknown as Buffer,
         algorithms: [TOKEN_ALGORITHM],
       },
       (payload: { sub?: unknown }, done: (error: unknown, user?: User | false) => void) => {

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, type KeyObject } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import { Router } from 'express';
 import Joi from 'joi';
@@ -6,7 +6,7 @@ import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, validate } from '../http/validation';
 import { findUserByEmail } from '../users/users.repository';
-import { signAccessToken, tokenKey } from './tokens';
+import { signAccessToken } from './tokens';
 
 interface LoginForm {
   username: string;
@@ -20,7 +20,8 @@ const loginForm = Joi.object<LoginForm>({
 });
 
 export interface LoginOptions {
-  secretKey: string;
+  /** The signing key (tokenKey), shared with the authentication that verifies the tokens. */
+  key: KeyObject;
   accessTokenExpireMinutes: number;
   bcryptRounds: number;
 }
@@ -58,7 +59,6 @@ export function authRouter(db: Database, options: LoginOptions): Router {
   const router = Router({ strict: true, caseSensitive: true });
   // Compared against when the e-mail is unknown, at the same cost as a real hash.
   const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
-  const key = tokenKey(options.secretKey);
 
   router
     .route('/login')
@@ -70,7 +70,7 @@ export function authRouter(db: Database, options: LoginOptions): Router {
       const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
       res.json({
-        access_token: signAccessToken(user.id, key, options.accessTokenExpireMinutes),
+        access_token: signAccessToken(user.id, options.key, options.accessTokenExpireMinutes),
         token_type: 'bearer',
       });
     })
