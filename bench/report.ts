@@ -88,27 +88,44 @@ function checks(r: SizeResult): string[] {
   return lines;
 }
 
-/** Each step's CPU per request and what it adds to the step before: the cost of each layer. */
-function ladderTable(r: SizeResult): string[] {
+interface StepFigures {
+  name: string;
+  figures: EndpointFigures;
+  /** CPU µs/req over the step before ('–' for the first step or without /proc). */
+  added: string;
+  /** Throughput against the ladder's first step, the reference. */
+  ofReference: string;
+}
+
+/** Each ladder step with what it adds to the step before: the cost of each layer. */
+function stepsOf(r: SizeResult): StepFigures[] {
   const steps = r.ladder ?? [];
   const reference = steps[0]?.figures;
-  if (!reference) return [];
-  const lines = [
+  return steps.map(({ name, figures }, i) => {
+    const cpu = figures.cpuUsPerRequest;
+    const before = steps[i - 1]?.figures.cpuUsPerRequest;
+    return {
+      name,
+      figures,
+      added: cpu === undefined || before === undefined ? '–' : signed(cpu - before),
+      ofReference: reference ? (figures.rps / reference.rps).toFixed(2) : '–',
+    };
+  });
+}
+
+function ladderTable(r: SizeResult): string[] {
+  const steps = stepsOf(r);
+  if (steps.length === 0) return [];
+  return [
     '**The public list, one layer at a time** (each step measured after the other, same data):',
     '',
     '| Step | req/s | p50 ms | CPU µs/req | CPU µs/req added | req/s × reference |',
     '|---|---:|---:|---:|---:|---:|',
+    ...steps.map(
+      ({ name, figures: f, added, ofReference }, i) =>
+        `| ${String(i + 1)}. ${name} | ${fmt(f.rps)} | ${String(f.p50)} | ${f.cpuUsPerRequest === undefined ? '–' : fmt(f.cpuUsPerRequest)} | ${added} | ${ofReference} |`,
+    ),
   ];
-  let previous: number | undefined;
-  for (const [i, { name, figures: f }] of steps.entries()) {
-    const cpu = f.cpuUsPerRequest;
-    const added = cpu === undefined || previous === undefined ? '–' : signed(cpu - previous);
-    lines.push(
-      `| ${String(i + 1)}. ${name} | ${fmt(f.rps)} | ${String(f.p50)} | ${cpu === undefined ? '–' : fmt(cpu)} | ${added} | ${(f.rps / reference.rps).toFixed(2)} |`,
-    );
-    previous = cpu;
-  }
-  return lines;
 }
 
 function scaling(results: SizeResult[]): string[] {
@@ -192,35 +209,24 @@ export function plot(results: SizeResult[]): string {
   return `${out.join('\n')}\n`;
 }
 
-const LADDER_STEPS = [
-  'the reference: `node:http` + `pg`',
-  "the service's knex repository in place of its SQL",
-  'Express around that, before any middleware',
-  "the app's middleware, validation and routers",
-  'the process around the app (terminus, the metrics listener)',
-];
-
 /** Every size's ladder side by side: what each layer adds, and where that leaves the throughput. */
 function ladderSummary(results: SizeResult[]): string[] {
-  const measured = results.filter((r) => (r.ladder?.length ?? 0) === LADDER_STEPS.length);
-  if (measured.length === 0) return [];
-  const cell = (r: SizeResult, i: number) => {
-    const steps = r.ladder ?? [];
-    const f = steps[i]?.figures;
-    const reference = steps[0]?.figures;
-    if (!f?.cpuUsPerRequest || !reference) return '–';
-    const before = steps[i - 1]?.figures.cpuUsPerRequest;
-    const cpu =
-      before === undefined ? `${fmt(f.cpuUsPerRequest)} µs` : `${signed(f.cpuUsPerRequest - before)} µs`;
-    return `${cpu}, ${(f.rps / reference.rps).toFixed(2)} ×`;
+  const ladders = results.filter((r) => r.ladder?.length).map((r) => ({ posts: r.posts, steps: stepsOf(r) }));
+  const names = ladders[0]?.steps.map((step) => step.name) ?? [];
+  if (names.length === 0) return [];
+  const cell = (steps: StepFigures[], i: number) => {
+    const step = steps[i];
+    if (!step) return '–';
+    const cpu = i === 0 ? fmt(step.figures.cpuUsPerRequest ?? 0) : step.added;
+    return `${cpu} µs, ${step.ofReference} ×`;
   };
   return [
     'CPU per request each step adds, and the throughput it leaves against the reference:',
     '',
-    `| Step | ${measured.map((r) => `${fmt(r.posts)} posts`).join(' | ')} |`,
-    `|---|${measured.map(() => '---:').join('|')}|`,
-    ...LADDER_STEPS.map(
-      (step, i) => `| ${String(i + 1)}. ${step} | ${measured.map((r) => cell(r, i)).join(' | ')} |`,
+    `| Step | ${ladders.map((l) => `${fmt(l.posts)} posts`).join(' | ')} |`,
+    `|---|${ladders.map(() => '---:').join('|')}|`,
+    ...names.map(
+      (name, i) => `| ${String(i + 1)}. ${name} | ${ladders.map((l) => cell(l.steps, i)).join(' | ')} |`,
     ),
     '',
   ];
