@@ -151,3 +151,40 @@ Guards across values, which values.schema.json cannot express.
 {{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Gateway the HTTPRoutes attach to (gateway.parentRef); an empty namespace means the release's.
+*/}}
+{{- define "social-posts.gatewayParentRefs" -}}
+- group: gateway.networking.k8s.io
+  kind: Gateway
+  name: {{ required "gateway.parentRef.name is required when gateway.enabled (the existing Gateway the routes attach to)" .Values.gateway.parentRef.name }}
+  {{- with .Values.gateway.parentRef.namespace }}
+  namespace: {{ . }}
+  {{- end }}
+  {{- with .Values.gateway.parentRef.sectionName }}
+  sectionName: {{ . }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The API Service as the routes' backend.
+*/}}
+{{- define "social-posts.gatewayBackendRefs" -}}
+- group: ""
+  kind: Service
+  name: {{ include "social-posts.fullname" . }}
+  port: {{ .Values.service.port }}
+{{- end }}
+
+{{/*
+HTTPRoute timeouts for implementations that honour them. NGINX Gateway Fabric 2.6.7 ignores
+them (internal/controller/state/graph/httproute.go, checkForUnsupportedHTTPFields, commit
+5e34a17a8f7787e90f41d1af91258a556f0795b4), so it gets a ProxySettingsPolicy instead.
+*/}}
+{{- define "social-posts.gatewayRouteTimeouts" -}}
+{{- if ne .Values.gateway.rateLimit.implementation "nginx-gateway-fabric" -}}
+timeouts:
+  backendRequest: {{ printf "%ds" (int .Values.gateway.timeouts.readSeconds) }}
+{{- end }}
+{{- end }}
