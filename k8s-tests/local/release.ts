@@ -22,7 +22,7 @@ export const valuesFiles = [
   resolve(repoRoot, 'k8s-tests/values-e2e.yaml'),
 ];
 
-interface KubeObject {
+export interface KubeObject {
   apiVersion: string;
   kind: string;
   metadata: { name: string; annotations?: Record<string, string> };
@@ -51,9 +51,11 @@ export interface Release {
   database: { host: string; port: number; name: string; user: string; password: string };
 }
 
-export function renderChart(helm: string): KubeObject[] {
+/** Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml). */
+export function renderChart(helm: string, extraValuesFiles: string[] = []): KubeObject[] {
   const args = ['template', releaseName, resolve(repoRoot, 'chart'), '--namespace', namespace];
-  for (const file of valuesFiles) args.push('--values', file);
+  for (const file of [...valuesFiles, ...extraValuesFiles.map((f) => resolve(repoRoot, f))])
+    args.push('--values', file);
   // No kubeconfig: rendering must never reach a cluster (lookup then finds no Secret).
   const text = execFileSync(helm, args, {
     env: { ...process.env, KUBECONFIG: '/dev/null' },

@@ -3,6 +3,10 @@
  * objects and the controller values into an nginx.conf, starts PostgreSQL, the API replicas and
  * nginx (each by its own pid, all torn down at the end, also on failure or Ctrl-C), runs the suite
  * through nginx and prints the proof table. Exit code: the suite's.
+ *
+ * `--gateway`: the chart renders HTTPRoutes and NGINX Gateway Fabric policies instead (adding
+ * k8s-tests/values-e2e-gateway.yaml), and local/gateway-config.ts translates them, the Gateway of
+ * k8s-tests/gateway.yaml and k8s-tests/nginx-gateway-fabric-values.yaml into the nginx.conf.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -13,6 +17,7 @@ import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
 import { formatReport, readReport } from '../report';
 import { Cluster } from './cluster';
+import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
 import { translate, type ControllerValues } from './nginx-config';
 import { Nginx } from './nginx';
 import { Postgres } from './postgres';
@@ -20,6 +25,7 @@ import { freePort, stillRunning, stop } from './processes';
 import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
 
 const startedAt = Date.now();
+const gatewayMode = process.argv.includes('--gateway');
 
 function step(message: string): void {
   const seconds = ((Date.now() - startedAt) / 1000).toFixed(1).padStart(5);
@@ -148,31 +154,57 @@ async function main(): Promise<number> {
   chmodSync(tmp, 0o755);
   step(`work folder ${tmp}`);
 
-  step('render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml');
-  const release: Release = readRelease(renderChart(ensureTools().helm));
+  step(
+    `render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml${gatewayMode ? ' + k8s-tests/values-e2e-gateway.yaml' : ''}`,
+  );
+  const objects = renderChart(ensureTools().helm, gatewayMode ? ['k8s-tests/values-e2e-gateway.yaml'] : []);
+  const release: Release = readRelease(objects);
   const controllerValues = parse(
     readFileSync(join(repoRoot, 'k8s-tests/ingress-nginx-values.yaml'), 'utf8'),
   ) as ControllerValues;
-  const host = release.ingresses[0]?.spec?.rules?.[0]?.host ?? '';
-  step(`${release.ingresses.length} Ingress objects for ${host}, ${release.replicas} replicas`);
+  const host = gatewayMode ? gatewayHost(objects) : (release.ingresses[0]?.spec?.rules?.[0]?.host ?? '');
+  if (gatewayMode)
+    step(`HTTPRoutes for ${host} on the Gateway of k8s-tests/gateway.yaml, ${release.replicas} replicas`);
+  else step(`${release.ingresses.length} Ingress objects for ${host}, ${release.replicas} replicas`);
 
   const listenPort = await freePort();
   const statusPort = await freePort();
   const prefix = join(tmp, 'nginx');
   let generation = 0;
-  const nginxConf = (endpoints: string[]) =>
-    translate(release.ingresses, controllerValues, {
-      prefix,
-      listenPort,
-      statusPort,
-      generation,
-      namespace,
-      endpoints: (service, port) => {
-        if (!servesApi(release, service, port))
-          throw new Error(`backend ${service}:${String(port)} is not the API`);
-        return endpoints;
+  const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
+  const gatewayConf = (endpoints: string[]) =>
+    translateGateway(
+      objects,
+      readYaml('k8s-tests/gateway.yaml') as Parameters<typeof translateGateway>[1],
+      readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
+      {
+        prefix,
+        listenPort,
+        statusPort,
+        generation,
+        namespace,
+        endpoints: (service, port) => {
+          if (!servesApi(release, service, port))
+            throw new Error(`backend ${service}:${String(port)} is not the API`);
+          return endpoints;
+        },
       },
-    });
+    );
+  const nginxConf = (endpoints: string[]) =>
+    gatewayMode
+      ? gatewayConf(endpoints)
+      : translate(release.ingresses, controllerValues, {
+          prefix,
+          listenPort,
+          statusPort,
+          generation,
+          namespace,
+          endpoints: (service, port) => {
+            if (!servesApi(release, service, port))
+              throw new Error(`backend ${service}:${String(port)} is not the API`);
+            return endpoints;
+          },
+        });
   // Translate before starting anything: an unmodelled feature fails the run here.
   nginxConf([]);
 
@@ -230,6 +262,7 @@ async function main(): Promise<number> {
     K8S_HOST: host,
     K8S_ALLOWED_ORIGINS: release.env.CORS_ALLOWED_ORIGINS ?? '',
     K8S_DRIVER: 'local',
+    K8S_PROXY: gatewayMode ? 'nginx-gateway-fabric' : 'ingress-nginx',
     K8S_CONTROL_URL: control.url,
     K8S_REPORT_FILE: reportFile,
     K8S_PROBE_WINDOW_SECONDS: String(

@@ -1,0 +1,568 @@
+/**
+ * Translates rendered Gateway API HTTPRoutes and NGINX Gateway Fabric policies (RateLimitPolicy,
+ * ProxySettingsPolicy), the Gateway they attach to and NGINX Gateway Fabric's Helm values into an
+ * nginx.conf, the way NGINX Gateway Fabric v2.6.7 configures its nginx for the features this
+ * chart uses. Anything it does not model throws, as the Ingress translation (nginx-config.ts) does.
+ *
+ * Source read (repository nginx/nginx-gateway-fabric, tag v2.6.7, commit
+ * 5e34a17a8f7787e90f41d1af91258a556f0795b4):
+ * - internal/controller/nginx/config/servers.go: createPath (Exact "= /p", PathPrefix "/p"),
+ *   initializeExternalLocations (a PathPrefix without trailing slash gets "/p/" and "= /p"),
+ *   createDefaultRootLocation ("= /" answers 404 when no rule has the path "/"),
+ *   createBaseProxySetHeaders and createProxyPass (no URI part on external locations);
+ * - internal/controller/nginx/config/servers_template.go: the default server answers 404, the
+ *   policies' includes come first in a location, then proxy_http_version 1.1, headers, proxy_pass;
+ * - internal/controller/nginx/config/upstreams.go + upstreams_template.go: upstream
+ *   "<namespace>_<service>_<port>", "random two least_conn", zone 512k, keepalive 16; an upstream
+ *   without endpoints points at the unix socket of a server that answers 503;
+ * - internal/controller/nginx/config/base_http_config_template.go: the $gw_api_compliant_host and
+ *   $connection_keepalive maps; internal/controller/state/dataplane/configuration.go:
+ *   server_tokens off unless NginxProxy says otherwise;
+ * - internal/controller/nginx/config/policies/ratelimit/generator.go: limit_req_zone in the http
+ *   context (zone "<namespace>_rl_<policy>_rule<i>", default size 10m, key $binary_remote_addr),
+ *   limit_req (burst, nodelay, delay), limit_req_status and limit_req_log_level in each location of
+ *   the targeted route;
+ * - internal/controller/nginx/config/policies/proxysettings/generator.go: proxy_connect_timeout,
+ *   proxy_read_timeout, proxy_send_timeout in each location of the targeted routes;
+ * - internal/controller/state/graph/httproute.go (checkForUnsupportedHTTPFields): rule name,
+ *   timeouts and retry are accepted with a warning and ignored, so the emulation refuses them.
+ * The mapping and its gaps are listed in k8s-tests/README.md.
+ */
+import type { NginxSettings } from './nginx-config';
+
+/** A rendered object, as read from helm template or k8s-tests/gateway.yaml. */
+export interface GatewayObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; annotations?: Record<string, string> };
+  spec?: unknown;
+}
+
+/** The part of NGINX Gateway Fabric's Helm values the translation reads (k8s-tests/nginx-gateway-fabric-values.yaml). */
+export interface NginxGatewayFabricValues {
+  nginxGateway?: Record<string, unknown>;
+  nginx?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+const GATEWAY_API = 'gateway.networking.k8s.io';
+const NGF_API = 'gateway.nginx.org/v1alpha1';
+/** Upstream answering 503 when a backend has no ready endpoint (NGF: nginx-503-server.sock). */
+const NO_ENDPOINTS_SOCKET = 'nginx-503-server.sock';
+
+class Unmodelled extends Error {
+  override name = 'UnmodelledGatewayFeature';
+}
+
+function refuse(message: string): never {
+  throw new Unmodelled(`not modelled by the local Gateway emulation: ${message}`);
+}
+
+type Fields = Record<string, unknown>;
+
+function fields(value: unknown, what: string): Fields {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) refuse(`${what} is not an object`);
+  return value as Fields;
+}
+
+/** The object's keys must all be modelled; `reasons` names why a known key is refused. */
+function onlyKeys(
+  value: Fields,
+  allowed: string[],
+  what: string,
+  reasons: Record<string, string> = {},
+): void {
+  for (const key of Object.keys(value)) {
+    if (allowed.includes(key)) continue;
+    refuse(`${what}.${key}${reasons[key] ? ` (${reasons[key]})` : ''}`);
+  }
+}
+
+function list(value: unknown, what: string): unknown[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) refuse(`${what} is not a list`);
+  return value;
+}
+
+function text(value: unknown, what: string): string {
+  if (typeof value !== 'string' || value === '') refuse(`${what} must be a non-empty string`);
+  return value;
+}
+
+function optionalText(value: unknown, what: string): string | undefined {
+  return value === undefined ? undefined : text(value, what);
+}
+
+function integer(value: unknown, what: string, min: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
+    refuse(`${what} must be an integer of at least ${min}, got ${String(value)}`);
+  return value;
+}
+
+/** NGF's Duration (apis/v1alpha1/shared_types.go): up to 4 digits and a unit; nginx reads it as is. */
+function duration(value: unknown, what: string): string {
+  const given = text(value, what);
+  if (!/^[0-9]{1,4}(ms|s|m|h)?$/.test(given)) refuse(`${what}: duration ${given}`);
+  return given;
+}
+
+interface Listener {
+  name: string;
+  port: number;
+  hostname?: string;
+  fromAllNamespaces: boolean;
+}
+
+interface Gateway {
+  name: string;
+  namespace: string;
+  listeners: Listener[];
+}
+
+function readFabricValues(values: NginxGatewayFabricValues): { gatewayClassName: string } {
+  onlyKeys(values, ['nginxGateway', 'nginx'], 'NGINX Gateway Fabric values');
+  const control = fields(values.nginxGateway ?? {}, 'nginxGateway');
+  // Keys that shape how the control plane runs, not the nginx.conf it writes.
+  onlyKeys(
+    control,
+    ['gatewayClassName', 'replicas', 'resources', 'nodeSelector', 'tolerations', 'productTelemetry'],
+    'nginxGateway',
+    {
+      snippets: 'snippets change nginx.conf freely',
+      snippetsFilters: 'snippets change nginx.conf freely',
+      gwAPIExperimentalFeatures: 'experimental features',
+    },
+  );
+  const data = fields(values.nginx ?? {}, 'nginx');
+  onlyKeys(data, ['replicas', 'service', 'container', 'pod', 'kind'], 'nginx', {
+    config: 'NginxProxy settings (client address rewriting, IP family, telemetry…) change nginx.conf',
+    plus: 'NGINX Plus',
+    autoscaling: 'several nginx replicas',
+  });
+  // Each nginx replica keeps its own limit_req counters; the emulation is one nginx.
+  if (data.replicas !== undefined && data.replicas !== 1)
+    refuse('nginx.replicas other than 1 (counters are per nginx replica)');
+  const container = fields(data.container ?? {}, 'nginx.container');
+  onlyKeys(container, ['hostPorts', 'resources'], 'nginx.container');
+  return {
+    gatewayClassName:
+      control.gatewayClassName === undefined ? 'nginx' : text(control.gatewayClassName, 'gatewayClassName'),
+  };
+}
+
+function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
+  if (object.apiVersion !== `${GATEWAY_API}/v1` || object.kind !== 'Gateway')
+    refuse(`${object.apiVersion} ${object.kind} as the Gateway`);
+  const name = object.metadata.name;
+  const namespace = text(object.metadata.namespace, `Gateway ${name}: metadata.namespace`);
+  const spec = fields(object.spec, `Gateway ${name}: spec`);
+  onlyKeys(spec, ['gatewayClassName', 'listeners'], `Gateway ${name}: spec`);
+  if (spec.gatewayClassName !== gatewayClassName)
+    refuse(
+      `Gateway ${name}: class ${String(spec.gatewayClassName)} (the controller serves ${gatewayClassName})`,
+    );
+  const listeners = list(spec.listeners, 'listeners').map((entry, i): Listener => {
+    const listener = fields(entry, `Gateway ${name}: listeners[${i}]`);
+    onlyKeys(
+      listener,
+      ['name', 'protocol', 'port', 'hostname', 'allowedRoutes'],
+      `Gateway ${name}: listener`,
+      {
+        tls: 'TLS',
+      },
+    );
+    const listenerName = text(listener.name, 'listener name');
+    if (listener.protocol !== 'HTTP')
+      refuse(`listener ${listenerName}: protocol ${String(listener.protocol)}`);
+    const hostname = optionalText(listener.hostname, `listener ${listenerName}: hostname`);
+    if (hostname?.includes('*')) refuse(`listener ${listenerName}: wildcard hostname ${hostname}`);
+    const allowed = fields(listener.allowedRoutes ?? {}, 'allowedRoutes');
+    onlyKeys(allowed, ['namespaces'], `listener ${listenerName}: allowedRoutes`, { kinds: 'route kinds' });
+    const from = fields(allowed.namespaces ?? {}, 'allowedRoutes.namespaces').from ?? 'Same';
+    if (from !== 'Same' && from !== 'All')
+      refuse(`listener ${listenerName}: allowedRoutes from ${JSON.stringify(from)}`);
+    return {
+      name: listenerName,
+      port: integer(listener.port, `listener ${listenerName}: port`, 1),
+      ...(hostname ? { hostname } : {}),
+      fromAllNamespaces: from === 'All',
+    };
+  });
+  if (listeners.length === 0) refuse(`Gateway ${name} has no listener`);
+  return { name, namespace, listeners };
+}
+
+interface Backend {
+  upstream: string;
+  service: string;
+  port: number;
+}
+
+interface PathRule {
+  route: string;
+  /** nginx location modifiers and paths, e.g. "= /login", "/". */
+  locations: string[];
+  path: string;
+  backend: Backend;
+}
+
+interface RouteInfo {
+  name: string;
+  hosts: string[];
+  rules: PathRule[];
+}
+
+function locationsFor(type: string, path: string, what: string): string[] {
+  if (!path.startsWith('/')) refuse(`${what}: path "${path}" does not start with /`);
+  // Characters nginx would read as syntax (NGF's validator refuses most of them too).
+  if (/[\s;{}"'\\^$*+?()[\]|~#]/.test(path)) refuse(`${what}: path "${path}" has special characters`);
+  switch (type) {
+    case 'Exact':
+      return [`= ${path}`];
+    case 'PathPrefix':
+      // servers.go initializeExternalLocations: /p also matches exactly, /p/ covers the rest.
+      if (path.endsWith('/')) return [path];
+      return [`${path}/`, `= ${path}`];
+    default:
+      refuse(`${what}: path match type ${type}`);
+  }
+}
+
+function readRoute(
+  object: GatewayObject,
+  namespace: string,
+  gateway: Gateway,
+  endpoints: NginxSettings['endpoints'],
+  upstreams: Map<string, string[]>,
+): RouteInfo {
+  const name = object.metadata.name;
+  const what = `HTTPRoute ${name}`;
+  const spec = fields(object.spec, `${what}: spec`);
+  onlyKeys(spec, ['parentRefs', 'hostnames', 'rules'], `${what}: spec`);
+
+  const parents = list(spec.parentRefs, `${what}: parentRefs`);
+  if (parents.length !== 1) refuse(`${what}: ${parents.length} parentRefs (one Gateway is modelled)`);
+  const parent = fields(parents[0], `${what}: parentRefs[0]`);
+  onlyKeys(parent, ['group', 'kind', 'name', 'namespace', 'sectionName'], `${what}: parentRef`, {
+    port: 'attaching by port',
+  });
+  if ((parent.group ?? GATEWAY_API) !== GATEWAY_API || (parent.kind ?? 'Gateway') !== 'Gateway')
+    refuse(`${what}: parent ${String(parent.group)}/${String(parent.kind)}`);
+  const parentNamespace = optionalText(parent.namespace, `${what}: parent namespace`) ?? namespace;
+  if (parent.name !== gateway.name || parentNamespace !== gateway.namespace)
+    refuse(`${what}: parent Gateway ${parentNamespace}/${String(parent.name)} is not the emulated one`);
+  const sectionName = optionalText(parent.sectionName, `${what}: sectionName`);
+  const listeners = gateway.listeners.filter(
+    (l) =>
+      (sectionName === undefined || l.name === sectionName) &&
+      (l.fromAllNamespaces || namespace === gateway.namespace),
+  );
+  if (listeners.length !== 1)
+    refuse(`${what}: attaches to ${listeners.length} listeners of the Gateway (one is modelled)`);
+  const listener = listeners[0] as Listener;
+
+  const hosts = list(spec.hostnames, `${what}: hostnames`).map((h) => text(h, `${what}: hostname`));
+  if (hosts.length === 0) refuse(`${what}: no hostnames (every host)`);
+  for (const host of hosts) {
+    if (host.includes('*')) refuse(`${what}: wildcard hostname ${host}`);
+    if (listener.hostname !== undefined && listener.hostname !== host)
+      refuse(`${what}: hostname ${host} outside listener ${listener.name}'s ${listener.hostname}`);
+  }
+
+  const rules = list(spec.rules, `${what}: rules`).flatMap((entry, i): PathRule[] => {
+    const rule = fields(entry, `${what}: rules[${i}]`);
+    onlyKeys(rule, ['matches', 'backendRefs'], `${what}: rules[${i}]`, {
+      timeouts: 'NGINX Gateway Fabric ignores HTTPRoute timeouts; use a ProxySettingsPolicy',
+      retry: 'NGINX Gateway Fabric ignores HTTPRoute retry',
+      name: 'NGINX Gateway Fabric ignores rule names',
+      filters: 'filters (redirects, rewrites, header changes…)',
+      sessionPersistence: 'session persistence',
+    });
+    const backends = list(rule.backendRefs, `${what}: rules[${i}].backendRefs`);
+    if (backends.length !== 1)
+      refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
+    const ref = fields(backends[0], `${what}: backendRef`);
+    onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
+      namespace: 'cross-namespace backends',
+      weight: 'weights',
+      filters: 'backend filters',
+    });
+    if ((ref.group ?? '') !== '' || (ref.kind ?? 'Service') !== 'Service')
+      refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
+    const service = text(ref.name, `${what}: backendRef name`);
+    const port = integer(ref.port, `${what}: backendRef port`, 1);
+    const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
+    upstreams.set(backend.upstream, endpoints(service, port));
+
+    // Gateway API: a rule without matches matches every path (PathPrefix /).
+    const matches =
+      rule.matches === undefined
+        ? [{ path: { type: 'PathPrefix', value: '/' } }]
+        : list(rule.matches, 'matches');
+    return matches.map((m, j): PathRule => {
+      const match = fields(m, `${what}: rules[${i}].matches[${j}]`);
+      // Method, header or query matches make NGF route through its njs module: not modelled.
+      onlyKeys(match, ['path'], `${what}: rules[${i}].matches[${j}]`);
+      const pathMatch = fields(match.path ?? {}, 'path');
+      onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
+      const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
+      const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
+      return { route: name, locations: locationsFor(type, path, what), path, backend };
+    });
+  });
+  return { name, hosts, rules };
+}
+
+interface RateLimitRule {
+  zone: string;
+  zoneSize: string;
+  key: string;
+  rate: string;
+  burst: number;
+  delay: number;
+  noDelay: boolean;
+}
+
+interface RouteDirectives {
+  rateLimit?: { policy: string; rules: RateLimitRule[]; rejectCode?: number; logLevel?: string };
+  proxy?: { policy: string; connect?: string; read?: string; send?: string };
+}
+
+function targets(spec: Fields, what: string, routes: Set<string>): string[] {
+  return list(spec.targetRefs, `${what}: targetRefs`).map((entry) => {
+    const ref = fields(entry, `${what}: targetRef`);
+    onlyKeys(ref, ['group', 'kind', 'name'], `${what}: targetRef`);
+    if (ref.group !== GATEWAY_API || ref.kind !== 'HTTPRoute')
+      refuse(
+        `${what}: target ${String(ref.group)}/${String(ref.kind)} (policies on HTTPRoutes are modelled)`,
+      );
+    const name = text(ref.name, `${what}: target name`);
+    // On a cluster the policy would just not apply; here that would prove nothing.
+    if (!routes.has(name)) refuse(`${what}: targets HTTPRoute ${name}, which is not rendered`);
+    return name;
+  });
+}
+
+function readRateLimitPolicy(object: GatewayObject, namespace: string): RouteDirectives['rateLimit'] {
+  const what = `RateLimitPolicy ${object.metadata.name}`;
+  const spec = fields(object.spec, `${what}: spec`);
+  const rateLimit = fields(spec.rateLimit ?? {}, `${what}: rateLimit`);
+  onlyKeys(rateLimit, ['local', 'rejectCode', 'logLevel'], `${what}: rateLimit`, { dryRun: 'dry-run mode' });
+  const local = fields(rateLimit.local ?? {}, `${what}: rateLimit.local`);
+  onlyKeys(local, ['rules'], `${what}: rateLimit.local`);
+  const rules = list(local.rules, 'rules').map((entry, i): RateLimitRule => {
+    const rule = fields(entry, `${what}: rules[${i}]`);
+    onlyKeys(rule, ['key', 'rate', 'burst', 'noDelay', 'delay', 'zoneSize'], `${what}: rules[${i}]`);
+    const rate = text(rule.rate, `${what}: rate`);
+    if (!/^\d+r\/[sm]$/.test(rate)) refuse(`${what}: rate ${rate}`);
+    const key = rule.key === undefined ? '$binary_remote_addr' : text(rule.key, `${what}: key`);
+    if (!/^(?:[^ \t\r\n;{}#$]+|\$\w+)+$/.test(key)) refuse(`${what}: key ${key}`);
+    const zoneSize = rule.zoneSize === undefined ? '10m' : text(rule.zoneSize, `${what}: zoneSize`);
+    if (!/^\d{1,4}(k|m|g)?$/.test(zoneSize)) refuse(`${what}: zoneSize ${zoneSize}`);
+    if (rule.noDelay === true && rule.delay !== undefined) refuse(`${what}: noDelay together with delay`);
+    return {
+      zone: `${namespace}_rl_${object.metadata.name}_rule${i}`,
+      zoneSize,
+      key,
+      rate,
+      burst: rule.burst === undefined ? 0 : integer(rule.burst, `${what}: burst`, 0),
+      delay: rule.delay === undefined ? 0 : integer(rule.delay, `${what}: delay`, 0),
+      noDelay: rule.noDelay === true,
+    };
+  });
+  const logLevel = optionalText(rateLimit.logLevel, `${what}: logLevel`);
+  if (logLevel !== undefined && !['info', 'notice', 'warn', 'error'].includes(logLevel))
+    refuse(`${what}: logLevel ${logLevel}`);
+  return {
+    policy: object.metadata.name,
+    rules,
+    ...(rateLimit.rejectCode === undefined
+      ? {}
+      : { rejectCode: integer(rateLimit.rejectCode, `${what}: rejectCode`, 400) }),
+    ...(logLevel ? { logLevel } : {}),
+  };
+}
+
+function readProxySettingsPolicy(object: GatewayObject): RouteDirectives['proxy'] {
+  const what = `ProxySettingsPolicy ${object.metadata.name}`;
+  const spec = fields(object.spec, `${what}: spec`);
+  const timeout = fields(spec.timeout ?? {}, `${what}: timeout`);
+  onlyKeys(timeout, ['connect', 'read', 'send'], `${what}: timeout`);
+  return {
+    policy: object.metadata.name,
+    ...(timeout.connect === undefined ? {} : { connect: duration(timeout.connect, `${what}: connect`) }),
+    ...(timeout.read === undefined ? {} : { read: duration(timeout.read, `${what}: read`) }),
+    ...(timeout.send === undefined ? {} : { send: duration(timeout.send, `${what}: send`) }),
+  };
+}
+
+/** The host name the suite sends: the first hostname of the first rendered HTTPRoute. */
+export function gatewayHost(objects: GatewayObject[]): string {
+  const route = objects.find((o) => o.kind === 'HTTPRoute');
+  const hostnames = (route?.spec as { hostnames?: unknown } | undefined)?.hostnames;
+  return Array.isArray(hostnames) && typeof hostnames[0] === 'string' ? hostnames[0] : '';
+}
+
+/**
+ * The nginx.conf NGINX Gateway Fabric would write for these objects, attached to `gateway`
+ * (k8s-tests/gateway.yaml), with its Helm values; throws on anything it does not model.
+ */
+export function translateGateway(
+  objects: GatewayObject[],
+  gatewayObject: GatewayObject,
+  fabricValues: NginxGatewayFabricValues,
+  settings: NginxSettings,
+): string {
+  const { gatewayClassName } = readFabricValues(fabricValues);
+  const gateway = readGateway(gatewayObject, gatewayClassName);
+  const namespace = settings.namespace;
+
+  const routeObjects: GatewayObject[] = [];
+  const policyObjects: GatewayObject[] = [];
+  for (const object of objects) {
+    const kind = `${object.apiVersion} ${object.kind}`;
+    if (object.metadata.namespace !== undefined && object.metadata.namespace !== namespace)
+      refuse(`${kind} ${object.metadata.name} in namespace ${object.metadata.namespace}`);
+    if (kind === `${GATEWAY_API}/v1 HTTPRoute`) routeObjects.push(object);
+    else if (kind === `${NGF_API} RateLimitPolicy` || kind === `${NGF_API} ProxySettingsPolicy`)
+      policyObjects.push(object);
+    else if (kind === `networking.k8s.io/v1 Ingress`)
+      refuse(`Ingress ${object.metadata.name} next to the HTTPRoutes (render with gateway.enabled)`);
+    // Other Gateway API kinds, other NGF policies, other implementations' policies (Envoy Gateway).
+    else if (object.apiVersion.includes('gateway')) refuse(`${kind} ${object.metadata.name}`);
+  }
+
+  const upstreams = new Map<string, string[]>();
+  const routes = routeObjects.map((object) =>
+    readRoute(object, namespace, gateway, settings.endpoints, upstreams),
+  );
+  if (routes.length === 0) refuse('no HTTPRoute');
+  const routeNames = new Set(routes.map((r) => r.name));
+
+  const directives = new Map<string, RouteDirectives>();
+  const zones: RateLimitRule[] = [];
+  for (const object of policyObjects) {
+    const spec = fields(object.spec, `${object.kind} ${object.metadata.name}: spec`);
+    onlyKeys(
+      spec,
+      object.kind === 'RateLimitPolicy' ? ['targetRefs', 'rateLimit'] : ['targetRefs', 'timeout'],
+      `${object.kind} ${object.metadata.name}: spec`,
+      { buffering: 'proxy buffering settings' },
+    );
+    const rateLimit = object.kind === 'RateLimitPolicy' ? readRateLimitPolicy(object, namespace) : undefined;
+    const proxy = object.kind === 'ProxySettingsPolicy' ? readProxySettingsPolicy(object) : undefined;
+    if (rateLimit) zones.push(...rateLimit.rules);
+    for (const route of targets(spec, `${object.kind} ${object.metadata.name}`, routeNames)) {
+      const current = directives.get(route) ?? {};
+      // NGF settles conflicts between policies of one kind by age: not modelled.
+      if ((rateLimit && current.rateLimit) || (proxy && current.proxy))
+        refuse(`two ${object.kind} objects on HTTPRoute ${route}`);
+      directives.set(route, { ...current, ...(rateLimit ? { rateLimit } : {}), ...(proxy ? { proxy } : {}) });
+    }
+  }
+
+  // One server per host name: the locations of every route on that host.
+  const servers = new Map<string, Map<string, PathRule>>();
+  for (const route of routes) {
+    for (const host of route.hosts) {
+      const locations = servers.get(host) ?? new Map<string, PathRule>();
+      servers.set(host, locations);
+      for (const rule of route.rules) {
+        for (const location of rule.locations) {
+          const existing = locations.get(location);
+          // NGF merges or prefers one of them by route age: not modelled.
+          if (existing) refuse(`location ${location} of ${host} in both ${existing.route} and ${rule.route}`);
+          locations.set(location, rule);
+        }
+      }
+    }
+  }
+
+  const p = settings.prefix;
+  const lines: string[] = [
+    `# Generated by k8s-tests/local/gateway-config.ts (generation ${settings.generation}); do not edit.`,
+    'worker_processes 1;',
+    `pid ${p}/nginx.pid;`,
+    'events { worker_connections 1024; }',
+    'http {',
+    `  access_log ${p}/access.log;`,
+    `  client_body_temp_path ${p}/client_body;`,
+    `  proxy_temp_path ${p}/proxy;`,
+    `  fastcgi_temp_path ${p}/fastcgi;`,
+    `  uwsgi_temp_path ${p}/uwsgi;`,
+    `  scgi_temp_path ${p}/scgi;`,
+    '  # NGINX Gateway Fabric: base http configuration.',
+    '  server_tokens off;',
+    "  map $http_host $gw_api_compliant_host { '' $host; default $http_host; }",
+    "  map $http_upgrade $connection_keepalive { default upgrade; '' ''; }",
+    "  # Not NGF's (nginx's default error timeout): no retry on another replica, so a replica that",
+    '  # drops a request during shutdown shows up as a failed request, as in the Ingress emulation.',
+    '  proxy_next_upstream off;',
+  ];
+  for (const zone of zones)
+    lines.push(`  limit_req_zone ${zone.key} zone=${zone.zone}:${zone.zoneSize} rate=${zone.rate};`);
+  for (const [name, endpoints] of upstreams) {
+    lines.push(`  upstream ${name} {`, '    random two least_conn;', `    zone ${name} 512k;`);
+    if (endpoints.length === 0) lines.push(`    server unix:${p}/${NO_ENDPOINTS_SOCKET};`);
+    for (const endpoint of endpoints) lines.push(`    server ${endpoint};`);
+    lines.push('    keepalive 16;', '  }');
+  }
+  lines.push(
+    '  server {',
+    `    listen 127.0.0.1:${settings.listenPort} default_server;`,
+    '    default_type text/html;',
+    '    return 404;',
+    '  }',
+  );
+  for (const [host, locations] of servers) {
+    lines.push('  server {', `    listen 127.0.0.1:${settings.listenPort};`, `    server_name ${host};`);
+    for (const [location, rule] of locations) {
+      const { rateLimit, proxy } = directives.get(rule.route) ?? {};
+      lines.push(`    location ${location} {`);
+      // The policies' includes, in the order NGF writes them.
+      if (rateLimit) {
+        for (const zone of rateLimit.rules)
+          lines.push(
+            `      limit_req zone=${zone.zone}${zone.burst ? ` burst=${zone.burst}` : ''}${zone.noDelay ? ' nodelay' : ''}${zone.delay ? ` delay=${zone.delay}` : ''};`,
+          );
+        if (rateLimit.logLevel) lines.push(`      limit_req_log_level ${rateLimit.logLevel};`);
+        if (rateLimit.rejectCode) lines.push(`      limit_req_status ${rateLimit.rejectCode};`);
+      }
+      if (proxy?.connect) lines.push(`      proxy_connect_timeout ${proxy.connect};`);
+      if (proxy?.read) lines.push(`      proxy_read_timeout ${proxy.read};`);
+      if (proxy?.send) lines.push(`      proxy_send_timeout ${proxy.send};`);
+      lines.push(
+        '      proxy_http_version 1.1;',
+        '      proxy_set_header Host "$gw_api_compliant_host";',
+        '      proxy_set_header X-Forwarded-For "$proxy_add_x_forwarded_for";',
+        '      proxy_set_header X-Real-IP "$remote_addr";',
+        '      proxy_set_header X-Forwarded-Proto "$scheme";',
+        '      proxy_set_header X-Forwarded-Host "$host";',
+        '      proxy_set_header X-Forwarded-Port "$server_port";',
+        '      proxy_set_header Upgrade "$http_upgrade";',
+        '      proxy_set_header Connection "$connection_keepalive";',
+        // No URI part: nginx passes the request URI as the client sent it.
+        `      proxy_pass http://${rule.backend.upstream};`,
+        '    }',
+      );
+    }
+    // servers.go: without a rule for "/", NGF answers "/" itself with 404.
+    if (![...locations.values()].some((rule) => rule.path === '/'))
+      lines.push('    location = / {', '      return 404;', '    }');
+    lines.push('  }');
+  }
+  lines.push(
+    '  server {',
+    `    listen unix:${p}/${NO_ENDPOINTS_SOCKET};`,
+    '    access_log off;',
+    '    return 503;',
+    '  }',
+    '  server {',
+    `    listen 127.0.0.1:${settings.statusPort};`,
+    `    location = /generation { return 200 "${settings.generation}"; }`,
+    '  }',
+    '}',
+    '',
+  );
+  return lines.join('\n');
+}
