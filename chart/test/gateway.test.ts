@@ -33,7 +33,8 @@ interface Route {
     hostnames: string[];
     rules: {
       matches: { path: { type: string; value: string } }[];
-      backendRefs: Record<string, unknown>[];
+      backendRefs?: Record<string, unknown>[];
+      filters?: Record<string, unknown>[];
       timeouts?: Record<string, string>;
     }[];
   };
@@ -104,14 +105,32 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
         { group: 'gateway.networking.k8s.io', kind: 'Gateway', ...parentRef },
       ]);
       expect(r.spec.hostnames).toEqual([hosts[environment]]);
-      for (const rule of r.spec.rules)
+      for (const rule of r.spec.rules.filter((entry) => entry.filters === undefined))
         expect(rule.backendRefs).toEqual([{ group: '', kind: 'Service', name: 'social-posts', port: 80 }]);
     }
   });
 
-  it('When gateway.enabled is true, then the auth route has exactly Exact /login and Exact /users/, the general route PathPrefix /', () => {
-    expect(paths(route(objects, 'social-posts-auth'))).toEqual(['Exact /login', 'Exact /users/']);
+  it('When gateway.enabled is true, then the auth route serves exactly Exact /login and Exact /users/, the general route PathPrefix /', () => {
+    const auth = route(objects, 'social-posts-auth');
+    expect(paths({ ...auth, spec: { ...auth.spec, rules: auth.spec.rules.slice(0, 1) } })).toEqual([
+      'Exact /login',
+      'Exact /users/',
+    ]);
     expect(paths(route(objects, 'social-posts'))).toEqual(['PathPrefix /']);
+  });
+
+  it('When gateway.enabled is true, then Exact /users is a 308 redirect to /users/ inside the limited route, with no backend', () => {
+    const redirect = route(objects, 'social-posts-auth').spec.rules[1];
+    expect(redirect).toEqual({
+      matches: [{ path: { type: 'Exact', value: '/users' } }],
+      filters: [
+        {
+          type: 'RequestRedirect',
+          requestRedirect: { path: { type: 'ReplaceFullPath', replaceFullPath: '/users/' }, statusCode: 308 },
+        },
+      ],
+    });
+    expect(route(objects, 'social-posts-auth').spec.rules).toHaveLength(2);
   });
 
   it('When gateway.enabled is true, then every object is valid against its Gateway API, Kubernetes or CRD schema and has no unknown field', () => {

@@ -51,7 +51,12 @@ test('maps the rendered HTTPRoutes and policies the way NGINX Gateway Fabric 2.6
   expect([...conf.matchAll(limited)].map((m) => m[1])).toEqual(['= /login', '= /users/']);
   // PathPrefix /: one prefix location, not limited, with the ProxySettingsPolicy's time-outs.
   expect(conf).toMatch(/location \/ \{\n\s+proxy_connect_timeout 5s;\n\s+proxy_read_timeout 3s;/);
-  expect(conf.match(/limit_req zone=/g)).toHaveLength(2);
+  // Exact /users: NGF's redirect location (rewrite + return), inside the limited route; the
+  // return runs before limit_req, so the redirect itself is not counted.
+  expect(conf).toMatch(
+    /location = \/users \{\n\s+limit_req zone=social-posts-dev_rl_social-posts-auth_rule0 burst=10 nodelay;\n(\s+.*\n){4}\s+rewrite \^ \/users\/;\n\s+return 308 "\$scheme:\/\/\$host:80\$uri\$is_args\$args";/,
+  );
+  expect(conf.match(/limit_req zone=/g)).toHaveLength(3);
   expect(conf).toContain('server_name social-posts.localtest.me;');
   expect(conf).toContain('upstream social-posts-dev_social-posts_80 {\n    random two least_conn;');
   expect(conf).toContain('server 127.0.0.1:9002;');
@@ -62,6 +67,7 @@ test('maps the rendered HTTPRoutes and policies the way NGINX Gateway Fabric 2.6
   // A rule for "/" exists, so NGF adds no "= /" 404 location.
   expect(conf).not.toContain('location = / {');
   expect(conf).not.toContain('location /users');
+  expect(conf.match(/proxy_pass /g)).toHaveLength(3);
 });
 
 test('a PathPrefix without trailing slash gets "/p/" and "= /p"; no rule for "/" means "= /" answers 404', () => {
@@ -96,15 +102,35 @@ test.each<[string, () => GatewayObject[], string]>([
     'rules\\[0\\]\\.timeouts',
   ],
   [
-    'a RequestRedirect filter',
+    'a redirect to another host',
     () =>
       withSpec('HTTPRoute', (s) => ({
         ...s,
         rules: [
-          { ...authRule(s), filters: [{ type: 'RequestRedirect', requestRedirect: { statusCode: 301 } }] },
+          authRule(s),
+          {
+            ...((s.rules as Spec[])[1] as Spec),
+            filters: [
+              { type: 'RequestRedirect', requestRedirect: { hostname: 'x.example', statusCode: 301 } },
+            ],
+          },
         ],
       })),
-    'rules\\[0\\]\\.filters',
+    'requestRedirect\\.hostname',
+  ],
+  [
+    'a header modifier filter',
+    () =>
+      withSpec('HTTPRoute', (s) => ({
+        ...s,
+        rules: [
+          {
+            matches: [{ path: { type: 'Exact', value: '/x' } }],
+            filters: [{ type: 'RequestHeaderModifier', requestHeaderModifier: { set: [] } }],
+          },
+        ],
+      })),
+    'filters\\[0\\]\\.requestHeaderModifier',
   ],
   [
     'a method match',

@@ -198,12 +198,44 @@ interface Backend {
   port: number;
 }
 
+interface Redirect {
+  code: number;
+  /** ReplaceFullPath: the path the redirect points at. */
+  path: string;
+  /** The Gateway listener's port, which NGF writes into the redirect's address. */
+  port: number;
+}
+
 interface PathRule {
   route: string;
   /** nginx location modifiers and paths, e.g. "= /login", "/". */
   locations: string[];
   path: string;
-  backend: Backend;
+  /** Either a backend or a RequestRedirect filter (Gateway API allows no backend with a redirect). */
+  backend?: Backend;
+  redirect?: Redirect;
+}
+
+/** A RequestRedirect filter with a full-path replacement and a status code, the one form modelled. */
+function readRedirect(value: unknown, what: string, port: number): Redirect {
+  const filter = fields(value, what);
+  onlyKeys(filter, ['type', 'requestRedirect'], what);
+  if (filter.type !== 'RequestRedirect') refuse(`${what}: filter ${String(filter.type)}`);
+  const redirect = fields(filter.requestRedirect, `${what}.requestRedirect`);
+  onlyKeys(redirect, ['path', 'statusCode'], `${what}.requestRedirect`, {
+    hostname: 'redirect host names',
+    port: 'redirect ports',
+    scheme: 'redirect schemes',
+  });
+  const path = fields(redirect.path, `${what}.requestRedirect.path`);
+  onlyKeys(path, ['type', 'replaceFullPath'], `${what}.requestRedirect.path`);
+  if (path.type !== 'ReplaceFullPath') refuse(`${what}: path modifier ${String(path.type)}`);
+  const target = text(path.replaceFullPath, `${what}: replaceFullPath`);
+  if (!/^\/[A-Za-z0-9/._-]*$/.test(target)) refuse(`${what}: redirect path ${target}`);
+  // servers.go createReturnAndRewriteConfigForRedirectFilter: 302 unless a code is given.
+  const code =
+    redirect.statusCode === undefined ? 302 : integer(redirect.statusCode, `${what}: statusCode`, 300);
+  return { code, path: target, port };
 }
 
 interface RouteInfo {
@@ -271,28 +303,37 @@ function readRoute(
 
   const rules = list(spec.rules, `${what}: rules`).flatMap((entry, i): PathRule[] => {
     const rule = fields(entry, `${what}: rules[${i}]`);
-    onlyKeys(rule, ['matches', 'backendRefs'], `${what}: rules[${i}]`, {
+    onlyKeys(rule, ['matches', 'backendRefs', 'filters'], `${what}: rules[${i}]`, {
       timeouts: 'NGINX Gateway Fabric ignores HTTPRoute timeouts; use a ProxySettingsPolicy',
       retry: 'NGINX Gateway Fabric ignores HTTPRoute retry',
       name: 'NGINX Gateway Fabric ignores rule names',
-      filters: 'filters (redirects, rewrites, header changes…)',
       sessionPersistence: 'session persistence',
     });
     const backends = list(rule.backendRefs, `${what}: rules[${i}].backendRefs`);
-    if (backends.length !== 1)
-      refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
-    const ref = fields(backends[0], `${what}: backendRef`);
-    onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
-      namespace: 'cross-namespace backends',
-      weight: 'weights',
-      filters: 'backend filters',
-    });
-    if ((ref.group ?? '') !== '' || (ref.kind ?? 'Service') !== 'Service')
-      refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
-    const service = text(ref.name, `${what}: backendRef name`);
-    const port = integer(ref.port, `${what}: backendRef port`, 1);
-    const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
-    upstreams.set(backend.upstream, endpoints(service, port));
+    const filters = list(rule.filters, `${what}: rules[${i}].filters`);
+    let target: { backend: Backend } | { redirect: Redirect };
+    if (filters.length > 0) {
+      // A redirect answers by itself (servers.go updateLocation returns before proxy settings).
+      if (filters.length !== 1 || backends.length !== 0)
+        refuse(`${what}: rules[${i}] with ${filters.length} filters and ${backends.length} backendRefs`);
+      target = { redirect: readRedirect(filters[0], `${what}: rules[${i}].filters[0]`, listener.port) };
+    } else {
+      if (backends.length !== 1)
+        refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
+      const ref = fields(backends[0], `${what}: backendRef`);
+      onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
+        namespace: 'cross-namespace backends',
+        weight: 'weights',
+        filters: 'backend filters',
+      });
+      if ((ref.group ?? '') !== '' || (ref.kind ?? 'Service') !== 'Service')
+        refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
+      const service = text(ref.name, `${what}: backendRef name`);
+      const port = integer(ref.port, `${what}: backendRef port`, 1);
+      const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
+      upstreams.set(backend.upstream, endpoints(service, port));
+      target = { backend };
+    }
 
     // Gateway API: a rule without matches matches every path (PathPrefix /).
     const matches =
@@ -307,7 +348,7 @@ function readRoute(
       onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
       const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
       const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
-      return { route: name, locations: locationsFor(type, path, what), path, backend };
+      return { route: name, locations: locationsFor(type, path, what), path, ...target };
     });
   });
   return { name, hosts, rules };
@@ -531,6 +572,18 @@ export function translateGateway(
       if (proxy?.connect) lines.push(`      proxy_connect_timeout ${proxy.connect};`);
       if (proxy?.read) lines.push(`      proxy_read_timeout ${proxy.read};`);
       if (proxy?.send) lines.push(`      proxy_send_timeout ${proxy.send};`);
+      if (rule.redirect) {
+        // servers_template.go: rewrite, then return (both in nginx's rewrite phase, before
+        // limit_req's preaccess phase: a redirect is answered without being counted).
+        lines.push(
+          `      rewrite ^ ${rule.redirect.path};`,
+          `      return ${rule.redirect.code} "$scheme://$host:${rule.redirect.port}$uri$is_args$args";`,
+          '      proxy_http_version 1.1;',
+          '    }',
+        );
+        continue;
+      }
+      const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
       lines.push(
         '      proxy_http_version 1.1;',
         '      proxy_set_header Host "$gw_api_compliant_host";',
@@ -542,7 +595,7 @@ export function translateGateway(
         '      proxy_set_header Upgrade "$http_upgrade";',
         '      proxy_set_header Connection "$connection_keepalive";',
         // No URI part: nginx passes the request URI as the client sent it.
-        `      proxy_pass http://${rule.backend.upstream};`,
+        `      proxy_pass http://${backend.upstream};`,
         '    }',
       );
     }
