@@ -65,7 +65,7 @@ describe('Labels', () => {
           'app.kubernetes.io/instance': 'social-posts',
           'app.kubernetes.io/managed-by': 'Helm',
           'app.kubernetes.io/version': '1.0.0',
-          'helm.sh/chart': 'social-posts-0.1.0',
+          'helm.sh/chart': 'social-posts-0.2.0',
         });
       }
     },

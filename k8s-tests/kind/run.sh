@@ -5,6 +5,13 @@
 # plus k8s-tests/values-e2e.yaml, runs `helm test`, then the suite against http://localhost with the
 # Ingress host. Cases 6 and 7 use kubectl. The cluster is deleted at the end (KEEP_CLUSTER=1 keeps it;
 # then wait a minute before running the suite again: the rate-limit case needs a fresh counter).
+#
+# --gateway: the chart's Gateway API path instead of ingress-nginx: the Gateway API CRDs (standard
+# channel, the release manifest of kubernetes-sigs/gateway-api), NGINX Gateway Fabric from its
+# published Helm chart with k8s-tests/nginx-gateway-fabric-values.yaml (its chart brings the
+# RateLimitPolicy and ProxySettingsPolicy CRDs), the Gateway of k8s-tests/gateway.yaml, and the
+# chart with k8s-tests/values-e2e-gateway.yaml (gateway.enabled). The suite runs with
+# K8S_PROXY=nginx-gateway-fabric.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -13,6 +20,18 @@ NAMESPACE=social-posts-dev
 RELEASE=social-posts
 IMAGE=social-posts:e2e
 INGRESS_NGINX_CHART_VERSION=4.14.1
+# NGINX Gateway Fabric 2.6.7 is built against Gateway API v1.5.1 (its go.mod).
+GATEWAY_API_VERSION=v1.5.1
+NGINX_GATEWAY_FABRIC_CHART_VERSION=2.6.7
+GATEWAY_NAME=social-posts-e2e
+GATEWAY_NAMESPACE=nginx-gateway
+MODE=ingress-nginx
+for arg in "$@"; do
+  case "$arg" in
+    --gateway) MODE=nginx-gateway-fabric ;;
+    *) echo "unknown argument $arg (only --gateway)" >&2; exit 2 ;;
+  esac
+done
 HELM="${HELM:-helm}"
 KUBECTL="${KUBECTL:-kubectl}"
 CONTEXT="kind-${CLUSTER}"
@@ -42,20 +61,41 @@ trap tear_down EXIT INT TERM
 k() { "$KUBECTL" --context "$CONTEXT" "$@"; }
 h() { "$HELM" --kube-context "$CONTEXT" "$@"; }
 
-step "ingress-nginx $INGRESS_NGINX_CHART_VERSION (limit-req-status-code 429, hostPort)"
-h upgrade --install ingress-nginx ingress-nginx \
-  --repo https://kubernetes.github.io/ingress-nginx --version "$INGRESS_NGINX_CHART_VERSION" \
-  --namespace ingress-nginx --create-namespace \
-  --values k8s-tests/ingress-nginx-values.yaml --wait --timeout 5m
-k -n ingress-nginx rollout status deployment/ingress-nginx-controller --timeout=180s
+CHART_VALUES=(--values chart/values-dev.yaml --values k8s-tests/values-e2e.yaml)
+if [ "$MODE" = ingress-nginx ]; then
+  step "ingress-nginx $INGRESS_NGINX_CHART_VERSION (limit-req-status-code 429, hostPort)"
+  h upgrade --install ingress-nginx ingress-nginx \
+    --repo https://kubernetes.github.io/ingress-nginx --version "$INGRESS_NGINX_CHART_VERSION" \
+    --namespace ingress-nginx --create-namespace \
+    --values k8s-tests/ingress-nginx-values.yaml --wait --timeout 5m
+  k -n ingress-nginx rollout status deployment/ingress-nginx-controller --timeout=180s
+else
+  # Both controllers would want the node's port 80: a cluster kept from an Ingress run must go.
+  if k get namespace ingress-nginx >/dev/null 2>&1; then
+    echo "cluster $CLUSTER runs ingress-nginx; delete it first (kind delete cluster --name $CLUSTER)" >&2
+    exit 1
+  fi
+  step "Gateway API $GATEWAY_API_VERSION CRDs (standard channel)"
+  k apply --server-side -f \
+    "https://github.com/kubernetes-sigs/gateway-api/releases/download/$GATEWAY_API_VERSION/standard-install.yaml"
+  step "NGINX Gateway Fabric $NGINX_GATEWAY_FABRIC_CHART_VERSION (one nginx, hostPort 80)"
+  h upgrade --install nginx-gateway-fabric oci://ghcr.io/nginx/charts/nginx-gateway-fabric \
+    --version "$NGINX_GATEWAY_FABRIC_CHART_VERSION" \
+    --namespace "$GATEWAY_NAMESPACE" --create-namespace \
+    --values k8s-tests/nginx-gateway-fabric-values.yaml --wait --timeout 5m
+  step "Gateway $GATEWAY_NAMESPACE/$GATEWAY_NAME (k8s-tests/gateway.yaml)"
+  k apply -f k8s-tests/gateway.yaml
+  # The controller provisions the Gateway's nginx Deployment; Programmed means it serves.
+  k -n "$GATEWAY_NAMESPACE" wait --for=condition=Programmed "gateway/$GATEWAY_NAME" --timeout=300s
+  CHART_VALUES+=(--values k8s-tests/values-e2e-gateway.yaml)
+fi
 
 step "image $IMAGE, loaded into kind"
 docker build -t "$IMAGE" .
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
-step "chart: values-dev.yaml + k8s-tests/values-e2e.yaml, in-chart PostgreSQL"
-h upgrade --install "$RELEASE" chart --namespace "$NAMESPACE" --create-namespace \
-  --values chart/values-dev.yaml --values k8s-tests/values-e2e.yaml \
+step "chart: ${CHART_VALUES[*]}, in-chart PostgreSQL"
+h upgrade --install "$RELEASE" chart --namespace "$NAMESPACE" --create-namespace "${CHART_VALUES[@]}" \
   --set image.repository=social-posts --set image.tag=e2e --set image.pullPolicy=Never \
   --wait --timeout 10m
 k -n "$NAMESPACE" rollout status "statefulset/$RELEASE-postgresql" --timeout=300s
@@ -64,20 +104,43 @@ k -n "$NAMESPACE" rollout status "deployment/$RELEASE" --timeout=300s
 step "helm test"
 h test "$RELEASE" --namespace "$NAMESPACE" --timeout 5m
 
-HOST="$(k -n "$NAMESPACE" get ingress "$RELEASE" -o jsonpath='{.spec.rules[0].host}')"
+if [ "$MODE" = ingress-nginx ]; then
+  HOST="$(k -n "$NAMESPACE" get ingress "$RELEASE" -o jsonpath='{.spec.rules[0].host}')"
+else
+  HOST="$(k -n "$NAMESPACE" get httproute "$RELEASE" -o jsonpath='{.spec.hostnames[0]}')"
+  # A route or policy the controller did not accept would leave the limit out silently.
+  for object in "httproute/$RELEASE" "httproute/$RELEASE-auth"; do
+    for _ in $(seq 1 60); do
+      accepted="$(k -n "$NAMESPACE" get "$object" \
+        -o jsonpath='{.status.parents[0].conditions[?(@.type=="Accepted")].status}')"
+      [ "$accepted" = True ] && break
+      sleep 2
+    done
+    [ "$accepted" = True ] || { echo "$object was not accepted:" >&2; k -n "$NAMESPACE" describe "$object" >&2; exit 1; }
+  done
+  for object in "ratelimitpolicy/$RELEASE-auth" "proxysettingspolicy/$RELEASE"; do
+    for _ in $(seq 1 60); do
+      accepted="$(k -n "$NAMESPACE" get "$object" \
+        -o jsonpath='{.status.ancestors[0].conditions[?(@.type=="Accepted")].status}')"
+      [ "$accepted" = True ] && break
+      sleep 2
+    done
+    [ "$accepted" = True ] || { echo "$object was not accepted:" >&2; k -n "$NAMESPACE" describe "$object" >&2; exit 1; }
+  done
+fi
 ORIGINS="$(k -n "$NAMESPACE" get configmap "$RELEASE" -o jsonpath='{.data.CORS_ALLOWED_ORIGINS}')"
-# ingress-nginx syncs a new Ingress within seconds; wait until it routes the host.
+# The controller syncs new routes within seconds; wait until it routes the host.
 for _ in $(seq 1 60); do
   code="$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $HOST" http://localhost/healthz/ready || true)"
   [ "$code" = 200 ] && break
   sleep 2
 done
 
-step "the suite against http://localhost, Host $HOST"
+step "the suite against http://localhost ($MODE), Host $HOST"
 REPORT="$(mktemp)"
 status=0
 K8S_BASE_URL=http://localhost K8S_HOST="$HOST" K8S_ALLOWED_ORIGINS="$ORIGINS" \
-  K8S_DRIVER=kind K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
+  K8S_DRIVER=kind K8S_PROXY="$MODE" K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
   KUBECTL="$(command -v "$KUBECTL")" KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" \
   K8S_REPORT_FILE="$REPORT" \
   npx jest -c k8s-tests/jest.config.js --runInBand || status=$?
