@@ -37,4 +37,25 @@ describe('Documentation of the values', () => {
     expect(readme).toContain('skaffold dev');
     expect(readme).toMatch(/ingress-nginx is retired/);
   });
+
+  it('When chart/README.md is read, then it explains the move off ingress-nginx: values, counting, client address and the measured side-by-side', () => {
+    const start = readme.indexOf('## Moving off ingress-nginx');
+    expect(start).toBeGreaterThan(0);
+    const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+    for (const value of ['gateway.enabled', 'gateway.parentRef', 'gateway.rateLimit.implementation'])
+      expect(section).toContain(value);
+    for (const implementation of ['nginx-gateway-fabric', 'envoy-gateway', '`none`'])
+      expect(section).toContain(implementation);
+    // How each counts, and where the client address comes from.
+    expect(section).toMatch(/per nginx \(data plane\) replica/);
+    expect(section).toMatch(/per route match/);
+    expect(section).toMatch(/Redis/);
+    expect(section).toContain('externalTrafficPolicy: Local');
+    expect(section).toContain('clientIPDetection');
+    // The side-by-side of both paths as the suite measured them, and the /users decision.
+    expect(section).toContain(
+      '| Case | Ingress objects (ingress-nginx) | HTTPRoutes + RateLimitPolicy (NGINX Gateway Fabric) |',
+    );
+    expect(section).toMatch(/308 to `\/users\/`/);
+  });
 });
