@@ -4,11 +4,14 @@
  * against the Gateway API models and the implementation's own CRD schema (chart/test/schemas/).
  */
 import {
+  chartDir,
   environmentOptions,
   environments,
   findAll,
   render,
+  runHelm,
   template,
+  valuesArgs,
   type Environment,
   type KubeObject,
   type RenderOptions,
@@ -131,6 +134,17 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
       ],
     });
     expect(route(objects, 'social-posts-auth').spec.rules).toHaveLength(2);
+  });
+
+  it('When gateway.enabled is true, then helm lint --strict reports no warning or error', async () => {
+    const result = await runHelm([
+      'lint',
+      '--strict',
+      chartDir,
+      ...valuesArgs(gatewayOptions(environment, implementation)),
+    ]);
+    expect(result.stdout + result.stderr).toContain('0 chart(s) failed');
+    expect(result.code).toBe(0);
   });
 
   it('When gateway.enabled is true, then every object is valid against its Gateway API, Kubernetes or CRD schema and has no unknown field', () => {
