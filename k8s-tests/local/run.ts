@@ -14,7 +14,7 @@ import { ensureTools } from '../../scripts/tools';
 import { formatReport, readReport } from '../report';
 import { Cluster } from './cluster';
 import { translate, type ControllerValues } from './nginx-config';
-import { Nginx } from './nginx';
+import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { Postgres } from './postgres';
 import { freePort, stillRunning, stop } from './processes';
 import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
@@ -135,6 +135,7 @@ async function main(): Promise<number> {
   const { tmp } = state;
   for (const [bin, hint] of [
     [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
+    [HEADERS_MORE_MODULE, 'apt-get install libnginx-mod-http-headers-more-filter'],
     [
       join(process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin', 'initdb'),
       'apt-get install postgresql (or set PG_BIN)',
@@ -167,6 +168,7 @@ async function main(): Promise<number> {
       statusPort,
       generation,
       namespace,
+      headersMoreModule: HEADERS_MORE_MODULE,
       endpoints: (service, port) => {
         if (!servesApi(release, service, port))
           throw new Error(`backend ${service}:${String(port)} is not the API`);
