@@ -115,7 +115,9 @@ function call(method: string, path: string, headers: Record<string, string> = {}
       },
       (res) => {
         res.resume();
-        res.on('end', () => resolvePromise({ status: res.statusCode ?? 0, headers: res.headers }));
+        res.on('end', () => {
+          resolvePromise({ status: res.statusCode ?? 0, headers: res.headers });
+        });
       },
     );
     req.on('error', reject);
@@ -151,13 +153,13 @@ test('no ready endpoint: 503 before limit_req, so those requests do not use up t
   // 15 > 1 + burst 10: had they been counted, the last four would be 429.
   const withoutEndpoints: number[] = [];
   for (let i = 0; i < 15; i++) withoutEndpoints.push((await call('POST', '/login')).status);
-  expect(withoutEndpoints).toEqual(Array(15).fill(503));
+  expect(withoutEndpoints).toEqual(Array<number>(15).fill(503));
 
   // Endpoints back (the limit zone keeps its state across the reload): the full allowance is left.
   await configure([`127.0.0.1:${backendPort}`]);
   const withEndpoints: number[] = [];
   for (let i = 0; i < 12; i++) withEndpoints.push((await call('POST', '/login')).status);
-  expect(withEndpoints).toEqual([...Array(11).fill(200), 429]);
+  expect(withEndpoints).toEqual([...Array<number>(11).fill(200), 429]);
 });
 
 test('no Server header on any answer: proxied, redirect, 404 of the default server, 429', async () => {

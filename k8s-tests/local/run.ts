@@ -13,6 +13,7 @@ import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
 import { formatReport, readReport } from '../report';
 import { Cluster } from './cluster';
+import { BrokenEndpoint, brokenModes } from './broken-endpoint';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { Postgres } from './postgres';
@@ -32,6 +33,7 @@ interface Running {
   nginx?: Nginx;
   cluster?: Cluster;
   control?: Server;
+  broken?: BrokenEndpoint;
   jest?: ChildProcess;
 }
 
@@ -42,11 +44,12 @@ let tornDown: Promise<void> | undefined;
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
     step('tear-down');
-    const { jest, control, cluster, nginx, postgres } = state;
+    const { jest, control, broken, cluster, nginx, postgres } = state;
     if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
       process.kill(jest.pid, 'SIGTERM');
     control?.close();
     control?.closeAllConnections();
+    await broken?.close();
     await cluster?.close().catch((error: unknown) => {
       step(`replicas: ${String(error)}`);
     });
@@ -72,8 +75,13 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-function controlServer(postgres: Postgres, cluster: Cluster): Promise<{ server: Server; url: string }> {
+function controlServer(
+  postgres: Postgres,
+  cluster: Cluster,
+  more: Record<string, () => Promise<string>>,
+): Promise<{ server: Server; url: string }> {
   const routes: Record<string, () => Promise<string>> = {
+    ...more,
     'POST /database/stop': async () => {
       await postgres.stop();
       step('PostgreSQL stopped (fast shutdown)');
@@ -202,6 +210,18 @@ async function main(): Promise<number> {
   state.nginx = nginx;
   generation++;
   await nginx.start(nginxConf([]), generation);
+  // The retry cases add a misbehaving endpoint next to the ready replicas; reloads go one at a time.
+  const broken = new BrokenEndpoint(nginx.errorLog);
+  state.broken = broken;
+  let ready: string[] = [];
+  let reloads: Promise<void> = Promise.resolve();
+  const reload = () =>
+    (reloads = reloads
+      .catch(() => undefined)
+      .then(async () => {
+        generation++;
+        await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
+      }));
 
   const logDir = join(tmp, 'replicas');
   mkdirSync(logDir);
@@ -212,8 +232,8 @@ async function main(): Promise<number> {
     database: { host: '127.0.0.1', port: pgPort },
     nodePath: join(repoRoot, 'node_modules'),
     onEndpoints: async (endpoints) => {
-      generation++;
-      await nginx.reload(nginxConf(endpoints), generation);
+      ready = endpoints;
+      await reload();
       step(`endpoints: [${endpoints.join(', ')}] (nginx configuration generation ${generation})`);
     },
   });
@@ -223,7 +243,22 @@ async function main(): Promise<number> {
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
 
-  const control = await controlServer(state.postgres, cluster);
+  const brokenRoutes: Record<string, () => Promise<string>> = {
+    'GET /broken-endpoint': () => Promise.resolve(JSON.stringify({ failures: broken.failures() })),
+    'DELETE /broken-endpoint': async () => {
+      await broken.close();
+      await reload();
+      return 'closed';
+    },
+  };
+  for (const mode of brokenModes)
+    brokenRoutes[`POST /broken-endpoint/${mode}`] = async () => {
+      await broken.open(mode);
+      await reload();
+      step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${ready.join(', ')}]`);
+      return broken.endpoints().join('');
+    };
+  const control = await controlServer(state.postgres, cluster, brokenRoutes);
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
   step('the suite, through nginx');
