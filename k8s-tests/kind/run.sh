@@ -12,7 +12,8 @@ CLUSTER="${KIND_CLUSTER:-social-posts-e2e}"
 NAMESPACE=social-posts-dev
 RELEASE=social-posts
 IMAGE=social-posts:e2e
-INGRESS_NGINX_CHART_VERSION=4.14.1
+# The last release of the 4.14 line (controller v1.14.5), the version k8s-tests/local/nginx-config.ts follows.
+INGRESS_NGINX_CHART_VERSION=4.14.5
 HELM="${HELM:-helm}"
 KUBECTL="${KUBECTL:-kubectl}"
 CONTEXT="kind-${CLUSTER}"
