@@ -73,6 +73,15 @@ describe.each(environments)('Ingress objects of %s', (environment) => {
     }
   });
 
+  it(`When the ${environment} values are rendered, then both Ingress objects retry another replica only on a connection error, never after a time-out`, () => {
+    for (const ingress of all) {
+      expect(ingress.metadata?.annotations).toMatchObject({
+        'nginx.ingress.kubernetes.io/proxy-next-upstream': 'error',
+        'nginx.ingress.kubernetes.io/proxy-next-upstream-tries': '3',
+      });
+    }
+  });
+
   it(`When the ${environment} values are rendered, then no Ingress uses regex, rewrite or snippet annotations (they would make Exact paths case-insensitive regex prefixes)`, () => {
     for (const ingress of all) {
       for (const key of Object.keys(ingress.metadata?.annotations ?? {})) {

@@ -62,6 +62,16 @@ describe('values.schema.json', () => {
     ['a probe with an action of its own', { 'readinessProbe.httpGet.path': '/' }, '/readinessProbe'],
     ['no memory limit', { 'resources.limits': 'null' }, '/resources'],
     ['an image digest that is not sha256', { 'image.digest': 'latest' }, '/image/digest'],
+    [
+      'a condition nginx does not know in ingress.proxyNextUpstream',
+      { 'ingress.proxyNextUpstream': 'error retry' },
+      '/ingress/proxyNextUpstream',
+    ],
+    [
+      'zero ingress.proxyNextUpstreamTries',
+      { 'ingress.proxyNextUpstreamTries': '0' },
+      '/ingress/proxyNextUpstreamTries',
+    ],
   ])('When the values carry %s, then helm template fails naming the value', async (_case, set, path) => {
     const rendered = await template({ values: ['values-dev.yaml'], set });
     expect(rendered.code).not.toBe(0);
@@ -75,6 +85,8 @@ describe('values.schema.json', () => {
     'nginx.ingress.kubernetes.io/rewrite-target',
     'nginx.ingress.kubernetes.io/limit-rpm',
     'nginx.ingress.kubernetes.io/proxy-read-timeout',
+    'nginx.ingress.kubernetes.io/proxy-next-upstream',
+    'nginx.ingress.kubernetes.io/proxy-next-upstream-tries',
   ])('When ingress.annotations carries %s, then helm template refuses it', async (annotation) => {
     const key = `ingress.annotations.${annotation.replaceAll('.', '\\.')}`;
     const rendered = await template({ values: ['values-dev.yaml'], setString: { [key]: 'x' } });

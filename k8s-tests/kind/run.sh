@@ -19,7 +19,8 @@ CLUSTER="${KIND_CLUSTER:-social-posts-e2e}"
 NAMESPACE=social-posts-dev
 RELEASE=social-posts
 IMAGE=social-posts:e2e
-INGRESS_NGINX_CHART_VERSION=4.14.1
+# The last release of the 4.14 line (controller v1.14.5), the version k8s-tests/local/nginx-config.ts follows.
+INGRESS_NGINX_CHART_VERSION=4.14.5
 # NGINX Gateway Fabric 2.6.7 is built against Gateway API v1.5.1 (its go.mod).
 GATEWAY_API_VERSION=v1.5.1
 NGINX_GATEWAY_FABRIC_CHART_VERSION=2.6.7

@@ -9,6 +9,7 @@ const settings: NginxSettings = {
   generation: 1,
   namespace: 'ns',
   endpoints: () => ['127.0.0.1:9001', '127.0.0.1:9002'],
+  headersMoreModule: '/mods/ngx_http_headers_more_filter_module.so',
 };
 const controller: ControllerValues = { controller: { config: { 'limit-req-status-code': '429' } } };
 
@@ -110,7 +111,131 @@ test('refuses ImplementationSpecific paths, TLS, other classes, duplicate paths 
     expect(() => translate(ingresses, values, settings)).toThrow(/not modelled/);
 });
 
-test('with no ready endpoint the upstream is the 503 answer of the controller', () => {
+/** The body of `location <match> { … }` in the generated configuration. */
+function locationBody(conf: string, match: string): string {
+  const start = conf.indexOf(`    location ${match} {\n`);
+  if (start < 0) throw new Error(`no location ${match} in:\n${conf}`);
+  return conf.slice(start, conf.indexOf('\n    }', start));
+}
+
+// Behaviour each one follows, in kubernetes/ingress-nginx at controller-v1.14.5
+// (0a6fadc01bd4706bc77ceaf91487345a8d03d9c0); nginx-behaviour.test.ts runs the same on real nginx.
+
+test('with no ready endpoint the location answers 503 itself, before limit_req (balancer.lua rewrite())', () => {
+  // The Lua balancer's rewrite phase answers 503 when the backend has no endpoints; limit_req runs
+  // later (preaccess), so those requests are not counted. `return` ends the rewrite phase the same way.
   const conf = translate([auth], controller, { ...settings, endpoints: () => [] });
-  expect(conf).toContain('server unix:/tmp/x/no-endpoints.sock;');
+  const body = locationBody(conf, '= /login');
+  expect(body).toContain('return 503;');
+  expect(body.indexOf('return 503;')).toBeLessThan(body.indexOf('limit_req zone='));
+  expect(conf).not.toContain('no-endpoints.sock');
+  // With endpoints, no 503 of its own.
+  expect(locationBody(translate([auth], controller, settings), '= /login')).not.toContain('return 503;');
+});
+
+test('retries: the controller defaults "error timeout" and 3 tries (config.go), written per location', () => {
+  const conf = translate([ingress('a', [{ path: '/a', pathType: 'Exact' }])], controller, settings);
+  const body = locationBody(conf, '= /a');
+  expect(body).toContain('proxy_next_upstream error timeout;');
+  expect(body).toContain('proxy_next_upstream_timeout 0;');
+  expect(body).toContain('proxy_next_upstream_tries 3;');
+  // No configuration-wide override of the template's per-location value.
+  expect(conf).not.toContain('proxy_next_upstream off;');
+});
+
+test('retries: proxy-next-upstream and proxy-next-upstream-tries set the locations of their Ingress only', () => {
+  const conf = translate(
+    [
+      ingress('a', [{ path: '/a', pathType: 'Exact' }], {
+        'nginx.ingress.kubernetes.io/proxy-next-upstream': 'error',
+        'nginx.ingress.kubernetes.io/proxy-next-upstream-tries': '2',
+      }),
+      ingress('b', [{ path: '/b', pathType: 'Exact' }]),
+    ],
+    controller,
+    settings,
+  );
+  expect(locationBody(conf, '= /a')).toContain('proxy_next_upstream error;');
+  expect(locationBody(conf, '= /a')).toContain('proxy_next_upstream_tries 2;');
+  expect(locationBody(conf, '= /b')).toContain('proxy_next_upstream error timeout;');
+  expect(locationBody(conf, '= /b')).toContain('proxy_next_upstream_tries 3;');
+});
+
+test('retries: non_idempotent goes last, as buildNextUpstream writes it', () => {
+  const conf = translate(
+    [
+      ingress('a', [{ path: '/a', pathType: 'Exact' }], {
+        'nginx.ingress.kubernetes.io/proxy-next-upstream': 'non_idempotent error http_502',
+      }),
+    ],
+    controller,
+    settings,
+  );
+  expect(locationBody(conf, '= /a')).toContain('proxy_next_upstream error http_502 non_idempotent;');
+});
+
+test.each([
+  ['a condition nginx does not know', 'error retry'],
+  ['a comma list', 'error,timeout'],
+  ['an empty value', ''],
+])('retries: refuses proxy-next-upstream with %s (the controller would drop it silently)', (_what, value) => {
+  expect(() =>
+    translate(
+      [
+        ingress('x', [{ path: '/x', pathType: 'Exact' }], {
+          'nginx.ingress.kubernetes.io/proxy-next-upstream': value,
+        }),
+      ],
+      controller,
+      settings,
+    ),
+  ).toThrow(/not modelled/);
+});
+
+test('retries: refuses a proxy-next-upstream-tries that is not a whole number', () => {
+  for (const value of ['-1', 'three', '1.5'])
+    expect(() =>
+      translate(
+        [
+          ingress('x', [{ path: '/x', pathType: 'Exact' }], {
+            'nginx.ingress.kubernetes.io/proxy-next-upstream-tries': value,
+          }),
+        ],
+        controller,
+        settings,
+      ),
+    ).toThrow(/not modelled/);
+});
+
+test('a Prefix path ending in "/" gets an exact location for the path as written (location.go)', () => {
+  const conf = translate(
+    [
+      ingress('general', [{ path: '/', pathType: 'Prefix' }]),
+      ingress('docs', [
+        { path: '/docs/', pathType: 'Prefix' },
+        { path: '/api', pathType: 'Prefix' },
+      ]),
+    ],
+    controller,
+    settings,
+  );
+  expect(conf).toContain('location /docs/ {');
+  expect(conf).toContain('location = /docs/ {');
+  expect(conf).not.toContain('location = /docs {');
+  // Without the slash: the prefix location gains one, the exact one is the path as written.
+  expect(conf).toContain('location /api/ {');
+  expect(conf).toContain('location = /api {');
+});
+
+test('redirects carry no port, the Server header is cleared, a client X-Request-ID goes through (nginx.tmpl)', () => {
+  const conf = translate([auth], controller, settings);
+  expect(conf.split('\n')[1]).toBe('load_module /mods/ngx_http_headers_more_filter_module.so;');
+  expect(conf).toContain('  server_tokens off;\n  more_clear_headers Server;');
+  expect(conf).toContain('  port_in_redirect off;');
+  expect(conf).not.toContain('port_in_redirect on');
+  expect(conf).toMatch(
+    /map \$http_x_request_id \$req_id \{\n\s+default \$http_x_request_id;\n\s+"" \$request_id;/,
+  );
+  expect(locationBody(conf, '= /login')).toContain('proxy_set_header X-Request-ID $req_id;');
+  expect(conf).not.toContain('X-Request-ID $request_id');
 });

@@ -3,6 +3,13 @@
  * the way ingress-nginx's template does for the features this chart uses. Anything the translation
  * does not model throws: a silently ignored annotation would make the emulation prove something the
  * real controller does not do. The mapping and its gaps are listed in k8s-tests/README.md.
+ *
+ * Followed at controller v1.14.5 (kubernetes/ingress-nginx, commit
+ * 0a6fadc01bd4706bc77ceaf91487345a8d03d9c0, the release of Helm chart 4.14.5):
+ * rootfs/etc/nginx/template/nginx.tmpl, internal/ingress/controller/config/config.go (defaults),
+ * internal/ingress/controller/location.go (Prefix paths), internal/ingress/annotations/proxy/main.go,
+ * internal/ingress/controller/template/template.go (buildNextUpstream, buildLocation) and
+ * rootfs/etc/nginx/lua/balancer.lua (no ready endpoint).
  */
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
 
@@ -25,6 +32,11 @@ export interface NginxSettings {
   namespace: string;
   /** Ready endpoints ("127.0.0.1:port") of a Service port; none means the controller answers 503. */
   endpoints: (service: string, port: string | number) => string[];
+  /**
+   * Path of the headers-more filter module (Debian: libnginx-mod-http-headers-more-filter), built
+   * into the controller's nginx; its template clears the Server header with more_clear_headers.
+   */
+  headersMoreModule: string;
 }
 
 const PREFIX = 'nginx.ingress.kubernetes.io/';
@@ -53,6 +65,8 @@ interface Defaults {
   connectTimeout: number;
   readTimeout: number;
   sendTimeout: number;
+  nextUpstream: string;
+  nextUpstreamTries: number;
   ingressClass: string;
 }
 
@@ -71,6 +85,34 @@ function positiveInteger(value: unknown, what: string): number {
   return Number(text);
 }
 
+function nonNegativeInteger(value: unknown, what: string): number {
+  const text = typeof value === 'number' ? String(value) : value;
+  if (typeof text !== 'string' || !/^(0|[1-9]\d*)$/.test(text))
+    refuse(`${what} must be a non-negative integer, got ${String(value)}`);
+  return Number(text);
+}
+
+/** The values the controller's proxy-next-upstream annotation accepts (annotations/proxy/main.go). */
+const NEXT_UPSTREAM =
+  /^((error|timeout|invalid_header|http_500|http_502|http_503|http_504|http_403|http_404|http_429|non_idempotent|off)\s?)+$/;
+
+function nextUpstream(value: unknown, what: string): string {
+  // The controller ignores an invalid value (and keeps its default); here it fails loudly.
+  if (typeof value !== 'string' || !NEXT_UPSTREAM.test(value)) refuse(`${what}: "${String(value)}"`);
+  return value;
+}
+
+/**
+ * The proxy_next_upstream value the template writes (buildNextUpstream): the conditions in order,
+ * non_idempotent moved to the end (or added when the controller's retry-non-idempotent is on).
+ */
+function nextUpstreamDirective(value: string): string {
+  const parts = value.split(' ').filter((part) => part !== '');
+  const conditions = parts.filter((part) => part !== 'non_idempotent');
+  if (parts.includes('non_idempotent')) conditions.push('non_idempotent');
+  return conditions.join(' ');
+}
+
 function readController(values: ControllerValues): Defaults {
   for (const key of Object.keys(values)) if (key !== 'controller') refuse(`top-level value "${key}"`);
   const controller = values.controller ?? {};
@@ -83,12 +125,14 @@ function readController(values: ControllerValues): Defaults {
   const ingressClassResource = (controller.ingressClassResource ?? {}) as Record<string, unknown>;
   const ingressClass = typeof ingressClassResource.name === 'string' ? ingressClassResource.name : 'nginx';
 
-  // ingress-nginx's own defaults, overridden by the ConfigMap keys the emulation understands.
+  // ingress-nginx's own defaults (config.go), overridden by the ConfigMap keys the emulation understands.
   const defaults: Defaults = {
     limitReqStatus: 503,
     connectTimeout: 5,
     readTimeout: 60,
     sendTimeout: 60,
+    nextUpstream: 'error timeout',
+    nextUpstreamTries: 3,
     ingressClass,
   };
   const config = (controller.config ?? {}) as Record<string, unknown>;
@@ -122,6 +166,8 @@ interface IngressSettings {
   connectTimeout: number;
   readTimeout: number;
   sendTimeout: number;
+  nextUpstream: string;
+  nextUpstreamTries: number;
 }
 
 function readAnnotations(ingress: IIngress, namespace: string, defaults: Defaults): IngressSettings {
@@ -132,6 +178,8 @@ function readAnnotations(ingress: IIngress, namespace: string, defaults: Default
     connectTimeout: defaults.connectTimeout,
     readTimeout: defaults.readTimeout,
     sendTimeout: defaults.sendTimeout,
+    nextUpstream: defaults.nextUpstream,
+    nextUpstreamTries: defaults.nextUpstreamTries,
   };
   let rpm: number | undefined;
   // ingress-nginx's default limit-burst-multiplier.
@@ -156,6 +204,13 @@ function readAnnotations(ingress: IIngress, namespace: string, defaults: Default
         break;
       case 'proxy-send-timeout':
         settings.sendTimeout = positiveInteger(value, `${name}: ${key}`);
+        break;
+      case 'proxy-next-upstream':
+        settings.nextUpstream = nextUpstream(value, `${name}: ${key}`);
+        break;
+      case 'proxy-next-upstream-tries':
+        // nginx: 0 means no limit.
+        settings.nextUpstreamTries = nonNegativeInteger(value, `${name}: ${key}`);
         break;
       default:
         // use-regex, rewrite-target, *-snippet, limit-rps, whitelist… change matching or limits.
@@ -185,9 +240,10 @@ function locationsFor(path: string, pathType: string, ingressName: string): stri
       return [`= ${path}`];
     case 'Prefix': {
       if (path === '/') return ['/'];
-      const bare = path.replace(/\/+$/, '');
-      // ingress-nginx: Prefix /p matches /p and /p/… (by path element), never /pq.
-      return [`${bare}/`, `= ${bare}`];
+      // ingress-nginx (location.go): the prefix location ends in "/" (/p -> /p/), plus an exact
+      // location for the path as written: /p gets "= /p", /p/ gets "= /p/" (so /p is not matched).
+      const prefix = path.endsWith('/') ? path : `${path}/`;
+      return [prefix, `= ${path}`];
     }
     default:
       refuse(`${ingressName}: pathType ${pathType} for "${path}"`);
@@ -246,6 +302,7 @@ export function translate(
   const p = settings.prefix;
   const lines: string[] = [
     `# Generated by k8s-tests/local/nginx-config.ts (generation ${settings.generation}); do not edit.`,
+    `load_module ${settings.headersMoreModule};`,
     'worker_processes 1;',
     `pid ${p}/nginx.pid;`,
     'events { worker_connections 1024; }',
@@ -258,22 +315,29 @@ export function translate(
     `  scgi_temp_path ${p}/scgi;`,
     '  # ingress-nginx defaults that shape what a client observes.',
     '  server_tokens off;',
+    '  more_clear_headers Server;',
+    '  server_name_in_redirect off;',
+    // The template sets it off on http and on each location (UsePortInRedirects false); http suffices.
+    '  port_in_redirect off;',
     '  client_max_body_size 1m;',
     '  proxy_http_version 1.1;',
     '  proxy_buffering off;',
     '  proxy_request_buffering on;',
-    '  # Not ingress-nginx\'s "error timeout": no retry on another replica, so a replica that drops',
-    '  # a request during shutdown shows up as a failed request instead of being hidden.',
-    '  proxy_next_upstream off;',
+    "  # The client's X-Request-ID goes through; without one, nginx's own id (generate-request-id).",
+    '  map $http_x_request_id $req_id {',
+    '    default $http_x_request_id;',
+    '    "" $request_id;',
+    '  }',
     `  limit_req_status ${defaults.limitReqStatus};`,
   ];
   for (const zone of zones.values())
     lines.push(`  limit_req_zone $binary_remote_addr zone=${zone.name}:5m rate=${zone.rpm}r/m;`);
   for (const [name, endpoints] of upstreams) {
     lines.push(`  upstream ${name} {`);
-    // ingress-nginx's Lua balancer does no passive health marking (max_fails=0); with no ready
-    // endpoint it answers 503, like the default backend here.
-    if (endpoints.length === 0) lines.push(`    server unix:${p}/no-endpoints.sock;`);
+    // No ready endpoint: a placeholder never reached (like the template's upstream_balancer), since
+    // the locations of such a backend answer 503 first (below).
+    if (endpoints.length === 0) lines.push('    server 0.0.0.1;');
+    // ingress-nginx's Lua balancer does no passive health marking (max_fails=0).
     for (const endpoint of endpoints) lines.push(`    server ${endpoint} max_fails=0;`);
     lines.push('    keepalive 320;', '    keepalive_timeout 60s;', '    keepalive_requests 10000;', '  }');
   }
@@ -290,6 +354,11 @@ export function translate(
     for (const location of locations.values()) {
       const { ingress } = location;
       lines.push(`    location ${location.match} {`);
+      if ((upstreams.get(location.upstream) ?? []).length === 0)
+        // ingress-nginx's balancer has no balancer for a backend without endpoints and answers 503
+        // in the rewrite phase (balancer.lua rewrite()), before limit_req's preaccess phase: such
+        // requests are not counted. `return` also ends the request in the rewrite phase.
+        lines.push('      return 503;');
       if (ingress.zone)
         lines.push(`      limit_req zone=${ingress.zone.name} burst=${ingress.zone.burst} nodelay;`);
       lines.push(
@@ -297,7 +366,7 @@ export function translate(
         `      proxy_send_timeout ${ingress.sendTimeout}s;`,
         `      proxy_read_timeout ${ingress.readTimeout}s;`,
         '      proxy_set_header Host $host;',
-        '      proxy_set_header X-Request-ID $request_id;',
+        '      proxy_set_header X-Request-ID $req_id;',
         '      proxy_set_header X-Real-IP $remote_addr;',
         '      proxy_set_header X-Forwarded-For $remote_addr;',
         '      proxy_set_header X-Forwarded-Host $host;',
@@ -306,18 +375,17 @@ export function translate(
         '      proxy_set_header X-Scheme $scheme;',
         '      proxy_set_header Connection "";',
         '      proxy_set_header Proxy "";',
-        // No URI part: nginx passes the request URI exactly as the client sent it.
-        `      proxy_pass http://${location.upstream};`,
-        '    }',
+        // Whether a failed try goes to another replica: the proxy-next-upstream annotations.
+        `      proxy_next_upstream ${nextUpstreamDirective(ingress.nextUpstream)};`,
+        '      proxy_next_upstream_timeout 0;',
+        `      proxy_next_upstream_tries ${ingress.nextUpstreamTries};`,
       );
+      // No URI part: nginx passes the request URI exactly as the client sent it.
+      lines.push(`      proxy_pass http://${location.upstream};`, '    }');
     }
     lines.push('  }');
   }
   lines.push(
-    '  server {',
-    `    listen unix:${p}/no-endpoints.sock;`,
-    '    location / { return 503; }',
-    '  }',
     '  server {',
     `    listen 127.0.0.1:${settings.statusPort};`,
     `    location = /generation { return 200 "${settings.generation}"; }`,

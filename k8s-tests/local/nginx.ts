@@ -10,6 +10,9 @@ import { join } from 'node:path';
 import { probe, start, stop, waitFor, type Managed } from './processes';
 
 const NGINX = process.env.NGINX_BIN ?? '/usr/sbin/nginx';
+/** The headers-more module ingress-nginx's nginx is built with (Server header); Debian ships it apart. */
+export const HEADERS_MORE_MODULE =
+  process.env.NGINX_HEADERS_MORE_MODULE ?? '/usr/lib/nginx/modules/ngx_http_headers_more_filter_module.so';
 const NOBODY = { uid: 65534, gid: 65534 };
 
 export class Nginx {

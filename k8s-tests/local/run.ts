@@ -17,9 +17,10 @@ import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
 import { formatReport, readReport } from '../report';
 import { Cluster } from './cluster';
+import { BrokenEndpoint, brokenModes } from './broken-endpoint';
 import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
 import { translate, type ControllerValues } from './nginx-config';
-import { Nginx } from './nginx';
+import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { Postgres } from './postgres';
 import { freePort, stillRunning, stop } from './processes';
 import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
@@ -38,6 +39,7 @@ interface Running {
   nginx?: Nginx;
   cluster?: Cluster;
   control?: Server;
+  broken?: BrokenEndpoint;
   jest?: ChildProcess;
 }
 
@@ -48,11 +50,12 @@ let tornDown: Promise<void> | undefined;
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
     step('tear-down');
-    const { jest, control, cluster, nginx, postgres } = state;
+    const { jest, control, broken, cluster, nginx, postgres } = state;
     if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
       process.kill(jest.pid, 'SIGTERM');
     control?.close();
     control?.closeAllConnections();
+    await broken?.close();
     await cluster?.close().catch((error: unknown) => {
       step(`replicas: ${String(error)}`);
     });
@@ -78,8 +81,13 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-function controlServer(postgres: Postgres, cluster: Cluster): Promise<{ server: Server; url: string }> {
+function controlServer(
+  postgres: Postgres,
+  cluster: Cluster,
+  more: Record<string, () => Promise<string>>,
+): Promise<{ server: Server; url: string }> {
   const routes: Record<string, () => Promise<string>> = {
+    ...more,
     'POST /database/stop': async () => {
       await postgres.stop();
       step('PostgreSQL stopped (fast shutdown)');
@@ -141,6 +149,7 @@ async function main(): Promise<number> {
   const { tmp } = state;
   for (const [bin, hint] of [
     [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
+    [HEADERS_MORE_MODULE, 'apt-get install libnginx-mod-http-headers-more-filter'],
     [
       join(process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin', 'initdb'),
       'apt-get install postgresql (or set PG_BIN)',
@@ -172,6 +181,12 @@ async function main(): Promise<number> {
   const prefix = join(tmp, 'nginx');
   let generation = 0;
   const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
+  // Both translations ask for a backend's ready endpoints; only the API's Service has any.
+  const apiEndpoints = (endpoints: string[]) => (service: string, port: number | string) => {
+    if (!servesApi(release, service, port))
+      throw new Error(`backend ${service}:${String(port)} is not the API`);
+    return endpoints;
+  };
   const gatewayConf = (endpoints: string[]) =>
     translateGateway(
       objects,
@@ -183,11 +198,7 @@ async function main(): Promise<number> {
         statusPort,
         generation,
         namespace,
-        endpoints: (service, port) => {
-          if (!servesApi(release, service, port))
-            throw new Error(`backend ${service}:${String(port)} is not the API`);
-          return endpoints;
-        },
+        endpoints: apiEndpoints(endpoints),
       },
     );
   const nginxConf = (endpoints: string[]) =>
@@ -199,11 +210,8 @@ async function main(): Promise<number> {
           statusPort,
           generation,
           namespace,
-          endpoints: (service, port) => {
-            if (!servesApi(release, service, port))
-              throw new Error(`backend ${service}:${String(port)} is not the API`);
-            return endpoints;
-          },
+          headersMoreModule: HEADERS_MORE_MODULE,
+          endpoints: apiEndpoints(endpoints),
         });
   // Translate before starting anything: an unmodelled feature fails the run here.
   nginxConf([]);
@@ -232,6 +240,18 @@ async function main(): Promise<number> {
   state.nginx = nginx;
   generation++;
   await nginx.start(nginxConf([]), generation);
+  // The retry cases add a misbehaving endpoint next to the ready replicas; reloads go one at a time.
+  const broken = new BrokenEndpoint(nginx.errorLog);
+  state.broken = broken;
+  let ready: string[] = [];
+  let reloads: Promise<void> = Promise.resolve();
+  const reload = () =>
+    (reloads = reloads
+      .catch(() => undefined)
+      .then(async () => {
+        generation++;
+        await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
+      }));
 
   const logDir = join(tmp, 'replicas');
   mkdirSync(logDir);
@@ -242,8 +262,8 @@ async function main(): Promise<number> {
     database: { host: '127.0.0.1', port: pgPort },
     nodePath: join(repoRoot, 'node_modules'),
     onEndpoints: async (endpoints) => {
-      generation++;
-      await nginx.reload(nginxConf(endpoints), generation);
+      ready = endpoints;
+      await reload();
       step(`endpoints: [${endpoints.join(', ')}] (nginx configuration generation ${generation})`);
     },
   });
@@ -253,7 +273,22 @@ async function main(): Promise<number> {
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
 
-  const control = await controlServer(state.postgres, cluster);
+  const brokenRoutes: Record<string, () => Promise<string>> = {
+    'GET /broken-endpoint': () => Promise.resolve(JSON.stringify({ failures: broken.failures() })),
+    'DELETE /broken-endpoint': async () => {
+      await broken.close();
+      await reload();
+      return 'closed';
+    },
+  };
+  for (const mode of brokenModes)
+    brokenRoutes[`POST /broken-endpoint/${mode}`] = async () => {
+      await broken.open(mode);
+      await reload();
+      step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${ready.join(', ')}]`);
+      return broken.endpoints().join('');
+    };
+  const control = await controlServer(state.postgres, cluster, brokenRoutes);
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
   step('the suite, through nginx');

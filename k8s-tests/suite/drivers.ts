@@ -17,6 +17,16 @@ export interface Driver {
   rollout(): Promise<string>;
   /** Container restarts of the API so far (liveness failures, crashes). */
   restarts(): Promise<number>;
+  /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
+  brokenEndpoint?: BrokenEndpointControl;
+}
+
+export interface BrokenEndpointControl {
+  /** refuse: nothing listens; reset: closes after reading the request; hang: never answers. */
+  open(mode: 'refuse' | 'reset' | 'hang'): Promise<void>;
+  /** The proxy's error-log lines about that endpoint since it was opened (each names its request). */
+  failures(): Promise<string[]>;
+  close(): Promise<void>;
 }
 
 function control(base: string, method: string, path: string): Promise<string> {
@@ -50,6 +60,16 @@ function localDriver(): Driver {
     rollout: () => control(base, 'POST', '/rollout'),
     restarts: async () =>
       (JSON.parse(await control(base, 'GET', '/restarts')) as { restarts: number }).restarts,
+    brokenEndpoint: {
+      open: async (mode) => {
+        await control(base, 'POST', `/broken-endpoint/${mode}`);
+      },
+      failures: async () =>
+        (JSON.parse(await control(base, 'GET', '/broken-endpoint')) as { failures: string[] }).failures,
+      close: async () => {
+        await control(base, 'DELETE', '/broken-endpoint');
+      },
+    },
   };
 }
 

@@ -1,0 +1,195 @@
+/**
+ * The translation on real nginx (Debian's, with the headers-more module), against a small backend:
+ * what a client observes where the emulation used to differ from ingress-nginx (controller v1.14.5,
+ * kubernetes/ingress-nginx 0a6fadc01bd4706bc77ceaf91487345a8d03d9c0). Needs root (nginx runs as
+ * nobody, like in the runner); npm run k8s:local runs it before the suite.
+ */
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
+import { translate, type ControllerValues } from './nginx-config';
+import { HEADERS_MORE_MODULE, Nginx } from './nginx';
+import { freePort } from './processes';
+
+const HOST = 'api.example';
+const controller: ControllerValues = { controller: { config: { 'limit-req-status-code': '429' } } };
+
+function ingress(
+  name: string,
+  paths: { path: string; pathType: 'Exact' | 'Prefix' }[],
+  annotations: Record<string, string> = {},
+): IIngress {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'Ingress',
+    metadata: { name, annotations },
+    spec: {
+      ingressClassName: 'nginx',
+      rules: [
+        {
+          host: HOST,
+          http: {
+            paths: paths.map((p) => ({
+              ...p,
+              backend: { service: { name: 'api', port: { name: 'http' } } },
+            })),
+          },
+        },
+      ],
+    },
+  };
+}
+
+// The chart's shape: Exact /login and /users/ limited (10/min, burst 10), Prefix / and /docs/ not.
+const ingresses = [
+  ingress(
+    'auth',
+    [
+      { path: '/login', pathType: 'Exact' },
+      { path: '/users/', pathType: 'Exact' },
+    ],
+    {
+      'nginx.ingress.kubernetes.io/limit-rpm': '10',
+      'nginx.ingress.kubernetes.io/limit-burst-multiplier': '1',
+    },
+  ),
+  ingress('general', [
+    { path: '/', pathType: 'Prefix' },
+    { path: '/docs/', pathType: 'Prefix' },
+  ]),
+];
+
+interface Seen {
+  path: string;
+  requestId: string | undefined;
+}
+
+let tmp = '';
+let nginx: Nginx | undefined;
+let backend: Server | undefined;
+let listenPort = 0;
+let statusPort = 0;
+let backendPort = 0;
+let generation = 0;
+const seen: Seen[] = [];
+
+function conf(endpoints: string[]): string {
+  return translate(ingresses, controller, {
+    prefix: join(tmp, 'nginx'),
+    listenPort,
+    statusPort,
+    generation,
+    namespace: 'ns',
+    headersMoreModule: HEADERS_MORE_MODULE,
+    endpoints: () => endpoints,
+  });
+}
+
+async function configure(endpoints: string[]): Promise<void> {
+  generation++;
+  if (!nginx) {
+    nginx = new Nginx(join(tmp, 'nginx'), statusPort);
+    await nginx.start(conf(endpoints), generation);
+  } else {
+    await nginx.reload(conf(endpoints), generation);
+  }
+}
+
+interface Reply {
+  status: number;
+  headers: IncomingHttpHeaders;
+}
+
+function call(method: string, path: string, headers: Record<string, string> = {}): Promise<Reply> {
+  return new Promise((resolvePromise, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: listenPort,
+        method,
+        path,
+        agent: false,
+        headers: { Host: HOST, ...headers },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => {
+          resolvePromise({ status: res.statusCode ?? 0, headers: res.headers });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+beforeAll(async () => {
+  if (process.getuid?.() !== 0) throw new Error('run as root: nginx runs as nobody, as in npm run k8s:local');
+  tmp = mkdtempSync(join(tmpdir(), 'social-posts-nginx-'));
+  chmodSync(tmp, 0o755);
+  [listenPort, statusPort] = [await freePort(), await freePort()];
+  backend = createServer((req, res) => {
+    const given = req.headers['x-request-id'];
+    seen.push({ path: req.url ?? '', requestId: typeof given === 'string' ? given : undefined });
+    // Like Express behind helmet: no Server header of its own would reach the client anyway.
+    res.writeHead(200, { 'Content-Type': 'text/plain' }).end('backend');
+  });
+  await new Promise<void>((resolvePromise) => backend?.listen(0, '127.0.0.1', resolvePromise));
+  const address = backend.address();
+  backendPort = typeof address === 'object' && address ? address.port : 0;
+});
+
+afterAll(async () => {
+  await nginx?.stop();
+  backend?.closeAllConnections();
+  await new Promise((resolvePromise) => backend?.close(resolvePromise));
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+test('no ready endpoint: 503 before limit_req, so those requests do not use up the limit', async () => {
+  await configure([]);
+  // 15 > 1 + burst 10: had they been counted, the last four would be 429.
+  const withoutEndpoints: number[] = [];
+  for (let i = 0; i < 15; i++) withoutEndpoints.push((await call('POST', '/login')).status);
+  expect(withoutEndpoints).toEqual(Array<number>(15).fill(503));
+
+  // Endpoints back (the limit zone keeps its state across the reload): the full allowance is left.
+  await configure([`127.0.0.1:${backendPort}`]);
+  const withEndpoints: number[] = [];
+  for (let i = 0; i < 12; i++) withEndpoints.push((await call('POST', '/login')).status);
+  expect(withEndpoints).toEqual([...Array<number>(11).fill(200), 429]);
+});
+
+test('no Server header on any answer: proxied, redirect, 404 of the default server, 429', async () => {
+  const answers = [
+    await call('GET', '/posts/public'),
+    await call('POST', '/users'),
+    await call('GET', '/', { Host: 'other.example' }),
+    await call('POST', '/login'),
+  ];
+  expect(answers.map((a) => a.status)).toEqual([200, 301, 404, 429]);
+  for (const answer of answers) expect(answer.headers.server).toBeUndefined();
+});
+
+test("a redirect names no port: /users and a Prefix /docs/'s /docs get 301 to the path with the slash", async () => {
+  const users = await call('POST', '/users');
+  expect(users.status).toBe(301);
+  expect(users.headers.location).toBe(`http://${HOST}/users/`);
+  // Prefix /docs/ gets "location /docs/" and "location = /docs/"; nothing serves /docs itself.
+  const docs = await call('GET', '/docs');
+  expect(docs.status).toBe(301);
+  expect(docs.headers.location).toBe(`http://${HOST}/docs/`);
+  seen.length = 0;
+  expect((await call('GET', '/docs/')).status).toBe(200);
+  expect(seen.map((s) => s.path)).toEqual(['/docs/']);
+});
+
+test("the client's X-Request-ID reaches the backend; without one, nginx's own 32-hex id", async () => {
+  seen.length = 0;
+  await call('GET', '/posts/public', { 'X-Request-ID': 'client-chosen-id.1' });
+  await call('GET', '/posts/public');
+  expect(seen[0]?.requestId).toBe('client-chosen-id.1');
+  expect(seen[1]?.requestId).toMatch(/^[0-9a-f]{32}$/);
+});
