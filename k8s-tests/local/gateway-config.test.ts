@@ -6,8 +6,12 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
-import { translateGateway, type GatewayObject, type NginxGatewayFabricValues } from './gateway-config';
-import type { NginxSettings } from './nginx-config';
+import {
+  translateGateway,
+  type GatewayObject,
+  type NginxGatewayFabricValues,
+  type NginxSettings,
+} from './gateway-config';
 import { renderChart, repoRoot } from './release';
 
 const settings: NginxSettings = {

@@ -28,7 +28,10 @@
  *   timeouts and retry are accepted with a warning and ignored, so the emulation refuses them.
  * The mapping and its gaps are listed in k8s-tests/README.md.
  */
-import type { NginxSettings } from './nginx-config';
+import type { NginxSettings as IngressNginxSettings } from './nginx-config';
+
+/** NGF's templates clear no header (no headers-more module): `server_tokens off` leaves `Server: nginx`. */
+export type NginxSettings = Omit<IngressNginxSettings, 'headersMoreModule'>;
 
 /** A rendered object, as read from helm template or k8s-tests/gateway.yaml. */
 export interface GatewayObject {
@@ -536,9 +539,8 @@ export function translateGateway(
     '  server_tokens off;',
     "  map $http_host $gw_api_compliant_host { '' $host; default $http_host; }",
     "  map $http_upgrade $connection_keepalive { default upgrade; '' ''; }",
-    "  # Not NGF's (nginx's default error timeout): no retry on another replica, so a replica that",
-    '  # drops a request during shutdown shows up as a failed request, as in the Ingress emulation.',
-    '  proxy_next_upstream off;',
+    // No proxy_next_upstream: NGF writes none, so nginx's default holds (error timeout, unlimited
+    // tries): an idempotent request is retried on another replica after an error or a time-out.
   ];
   for (const zone of zones)
     lines.push(`  limit_req_zone ${zone.key} zone=${zone.zone}:${zone.zoneSize} rate=${zone.rate};`);
