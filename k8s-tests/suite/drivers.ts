@@ -6,6 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { request } from 'node:http';
+import { INSPECT_SCRIPT } from './inspect';
 
 export interface Driver {
   name: string;
@@ -17,6 +18,10 @@ export interface Driver {
   rollout(): Promise<string>;
   /** Container restarts of the API so far (liveness failures, crashes). */
   restarts(): Promise<number>;
+  /** INSPECT_SCRIPT's output from inside a running API container. */
+  inspectReplica(): Promise<string>;
+  /** A container of the image with the pod's settings but no DB_HOSTNAME: `{status, output}` as JSON. */
+  imageWithoutDatabase(): Promise<string>;
 }
 
 function control(base: string, method: string, path: string): Promise<string> {
@@ -50,6 +55,8 @@ function localDriver(): Driver {
     rollout: () => control(base, 'POST', '/rollout'),
     restarts: async () =>
       (JSON.parse(await control(base, 'GET', '/restarts')) as { restarts: number }).restarts,
+    inspectReplica: () => control(base, 'POST', '/replica/inspect'),
+    imageWithoutDatabase: () => control(base, 'POST', '/image/without-database'),
   };
 }
 
@@ -106,6 +113,10 @@ function kindDriver(): Driver {
         .filter((n) => n !== '')
         .reduce((sum, n) => sum + Number(n), 0);
     },
+    inspectReplica: () =>
+      kubectl([...ns, 'exec', `deployment/${release}`, '--', 'node', '-e', INSPECT_SCRIPT]),
+    // The image's start-up refusal is shown by the local runner, which owns the image.
+    imageWithoutDatabase: () => Promise.reject(new Error('the local runner shows this case (k8s:local)')),
   };
 }
 
