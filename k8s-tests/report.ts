@@ -28,6 +28,7 @@ export interface Report {
       name: string;
       database: 'empty' | 'migrated';
       startToReadyMs: number;
+      launchToReadyMs: number;
       memory?: { peakRssBytes: number; cgroupPeakBytes?: number };
       exit?: number | string;
     }[];
@@ -99,7 +100,7 @@ export function formatReport(report: Report): string {
       lines.push(
         row(
           `  ${replica.name}`,
-          `ready ${(replica.startToReadyMs / 1000).toFixed(1)} s after start (${replica.database} database)${memory}`,
+          `ready ${(replica.startToReadyMs / 1000).toFixed(1)} s after start, ${(replica.launchToReadyMs / 1000).toFixed(1)} s after launch (${replica.database} database)${memory}`,
         ),
       );
     }

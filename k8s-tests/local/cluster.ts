@@ -45,7 +45,10 @@ export interface ReplicaFigures {
   name: string;
   /** The replicas of the first start find an empty database and run the migrations. */
   database: 'empty' | 'migrated';
+  /** From the container's (or process's) start to its first passed readiness probe. */
   startToReadyMs: number;
+  /** From asking the runtime to run it (image unpacked into a container first) to ready. */
+  launchToReadyMs: number;
   memory?: MemoryUse;
   exit?: number | string;
 }
@@ -93,6 +96,7 @@ export class Cluster {
       DB_PORT: String(this.options.database.port),
     });
     const firstStart = this.counter <= release.replicas;
+    const launchedAt = Date.now();
     const child = await this.options.launcher.launch({
       name,
       env,
@@ -124,6 +128,7 @@ export class Cluster {
       name,
       database: firstStart ? 'empty' : 'migrated',
       startToReadyMs: Date.now() - child.startedAt(),
+      launchToReadyMs: Date.now() - launchedAt,
     });
     return replica;
   }
