@@ -254,9 +254,12 @@ export class ContainerLauncher implements Launcher {
       if (!pid) await sleep(100);
     }
     if (!pid) throw new Error(`${spec.name}: the container did not start; see ${spec.logFile}`);
-    // StartedAt has nanoseconds; Date takes milliseconds.
-    const started = (inspect('{{.State.StartedAt}}') ?? '').replace(/(\.\d{3})\d*/, '$1');
-    const startedAt = Date.parse(started.replace(/ \+0000 UTC$/, 'Z').replace(' ', 'T')) || Date.now();
+    // podman: "2026-11-23 10:02:03.123456789 +0000 UTC", docker: RFC 3339; Date takes milliseconds.
+    const started = (inspect('{{.State.StartedAt}}') ?? '')
+      .replace(/(\.\d{3})\d*/, '$1')
+      .replace(/^(\S+) (\S+) ([+-]\d{2})(\d{2}) \S+$/, '$1T$2$3:$4');
+    const startedAt = Date.parse(started);
+    if (Number.isNaN(startedAt)) throw new Error(`${spec.name}: unreadable start time ${started}`);
     const cgroupPeak = (): number | undefined => {
       try {
         const cgroups = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
