@@ -3,7 +3,8 @@
 
 # Exact Node 24 LTS release; bump deliberately (and with it the engines field). Debian 13 trixie
 # rather than 12 bookworm: bookworm left Debian's regular security support in June 2026 (LTS only
-# since), trixie is the current stable with full support, and it is what node:24-slim points to.
+# since), trixie is the current stable with full support, and the official node image's default
+# variant since nodejs/docker-node#2558 (July 2026).
 # `npm run image:build` builds this file as it is (scripts/image.ts).
 ARG NODE_IMAGE=node:24.21.0-trixie-slim
 

@@ -17,6 +17,9 @@
  * ca-certificates (that image installs them only to download Node and purges them again; Node
  * verifies TLS with its own bundled CA store). Left out: yarn and corepack, which the runtime
  * stage deletes anyway. The stand-in is reused on the next run (LABEL social-posts.stand-in).
+ * What the official image holds was read from nodejs/docker-node, 24/trixie-slim/Dockerfile at
+ * commit 00283124fb91d674f5a205507e47b2437b0c4847 (user, /usr/local layout, purged packages,
+ * entrypoint); no code of it is copied.
  *
  * Library: `engine()`, `IMAGE`, `runLimits()`; the k8s-tests runner starts containers with them.
  */
