@@ -1,8 +1,12 @@
 # syntax=docker/dockerfile:1
 # Social Posts API image. Build: docker build -t social-posts .   (skaffold builds it the same way)
 
-# Exact Node 20 release on Debian bookworm; bump deliberately (and with it the engines field).
-ARG NODE_IMAGE=node:20.20.2-bookworm-slim
+# Exact Node 24 LTS release; bump deliberately (and with it the engines field). Debian 13 trixie
+# rather than 12 bookworm: bookworm left Debian's regular security support in June 2026 (LTS only
+# since), trixie is the current stable with full support, and the official node image's default
+# variant since nodejs/docker-node#2558 (July 2026).
+# `npm run image:build` builds this file as it is (scripts/image.ts).
+ARG NODE_IMAGE=node:24.21.0-trixie-slim
 
 # --- build: all dependencies, compile TypeScript to dist/ ---
 FROM ${NODE_IMAGE} AS build
@@ -15,11 +19,13 @@ COPY migrations ./migrations
 RUN npm run build
 
 # --- deps: production dependencies only (bcrypt brings prebuilt binaries, no toolchain needed) ---
+# Optional dependencies are the embedded database (PGlite, ~27 MB): the chart always sets
+# DB_HOSTNAME, and the service loads PGlite only without it (it says so at start-up if asked to).
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 ENV NODE_ENV=production
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+RUN npm ci --omit=dev --omit=optional --no-audit --no-fund && npm cache clean --force
 
 # --- runtime: node, production node_modules and dist/ only ---
 FROM ${NODE_IMAGE} AS runtime

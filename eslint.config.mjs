@@ -3,7 +3,7 @@ import eslint from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '.data/**', 'chart/**/*.yaml'] },
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '.data/**', '.tools/**', 'chart/**/*.yaml'] },
   eslint.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {

@@ -20,7 +20,22 @@ export interface Report {
   cors?: { allowed: string; foreign: string };
   database?: { readyDownMs: number; readyBackMs: number; liveDuringOutage: number[]; restarts: number };
   rollout?: { sent: number; failed: number; detail: string };
+  /** Written by the local runner: what ran the replicas, their start-up and memory. */
+  runtime?: {
+    launcher: string;
+    memoryLimitBytes?: number;
+    replicas: {
+      name: string;
+      database: 'empty' | 'migrated';
+      startToReadyMs: number;
+      launchToReadyMs: number;
+      memory?: { peakRssBytes: number; cgroupPeakBytes?: number };
+      exit?: number | string;
+    }[];
+  };
 }
+
+const mib = (bytes: number) => `${(bytes / 1024 ** 2).toFixed(0)} MiB`;
 
 function row(what: string, result: string): string {
   return `| ${what.padEnd(34)} | ${result}`;
@@ -71,6 +86,24 @@ export function formatReport(report: Report): string {
   if (rollout) {
     lines.push(row('rollout: requests during it', `${rollout.sent} sent, ${rollout.failed} failed`));
     lines.push(row('  rollout', rollout.detail));
+  }
+  const { runtime } = report;
+  if (runtime) {
+    lines.push(row('replicas ran as', runtime.launcher));
+    const limit = runtime.memoryLimitBytes ? ` of the ${mib(runtime.memoryLimitBytes)} limit` : '';
+    for (const replica of runtime.replicas) {
+      const memory = replica.memory
+        ? `, peak RSS ${mib(replica.memory.peakRssBytes)}${
+            replica.memory.cgroupPeakBytes ? ` (cgroup peak ${mib(replica.memory.cgroupPeakBytes)})` : ''
+          }${limit}`
+        : '';
+      lines.push(
+        row(
+          `  ${replica.name}`,
+          `ready ${(replica.startToReadyMs / 1000).toFixed(1)} s after start, ${(replica.launchToReadyMs / 1000).toFixed(1)} s after launch (${replica.database} database)${memory}`,
+        ),
+      );
+    }
   }
   return lines.join('\n');
 }

@@ -20,10 +20,14 @@ const stages = dockerfile.reduce<string[][]>((all, line) => {
 const runtime = stages.at(-1) ?? [];
 
 describe('Dockerfile', () => {
-  it('When the image is built, then the Node base image is pinned to an exact 20.x slim release', () => {
+  it('When the image is built, then the Node base image is pinned to an exact 24.x LTS slim release on Debian trixie, which engines allows', () => {
     expect(dockerfile).toContainEqual(
-      expect.stringMatching(/^ARG NODE_IMAGE=node:20\.\d+\.\d+-bookworm-slim$/),
+      expect.stringMatching(/^ARG NODE_IMAGE=node:24\.\d+\.\d+-trixie-slim$/),
     );
+    const { engines } = JSON.parse(readFileSync(resolve(repoRoot, 'package.json'), 'utf8')) as {
+      engines: { node: string };
+    };
+    expect(engines.node.split('||').map((range) => range.trim())).toContain('^24.11.0');
     for (const stage of stages) expect(stage[0]).toMatch(/^FROM \$\{NODE_IMAGE\} AS \w+$/);
   });
 
@@ -31,6 +35,8 @@ describe('Dockerfile', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
     expect(dockerfile).toContain('RUN npm run build');
     expect(dockerfile).toContainEqual(expect.stringContaining('npm ci --omit=dev'));
+    // The embedded database (optional dependencies) stays out: the chart always sets DB_HOSTNAME.
+    expect(dockerfile).toContainEqual(expect.stringContaining('npm ci --omit=dev --omit=optional'));
   });
 
   it('When the image runs, then it holds only dist/ and node_modules from the build (no sources, no dev tooling)', () => {

@@ -12,27 +12,26 @@
  */
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Launched, Launcher, MemoryUse } from './launcher';
 import type { Release } from './release';
-import { freePort, probe, start, stop, waitFor, type Managed } from './processes';
+import { freePort, probe, waitFor } from './processes';
 
 const ENDPOINT_LAG_MS = 1000;
 
 export interface Replica {
   name: string;
   port: number;
-  process: Managed;
+  process: Launched;
   ready: boolean;
   terminating: boolean;
 }
 
 export interface ClusterOptions {
   release: Release;
-  /** Entry point of the built service. */
-  main: string;
+  /** Runs a replica: a container of the image, or a node process (launcher.ts). */
+  launcher: Launcher;
   logDir: string;
   database: { host: string; port: number };
-  /** Extra environment of the node process only (module resolution), not of the service. */
-  nodePath: string;
   /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
   onEndpoints: (endpoints: string[]) => Promise<void>;
 }
@@ -41,10 +40,24 @@ export interface RolloutResult {
   replaced: { name: string; exit: number | string }[];
 }
 
+/** Per replica: start to ready, and memory when it was stopped (or at the end). */
+export interface ReplicaFigures {
+  name: string;
+  /** The replicas of the first start find an empty database and run the migrations. */
+  database: 'empty' | 'migrated';
+  /** From the container's (or process's) start to its first passed readiness probe. */
+  startToReadyMs: number;
+  /** From asking the runtime to run it (image unpacked into a container first) to ready. */
+  launchToReadyMs: number;
+  memory?: MemoryUse;
+  exit?: number | string;
+}
+
 export class Cluster {
   readonly replicas: Replica[] = [];
   restarts = 0;
   unexpectedExits: string[] = [];
+  readonly figures = new Map<string, ReplicaFigures>();
   private counter = 0;
   private closed = false;
   private published = '';
@@ -81,19 +94,14 @@ export class Cluster {
       // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
       DB_HOSTNAME: this.options.database.host,
       DB_PORT: String(this.options.database.port),
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      NODE_PATH: this.options.nodePath,
     });
-    const child = start(
+    const firstStart = this.counter <= release.replicas;
+    const launchedAt = Date.now();
+    const child = await this.options.launcher.launch({
       name,
-      process.execPath,
-      [this.options.main],
-      join(this.options.logDir, `${name}.log`),
-      {
-        env,
-        cwd: this.options.logDir,
-      },
-    );
+      env,
+      logFile: join(this.options.logDir, `${name}.log`),
+    });
     const replica: Replica = { name, port, process: child, ready: false, terminating: false };
     this.replicas.push(replica);
     void child.exited.then((code) => {
@@ -115,7 +123,13 @@ export class Cluster {
     );
     void this.probeLoop(replica, 'readiness');
     void this.probeLoop(replica, 'liveness');
-    await waitFor(`${name} to become ready`, 60_000, () => Promise.resolve(replica.ready));
+    await waitFor(`${name} to become ready`, 60_000, () => Promise.resolve(replica.ready), 50);
+    this.figures.set(name, {
+      name,
+      database: firstStart ? 'empty' : 'migrated',
+      startToReadyMs: Date.now() - child.startedAt(),
+      launchToReadyMs: Date.now() - launchedAt,
+    });
     return replica;
   }
 
@@ -151,10 +165,13 @@ export class Cluster {
     replica.terminating = true;
     const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
     // terminationGracePeriodSeconds is checked by the chart to exceed delay + timeout.
-    const exiting = stop(replica.process, 'SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000);
+    this.recordMemory(replica);
+    const exiting = replica.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000);
     await sleep(ENDPOINT_LAG_MS);
     await this.publish();
     const exit = await exiting;
+    const figures = this.figures.get(replica.name);
+    if (figures) figures.exit = exit;
     this.replicas.splice(this.replicas.indexOf(replica), 1);
     return exit;
   }
@@ -177,12 +194,21 @@ export class Cluster {
     return { replaced };
   }
 
+  /** The peak figures are high-water marks: one reading before the stop holds the whole life. */
+  recordMemory(replica: Replica): void {
+    const figures = this.figures.get(replica.name);
+    const memory = replica.process.memory();
+    if (figures && memory) figures.memory = memory;
+  }
+
   /** Tear-down: every replica stops by its own pid (SIGTERM, then SIGKILL after the drain time). */
   async close(): Promise<void> {
     this.closed = true;
     const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
+    for (const replica of this.replicas) this.recordMemory(replica);
     await Promise.all(
-      this.replicas.map((r) => stop(r.process, 'SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000)),
+      this.replicas.map((r) => r.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000)),
     );
+    await this.options.launcher.close();
   }
 }

@@ -8,6 +8,8 @@ import { resolve } from 'node:path';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
 import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import type { IContainer } from 'kubernetes-models/v1/Container';
+import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { IProbe } from 'kubernetes-models/v1/Probe';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
@@ -49,6 +51,9 @@ export interface Release {
   liveness: ProbeTiming;
   startup: ProbeTiming;
   database: { host: string; port: number; name: string; user: string; password: string };
+  /** The rendered pod spec and API container, for what a container runtime applies (security, limits, mounts). */
+  podSpec: IPodSpec;
+  container: IContainer;
 }
 
 /** Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml). */
@@ -139,6 +144,8 @@ export function readRelease(objects: KubeObject[]): Release {
     liveness: probe(container.livenessProbe, 'liveness'),
     startup: probe(container.startupProbe, 'startup'),
     database,
+    podSpec,
+    container,
   };
 }
 

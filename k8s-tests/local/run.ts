@@ -7,6 +7,10 @@
  * `--gateway`: the chart renders HTTPRoutes and NGINX Gateway Fabric policies instead (adding
  * k8s-tests/values-e2e-gateway.yaml), and local/gateway-config.ts translates them, the Gateway of
  * k8s-tests/gateway.yaml and k8s-tests/nginx-gateway-fabric-values.yaml into the nginx.conf.
+ *
+ * The replicas are containers of the image `npm run image:build` made, under the rendered pod's
+ * security context and limits (launcher.ts); `--processes` runs them as node processes from this
+ * checkout instead, for machines without a container engine.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -15,10 +19,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
-import { formatReport, readReport } from '../report';
+import { engine, IMAGE, imageFacts, mb } from '../../scripts/image';
+import { formatReport, readReport, type Report } from '../report';
+import { INSPECT_SCRIPT } from '../suite/inspect';
 import { Cluster } from './cluster';
 import { BrokenEndpoint, brokenModes } from './broken-endpoint';
 import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
+import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { Postgres } from './postgres';
@@ -27,6 +34,7 @@ import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release 
 
 const startedAt = Date.now();
 const gatewayMode = process.argv.includes('--gateway');
+const runAsProcesses = process.argv.slice(2).includes('--processes');
 
 function step(message: string): void {
   const seconds = ((Date.now() - startedAt) / 1000).toFixed(1).padStart(5);
@@ -84,10 +92,28 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 function controlServer(
   postgres: Postgres,
   cluster: Cluster,
+  launcher: Launcher,
+  onceEnv: Record<string, string>,
   more: Record<string, () => Promise<string>>,
 ): Promise<{ server: Server; url: string }> {
   const routes: Record<string, () => Promise<string>> = {
     ...more,
+    // The container case: what the service's own process sees inside a running replica.
+    'POST /replica/inspect': () => {
+      const replica = cluster.replicas.find((r) => r.ready && !r.terminating);
+      if (!replica) throw new Error('no ready replica');
+      step(`inspect: node -e … inside ${replica.name}`);
+      return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
+    },
+    // The image as an operator might misconfigure it: no DB_HOSTNAME, so the embedded database.
+    'POST /image/without-database': () => {
+      if (!(launcher instanceof ContainerLauncher))
+        throw new Error('no image: the replicas run as processes');
+      const env = { ...onceEnv };
+      delete env.DB_HOSTNAME;
+      step('a container of the image without DB_HOSTNAME');
+      return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
+    },
     'POST /database/stop': async () => {
       await postgres.stop();
       step('PostgreSQL stopped (fast shutdown)');
@@ -105,6 +131,12 @@ function controlServer(
       step(`rollout done: ${text}`);
       // A replica that did not end its graceful shutdown with 0 was killed or crashed.
       if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
+      // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
+      for (const { name } of replaced) {
+        const log = readFileSync(join(state.tmp, 'replicas', `${name}.log`), 'utf8');
+        if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
+          throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
+      }
       return `replaced ${text}`;
     },
     'GET /restarts': () =>
@@ -128,6 +160,21 @@ function controlServer(
       resolvePromise({ server, url: `http://127.0.0.1:${port}` });
     });
   });
+}
+
+/** What the rendered pod says the container case must find inside a replica. */
+function expectations(release: Release): Record<string, string> {
+  const policy = containerPolicy(release.podSpec, release.container);
+  return {
+    K8S_EXPECT_UID: String(policy.user),
+    K8S_EXPECT_GID: String(policy.group),
+    K8S_EXPECT_WRITABLE: policy.mounts
+      .filter((m) => !m.readOnly)
+      .map((m) => m.path)
+      .join(','),
+    K8S_EXPECT_READ_ONLY_ROOT: String(policy.readOnlyRoot),
+    K8S_EXPECT_MEMORY_LIMIT_BYTES: String(policy.memoryLimitBytes ?? ''),
+  };
 }
 
 function runSuite(env: NodeJS.ProcessEnv): Promise<number> {
@@ -216,13 +263,38 @@ async function main(): Promise<number> {
   // Translate before starting anything: an unmodelled feature fails the run here.
   nginxConf([]);
 
-  step('build the service (tsc into the work folder; dist/ is left alone)');
-  const build = join(tmp, 'build');
-  const tsc = require.resolve('typescript/bin/tsc', { paths: [repoRoot] });
-  execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', build], {
-    cwd: repoRoot,
-    stdio: 'inherit',
-  });
+  const logDir = join(tmp, 'replicas');
+  mkdirSync(logDir);
+  let launcher: Launcher;
+  if (runAsProcesses) {
+    step('build the service (tsc into the work folder; dist/ is left alone)');
+    const build = join(tmp, 'build');
+    const tsc = require.resolve('typescript/bin/tsc', { paths: [repoRoot] });
+    execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', build], {
+      cwd: repoRoot,
+      stdio: 'inherit',
+    });
+    launcher = new ProcessLauncher(
+      join(build, 'service/src/main.js'),
+      join(repoRoot, 'node_modules'),
+      logDir,
+    );
+  } else {
+    let facts;
+    try {
+      facts = imageFacts();
+    } catch {
+      throw new Error(
+        `no image ${IMAGE} (${engine().name}): run npm run image:build first, or use --processes`,
+      );
+    }
+    launcher = new ContainerLauncher(containerPolicy(release.podSpec, release.container), logDir, {
+      id: facts.id,
+      size: mb(facts.size),
+      base: facts.base,
+    });
+  }
+  step(launcher.describe());
 
   const pgPort = await freePort();
   step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
@@ -253,14 +325,11 @@ async function main(): Promise<number> {
         await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
       }));
 
-  const logDir = join(tmp, 'replicas');
-  mkdirSync(logDir);
   const cluster = new Cluster({
     release,
-    main: join(build, 'service/src/main.js'),
+    launcher,
     logDir,
     database: { host: '127.0.0.1', port: pgPort },
-    nodePath: join(repoRoot, 'node_modules'),
     onEndpoints: async (endpoints) => {
       ready = endpoints;
       await reload();
@@ -273,7 +342,14 @@ async function main(): Promise<number> {
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
 
-  const brokenRoutes: Record<string, () => Promise<string>> = {
+  const endpointRoutes: Record<string, () => Promise<string>> = {
+    // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
+    // lets a new connection land on an old worker for a moment, which the real controller (no
+    // reload for endpoints) never does, so case 6 waits for it before its next request.
+    'GET /endpoints/settled': async () => {
+      await reloads;
+      return 'settled';
+    },
     'GET /broken-endpoint': () => Promise.resolve(JSON.stringify({ failures: broken.failures() })),
     'DELETE /broken-endpoint': async () => {
       await broken.close();
@@ -282,13 +358,23 @@ async function main(): Promise<number> {
     },
   };
   for (const mode of brokenModes)
-    brokenRoutes[`POST /broken-endpoint/${mode}`] = async () => {
+    endpointRoutes[`POST /broken-endpoint/${mode}`] = async () => {
       await broken.open(mode);
       await reload();
       step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${ready.join(', ')}]`);
       return broken.endpoints().join('');
     };
-  const control = await controlServer(state.postgres, cluster, brokenRoutes);
+  const control = await controlServer(
+    state.postgres,
+    cluster,
+    launcher,
+    {
+      ...release.env,
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(pgPort),
+    },
+    endpointRoutes,
+  );
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
   step('the suite, through nginx');
@@ -303,12 +389,27 @@ async function main(): Promise<number> {
     K8S_PROBE_WINDOW_SECONDS: String(
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
+    K8S_RUNTIME: launcher.kind,
+    ...expectations(release),
   });
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
+  // Memory is read before the replicas stop; the figures go into the proof table.
+  for (const replica of cluster.replicas) cluster.recordMemory(replica);
+  let report: Report | undefined;
   try {
-    process.stdout.write(`\n${formatReport(readReport(reportFile))}\n\n`);
+    report = readReport(reportFile);
   } catch {
     step('no report was written');
+  }
+  if (report) {
+    const policy =
+      launcher.kind === 'containers' ? containerPolicy(release.podSpec, release.container) : undefined;
+    report.runtime = {
+      launcher: launcher.describe(),
+      memoryLimitBytes: policy?.memoryLimitBytes,
+      replicas: [...cluster.figures.values()],
+    };
+    process.stdout.write(`\n${formatReport(report)}\n\n`);
   }
   return code;
 }

@@ -6,6 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { request } from 'node:http';
+import { INSPECT_SCRIPT } from './inspect';
 
 export interface Driver {
   name: string;
@@ -17,6 +18,12 @@ export interface Driver {
   rollout(): Promise<string>;
   /** Container restarts of the API so far (liveness failures, crashes). */
   restarts(): Promise<number>;
+  /** Returns once the proxy routes by the current endpoints (every change applied everywhere). */
+  endpointsSettled(): Promise<void>;
+  /** INSPECT_SCRIPT's output from inside a running API container. */
+  inspectReplica(): Promise<string>;
+  /** A container of the image with the pod's settings but no DB_HOSTNAME: `{status, output}` as JSON. */
+  imageWithoutDatabase(): Promise<string>;
   /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
   brokenEndpoint?: BrokenEndpointControl;
 }
@@ -58,8 +65,13 @@ function localDriver(): Driver {
       await control(base, 'POST', '/database/start');
     },
     rollout: () => control(base, 'POST', '/rollout'),
+    endpointsSettled: async () => {
+      await control(base, 'GET', '/endpoints/settled');
+    },
     restarts: async () =>
       (JSON.parse(await control(base, 'GET', '/restarts')) as { restarts: number }).restarts,
+    inspectReplica: () => control(base, 'POST', '/replica/inspect'),
+    imageWithoutDatabase: () => control(base, 'POST', '/image/without-database'),
     brokenEndpoint: {
       open: async (mode) => {
         await control(base, 'POST', `/broken-endpoint/${mode}`);
@@ -111,6 +123,10 @@ function kindDriver(): Driver {
       await kubectl([...ns, 'rollout', 'restart', `deployment/${release}`]);
       return kubectl([...ns, 'rollout', 'status', `deployment/${release}`, '--timeout=300s']);
     },
+    // ingress-nginx's Lua balancer takes endpoint changes without a reload: nothing to wait for.
+    // NGINX Gateway Fabric does reload, and its old workers cannot be seen from here: on that path
+    // a request right after an endpoint change can meet the same window as on a real cluster.
+    endpointsSettled: () => Promise.resolve(),
     restarts: async () => {
       const out = await kubectl([
         ...ns,
@@ -126,6 +142,10 @@ function kindDriver(): Driver {
         .filter((n) => n !== '')
         .reduce((sum, n) => sum + Number(n), 0);
     },
+    inspectReplica: () =>
+      kubectl([...ns, 'exec', `deployment/${release}`, '--', 'node', '-e', INSPECT_SCRIPT]),
+    // The image's start-up refusal is shown by the local runner, which owns the image.
+    imageWithoutDatabase: () => Promise.reject(new Error('the local runner shows this case (k8s:local)')),
   };
 }
 

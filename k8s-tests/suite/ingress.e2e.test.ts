@@ -283,6 +283,9 @@ test('6. readiness follows the database: ready 503 while live stays 200 and the 
     return (await send('GET', '/healthz/ready', { fresh: true })).status === 200;
   });
   expect(readyBackMs).toBeGreaterThanOrEqual(0);
+  // The emulation reloads nginx for an endpoint change; the ready answer may have come from the new
+  // workers while an old one still accepts for a moment. Wait until the change is everywhere.
+  await driver.endpointsSettled();
   // The same processes serve again: the token issued before the outage still works.
   const after = await send('GET', '/posts/', { headers: auth(), fresh: true });
   expect(after.status).toBe(200);

@@ -1,8 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { PGlite, type Extension } from '@electric-sql/pglite';
+import type { Extension, PGlite } from '@electric-sql/pglite';
 import knex, { type Knex } from 'knex';
-import ClientPgLite from 'knex-pglite';
 import { Client, type ClientConfig } from 'pg';
 import { migrations } from '../../migrations';
 import type { Logger } from './logger';
@@ -16,9 +15,37 @@ export interface Database {
   close(): Promise<void>;
 }
 
-// The package's contrib typings are ESM-only although a CommonJS build ships beside them.
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const { pg_trgm } = require('@electric-sql/pglite/contrib/pg_trgm') as { pg_trgm: Extension };
+interface EmbeddedModules {
+  PGlite: typeof PGlite;
+  pg_trgm: Extension;
+  ClientPgLite: typeof knex.Client;
+}
+
+/**
+ * The embedded database's packages are optional dependencies, loaded only when DB_HOSTNAME is
+ * unset: the production image leaves them out (about 27 MB) because the chart always names a
+ * PostgreSQL server, and there the read-only root filesystem would refuse PGlite's files anyway.
+ */
+function loadEmbedded(): EmbeddedModules {
+  try {
+    /* eslint-disable @typescript-eslint/no-require-imports -- loaded on demand, see above; the
+       package's contrib typings are ESM-only although a CommonJS build ships beside them */
+    const { PGlite: pglite } = require('@electric-sql/pglite') as { PGlite: typeof PGlite };
+    const { pg_trgm } = require('@electric-sql/pglite/contrib/pg_trgm') as { pg_trgm: Extension };
+    const ClientPgLite = require('knex-pglite') as typeof knex.Client;
+    /* eslint-enable @typescript-eslint/no-require-imports */
+    return { PGlite: pglite, pg_trgm, ClientPgLite };
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'MODULE_NOT_FOUND') throw error;
+    throw new Error(
+      'DB_HOSTNAME is not set, so the embedded database was chosen, but its packages ' +
+        '(@electric-sql/pglite, knex-pglite) are not installed: this install left out optional ' +
+        'dependencies, as the production image does. Set DB_HOSTNAME (and the other DB_* settings) ' +
+        'to a PostgreSQL server, or install with optional dependencies.',
+      { cause: error },
+    );
+  }
+}
 
 /** How long a replica waits for another one's migrations before it gives up. */
 const MIGRATION_WAIT_MS = 120_000;
@@ -107,9 +134,10 @@ export async function openDatabase(settings: Settings, logger: Logger): Promise<
     };
   }
 
+  const { PGlite: EmbeddedPGlite, pg_trgm, ClientPgLite } = loadEmbedded();
   const inMemory = db.embeddedDir === 'memory://';
   if (!inMemory) mkdirSync(db.embeddedDir, { recursive: true });
-  const pglite = new PGlite(db.embeddedDir, { extensions: { pg_trgm } });
+  const pglite = new EmbeddedPGlite(db.embeddedDir, { extensions: { pg_trgm } });
   await pglite.waitReady;
   // PGlite has one session, so a session-wide setting covers every query.
   await pglite.exec(`SET statement_timeout = ${String(db.statementTimeoutMs)}`);

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -15,8 +16,8 @@ interface ServiceProcess {
 
 const ROOT = path.join(__dirname, '..', '..');
 
-function spawnService(env: NodeJS.ProcessEnv): ServiceProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], { cwd: ROOT, env });
+function spawnService(env: NodeJS.ProcessEnv, cwd = ROOT): ServiceProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], { cwd, env });
   let out = '';
   let err = '';
   child.stdout.on('data', (chunk: Buffer) => {
@@ -66,6 +67,54 @@ describe('Start-up settings', () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(new RegExp(`^Invalid setting ${name}: `));
     expect(svc.stdout()).not.toContain('listening');
+  });
+});
+
+describe('Without the optional dependencies (the production image: npm ci --omit=optional)', () => {
+  let dir: string;
+  beforeAll(() => {
+    // A copy of the sources beside a node_modules of links to every installed package but the
+    // embedded database's: module resolution from the copy finds exactly what such an install has.
+    dir = mkdtempSync(path.join(tmpdir(), 'sp-no-optional-'));
+    for (const entry of ['service/src', 'migrations', 'package.json', 'tsconfig.json'])
+      cpSync(path.join(ROOT, entry), path.join(dir, entry), { recursive: true });
+    mkdirSync(path.join(dir, 'node_modules'));
+    for (const name of readdirSync(path.join(ROOT, 'node_modules'))) {
+      if (['@electric-sql', 'knex-pglite', '.bin'].includes(name)) continue;
+      symlinkSync(path.join(ROOT, 'node_modules', name), path.join(dir, 'node_modules', name));
+    }
+  });
+  afterAll(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('When DB_HOSTNAME is unset, then the start stops with one line saying the embedded database is not installed', async () => {
+    const env = baseEnv({});
+    delete env.DB_HOSTNAME;
+    const svc = spawnService(env, dir);
+    expect(await svc.exited).toBe(1);
+    const lines = svc.stderr().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(
+      /^start-up failed: DB_HOSTNAME is not set, so the embedded database was chosen, but its packages \(@electric-sql\/pglite, knex-pglite\) are not installed/,
+    );
+    expect(svc.stdout()).not.toContain('listening');
+  });
+
+  test('When DB_HOSTNAME is set, then the embedded database is never loaded: the start gets as far as the database', async () => {
+    // A port nothing listens on: the start fails at the migrations, after the modules have loaded.
+    const port = await new Promise<number>((resolve) => {
+      const server = createServer().listen(0, '127.0.0.1', () => {
+        const address = server.address();
+        server.close(() => {
+          resolve(typeof address === 'object' && address ? address.port : 0);
+        });
+      });
+    });
+    const svc = spawnService(baseEnv({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port) }), dir);
+    expect(await svc.exited).toBe(1);
+    expect(svc.stdout()).toContain('migrations failed');
+    expect(`${svc.stdout()}${svc.stderr()}`).not.toMatch(/Cannot find module|not installed/);
   });
 });
 
