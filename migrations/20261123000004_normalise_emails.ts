@@ -28,7 +28,7 @@ export async function up(knex: Knex): Promise<void> {
   for (const row of rows) {
     const email = stored(row.email);
     if (email === row.email) continue;
-    const taken = await knex('users')
+    const taken: unknown = await knex('users')
       .whereRaw('lower(email) = lower(?)', [email])
       .whereNot('id', row.id)
       .first('id');

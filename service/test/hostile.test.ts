@@ -96,7 +96,11 @@ async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
   socket.write(bytes);
   const closed = await Promise.race([
     once(socket, 'close').then(() => true),
-    new Promise<boolean>((resolve) => setTimeout(() => resolve(false), waitMs)),
+    new Promise<boolean>((resolve) => {
+      setTimeout(() => {
+        resolve(false);
+      }, waitMs);
+    }),
   ]);
   socket.destroy();
   return { text, closed, firstByteMs };
