@@ -160,7 +160,8 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       if (req.method === 'GET' || req.method === 'HEAD') serve(req, res);
       else
         writeProblem(res, 405, `${req.method ?? ''} is not allowed here; use GET, HEAD`, {
-          Allow: 'GET, HEAD',
+          headers: { Allow: 'GET, HEAD' },
+          close: false,
         });
     });
   };
@@ -177,6 +178,7 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       res,
       417,
       `The expectation "${String(req.headers.expect).slice(0, 100)}" cannot be met; only 100-continue is supported`,
+      { close: false },
     );
   });
   // Without a listener Node drops a CONNECT without a word; this is not a proxy.

@@ -3,8 +3,7 @@ import { problemBody } from './errors';
 
 /**
  * Answers that Node's HTTP layer would otherwise give itself, bare and without a body: the server
- * (server.ts) turns them into the contract's problem+json. Each closes the connection, because the
- * request they refuse may still have a body on the way.
+ * (server.ts) turns them into the contract's problem+json.
  */
 
 /** 400 for an HTTP/1.1 request without Host (RFC 9112 §3.2) or with more than one. */
@@ -17,19 +16,22 @@ export function hostProblem(req: IncomingMessage): string | undefined {
   return undefined;
 }
 
-/** A problem+json answer on a plain node:http response (no Express in front of it). */
+/**
+ * A problem+json answer on a plain node:http response (no Express in front of it). With `close`
+ * the connection ends after it; without, Node reads off any body and keeps the connection.
+ */
 export function writeProblem(
   res: ServerResponse,
   status: number,
   detail: string,
-  headers: Record<string, string> = {},
+  { headers = {}, close = true }: { headers?: Record<string, string>; close?: boolean } = {},
 ): void {
   const body = JSON.stringify(problemBody(status, detail));
   res.writeHead(status, {
     ...headers,
     'Content-Type': 'application/problem+json',
     'Content-Length': Buffer.byteLength(body),
-    Connection: 'close',
+    ...(close ? { Connection: 'close' } : {}),
   });
   res.end(body);
 }
