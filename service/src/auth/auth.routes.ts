@@ -35,7 +35,9 @@ export interface LoginOptions {
  *     tags: [Authentication]
  *     summary: Log in for an access token
  *     description: >
- *       OAuth2 password-style form login: `username` is the e-mail address. An unknown e-mail and a
+ *       OAuth2 password-style form login: `username` is the e-mail address, normalised as at
+ *       registration. The token comes only in this body (no cookie), which a foreign origin cannot
+ *       read. The form must be UTF-8 (no other charset). An unknown e-mail and a
  *       wrong password get the same 403 after the same work, so e-mails cannot be probed. Only this
  *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
  *       `/users/`).
