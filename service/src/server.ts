@@ -173,11 +173,12 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     dispatch(req, res);
   });
   // Any other expectation cannot be met; Node would answer a bare 417.
-  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
     writeProblem(
       res,
       417,
-      `The expectation "${String(req.headers.expect).slice(0, 100)}" cannot be met; only 100-continue is supported`,
+      // The header's value is not echoed: nothing a client sends is reflected in an answer.
+      'The Expect header cannot be met; only 100-continue is supported',
       { close: false },
     );
   });

@@ -55,12 +55,12 @@ export function deferContinue(req: IncomingMessage): void {
 }
 
 /** The declared Content-Length, when there is a valid one. */
-export function declaredLength(req: IncomingMessage): number | undefined {
+function declaredLength(req: IncomingMessage): number | undefined {
   const header = req.headers['content-length'];
   return header !== undefined && /^[0-9]+$/.test(header) ? Number(header) : undefined;
 }
 
-export const tooLarge = (): ApiError =>
+const tooLarge = (): ApiError =>
   // The body is never read: closing is the only way to be rid of it without reading it.
   new ApiError(413, 'The request body is larger than 100 kB', {}, { Connection: 'close' });
 
