@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import * as createUsers from './20261121000001_create_users';
 import * as createPosts from './20261121000002_create_posts';
 import * as createVotes from './20261121000003_create_votes';
+import * as normaliseEmails from './20261123000004_normalise_emails';
 
 /**
  * The migrations, in order. They are imported rather than read from disk so the same list runs
@@ -11,4 +12,5 @@ export const migrations: Record<string, Knex.Migration> = {
   '20261121000001_create_users': createUsers,
   '20261121000002_create_posts': createPosts,
   '20261121000003_create_votes': createVotes,
+  '20261123000004_normalise_emails': normaliseEmails,
 };

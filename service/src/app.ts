@@ -39,7 +39,7 @@ export function createApp({ db, settings, logger, metrics = createMetrics(db, lo
 
   // One key for signing and verifying, built once (see tokenKey).
   const key = tokenKey(settings.secretKey);
-  const auth = requireAuth(db, key);
+  const auth = requireAuth(db, key, settings.accessTokenExpireMinutes);
   app.use(usersRouter(db, settings.bcryptRounds));
   app.use(authRouter(db, { ...settings, key }));
   app.use(postsRouter(db, auth));

@@ -1,17 +1,19 @@
 import {
   createServer,
-  STATUS_CODES,
   type IncomingMessage,
   type RequestListener,
   type Server,
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createTerminus, type HealthCheckMap } from '@godaddy/terminus';
 import { createApp } from './app';
 import { crossOrigin } from './http/cors';
 import { problemBody } from './http/errors';
+import { clientErrorProblem, hostProblem, rawProblem, writeProblem } from './http/protocol';
+import { deferContinue } from './http/validation';
 import { withTimeout, type Database } from './database';
 import type { Logger } from './logger';
 import { createMetrics, createMetricsServer } from './metrics';
@@ -58,7 +60,8 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   const metricsServer = createMetricsServer(metrics.registry, logger);
   // It must never be what keeps a process alive: the API listener decides that.
   metricsServer.unref();
-  const server = createServer(createApp({ db, settings, logger, metrics }));
+  // requireHostHeader off: the dispatcher below answers a missing (or doubled) Host as problem+json.
+  const server = createServer({ requireHostHeader: false }, createApp({ db, settings, logger, metrics }));
   // Longer than nginx's upstream keep-alive (60 s), so the proxy always closes idle sockets first.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
@@ -139,14 +142,52 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     for (const listener of listeners) listener(req, res);
   };
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    if (!healthPaths.has(req.url ?? '')) {
+  const dispatch = (req: IncomingMessage, res: ServerResponse) => {
+    // Node's own Host check answers a bare 400 and ignores a second Host; this one answers both.
+    const hostError = hostProblem(req);
+    if (hostError) {
+      writeProblem(res, 400, hostError);
+      return;
+    }
+    const [path = '', query] = (req.url ?? '').split('?', 2);
+    if (!healthPaths.has(path)) {
       serve(req, res);
       return;
     }
     cors(req, res, () => {
-      serve(req, res);
+      // Probes and load balancers may add a query string; terminus matches the bare path only.
+      if (query !== undefined) req.url = path;
+      if (req.method === 'GET' || req.method === 'HEAD') serve(req, res);
+      else
+        writeProblem(res, 405, `${req.method ?? ''} is not allowed here; use GET, HEAD`, {
+          headers: { Allow: 'GET, HEAD' },
+          close: false,
+        });
     });
+  };
+  server.on('request', dispatch);
+  // Expect: 100-continue: the 100 waits until a body parser is about to read (see deferContinue),
+  // so a body that will be refused (401, 413, 415...) is never invited.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    deferContinue(req);
+    dispatch(req, res);
+  });
+  // Any other expectation cannot be met; Node would answer a bare 417.
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    writeProblem(
+      res,
+      417,
+      // The header's value is not echoed: nothing a client sends is reflected in an answer.
+      'The Expect header cannot be met; only 100-continue is supported',
+      { close: false },
+    );
+  });
+  // Without a listener Node drops a CONNECT without a word; this is not a proxy.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    socket.on('error', () => socket.destroy());
+    socket.end(
+      rawProblem(405, 'CONNECT is not served here', { Allow: 'GET, HEAD, POST, PUT, DELETE, OPTIONS' }),
+    );
   });
 
   // Malformed HTTP never reaches Express; Node would answer a bare 400. Give it the same problem shape.
@@ -155,17 +196,8 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       socket.destroy();
       return;
     }
-    const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-    const body = JSON.stringify(
-      problemBody(
-        status,
-        status === 431 ? 'The request headers are too large' : 'The request is not valid HTTP',
-      ),
-    );
-    socket.end(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
-        `Content-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
+    const { status, detail } = clientErrorProblem(error.code);
+    socket.end(rawProblem(status, detail));
   });
 
   const metricsPort = await listen(metricsServer, settings.metricsPort);

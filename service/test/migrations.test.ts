@@ -1,3 +1,5 @@
+import type { Knex } from 'knex';
+import { migrations } from '../../migrations';
 import { migrateDown, migrateToLatest, openDatabase, type Database } from '../src/database';
 import { createLogger } from '../src/logger';
 import { loadSettings } from '../src/settings';
@@ -40,8 +42,8 @@ const RACE_ROUNDS = 8;
       const replicas = await Promise.all([open(fresh.env), open(fresh.env), open(fresh.env)]);
       try {
         const applied = await Promise.all(replicas.map((db) => migrateToLatest(db, logger)));
-        // Exactly one replica applied the three migrations; the others found them done.
-        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, 3]);
+        // Exactly one replica applied the four migrations; the others found them done.
+        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, 4]);
         const [first] = replicas;
         const runs = await first.knex<{ name: string }>('knex_migrations').select('name');
         expect(runs.map((r) => r.name).sort()).toEqual(applied.flat().sort());
@@ -97,10 +99,46 @@ test('When migrations are rolled back and applied again, then the schema comes b
   try {
     await migrateToLatest(db, logger);
     const undone = await migrateDown(db);
-    expect(undone).toHaveLength(3);
+    expect(undone).toHaveLength(4);
     expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
-    expect(await migrateToLatest(db, logger)).toHaveLength(3);
+    expect(await migrateToLatest(db, logger)).toHaveLength(4);
     expect(await tables(db)).toEqual(SCHEMA_TABLES);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
+test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    // The schema as it was before the policy: the first three migrations only.
+    const names = Object.keys(migrations).slice(0, 3);
+    await db.knex.migrate.latest({
+      migrationSource: {
+        getMigrations: () => Promise.resolve(names),
+        getMigrationName: (name: string) => name,
+        getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
+      },
+    });
+    const rows = [
+      'ａｄａ@example.com', // full-width: becomes ada@example.com
+      'bob@XN--BCHER-KVA.example', // punycode domain: becomes bob@bücher.example
+      'carol@example.com',
+      'ｃａｒｏｌ@example.com', // a second account for carol's mailbox: left as stored
+      'plain@example.com',
+    ];
+    for (const email of rows) await db.knex('users').insert({ email, password: 'x' });
+    await migrateToLatest(db, logger);
+    const stored = await db.knex<{ email: string }>('users').orderBy('id').pluck('email');
+    expect(stored).toEqual([
+      'ada@example.com',
+      'bob@bücher.example',
+      'carol@example.com',
+      'ｃａｒｏｌ@example.com',
+      'plain@example.com',
+    ]);
   } finally {
     await db.close();
     await fresh.drop();

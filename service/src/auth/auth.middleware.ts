@@ -5,7 +5,7 @@ import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields, type Database } from '../database';
 import { notAuthenticated } from '../http/errors';
 import { findUserById, type User } from '../users/users.repository';
-import { TOKEN_ALGORITHM } from './tokens';
+import { claimsAcceptable, TOKEN_ALGORITHM } from './tokens';
 
 declare global {
   // passport types req.user as Express.User; ours is the API's user.
@@ -23,10 +23,11 @@ const NOT_AUTHENTICATED = 'Not authenticated';
 const INVALID = 'Could not validate credentials';
 
 /**
- * Bearer-token authentication: signature (HS256 only), expiry and an existing user, checked on
- * every request; nothing is kept between requests. Answers 401 itself, before any body is read.
+ * Bearer-token authentication: signature (HS256 only), the registered claims (claimsAcceptable:
+ * expiry, issue time, lifetime) and an existing user, checked on every request; nothing is kept
+ * between requests. Answers 401 itself, before any body is read.
  */
-export function requireAuth(db: Database, key: KeyObject): RequestHandler {
+export function requireAuth(db: Database, key: KeyObject, accessTokenExpireMinutes: number): RequestHandler {
   // Its own Passport instance, so apps built with different secrets (tests) never share state.
   const passport = new Passport();
   passport.use(
@@ -37,7 +38,11 @@ export function requireAuth(db: Database, key: KeyObject): RequestHandler {
         secretOrKey: key as unknown as Buffer,
         algorithms: [TOKEN_ALGORITHM],
       },
-      (payload: { sub?: unknown }, done: (error: unknown, user?: User | false) => void) => {
+      (payload: Record<string, unknown>, done: (error: unknown, user?: User | false) => void) => {
+        if (!claimsAcceptable(payload, Date.now() / 1000, accessTokenExpireMinutes * 60)) {
+          done(null, false);
+          return;
+        }
         const sub = payload.sub;
         if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > 2_147_483_647) {
           done(null, false);

@@ -5,6 +5,7 @@ import Joi from 'joi';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, validate } from '../http/validation';
+import { normaliseEmail } from '../users/email';
 import { findUserByEmail } from '../users/users.repository';
 import { signAccessToken } from './tokens';
 
@@ -14,6 +15,7 @@ interface LoginForm {
 }
 
 // Any string is accepted here: a malformed e-mail simply matches no user and gets the same 403.
+// `username` is compared after the e-mail policy's normalisation (users/email.ts).
 const loginForm = Joi.object<LoginForm>({
   username: Joi.string().max(1000).required(),
   password: Joi.string().max(1000).required(),
@@ -33,7 +35,9 @@ export interface LoginOptions {
  *     tags: [Authentication]
  *     summary: Log in for an access token
  *     description: >
- *       OAuth2 password-style form login: `username` is the e-mail address. An unknown e-mail and a
+ *       OAuth2 password-style form login: `username` is the e-mail address, normalised as at
+ *       registration. The token comes only in this body (no cookie), which a foreign origin cannot
+ *       read. The form must be UTF-8 (no other charset). An unknown e-mail and a
  *       wrong password get the same 403 after the same work, so e-mails cannot be probed. Only this
  *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
  *       `/users/`).
@@ -64,7 +68,10 @@ export function authRouter(db: Database, options: LoginOptions): Router {
     .route('/login')
     .post(...formBody, async (req, res) => {
       const form = validate(loginForm, req.body, 'body');
-      const user = await findUserByEmail(db, form.username);
+      // The registration's normalisation, so any form of an address finds its one account; an
+      // address registration would refuse matches nobody, after the same work.
+      const address = normaliseEmail(form.username);
+      const user = address.ok ? await findUserByEmail(db, address.email) : undefined;
       // bcrypt stops at 72 bytes and at NUL; registration refuses such passwords, so they never match.
       const comparable = Buffer.byteLength(form.password, 'utf8') <= 72 && !form.password.includes('\0');
       const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));

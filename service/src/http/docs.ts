@@ -28,6 +28,14 @@ const definition = {
       'Every error is `application/problem+json` with `detail`. A request without a valid token is answered 401 before its body is read.',
       'Cross-origin calls are allowed only from the configured origins (`CORS_ALLOWED_ORIGINS`); every answer carries `Vary: Origin` because it depends on the origin.',
       'No cookies are ever set.',
+      '',
+      '**Bodies**: JSON endpoints read `application/json`, `/login` reads `application/x-www-form-urlencoded`, both in UTF-8 only (a `charset` other than `utf-8` is 415), at most 100 kB after decompression. `Content-Encoding` may be `gzip`, `deflate` or `br` (one at most; anything else 415; a body that does not decompress 400). A declared `Content-Length` over 100 kB is 413 before the body is read, and `Expect: 100-continue` is answered `100 Continue` only when the body is about to be read; any other `Expect` is 417. A request without `Host`, or with two, is 400.',
+      '',
+      '**Tokens** must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, not in the future; no `iss`, `aud` or `jti`. Otherwise 401.',
+      '',
+      '**E-mail addresses** are normalised (Unicode NFKC; domain per UTS #46) before the uniqueness check and at login; invisible or formatting characters and a local part or domain label mixing scripts are 422.',
+      '',
+      '**CSRF**: credentials travel only in the `Authorization` header, never in a cookie; JSON endpoints refuse the content types a cross-site form can send (415, or 401 first without a token); `/login` returns its token only in the response body, which a foreign origin cannot read. There is no CSRF token, by design.',
     ].join('\n'),
   },
   tags: [
@@ -86,7 +94,7 @@ const definition = {
             type: 'string',
             format: 'email',
             maxLength: 254,
-            description: 'Unique ignoring letter case.',
+            description: 'Stored normalised (Unicode NFKC, domain per UTS #46); unique ignoring letter case.',
           },
           password: {
             type: 'string',
@@ -170,14 +178,14 @@ const definition = {
     },
     responses: {
       BadRequest: response(
-        'The body is not valid JSON, or the path is badly encoded.',
+        'The body is not valid JSON, does not decompress as its Content-Encoding says, or the path is badly encoded.',
         400,
         'Bad Request',
         'The request body is not valid JSON',
       ),
       Unauthorized: {
         description:
-          'No token (`Not authenticated`), or a bad, expired or foreign-signed token, or its user is gone (`Could not validate credentials`).',
+          'No token (`Not authenticated`), or a bad, expired or foreign-signed token, one whose claims are missing or out of range, or its user is gone (`Could not validate credentials`).',
         headers: { 'WWW-Authenticate': { schema: { type: 'string', example: 'Bearer' } } },
         content: problem({ title: 'Unauthorized', status: 401, detail: 'Not authenticated' }),
       },
@@ -206,13 +214,13 @@ const definition = {
         'user 1 has already voted on post 7',
       ),
       PayloadTooLarge: response(
-        'The body is over 100 kB.',
+        'The body is over 100 kB (after decompression), or its declared Content-Length is: then at once, before the body is read, and the connection closes.',
         413,
         'Payload Too Large',
         'The request body is larger than 100 kB',
       ),
       UnsupportedMediaType: response(
-        'The body has the wrong Content-Type.',
+        'The body has the wrong Content-Type, a charset other than UTF-8, or an unsupported Content-Encoding.',
         415,
         'Unsupported Media Type',
         'The request body must be application/json',
@@ -243,14 +251,21 @@ const definition = {
       get: {
         tags: ['Health'],
         summary: 'Liveness',
-        responses: { 200: { description: 'The process runs.' }, 503: { description: 'Shutting down.' } },
+        description: 'HEAD answers alike, without a body; a query string is ignored; other methods are 405.',
+        responses: {
+          200: { description: 'The process runs.' },
+          405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' },
+          503: { description: 'Shutting down.' },
+        },
       },
     },
     '/healthz/ready': {
       get: {
         tags: ['Health'],
         summary: 'Readiness',
+        description: 'HEAD answers alike, without a body; a query string is ignored; other methods are 405.',
         responses: {
+          405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' },
           200: { description: 'The database answered `SELECT 1` within 1 s.' },
           503: { description: 'The database did not answer in time, or the process is shutting down.' },
         },

@@ -1,3 +1,5 @@
+import type { IncomingMessage } from 'node:http';
+import { parse as parseContentType } from 'content-type';
 import express, { type Request, type RequestHandler } from 'express';
 import type Joi from 'joi';
 import { ApiError } from './errors';
@@ -28,7 +30,94 @@ export function validate<T>(
   return result.value;
 }
 
-const BODY_LIMIT = '100kb';
+/** Every body the service reads is at most this many bytes, after any Content-Encoding is undone. */
+export const BODY_LIMIT_BYTES = 100 * 1024;
+
+/**
+ * The content codings a body may carry: one of these or none. Stacked codings (`gzip, gzip`),
+ * zstd (which only some Node releases can undo) and anything unknown are 415, the same on every
+ * runtime.
+ */
+const CODINGS = new Set(['identity', 'gzip', 'deflate', 'br']);
+
+const JSON_TYPE = 'application/json';
+const FORM_TYPE = 'application/x-www-form-urlencoded';
+
+/** Requests whose `Expect: 100-continue` the server left for the body parsing to answer. */
+const awaitingContinue = new WeakSet<IncomingMessage>();
+
+/**
+ * Called by the server for `Expect: 100-continue`: the 100 is sent only once a body parser is
+ * about to read the body, so a request refused first (401, 413, 415, 404...) never gets one.
+ */
+export function deferContinue(req: IncomingMessage): void {
+  awaitingContinue.add(req);
+}
+
+/** The declared Content-Length, when there is a valid one. */
+function declaredLength(req: IncomingMessage): number | undefined {
+  const header = req.headers['content-length'];
+  return header !== undefined && /^[0-9]+$/.test(header) ? Number(header) : undefined;
+}
+
+const tooLarge = (): ApiError =>
+  // The body is never read: closing is the only way to be rid of it without reading it.
+  new ApiError(413, 'The request body is larger than 100 kB', {}, { Connection: 'close' });
+
+const mediaType = (req: Request): string => parseContentType(req.headers['content-type'] ?? '').type;
+
+/**
+ * What every body parser checks before it reads a byte: the declared length against the limit,
+ * then, for a body of the type it reads, the charset (UTF-8 only: RFC 8259 for JSON, and the form
+ * is read as UTF-8 too) and the Content-Encoding. Only then is a deferred 100 Continue sent.
+ */
+function bodyGuard(type: string): RequestHandler {
+  return (req, res, next) => {
+    const length = declaredLength(req);
+    if (length !== undefined && length > BODY_LIMIT_BYTES) throw tooLarge();
+    if (!hasBody(req) || mediaType(req) !== type) {
+      next();
+      return;
+    }
+    const header = req.headers['content-type'] ?? '';
+    const charset = parseContentType(header).parameters.charset;
+    // A second charset could be read differently by whatever sits in front; refuse the ambiguity.
+    if (
+      (header.match(/;\s*charset\s*=/gi) ?? []).length > 1 ||
+      (charset !== undefined && charset.toLowerCase() !== 'utf-8')
+    )
+      throw new ApiError(415, `The request body must be ${type} in UTF-8 (charset=utf-8 or none)`);
+    const coding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase() || 'identity';
+    if (!CODINGS.has(coding))
+      throw new ApiError(
+        415,
+        'The request body has an unsupported Content-Encoding; use gzip, deflate, br or none (one at most)',
+      );
+    if (awaitingContinue.has(req)) res.writeContinue();
+    next();
+  };
+}
+
+/**
+ * body-parser marks a body that does not decompress as a bare 400 with zlib's message; it gets a
+ * detail of its own here. Errors body-parser types itself are mapped in errors.ts.
+ */
+function decoding(parser: RequestHandler): RequestHandler {
+  return (req, res, next) => {
+    void parser(req, res, (error?: unknown) => {
+      if (error === undefined || error === null || typeof (error as { type?: unknown }).type === 'string') {
+        next(error);
+        return;
+      }
+      const coding = req.headers['content-encoding'];
+      next(
+        coding && coding.toLowerCase() !== 'identity'
+          ? new ApiError(400, `The request body could not be decoded as ${coding.toLowerCase()}`)
+          : error,
+      );
+    });
+  };
+}
 
 /** A JSON endpoint refuses any other body type up front, instead of reading it as empty. */
 const requireJson: RequestHandler = (req, _res, next) => {
@@ -50,15 +139,28 @@ const requireForm: RequestHandler = (req, _res, next) => {
 
 /**
  * Body parsing per route, placed after authentication: a request without a valid token is
- * answered 401 before its body is even read.
+ * answered 401 before its body is even read. The parsers decide what they read with the same
+ * media-type test as bodyGuard, so nothing is parsed that the guard did not check.
  */
-export const jsonBody: RequestHandler[] = [express.json({ limit: BODY_LIMIT }), requireJson];
+export const jsonBody: RequestHandler[] = [
+  bodyGuard(JSON_TYPE),
+  decoding(express.json({ limit: BODY_LIMIT_BYTES, type: (req) => mediaType(req as Request) === JSON_TYPE })),
+  requireJson,
+];
 export const formBody: RequestHandler[] = [
-  express.urlencoded({ extended: false, limit: BODY_LIMIT, parameterLimit: 20 }),
+  bodyGuard(FORM_TYPE),
+  decoding(
+    express.urlencoded({
+      extended: false,
+      limit: BODY_LIMIT_BYTES,
+      parameterLimit: 20,
+      type: (req) => mediaType(req as Request) === FORM_TYPE,
+    }),
+  ),
   requireForm,
 ];
 
-function hasBody(req: Request): boolean {
+function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
 }
 

@@ -13,7 +13,9 @@ import { userCreate } from './users.schemas';
  *     tags: [Users]
  *     summary: Register a user
  *     description: >
- *       Creates an account. The e-mail is unique ignoring letter case. Only this exact path
+ *       Creates an account. The e-mail is normalised (Unicode NFKC, the domain per UTS #46) and
+ *       stored in that form; it is unique ignoring letter case. Invisible or formatting characters,
+ *       or a local part or domain label mixing scripts, are 422. Only this exact path
  *       answers (no `/users`), because the proxy rate-limits it: 10 requests a minute per client
  *       address, shared with `/login`.
  *     requestBody:

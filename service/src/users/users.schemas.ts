@@ -1,4 +1,5 @@
 import Joi from 'joi';
+import { normaliseEmail } from './email';
 
 /** bcrypt reads 72 bytes and stops at a NUL byte; anything it would ignore is refused instead. */
 export const password = Joi.string()
@@ -15,10 +16,16 @@ export interface UserCreate {
   password: string;
 }
 
+/** The e-mail policy (email.ts) first, then the address format on the normalised form. */
+export const email = Joi.string()
+  .max(254)
+  .custom((value: string, helpers) => {
+    const result = normaliseEmail(value);
+    return result.ok ? result.email : helpers.message({ custom: `{#label} ${result.reason}` });
+  })
+  .email({ tlds: { allow: false } });
+
 export const userCreate = Joi.object<UserCreate>({
-  email: Joi.string()
-    .max(254)
-    .email({ tlds: { allow: false } })
-    .required(),
+  email: email.required(),
   password: password.required(),
 });
