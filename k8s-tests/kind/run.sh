@@ -110,24 +110,23 @@ if [ "$MODE" = ingress-nginx ]; then
 else
   HOST="$(k -n "$NAMESPACE" get httproute "$RELEASE" -o jsonpath='{.spec.hostnames[0]}')"
   # A route or policy the controller did not accept would leave the limit out silently.
-  for object in "httproute/$RELEASE" "httproute/$RELEASE-auth"; do
+  # wait_accepted OBJECT STATUS-LIST: routes report under .status.parents, policies under .status.ancestors.
+  wait_accepted() {
+    local accepted=""
     for _ in $(seq 1 60); do
-      accepted="$(k -n "$NAMESPACE" get "$object" \
-        -o jsonpath='{.status.parents[0].conditions[?(@.type=="Accepted")].status}')"
-      [ "$accepted" = True ] && break
+      accepted="$(k -n "$NAMESPACE" get "$1" \
+        -o jsonpath="{.status.$2[0].conditions[?(@.type==\"Accepted\")].status}")"
+      [ "$accepted" = True ] && return 0
       sleep 2
     done
-    [ "$accepted" = True ] || { echo "$object was not accepted:" >&2; k -n "$NAMESPACE" describe "$object" >&2; exit 1; }
-  done
-  for object in "ratelimitpolicy/$RELEASE-auth" "proxysettingspolicy/$RELEASE"; do
-    for _ in $(seq 1 60); do
-      accepted="$(k -n "$NAMESPACE" get "$object" \
-        -o jsonpath='{.status.ancestors[0].conditions[?(@.type=="Accepted")].status}')"
-      [ "$accepted" = True ] && break
-      sleep 2
-    done
-    [ "$accepted" = True ] || { echo "$object was not accepted:" >&2; k -n "$NAMESPACE" describe "$object" >&2; exit 1; }
-  done
+    echo "$1 was not accepted:" >&2
+    k -n "$NAMESPACE" describe "$1" >&2
+    exit 1
+  }
+  wait_accepted "httproute/$RELEASE" parents
+  wait_accepted "httproute/$RELEASE-auth" parents
+  wait_accepted "ratelimitpolicy/$RELEASE-auth" ancestors
+  wait_accepted "proxysettingspolicy/$RELEASE" ancestors
 fi
 ORIGINS="$(k -n "$NAMESPACE" get configmap "$RELEASE" -o jsonpath='{.data.CORS_ALLOWED_ORIGINS}')"
 # The controller syncs new routes within seconds; wait until it routes the host.
