@@ -4,6 +4,7 @@ import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields, type Database } from '../database';
 import { notAuthenticated } from '../http/errors';
+import { MAX_ID } from '../http/validation';
 import { findUserById, type User } from '../users/users.repository';
 import { claimsAcceptable, TOKEN_ALGORITHM } from './tokens';
 
@@ -44,7 +45,7 @@ export function requireAuth(db: Database, key: KeyObject, accessTokenExpireMinut
           return;
         }
         const sub = payload.sub;
-        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > 2_147_483_647) {
+        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > MAX_ID) {
           done(null, false);
           return;
         }

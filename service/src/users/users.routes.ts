@@ -6,6 +6,21 @@ import { jsonBody, validate } from '../http/validation';
 import { createUser } from './users.repository';
 import { userCreate } from './users.schemas';
 
+export function usersRouter(db: Database, bcryptRounds: number): Router {
+  const router = Router({ strict: true, caseSensitive: true });
+  router
+    .route('/users/')
+    .post(...jsonBody, async (req, res) => {
+      const input = validate(userCreate, req.body, 'body');
+      const hash = await bcrypt.hash(input.password, bcryptRounds);
+      const user = await createUser(db, input.email, hash);
+      if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
+      res.status(201).json(user);
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}
+
 /**
  * @openapi
  * /users/:
@@ -37,17 +52,3 @@ import { userCreate } from './users.schemas';
  *       429: { $ref: '#/components/responses/TooManyRequests' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
-export function usersRouter(db: Database, bcryptRounds: number): Router {
-  const router = Router({ strict: true, caseSensitive: true });
-  router
-    .route('/users/')
-    .post(...jsonBody, async (req, res) => {
-      const input = validate(userCreate, req.body, 'body');
-      const hash = await bcrypt.hash(input.password, bcryptRounds);
-      const user = await createUser(db, input.email, hash);
-      if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
-      res.status(201).json(user);
-    })
-    .all(methodNotAllowed(['POST']));
-  return router;
-}
