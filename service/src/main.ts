@@ -1,4 +1,5 @@
-import { migrateToLatest, openDatabase } from './database';
+import { openDatabase } from './database';
+import { migrateToLatest } from './migrator';
 import { createLogger } from './logger';
 import { startServer } from './server';
 import { describeSettings, loadSettings, SettingsError } from './settings';

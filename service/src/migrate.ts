@@ -1,4 +1,5 @@
-import { migrateDown, migrateToLatest, openDatabase, unlockMigrations } from './database';
+import { openDatabase } from './database';
+import { migrateDown, migrateToLatest, unlockMigrations } from './migrator';
 import { createLogger } from './logger';
 import { loadSettings, SettingsError } from './settings';
 

@@ -1,4 +1,5 @@
-import { errorFields, type Database } from '../database';
+import type { Database } from '../database';
+import { errorFields } from '../database-errors';
 import { hasNul } from '../http/validation';
 
 /** A user as the API returns it: never the password hash. */
