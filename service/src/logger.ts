@@ -42,13 +42,16 @@ export function logFormat(
   return nodeEnv !== 'production' && !underCi && isTTY ? 'pretty' : 'json';
 }
 
+/** Typed as a boolean, isTTY is undefined when stdout is a pipe or a file. */
+const stdoutIsTerminal = (): boolean => (process.stdout as { isTTY?: boolean }).isTTY === true;
+
 /**
  * The destination for this process's log: human-readable lines when logFormat says so and
  * pino-pretty is installed (a development dependency: the production image has none), otherwise
  * undefined, which is pino's JSON on stdout.
  */
 export function consoleDestination(nodeEnv: Settings['nodeEnv']): DestinationStream | undefined {
-  if (logFormat(nodeEnv, process.env.CI, process.stdout.isTTY === true) !== 'pretty') return undefined;
+  if (logFormat(nodeEnv, process.env.CI, stdoutIsTerminal()) !== 'pretty') return undefined;
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- optional, see above
     const pretty = require('pino-pretty') as (options: object) => DestinationStream;

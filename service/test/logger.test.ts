@@ -31,13 +31,14 @@ describe('the log format decision', () => {
  * in-memory database, under `script` (util-linux) for a pseudo-terminal when `tty` is set.
  */
 async function migrationLog(env: Record<string, string>, tty: boolean): Promise<string> {
-  const childEnv: NodeJS.ProcessEnv = {
-    ...process.env,
+  // The parent's CI and DB_HOSTNAME are left out unless a case sets them.
+  const inherited = Object.entries(process.env).filter(([name]) => name !== 'CI' && name !== 'DB_HOSTNAME');
+  const childEnv = {
+    ...Object.fromEntries(inherited),
     DB_EMBEDDED_DIR: 'memory://',
     LOG_LEVEL: 'info',
     ...env,
   };
-  for (const name of ['CI', 'DB_HOSTNAME']) if (!(name in env)) delete childEnv[name];
   const command = `${tsx} service/src/migrate.ts latest`;
   const { stdout } = tty
     ? await run('script', ['-qec', command, '/dev/null'], { cwd: root, env: childEnv })
