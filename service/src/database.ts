@@ -116,6 +116,9 @@ export async function openDatabase(settings: Settings, logger: Logger): Promise<
   };
 }
 
+/** How long a probe or a scrape waits for the database before it answers without it. */
+export const DATABASE_CHECK_TIMEOUT_MS = 1000;
+
 /**
  * The result of `work`, or a rejection with `message` after `ms`: a caller (a probe, a scrape) gets
  * an answer in bounded time even when the database hangs. The work itself is not cancelled.

@@ -1,9 +1,8 @@
 import { Router, type RequestHandler, type Response } from 'express';
-import { withTimeout, type Database } from './database';
+import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
 import { methodNotAllowed, problemBody } from './http/errors';
 import type { Logger } from './logger';
-
-const READY_TIMEOUT_MS = 1000;
+import { exactRouter } from './http/router';
 
 /** Set by the server when shutdown starts (terminus's beforeShutdown); readiness then answers 503. */
 export interface ShutdownState {
@@ -21,7 +20,7 @@ export function healthRouter(
   cors: RequestHandler,
   shutdown: ShutdownState = { started: false },
 ): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
   const answer = (res: Response, status: number, body: object) => {
     res.status(status).set('Cache-Control', 'no-store').json(body);
   };
@@ -48,8 +47,8 @@ export function healthRouter(
       try {
         await withTimeout(
           db.knex.raw('SELECT 1'),
-          READY_TIMEOUT_MS,
-          `the database did not answer within ${READY_TIMEOUT_MS} ms`,
+          DATABASE_CHECK_TIMEOUT_MS,
+          `the database did not answer within ${DATABASE_CHECK_TIMEOUT_MS} ms`,
         );
       } catch (error) {
         logger.warn({ err: error }, 'readiness check failed');

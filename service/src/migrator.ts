@@ -53,7 +53,7 @@ export async function exclusiveOnPostgres<T>(
 }
 
 const migrationSource: Knex.MigrationSource<string> = {
-  getMigrations: () => Promise.resolve(Object.keys(migrations).sort()),
+  getMigrations: () => Promise.resolve(knownMigrations()),
   getMigrationName: (name) => name,
   getMigration: (name) => {
     const migration = migrations[name];
@@ -112,4 +112,27 @@ export async function migrateDown(db: Database): Promise<string[]> {
 /** Frees a lock left behind by a process that died mid-migration. */
 export async function unlockMigrations(db: Database): Promise<void> {
   await db.knex.migrate.forceFreeMigrationsLock(migratorConfig);
+}
+
+/** The names of the migrations this build ships, in order. */
+export const knownMigrations = (): string[] => Object.keys(migrations).sort();
+
+export interface MigrationState {
+  applied: number;
+  pending: number;
+  lastAppliedSeconds: number;
+}
+
+/** What the database has applied of the migrations this build knows. */
+export async function migrationState(db: Database): Promise<MigrationState> {
+  const rows = await db
+    .knex<{ name: string; migration_time: Date | string }>('knex_migrations')
+    .select('name', 'migration_time');
+  const applied = new Set(rows.map((row) => row.name));
+  const last = Math.max(0, ...rows.map((row) => new Date(row.migration_time).getTime()));
+  return {
+    applied: applied.size,
+    pending: knownMigrations().filter((name) => !applied.has(name)).length,
+    lastAppliedSeconds: last / 1000,
+  };
 }

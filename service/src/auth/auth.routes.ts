@@ -9,6 +9,7 @@ import { findUserByEmail } from '../users/users.repository';
 import { bcryptComparable } from '../users/users.schemas';
 import { loginForm } from './auth.schemas';
 import { signAccessToken } from './tokens';
+import { exactRouter } from '../http/router';
 
 export interface LoginOptions {
   /** The signing key (tokenKey), shared with the authentication that verifies the tokens. */
@@ -18,7 +19,7 @@ export interface LoginOptions {
 }
 
 export function authRouter(db: Database, options: LoginOptions): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
   // Compared against when the e-mail is unknown, at the same cost as a real hash.
   const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
 

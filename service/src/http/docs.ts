@@ -3,6 +3,7 @@ import { Router, type RequestHandler } from 'express';
 import swaggerJsdoc from 'swagger-jsdoc';
 import swaggerUi from 'swagger-ui-express';
 import { requestComponents as generateRequestComponents } from './request-schemas';
+import { exactRouter } from './router';
 
 const problem = (example: Record<string, unknown>) => ({
   'application/problem+json': {
@@ -209,7 +210,7 @@ const leaveForPackageJson: RequestHandler = (req, _res, next) => {
 };
 
 export function docsRouter(): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
   const document = openApiDocument();
   router.get('/openapi.json', (_req, res) => {
     res.json(document);

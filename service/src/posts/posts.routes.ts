@@ -6,6 +6,7 @@ import { jsonBody, validate } from '../http/validation';
 import { notYourPost, postNotFound } from './posts.errors';
 import { createPost, deletePost, getPost, listPosts, updatePost, visiblePostOwner } from './posts.repository';
 import { listQuery, postIdParams, postInput } from './posts.schemas';
+import { exactRouter } from '../http/router';
 
 /** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
 async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
@@ -15,7 +16,7 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
 }
 
 export function postsRouter(db: Database, auth: RequestHandler): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
 
   const list: RequestHandler = async (req, res) => {
     const query = validate(listQuery, req.query, 'query');

@@ -5,9 +5,10 @@ import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { createUser } from './users.repository';
 import { userCreate } from './users.schemas';
+import { exactRouter } from '../http/router';
 
 export function usersRouter(db: Database, bcryptRounds: number): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
   router
     .route('/users/')
     .post(...jsonBody, async (req, res) => {

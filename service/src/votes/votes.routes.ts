@@ -7,9 +7,10 @@ import { postNotFound } from '../posts/posts.errors';
 import { visiblePostOwner } from '../posts/posts.repository';
 import { addVote, removeVote } from './votes.repository';
 import { voteInput } from './votes.schemas';
+import { exactRouter } from '../http/router';
 
 export function votesRouter(db: Database, auth: RequestHandler): Router {
-  const router = Router({ strict: true, caseSensitive: true });
+  const router = exactRouter();
   router
     .route('/votes/')
     .post(auth, ...jsonBody, async (req, res) => {
