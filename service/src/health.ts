@@ -1,6 +1,6 @@
 import { Router, type RequestHandler, type Response } from 'express';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
-import { methodNotAllowed, problemBody } from './http/errors';
+import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
 import type { Logger } from './logger';
 import { exactRouter } from './http/router';
 
@@ -24,8 +24,10 @@ export function healthRouter(
   const answer = (res: Response, status: number, body: object) => {
     res.status(status).set('Cache-Control', 'no-store').json(body);
   };
+  // problem+json like every other error (terminus, which served the probes before, sent it as
+  // application/json).
   const unavailable = (res: Response, detail: string) => {
-    answer(res, 503, problemBody(503, detail));
+    sendProblem(res, new ApiError(503, detail, {}, { 'Cache-Control': 'no-store' }));
   };
 
   router

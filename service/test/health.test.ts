@@ -167,6 +167,9 @@ describe('Health endpoints', () => {
     const ready = await waitForStatus('/healthz/ready', 503, 2000);
     expect(ready.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(2500);
+    // The contract's error shape, as every other 503; and never cached by a proxy.
+    expect(ready.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(ready.headers.get('cache-control')).toBe('no-store');
     const body = (await ready.json()) as { detail: string };
     expect(body.detail).toMatch(/database/);
     expect(JSON.stringify(body)).not.toMatch(/ECONNREFUSED|stack|at /);
