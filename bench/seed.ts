@@ -1,6 +1,7 @@
 import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
-import { migrateToLatest, openDatabase } from '../service/src/database';
+import { openDatabase } from '../service/src/database';
+import { migrateToLatest } from '../service/src/migrator';
 import { createLogger } from '../service/src/logger';
 import { loadSettings } from '../service/src/settings';
 

@@ -4,9 +4,11 @@ import { requireAuth } from './auth/auth.middleware';
 import { authRouter } from './auth/auth.routes';
 import { tokenKey } from './auth/tokens';
 import type { Database } from './database';
+import { healthRouter, type ShutdownState } from './health';
 import { crossOrigin } from './http/cors';
 import { docsRouter } from './http/docs';
 import { errorHandler, notFound } from './http/errors';
+import { requireHost } from './http/protocol';
 import { requestLog } from './http/request-log';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
@@ -21,10 +23,18 @@ export interface AppDeps {
   logger: Logger;
   /** The server passes the registry it serves on the metrics port; without one the app makes its own. */
   metrics?: Metrics;
+  /** The server's shutdown state, which readiness reports; without one the app never shuts down. */
+  shutdown?: ShutdownState;
 }
 
 /** The Express app; it never listens, so tests build it in-process against their own database. */
-export function createApp({ db, settings, logger, metrics = createMetrics(db, logger) }: AppDeps): Express {
+export function createApp({
+  db,
+  settings,
+  logger,
+  metrics = createMetrics(db, logger),
+  shutdown,
+}: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   // /login and /users/ are rate-limited by the proxy at exactly those paths; strict,
@@ -32,10 +42,14 @@ export function createApp({ db, settings, logger, metrics = createMetrics(db, lo
   app.set('strict routing', true);
   app.set('case sensitive routing', true);
 
+  app.use(requireHost);
+  const cors = crossOrigin(settings.corsAllowedOrigins);
+  // The probes come before the request log and metrics: they are neither logged nor counted.
+  app.use(healthRouter(db, logger, cors, shutdown));
   app.use(metrics.httpMiddleware);
   app.use(requestLog(logger));
   app.use(helmet());
-  app.use(crossOrigin(settings.corsAllowedOrigins));
+  app.use(cors);
 
   // One key for signing and verifying, built once (see tokenKey).
   const key = tokenKey(settings.secretKey);

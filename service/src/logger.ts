@@ -28,7 +28,42 @@ export const REDACTED_PATHS = [
   '*.DB_PASSWORD',
 ];
 
-/** One JSON object per line on stdout (or `destination`, for tests), the form log collectors in a cluster expect. */
+/**
+ * How the process writes its log. JSON (one object a line, what a cluster's log collector reads)
+ * everywhere but for a person at a terminal in development: not in production, not under CI
+ * (CI set to anything but "false" or "0"), not when stdout is a pipe or a file.
+ */
+export function logFormat(
+  nodeEnv: Settings['nodeEnv'],
+  ci: string | undefined,
+  isTTY: boolean,
+): 'pretty' | 'json' {
+  const underCi = ci !== undefined && ci !== '' && ci !== 'false' && ci !== '0';
+  return nodeEnv !== 'production' && !underCi && isTTY ? 'pretty' : 'json';
+}
+
+/** Typed as a boolean, isTTY is undefined when stdout is a pipe or a file. */
+const stdoutIsTerminal = (): boolean => (process.stdout as { isTTY?: boolean }).isTTY === true;
+
+/**
+ * The destination for this process's log: human-readable lines when logFormat says so and
+ * pino-pretty is installed (a development dependency: the production image has none), otherwise
+ * undefined, which is pino's JSON on stdout.
+ */
+export function consoleDestination(nodeEnv: Settings['nodeEnv']): DestinationStream | undefined {
+  if (logFormat(nodeEnv, process.env.CI, stdoutIsTerminal()) !== 'pretty') return undefined;
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- optional, see above
+    const pretty = require('pino-pretty') as (options: object) => DestinationStream;
+    // sync: the lines before a start-up failure's exit are not lost.
+    return pretty({ colorize: true, sync: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'service' });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'MODULE_NOT_FOUND') throw error;
+    return undefined;
+  }
+}
+
+/** A logger writing to `destination` (consoleDestination, or a test's stream); stdout as JSON without one. */
 export function createLogger(level: Settings['logLevel'], destination?: DestinationStream): Logger {
   return pino(
     {

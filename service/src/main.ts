@@ -1,5 +1,6 @@
-import { migrateToLatest, openDatabase } from './database';
-import { createLogger } from './logger';
+import { openDatabase } from './database';
+import { migrateToLatest } from './migrator';
+import { consoleDestination, createLogger } from './logger';
 import { startServer } from './server';
 import { describeSettings, loadSettings, SettingsError } from './settings';
 
@@ -18,7 +19,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const logger = createLogger(settings.logLevel);
+  const logger = createLogger(settings.logLevel, consoleDestination(settings.nodeEnv));
   logger.info({ settings: describeSettings(settings) }, 'starting');
   if (settings.secretKeyGenerated) {
     logger.warn('SECRET_KEY is not set: tokens are signed with a random key and die with this process');

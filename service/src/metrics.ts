@@ -1,17 +1,14 @@
 import { createServer, type Server } from 'node:http';
 import type { Request, RequestHandler } from 'express';
 import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import { migrations } from '../../migrations';
-import { withTimeout, type Database } from './database';
+import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
+import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './migrator';
 import type { Logger } from './logger';
 
 /** The route label of requests no route matched (unknown paths, preflights): one value, whatever the path. */
 export const UNMATCHED_ROUTE = 'unmatched';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
-
-/** A scrape must not hang on a database that does not answer; the probe budget is the same. */
-const MIGRATION_QUERY_TIMEOUT_MS = 1000;
 
 export interface Metrics {
   registry: Registry;
@@ -30,27 +27,6 @@ export function routeLabel(req: Request): string {
   if (typeof path === 'string') return `${req.baseUrl}${path}`;
   if (req.baseUrl !== '') return `${req.baseUrl}/*`;
   return UNMATCHED_ROUTE;
-}
-
-interface MigrationState {
-  applied: number;
-  pending: number;
-  lastAppliedSeconds: number;
-}
-
-async function readMigrationState(db: Database): Promise<MigrationState> {
-  const rows = await withTimeout<{ name: string; migration_time: Date | string }[]>(
-    db.knex('knex_migrations').select('name', 'migration_time'),
-    MIGRATION_QUERY_TIMEOUT_MS,
-    'the database did not answer',
-  );
-  const applied = new Set(rows.map((row) => row.name));
-  const last = Math.max(0, ...rows.map((row) => new Date(row.migration_time).getTime()));
-  return {
-    applied: applied.size,
-    pending: Object.keys(migrations).filter((name) => !applied.has(name)).length,
-    lastAppliedSeconds: last / 1000,
-  };
 }
 
 /** knex's tarn pool; absent once the database is closed. */
@@ -113,7 +89,8 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
   // One query per scrape, shared by the gauges below (the registry collects them concurrently).
   let reading: Promise<MigrationState | undefined> | undefined;
   const migrationState = () => {
-    reading ??= readMigrationState(db)
+    // A scrape must not hang on a database that does not answer.
+    reading ??= withTimeout(readMigrationState(db), DATABASE_CHECK_TIMEOUT_MS, 'the database did not answer')
       .catch((error: unknown) => {
         logger.debug({ err: error }, 'metrics: migration state not readable');
         return undefined;
@@ -138,7 +115,7 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     name: 'db_migrations_known',
     help: 'Migrations this build of the service ships.',
     registers: [registry],
-  }).set(Object.keys(migrations).length);
+  }).set(knownMigrations().length);
   migrationGauge(
     'db_migrations_applied',
     'Migrations recorded as applied in the database.',

@@ -1,11 +1,12 @@
-import { migrateDown, migrateToLatest, openDatabase, unlockMigrations } from './database';
-import { createLogger } from './logger';
+import { openDatabase } from './database';
+import { migrateDown, migrateToLatest, unlockMigrations } from './migrator';
+import { consoleDestination, createLogger } from './logger';
 import { loadSettings, SettingsError } from './settings';
 
 /** Operators' migration commands: `latest` (default), `down` (last batch), `unlock`. */
 async function run(command: string): Promise<void> {
   const settings = loadSettings();
-  const logger = createLogger(settings.logLevel);
+  const logger = createLogger(settings.logLevel, consoleDestination(settings.nodeEnv));
   const db = await openDatabase(settings, logger);
   try {
     if (command === 'latest') await migrateToLatest(db, logger);

@@ -1,20 +1,13 @@
-import {
-  createServer,
-  type IncomingMessage,
-  type RequestListener,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createTerminus, type HealthCheckMap } from '@godaddy/terminus';
+import { createTerminus } from '@godaddy/terminus';
 import { createApp } from './app';
-import { crossOrigin } from './http/cors';
-import { problemBody } from './http/errors';
-import { clientErrorProblem, hostProblem, rawProblem, writeProblem } from './http/protocol';
+import type { Database } from './database';
+import type { ShutdownState } from './health';
+import { clientErrorProblem, rawProblem, writeProblem } from './http/protocol';
 import { deferContinue } from './http/validation';
-import { withTimeout, type Database } from './database';
 import type { Logger } from './logger';
 import { createMetrics, createMetricsServer } from './metrics';
 import type { Settings } from './settings';
@@ -47,12 +40,9 @@ function close(server: Server): Promise<void> {
   });
 }
 
-const READY_TIMEOUT_MS = 1000;
-
 /**
- * Serves the app under terminus, which owns health checks and shutdown: on SIGTERM readiness
- * turns 503 at once, the listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the
- * pod out meanwhile), then stops accepting, lets in-flight requests finish, closes the database
+ * Listens, and shuts down under terminus: on SIGTERM readiness (health.ts) turns 503 at once, the
+ * listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the pod out meanwhile), then stops accepting, lets in-flight requests finish, closes the database
  * and exits 0. Metrics are served on a listener of their own (METRICS_PORT), never on the API's.
  */
 export async function startServer(settings: Settings, db: Database, logger: Logger): Promise<RunningServer> {
@@ -60,49 +50,23 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   const metricsServer = createMetricsServer(metrics.registry, logger);
   // It must never be what keeps a process alive: the API listener decides that.
   metricsServer.unref();
-  // requireHostHeader off: the dispatcher below answers a missing (or doubled) Host as problem+json.
-  const server = createServer({ requireHostHeader: false }, createApp({ db, settings, logger, metrics }));
+  const shutdown: ShutdownState = { started: false };
+  // requireHostHeader off: the app answers a missing (or doubled) Host as problem+json (requireHost).
+  const server = createServer(
+    { requireHostHeader: false },
+    createApp({ db, settings, logger, metrics, shutdown }),
+  );
   // Longer than nginx's upstream keep-alive (60 s), so the proxy always closes idle sockets first.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
 
-  const unavailable = (detail: string) => problemBody(503, detail);
-  const healthChecks: HealthCheckMap = {
-    // Liveness stays 200 while the process drains: only readiness takes the pod out of rotation.
-    '/healthz/live': () => Promise.resolve({}),
-    '/healthz/ready': async ({ state }) => {
-      if (state.isShuttingDown) {
-        throw Object.assign(new Error('shutting down'), {
-          statusResponse: unavailable('The service is shutting down'),
-        });
-      }
-      try {
-        await withTimeout(
-          db.knex.raw('SELECT 1'),
-          READY_TIMEOUT_MS,
-          `the database did not answer within ${READY_TIMEOUT_MS} ms`,
-        );
-      } catch (error) {
-        logger.warn({ err: error }, 'readiness check failed');
-        // terminus sends statusResponse as the body: no library message reaches the prober.
-        throw Object.assign(new Error('not ready'), {
-          statusResponse: unavailable('The database did not answer within 1 s'),
-        });
-      }
-      return {};
-    },
-    verbatim: true,
-  };
   createTerminus(server, {
-    healthChecks,
-    statusOkResponse: { status: 'ok' },
-    // Shutdown is answered by the readiness check itself, so liveness is not failed with it.
-    sendFailuresDuringShutdown: false,
-    headers: { 'Cache-Control': 'no-store' },
+    // No health checks here: the app serves the probes (health.ts) and reads `shutdown`.
     signals: ['SIGTERM', 'SIGINT'],
     useExit0: true,
     timeout: settings.shutdownTimeoutSeconds * 1000,
     beforeShutdown: async () => {
+      shutdown.started = true;
       logger.info(
         { delaySeconds: settings.shutdownDelaySeconds, timeoutSeconds: settings.shutdownTimeoutSeconds },
         'shutdown started: readiness is 503, still serving',
@@ -127,50 +91,12 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     },
   });
 
-  // terminus answers its paths before the app, whose CORS then never runs for them; the same rules
-  // go in front of those paths here, so a browser's preflight or call to a probe is answered alike.
-  // One listener runs terminus's (and its connection tracker's) in turn; a preflight, which cors
-  // answers itself, reaches neither.
-  const healthPaths = new Set(Object.keys(healthChecks).filter((key) => key.startsWith('/')));
-  const cors = crossOrigin(settings.corsAllowedOrigins) as unknown as (
-    req: IncomingMessage,
-    res: ServerResponse,
-    next: () => void,
-  ) => void;
-  const listeners = server.listeners('request') as RequestListener[];
-  server.removeAllListeners('request');
-  const serve = (req: IncomingMessage, res: ServerResponse) => {
-    for (const listener of listeners) listener(req, res);
-  };
-  const dispatch = (req: IncomingMessage, res: ServerResponse) => {
-    // Node's own Host check answers a bare 400 and ignores a second Host; this one answers both.
-    const hostError = hostProblem(req);
-    if (hostError) {
-      writeProblem(res, 400, hostError);
-      return;
-    }
-    const [path = '', query] = (req.url ?? '').split('?', 2);
-    if (!healthPaths.has(path)) {
-      serve(req, res);
-      return;
-    }
-    cors(req, res, () => {
-      // Probes and load balancers may add a query string; terminus matches the bare path only.
-      if (query !== undefined) req.url = path;
-      if (req.method === 'GET' || req.method === 'HEAD') serve(req, res);
-      else
-        writeProblem(res, 405, `${req.method ?? ''} is not allowed here; use GET, HEAD`, {
-          headers: { Allow: 'GET, HEAD' },
-          close: false,
-        });
-    });
-  };
-  server.on('request', dispatch);
   // Expect: 100-continue: the 100 waits until a body parser is about to read (see deferContinue),
-  // so a body that will be refused (401, 413, 415...) is never invited.
+  // so a body that will be refused (401, 413, 415...) is never invited. It is then served as any
+  // request, by every 'request' listener (the app, and terminus's tracker of busy connections).
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     deferContinue(req);
-    dispatch(req, res);
+    server.emit('request', req, res);
   });
   // Any other expectation cannot be met; Node would answer a bare 417.
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {

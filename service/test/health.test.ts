@@ -1,7 +1,8 @@
 import { once } from 'node:events';
 import net from 'node:net';
 import type { Server } from 'node:http';
-import { migrateToLatest, openDatabase, type Database } from '../src/database';
+import { openDatabase, type Database } from '../src/database';
+import { migrateToLatest } from '../src/migrator';
 import { createLogger } from '../src/logger';
 import { startServer } from '../src/server';
 import { loadSettings } from '../src/settings';
@@ -166,6 +167,9 @@ describe('Health endpoints', () => {
     const ready = await waitForStatus('/healthz/ready', 503, 2000);
     expect(ready.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(2500);
+    // The contract's error shape, as every other 503; and never cached by a proxy.
+    expect(ready.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(ready.headers.get('cache-control')).toBe('no-store');
     const body = (await ready.json()) as { detail: string };
     expect(body.detail).toMatch(/database/);
     expect(JSON.stringify(body)).not.toMatch(/ECONNREFUSED|stack|at /);

@@ -1,6 +1,9 @@
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
 import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
-import { migrateDown, migrateToLatest, openDatabase, type Database } from '../src/database';
+import { openDatabase, type Database } from '../src/database';
+import { migrateDown, migrateToLatest } from '../src/migrator';
 import { createLogger } from '../src/logger';
 import { loadSettings } from '../src/settings';
 import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
@@ -143,4 +146,12 @@ test('When addresses stored before the e-mail policy are migrated, then they tak
     await db.close();
     await fresh.drop();
   }
+});
+
+test('When the migrations folder is read, then migrations/index.ts lists every migration file in it, and nothing else', () => {
+  const folder = path.join(__dirname, '..', '..', 'migrations');
+  const files = readdirSync(folder)
+    .filter((file) => file !== 'index.ts' && /\.[cm]?[jt]s$/.test(file))
+    .map((file) => file.replace(/\.[cm]?[jt]s$/, ''));
+  expect(Object.keys(migrations).sort()).toEqual(files.sort());
 });

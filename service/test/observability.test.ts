@@ -7,7 +7,8 @@ import request from 'supertest';
 import { createApp } from '../src/app';
 import { errorHandler } from '../src/http/errors';
 import { requestLog } from '../src/http/request-log';
-import { migrateDown, migrateToLatest, openDatabase, type Database } from '../src/database';
+import { openDatabase, type Database } from '../src/database';
+import { migrateDown, migrateToLatest } from '../src/migrator';
 import { createLogger } from '../src/logger';
 import { startServer, type RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
@@ -77,7 +78,7 @@ describe('Metrics', () => {
     expect(await scrape()).toContain('# TYPE http_request_duration_seconds histogram');
   });
 
-  test('When the probes are called, then terminus answers them before the app and they are not counted as API requests', async () => {
+  test('When the probes are called, then they are answered before the metrics middleware and not counted as API requests', async () => {
     const counted = async () => samples(await scrape(), 'http_request_duration_seconds_count');
     const before = await counted();
     expect((await fetch(`${api}/healthz/live`)).status).toBe(200);

@@ -2,8 +2,10 @@ import type { KeyObject } from 'node:crypto';
 import type { RequestHandler } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
-import { errorFields, type Database } from '../database';
+import type { Database } from '../database';
+import { errorFields } from '../database-errors';
 import { notAuthenticated } from '../http/errors';
+import { MAX_ID } from '../http/validation';
 import { findUserById, type User } from '../users/users.repository';
 import { claimsAcceptable, TOKEN_ALGORITHM } from './tokens';
 
@@ -44,7 +46,7 @@ export function requireAuth(db: Database, key: KeyObject, accessTokenExpireMinut
           return;
         }
         const sub = payload.sub;
-        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > 2_147_483_647) {
+        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > MAX_ID) {
           done(null, false);
           return;
         }

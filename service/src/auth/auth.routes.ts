@@ -1,31 +1,47 @@
 import { randomBytes, type KeyObject } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import { Router } from 'express';
-import Joi from 'joi';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, validate } from '../http/validation';
 import { normaliseEmail } from '../users/email';
 import { findUserByEmail } from '../users/users.repository';
+import { bcryptComparable } from '../users/users.schemas';
+import { loginForm } from './auth.schemas';
 import { signAccessToken } from './tokens';
-
-interface LoginForm {
-  username: string;
-  password: string;
-}
-
-// Any string is accepted here: a malformed e-mail simply matches no user and gets the same 403.
-// `username` is compared after the e-mail policy's normalisation (users/email.ts).
-const loginForm = Joi.object<LoginForm>({
-  username: Joi.string().max(1000).required(),
-  password: Joi.string().max(1000).required(),
-});
+import { exactRouter } from '../http/router';
 
 export interface LoginOptions {
   /** The signing key (tokenKey), shared with the authentication that verifies the tokens. */
   key: KeyObject;
   accessTokenExpireMinutes: number;
   bcryptRounds: number;
+}
+
+export function authRouter(db: Database, options: LoginOptions): Router {
+  const router = exactRouter();
+  // Compared against when the e-mail is unknown, at the same cost as a real hash.
+  const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
+
+  router
+    .route('/login')
+    .post(...formBody, async (req, res) => {
+      const form = validate(loginForm, req.body, 'body');
+      // The registration's normalisation, so any form of an address finds its one account; an
+      // address registration would refuse matches nobody, after the same work.
+      const address = normaliseEmail(form.username);
+      const user = address.ok ? await findUserByEmail(db, address.email) : undefined;
+      // Registration refuses what bcrypt would not compare in full, so such a password never matches.
+      const comparable = bcryptComparable(form.password);
+      const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
+      if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
+      res.json({
+        access_token: signAccessToken(user.id, options.key, options.accessTokenExpireMinutes),
+        token_type: 'bearer',
+      });
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
 }
 
 /**
@@ -59,28 +75,3 @@ export interface LoginOptions {
  *       429: { $ref: '#/components/responses/TooManyRequests' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
-export function authRouter(db: Database, options: LoginOptions): Router {
-  const router = Router({ strict: true, caseSensitive: true });
-  // Compared against when the e-mail is unknown, at the same cost as a real hash.
-  const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
-
-  router
-    .route('/login')
-    .post(...formBody, async (req, res) => {
-      const form = validate(loginForm, req.body, 'body');
-      // The registration's normalisation, so any form of an address finds its one account; an
-      // address registration would refuse matches nobody, after the same work.
-      const address = normaliseEmail(form.username);
-      const user = address.ok ? await findUserByEmail(db, address.email) : undefined;
-      // bcrypt stops at 72 bytes and at NUL; registration refuses such passwords, so they never match.
-      const comparable = Buffer.byteLength(form.password, 'utf8') <= 72 && !form.password.includes('\0');
-      const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
-      if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
-      res.json({
-        access_token: signAccessToken(user.id, options.key, options.accessTokenExpireMinutes),
-        token_type: 'bearer',
-      });
-    })
-    .all(methodNotAllowed(['POST']));
-  return router;
-}

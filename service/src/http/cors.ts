@@ -4,7 +4,7 @@ import type { RequestHandler } from 'express';
 /**
  * The cross-origin rules of the API: listed origins only, echoed (never `*`); preflights answer
  * 200 on any path with every method and the requested headers. Shared by the app and by the
- * health paths, which terminus answers before the app sees them.
+ * probes (health.ts), which are mounted ahead of the request log and metrics.
  */
 export function crossOrigin(allowedOrigins: string[]): RequestHandler {
   return cors({

@@ -1,13 +1,15 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { RequestHandler } from 'express';
 import { problemBody } from './errors';
 
 /**
- * Answers that Node's HTTP layer would otherwise give itself, bare and without a body: the server
- * (server.ts) turns them into the contract's problem+json.
+ * Answers that Node's HTTP layer would otherwise give itself, bare and without a body, given the
+ * contract's problem+json instead: by the server (server.ts) for what never reaches the app, and by
+ * the app's first step (requireHost) for the Host header.
  */
 
 /** 400 for an HTTP/1.1 request without Host (RFC 9112 §3.2) or with more than one. */
-export function hostProblem(req: IncomingMessage): string | undefined {
+function hostProblem(req: IncomingMessage): string | undefined {
   let hosts = 0;
   // req.headers keeps only the first Host; rawHeaders has every one, names at even indexes.
   for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]?.toLowerCase() === 'host') hosts++;
@@ -15,6 +17,16 @@ export function hostProblem(req: IncomingMessage): string | undefined {
   if (hosts === 0 && req.httpVersion === '1.1') return 'The request has no Host header';
   return undefined;
 }
+
+/**
+ * The app's first step: Node's own Host check (turned off in server.ts) answers a bare 400 and
+ * ignores a second Host; this one answers both as problem+json and closes the connection.
+ */
+export const requireHost: RequestHandler = (req, res, next) => {
+  const problem = hostProblem(req);
+  if (problem) writeProblem(res, 400, problem);
+  else next();
+};
 
 /**
  * A problem+json answer on a plain node:http response (no Express in front of it). With `close`

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { parse as parseContentType } from 'content-type';
 import express, { type Request, type RequestHandler } from 'express';
-import type Joi from 'joi';
+import Joi from 'joi';
 import { ApiError } from './errors';
 
 /**
@@ -164,5 +164,16 @@ function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
 }
 
-/** Text PostgreSQL can store: it refuses NUL characters outright. */
-export const NO_NUL = /^[^\0]*$/;
+/** The largest value of PostgreSQL's `integer`, the type of every id column. */
+export const MAX_ID = 2_147_483_647;
+
+/** An id in a path or body: a larger one is a 422 here rather than a database error. */
+export const idSchema = (): Joi.NumberSchema => Joi.number().integer().min(1).max(MAX_ID);
+
+/** PostgreSQL refuses a NUL character in text outright (22021), so no stored text can hold one. */
+export const hasNul = (value: string): boolean => value.includes('\0');
+
+/** For a joi `custom` rule: the NUL refusal every text field shares, or undefined when there is none. */
+export function nulError(value: string, helpers: Joi.CustomHelpers): Joi.ErrorReport | undefined {
+  return hasNul(value) ? helpers.message({ custom: '{#label} must not contain NUL characters' }) : undefined;
+}

@@ -27,6 +27,7 @@ interface PostWithOwnerRow extends PostRow {
 /** Who is looking: an authenticated caller also sees their own drafts; the public sees published posts. */
 export type Viewer = { userId: number } | 'public';
 
+/** The visibility rule, as SQL: published posts, and for a signed-in viewer their own drafts too. */
 function visibleTo(viewer: Viewer) {
   return (q: Knex.QueryBuilder) => {
     if (viewer === 'public') void q.where('published', true);
@@ -101,12 +102,23 @@ export async function getPost(db: Database, id: number, viewer: Viewer): Promise
   return rows[0] && toPost(rows[0]);
 }
 
-/** Just enough of a post to decide visibility and ownership. */
-export async function findPostOwnership(
+/**
+ * The owner of a post the viewer may see, or undefined: another user's draft is as absent as a
+ * missing post. Reading, changing and voting all ask this (through visibleTo), so the rule is
+ * written once.
+ */
+export async function visiblePostOwner(
   db: Database,
   id: number,
-): Promise<Pick<PostRow, 'user_id' | 'published'> | undefined> {
-  return db.knex<PostRow>('posts').select('user_id', 'published').where({ id }).first();
+  viewer: Viewer,
+): Promise<number | undefined> {
+  const row = await db
+    .knex<PostRow>('posts')
+    .select('user_id')
+    .where({ id })
+    .modify(visibleTo(viewer))
+    .first<Pick<PostRow, 'user_id'> | undefined>();
+  return row?.user_id;
 }
 
 export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post> {

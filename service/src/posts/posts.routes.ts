@@ -1,28 +1,72 @@
 import { Router, type RequestHandler } from 'express';
 import { caller } from '../auth/auth.middleware';
 import type { Database } from '../database';
-import { ApiError, methodNotAllowed } from '../http/errors';
+import { methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
-import {
-  createPost,
-  deletePost,
-  findPostOwnership,
-  getPost,
-  listPosts,
-  updatePost,
-} from './posts.repository';
+import { notYourPost, postNotFound } from './posts.errors';
+import { createPost, deletePost, getPost, listPosts, updatePost, visiblePostOwner } from './posts.repository';
 import { listQuery, postIdParams, postInput } from './posts.schemas';
+import { exactRouter } from '../http/router';
 
-export const postNotFound = (id: number): ApiError => new ApiError(404, `post with id: ${id} was not found`);
-
-/**
- * Loads what the caller may change: another user's draft is as absent as a missing post (404);
- * another user's published post is visible but not theirs (403).
- */
+/** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
 async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
-  const post = await findPostOwnership(db, id);
-  if (!post || (!post.published && post.user_id !== userId)) throw postNotFound(id);
-  if (post.user_id !== userId) throw new ApiError(403, 'Not authorized to perform requested action');
+  const owner = await visiblePostOwner(db, id, { userId });
+  if (owner === undefined) throw postNotFound(id);
+  if (owner !== userId) throw notYourPost();
+}
+
+export function postsRouter(db: Database, auth: RequestHandler): Router {
+  const router = exactRouter();
+
+  const list: RequestHandler = async (req, res) => {
+    const query = validate(listQuery, req.query, 'query');
+    res.json(await listPosts(db, { userId: caller(req).id }, query));
+  };
+  const create: RequestHandler = async (req, res) => {
+    const input = validate(postInput, req.body, 'body');
+    res.status(201).json(await createPost(db, caller(req), input));
+  };
+  // Both spellings answer alike (the contract's list path is /posts/).
+  router
+    .route(['/posts/', '/posts'])
+    .get(auth, list)
+    .post(auth, ...jsonBody, create)
+    .all(methodNotAllowed(['GET', 'POST']));
+
+  router
+    .route('/posts/public')
+    .get(async (req, res) => {
+      const query = validate(listQuery, req.query, 'query');
+      res.json(await listPosts(db, 'public', query));
+    })
+    .all(methodNotAllowed(['GET']));
+
+  router
+    .route('/posts/:id')
+    .get(auth, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      const post = await getPost(db, id, { userId: caller(req).id });
+      if (!post) throw postNotFound(id);
+      res.json(post);
+    })
+    .put(auth, ...jsonBody, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      const input = validate(postInput, req.body, 'body');
+      const { id: userId } = caller(req);
+      await assertOwnPost(db, id, userId);
+      const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
+      if (!post) throw postNotFound(id);
+      res.json(post);
+    })
+    .delete(auth, async (req, res) => {
+      const { id } = validate(postIdParams, req.params, 'path');
+      await assertOwnPost(db, id, caller(req).id);
+      if (!(await deletePost(db, id))) throw postNotFound(id);
+      res.status(204).end();
+    })
+    .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
+
+  return router;
 }
 
 /**
@@ -140,60 +184,3 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
  *       422: { $ref: '#/components/responses/ValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
-export function postsRouter(db: Database, auth: RequestHandler): Router {
-  const router = Router({ strict: true, caseSensitive: true });
-
-  const list: RequestHandler = async (req, res) => {
-    const query = validate(listQuery, req.query, 'query');
-    res.json(await listPosts(db, { userId: caller(req).id }, query));
-  };
-  const create: RequestHandler = async (req, res) => {
-    const input = validate(postInput, req.body, 'body');
-    res.status(201).json(await createPost(db, caller(req), input));
-  };
-  router
-    .route('/posts/')
-    .get(auth, list)
-    .post(auth, ...jsonBody, create)
-    .all(methodNotAllowed(['GET', 'POST']));
-  router
-    .route('/posts')
-    .get(auth, list)
-    .post(auth, ...jsonBody, create)
-    .all(methodNotAllowed(['GET', 'POST']));
-
-  router
-    .route('/posts/public')
-    .get(async (req, res) => {
-      const query = validate(listQuery, req.query, 'query');
-      res.json(await listPosts(db, 'public', query));
-    })
-    .all(methodNotAllowed(['GET']));
-
-  router
-    .route('/posts/:id')
-    .get(auth, async (req, res) => {
-      const { id } = validate(postIdParams, req.params, 'path');
-      const post = await getPost(db, id, { userId: caller(req).id });
-      if (!post) throw postNotFound(id);
-      res.json(post);
-    })
-    .put(auth, ...jsonBody, async (req, res) => {
-      const { id } = validate(postIdParams, req.params, 'path');
-      const input = validate(postInput, req.body, 'body');
-      const { id: userId } = caller(req);
-      await assertOwnPost(db, id, userId);
-      const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
-      if (!post) throw postNotFound(id);
-      res.json(post);
-    })
-    .delete(auth, async (req, res) => {
-      const { id } = validate(postIdParams, req.params, 'path');
-      await assertOwnPost(db, id, caller(req).id);
-      if (!(await deletePost(db, id))) throw postNotFound(id);
-      res.status(204).end();
-    })
-    .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
-
-  return router;
-}

@@ -1,6 +1,5 @@
 import Joi from 'joi';
-
-export const MAX_ID = 2_147_483_647;
+import { idSchema, nulError } from '../http/validation';
 
 /** Text PostgreSQL can store (no NUL) and that is not only whitespace. */
 function text(max: number): Joi.StringSchema {
@@ -8,12 +7,17 @@ function text(max: number): Joi.StringSchema {
     .min(1)
     .max(max)
     .custom((value: string, helpers) => {
-      if (value.includes('\0'))
-        return helpers.message({ custom: '{#label} must not contain NUL characters' });
+      const nul = nulError(value, helpers);
+      if (nul) return nul;
       if (value.trim() === '') return helpers.message({ custom: '{#label} must not be blank' });
       return value;
-    });
+    })
+    .description('Not blank; no NUL.');
 }
+
+// Each schema validates the request, names its OpenAPI component (`className`, read by docs.ts)
+// and is checked against its TypeScript type by the compiler (`Joi.object<T, true>` wants every
+// field of T, each with a schema of its type).
 
 export interface PostInput {
   title: string;
@@ -22,11 +26,13 @@ export interface PostInput {
 }
 
 /** Create and update take the same fields; `published` defaults to true in both. */
-export const postInput = Joi.object<PostInput>({
+export const postInput = Joi.object<PostInput, true>({
   title: text(300).required(),
   content: text(20_000).required(),
   published: Joi.boolean().default(true),
-});
+})
+  .description('Unknown fields (such as `id`) are ignored.')
+  .meta({ className: 'PostInput' });
 
 export interface ListQuery {
   limit: number;
@@ -34,17 +40,16 @@ export interface ListQuery {
   search?: string;
 }
 
-export const listQuery = Joi.object<ListQuery>({
-  limit: Joi.number().integer().min(1).max(100).default(10),
-  skip: Joi.number().integer().min(0).default(0),
+export const listQuery = Joi.object<ListQuery, true>({
+  limit: Joi.number().integer().min(1).max(100).default(10).description('Page size.'),
+  skip: Joi.number().integer().min(0).default(0).description('Posts to skip first.'),
   search: Joi.string()
     .allow('')
     .max(300)
-    .custom((value: string, helpers) =>
-      value.includes('\0') ? helpers.message({ custom: '{#label} must not contain NUL characters' }) : value,
-    ),
+    .custom((value: string, helpers) => nulError(value, helpers) ?? value)
+    .description('Case-insensitive substring of the title; `%` and `_` match themselves.'),
 });
 
-export const postIdParams = Joi.object<{ id: number }>({
-  id: Joi.number().integer().min(1).max(MAX_ID).required(),
+export const postIdParams = Joi.object<{ id: number }, true>({
+  id: idSchema().required(),
 });

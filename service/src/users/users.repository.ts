@@ -1,4 +1,6 @@
-import { errorFields, type Database } from '../database';
+import type { Database } from '../database';
+import { errorFields } from '../database-errors';
+import { hasNul } from '../http/validation';
 
 /** A user as the API returns it: never the password hash. */
 export interface User {
@@ -40,7 +42,7 @@ export async function findUserById(db: Database, id: number): Promise<User | und
 export async function findUserByEmail(db: Database, email: string): Promise<UserWithHash | undefined> {
   // PostgreSQL refuses a NUL in text outright (22021, which would be a 500), and no stored e-mail
   // can hold one: such an address matches nobody, and the login still does a full bcrypt compare.
-  if (email.includes('\0')) return undefined;
+  if (hasNul(email)) return undefined;
   return db
     .knex<UserWithHash>('users')
     .select('id', 'email', 'created_at', 'password')

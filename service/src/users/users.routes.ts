@@ -5,6 +5,22 @@ import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { createUser } from './users.repository';
 import { userCreate } from './users.schemas';
+import { exactRouter } from '../http/router';
+
+export function usersRouter(db: Database, bcryptRounds: number): Router {
+  const router = exactRouter();
+  router
+    .route('/users/')
+    .post(...jsonBody, async (req, res) => {
+      const input = validate(userCreate, req.body, 'body');
+      const hash = await bcrypt.hash(input.password, bcryptRounds);
+      const user = await createUser(db, input.email, hash);
+      if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
+      res.status(201).json(user);
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}
 
 /**
  * @openapi
@@ -37,17 +53,3 @@ import { userCreate } from './users.schemas';
  *       429: { $ref: '#/components/responses/TooManyRequests' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
-export function usersRouter(db: Database, bcryptRounds: number): Router {
-  const router = Router({ strict: true, caseSensitive: true });
-  router
-    .route('/users/')
-    .post(...jsonBody, async (req, res) => {
-      const input = validate(userCreate, req.body, 'body');
-      const hash = await bcrypt.hash(input.password, bcryptRounds);
-      const user = await createUser(db, input.email, hash);
-      if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
-      res.status(201).json(user);
-    })
-    .all(methodNotAllowed(['POST']));
-  return router;
-}

@@ -1,15 +1,26 @@
 import Joi from 'joi';
+import { hasNul, nulError } from '../http/validation';
 import { normaliseEmail } from './email';
 
-/** bcrypt reads 72 bytes and stops at a NUL byte; anything it would ignore is refused instead. */
+/** bcrypt reads this many bytes and ignores the rest. */
+const BCRYPT_MAX_BYTES = 72;
+
+/**
+ * A password bcrypt compares in full: it reads 72 bytes and stops at a NUL byte. Registration
+ * refuses anything else; the login treats it as matching nobody.
+ */
+export const bcryptComparable = (value: string): boolean =>
+  Buffer.byteLength(value, 'utf8') <= BCRYPT_MAX_BYTES && !hasNul(value);
+
+/** Anything bcrypt would ignore is refused instead. */
 export const password = Joi.string()
   .min(8)
   .custom((value: string, helpers) => {
-    if (Buffer.byteLength(value, 'utf8') > 72)
-      return helpers.message({ custom: '{#label} must be at most 72 bytes in UTF-8' });
-    if (value.includes('\0')) return helpers.message({ custom: '{#label} must not contain NUL characters' });
-    return value;
-  });
+    if (Buffer.byteLength(value, 'utf8') > BCRYPT_MAX_BYTES)
+      return helpers.message({ custom: `{#label} must be at most ${BCRYPT_MAX_BYTES} bytes in UTF-8` });
+    return nulError(value, helpers) ?? value;
+  })
+  .description(`8 characters to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL.`);
 
 export interface UserCreate {
   email: string;
@@ -23,9 +34,11 @@ export const email = Joi.string()
     const result = normaliseEmail(value);
     return result.ok ? result.email : helpers.message({ custom: `{#label} ${result.reason}` });
   })
-  .email({ tlds: { allow: false } });
+  .email({ tlds: { allow: false } })
+  .description('Stored normalised (Unicode NFKC, domain per UTS #46); unique ignoring letter case.');
 
-export const userCreate = Joi.object<UserCreate>({
+/** The OpenAPI component `UserCreate` is generated from this schema (see docs.ts). */
+export const userCreate = Joi.object<UserCreate, true>({
   email: email.required(),
   password: password.required(),
-});
+}).meta({ className: 'UserCreate' });

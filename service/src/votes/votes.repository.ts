@@ -1,4 +1,5 @@
-import { errorFields, type Database } from '../database';
+import type { Database } from '../database';
+import { errorFields } from '../database-errors';
 
 /**
  * Adds a vote. The primary key (user_id, post_id) decides between simultaneous identical votes:

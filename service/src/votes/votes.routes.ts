@@ -3,10 +3,37 @@ import { caller } from '../auth/auth.middleware';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
-import { postNotFound } from '../posts/posts.routes';
-import { findPostOwnership } from '../posts/posts.repository';
+import { postNotFound } from '../posts/posts.errors';
+import { visiblePostOwner } from '../posts/posts.repository';
 import { addVote, removeVote } from './votes.repository';
 import { voteInput } from './votes.schemas';
+import { exactRouter } from '../http/router';
+
+export function votesRouter(db: Database, auth: RequestHandler): Router {
+  const router = exactRouter();
+  router
+    .route('/votes/')
+    .post(auth, ...jsonBody, async (req, res) => {
+      const vote = validate(voteInput, req.body, 'body');
+      const user = caller(req);
+      // A post the caller cannot read cannot be voted on either.
+      if ((await visiblePostOwner(db, vote.post_id, { userId: user.id })) === undefined)
+        throw postNotFound(vote.post_id);
+
+      if (vote.dir === 1) {
+        const outcome = await addVote(db, user.id, vote.post_id);
+        if (outcome === 'no-post') throw postNotFound(vote.post_id);
+        if (outcome === 'exists')
+          throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
+        res.status(201).json({ message: 'successfully added vote' });
+        return;
+      }
+      if (!(await removeVote(db, user.id, vote.post_id))) throw new ApiError(404, 'Vote does not exist');
+      res.status(201).json({ message: 'successfully deleted vote' });
+    })
+    .all(methodNotAllowed(['POST']));
+  return router;
+}
 
 /**
  * @openapi
@@ -41,28 +68,3 @@ import { voteInput } from './votes.schemas';
  *       422: { $ref: '#/components/responses/ValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
-export function votesRouter(db: Database, auth: RequestHandler): Router {
-  const router = Router({ strict: true, caseSensitive: true });
-  router
-    .route('/votes/')
-    .post(auth, ...jsonBody, async (req, res) => {
-      const vote = validate(voteInput, req.body, 'body');
-      const user = caller(req);
-      const post = await findPostOwnership(db, vote.post_id);
-      // Another user's draft is as absent for voting as it is for reading.
-      if (!post || (!post.published && post.user_id !== user.id)) throw postNotFound(vote.post_id);
-
-      if (vote.dir === 1) {
-        const outcome = await addVote(db, user.id, vote.post_id);
-        if (outcome === 'no-post') throw postNotFound(vote.post_id);
-        if (outcome === 'exists')
-          throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
-        res.status(201).json({ message: 'successfully added vote' });
-        return;
-      }
-      if (!(await removeVote(db, user.id, vote.post_id))) throw new ApiError(404, 'Vote does not exist');
-      res.status(201).json({ message: 'successfully deleted vote' });
-    })
-    .all(methodNotAllowed(['POST']));
-  return router;
-}

@@ -1,0 +1,45 @@
+/** Classifying what the database (or its driver) threw. */
+
+/**
+ * The code and message of anything thrown. Driver errors come from Node's own realm, where
+ * `instanceof Error` can be false (under jest's sandbox, for one), so fields are read directly.
+ */
+export function errorFields(error: unknown): { name: string; code: string | undefined; message: string } {
+  if (typeof error !== 'object' || error === null)
+    return { name: '', code: undefined, message: String(error) };
+  const { name, code, message } = error as { name?: unknown; code?: unknown; message?: unknown };
+  return {
+    name: typeof name === 'string' ? name : '',
+    code: typeof code === 'string' ? code : undefined,
+    message: typeof message === 'string' ? message : '',
+  };
+}
+
+const UNAVAILABLE_ERRNO = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+/**
+ * True for errors that mean the database is away or overloaded rather than that the query was
+ * wrong: these answer 503 so clients and probes can tell "try again" from a bug.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  const { name, code, message } = errorFields(error);
+  if (name === 'KnexTimeoutError') return true;
+  if (code !== undefined) {
+    if (UNAVAILABLE_ERRNO.has(code)) return true;
+    // SQLSTATE classes: 08 connection exception, 53 insufficient resources, 57 operator
+    // intervention (57014 is a statement time-out, 57P01 an administrator shutdown).
+    if (/^(08|53|57)[0-9A-Z]{3}$/.test(code)) return true;
+  }
+  return /Connection terminated|connection timeout|Client has encountered a connection error|PGlite is closed|Unable to acquire a connection/i.test(
+    message,
+  );
+}

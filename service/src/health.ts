@@ -1,0 +1,88 @@
+import { Router, type RequestHandler, type Response } from 'express';
+import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
+import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
+import type { Logger } from './logger';
+import { exactRouter } from './http/router';
+
+/** Set by the server when shutdown starts (terminus's beforeShutdown); readiness then answers 503. */
+export interface ShutdownState {
+  started: boolean;
+}
+
+/**
+ * The probes. The app mounts them ahead of its request log and metrics (probes are polled every
+ * few seconds and are neither logged nor counted), behind the same CORS rules as every API path.
+ * Liveness stays 200 while the process drains: only readiness takes the pod out of rotation.
+ */
+export function healthRouter(
+  db: Database,
+  logger: Logger,
+  cors: RequestHandler,
+  shutdown: ShutdownState = { started: false },
+): Router {
+  const router = exactRouter();
+  const answer = (res: Response, status: number, body: object) => {
+    res.status(status).set('Cache-Control', 'no-store').json(body);
+  };
+  // problem+json like every other error (terminus, which served the probes before, sent it as
+  // application/json).
+  const unavailable = (res: Response, detail: string) => {
+    sendProblem(res, new ApiError(503, detail, {}, { 'Cache-Control': 'no-store' }));
+  };
+
+  router
+    .route('/healthz/live')
+    .all(cors)
+    .get((_req, res) => {
+      answer(res, 200, { status: 'ok' });
+    })
+    .all(methodNotAllowed(['GET', 'HEAD']));
+
+  router
+    .route('/healthz/ready')
+    .all(cors)
+    .get(async (_req, res) => {
+      if (shutdown.started) {
+        unavailable(res, 'The service is shutting down');
+        return;
+      }
+      try {
+        await withTimeout(
+          db.knex.raw('SELECT 1'),
+          DATABASE_CHECK_TIMEOUT_MS,
+          `the database did not answer within ${DATABASE_CHECK_TIMEOUT_MS} ms`,
+        );
+      } catch (error) {
+        logger.warn({ err: error }, 'readiness check failed');
+        // No driver message reaches the prober.
+        unavailable(res, 'The database did not answer within 1 s');
+        return;
+      }
+      answer(res, 200, { status: 'ok' });
+    })
+    .all(methodNotAllowed(['GET', 'HEAD']));
+
+  return router;
+}
+
+/**
+ * @openapi
+ * /healthz/live:
+ *   get:
+ *     tags: [Health]
+ *     summary: Liveness
+ *     description: HEAD answers alike, without a body; a query string is ignored; other methods are 405.
+ *     responses:
+ *       200: { description: The process runs. }
+ *       405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' }
+ *       503: { description: Shutting down. }
+ * /healthz/ready:
+ *   get:
+ *     tags: [Health]
+ *     summary: Readiness
+ *     description: HEAD answers alike, without a body; a query string is ignored; other methods are 405.
+ *     responses:
+ *       405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' }
+ *       200: { description: 'The database answered `SELECT 1` within 1 s.' }
+ *       503: { description: 'The database did not answer in time, or the process is shutting down.' }
+ */
