@@ -1,6 +1,4 @@
-import { spawn } from 'node:child_process';
 import { request as httpRequest } from 'node:http';
-import path from 'node:path';
 import { Writable } from 'node:stream';
 import express from 'express';
 import request from 'supertest';
@@ -11,6 +9,7 @@ import { migrateDown, migrateToLatest, openDatabase, type Database } from '../sr
 import { createLogger } from '../src/logger';
 import { startServer, type RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
+import { startService } from '../../testing/service';
 import { bearer, freshDatabaseEnv, newAccount, newPost, testEnv, usingPostgres } from './helpers';
 
 /** Samples of the Prometheus text format: `name{labels} value` per line. */
@@ -463,33 +462,14 @@ describe('Start-up and shutdown log', () => {
       SHUTDOWN_DELAY_SECONDS: '0',
       CORS_ALLOWED_ORIGINS: 'https://app.example.com',
     });
-    delete env.NODE_OPTIONS; // jest's vm-modules flag is not the service's business
-    const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], {
-      cwd: path.join(__dirname, '..', '..'),
-      env,
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    const svc = await startService(env);
     try {
-      const deadline = Date.now() + 60_000;
-      while (!out.includes('listening') && child.exitCode === null && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      const entries = () =>
-        out
-          .split('\n')
-          .filter(Boolean)
-          .map((line) => JSON.parse(line) as Record<string, unknown>);
-      const listening = entries().find((entry) => String(entry.msg).startsWith('listening'));
-      const { port, metricsPort } = listening as { port: number; metricsPort: number };
+      const entries = () => svc.lines;
+      const { port, metricsPort } = svc;
       expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200);
       expect((await fetch(`http://127.0.0.1:${port}/healthz/ready`)).status).toBe(200);
 
-      child.kill('SIGTERM');
-      expect(await exited).toBe(0);
+      expect(await svc.stop('SIGTERM')).toBe(0);
       const messages = entries().map((entry) => entry.msg);
       expect(messages).toEqual(
         expect.arrayContaining([
@@ -513,10 +493,10 @@ describe('Start-up and shutdown log', () => {
         delaySeconds: 0,
         timeoutSeconds: 15,
       });
-      expect(out + err).not.toContain(secret);
-      expect(out + err).not.toContain('database-password-never-logged');
+      expect(svc.stdout() + svc.stderr()).not.toContain(secret);
+      expect(svc.stdout() + svc.stderr()).not.toContain('database-password-never-logged');
     } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
+      await svc.stop();
       await fresh.drop();
     }
   });
