@@ -130,6 +130,16 @@ export async function newPost(
   return res.body as Post;
 }
 
+/** The rows a request could change (users, posts, votes), to show that a refused one changed nothing. */
+export async function databaseSnapshot(db: Database): Promise<string> {
+  const [users, posts, votes] = await Promise.all([
+    db.knex('users').orderBy('id').select('id', 'email'),
+    db.knex('posts').orderBy('id').select('id', 'title', 'content', 'published'),
+    db.knex('votes').orderBy(['post_id', 'user_id']).select('post_id', 'user_id'),
+  ]);
+  return JSON.stringify({ users, posts, votes });
+}
+
 /** Asserts the problem+json shape every error shares and returns its body. */
 export function expectProblem(
   res: request.Response,
