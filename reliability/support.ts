@@ -3,7 +3,14 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
-import { initdb, ownForPostgres, runPostgresTool } from '../testing/postgres';
+import {
+  adminDatabase,
+  createScratchDatabase,
+  initdb,
+  ownForPostgres,
+  postgresServer,
+  runPostgresTool,
+} from '../testing/postgres';
 import {
   freePort,
   startService as startServiceProcess,
@@ -15,14 +22,8 @@ import {
 export { freePort } from '../testing/service';
 export const SECRET = 'reliability-signing-secret-long-enough-0123456789';
 
-/** The PostgreSQL server the suite runs against; the local one on 5432 unless DB_* say otherwise. */
-export const pg = {
-  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
-  port: Number(process.env.DB_PORT ?? 5432),
-  user: process.env.DB_USERNAME ?? 'postgres',
-  password: process.env.DB_PASSWORD ?? '',
-  adminDatabase: process.env.DB_NAME ?? 'postgres',
-};
+/** The PostgreSQL server the suite runs against (testing/postgres.ts). */
+export const pg = { ...postgresServer, adminDatabase };
 
 export function connect(database: string, port = pg.port, host = pg.host): Knex {
   return knex({
@@ -33,18 +34,7 @@ export function connect(database: string, port = pg.port, host = pg.host): Knex 
 }
 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
-export async function createDatabase(label: string): Promise<{ name: string; drop(): Promise<void> }> {
-  const name = `sp_rel_${label}_${process.pid}_${Date.now().toString(36)}`;
-  const admin = connect(pg.adminDatabase);
-  await admin.raw(`CREATE DATABASE "${name}"`);
-  return {
-    name,
-    drop: async () => {
-      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-      await admin.destroy();
-    },
-  };
-}
+export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);
 
 /** Prints one case's figures on their own line, outside jest's console decoration. */
 export function report(name: string, figures: Record<string, unknown>): void {

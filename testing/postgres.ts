@@ -1,11 +1,49 @@
 /**
- * PostgreSQL clusters of a test's own (reliability's database-loss case, k8s-tests/local's stand-in
+ * The PostgreSQL server the suites share, scratch databases on it, and clusters of a test's own (reliability's database-loss case, k8s-tests/local's stand-in
  * for the chart's PostgreSQL): where the server binaries are, and initdb/pg_ctl run as the postgres
  * user, because initdb refuses to run as root.
  */
 import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
 import { chownSync, existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
+import knex from 'knex';
+
+/**
+ * The PostgreSQL server the suites run against (service tests on PostgreSQL, reliability, bench):
+ * the DB_* variables the service reads, else the local one on 127.0.0.1:5432 as postgres.
+ */
+export const postgresServer = {
+  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
+  port: Number(process.env.DB_PORT ?? 5432),
+  user: process.env.DB_USERNAME ?? 'postgres',
+  password: process.env.DB_PASSWORD ?? '',
+};
+
+/** The database to connect to for CREATE and DROP DATABASE. */
+export const adminDatabase = process.env.DB_NAME ?? 'postgres';
+
+/** A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it. */
+let scratchCounter = 0;
+export async function createScratchDatabase(
+  prefix: string,
+): Promise<{ name: string; drop(): Promise<void> }> {
+  scratchCounter += 1;
+  const name = `${prefix}_${process.pid}_${scratchCounter}_${Date.now().toString(36)}`;
+  const admin = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: adminDatabase },
+    pool: { min: 0, max: 1 },
+  });
+  await admin.raw(`CREATE DATABASE "${name}"`);
+  return {
+    name,
+    drop: async () => {
+      // WITH (FORCE): a connection a case left open must not keep the database.
+      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.destroy();
+    },
+  };
+}
 
 const DEBIAN_ROOT = '/usr/lib/postgresql';
 

@@ -7,6 +7,7 @@ import { createLogger, type Logger } from '../src/logger';
 import { loadSettings, type Settings } from '../src/settings';
 import type { Post } from '../src/posts/posts.repository';
 import type { User } from '../src/users/users.repository';
+import { adminDatabase, createScratchDatabase, postgresServer } from '../../testing/postgres';
 
 export const TEST_SECRET = 'test-signing-secret-that-is-long-enough-0123456789';
 
@@ -26,36 +27,15 @@ export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessE
 export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
 
 /** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
-export function postgresConnection(database = process.env.DB_NAME ?? 'postgres') {
-  return knex({
-    client: 'pg',
-    connection: {
-      host: process.env.DB_HOSTNAME,
-      port: Number(process.env.DB_PORT ?? 5432),
-      user: process.env.DB_USERNAME ?? 'postgres',
-      password: process.env.DB_PASSWORD ?? '',
-      database,
-    },
-    pool: { min: 0, max: 1 },
-  });
+export function postgresConnection(database = adminDatabase) {
+  return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
-
-let counter = 0;
 
 /** A fresh, empty database for one test file: its own PostgreSQL database, or a new in-memory PGlite. */
 export async function freshDatabaseEnv(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
   if (!usingPostgres()) return { env: {}, drop: () => Promise.resolve() };
-  counter += 1;
-  const name = `sp_test_${process.pid}_${counter}_${Date.now().toString(36)}`;
-  const admin = postgresConnection();
-  await admin.raw(`CREATE DATABASE "${name}"`);
-  return {
-    env: { DB_NAME: name },
-    drop: async () => {
-      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-      await admin.destroy();
-    },
-  };
+  const database = await createScratchDatabase('sp_test');
+  return { env: { DB_NAME: database.name }, drop: () => database.drop() };
 }
 
 export interface TestService {
