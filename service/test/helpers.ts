@@ -4,6 +4,7 @@ import request from 'supertest';
 import { createApp } from '../src/app';
 import { migrateToLatest, openDatabase, type Database } from '../src/database';
 import { createLogger, type Logger } from '../src/logger';
+import { startServer, type RunningServer } from '../src/server';
 import { loadSettings, type Settings } from '../src/settings';
 import type { Post } from '../src/posts/posts.repository';
 import type { User } from '../src/users/users.repository';
@@ -61,6 +62,41 @@ export async function startTestService(overrides: Record<string, string> = {}): 
     close: async () => {
       await db.close();
       await fresh.drop();
+    },
+  };
+}
+
+export interface TestServer {
+  running: RunningServer;
+  db: Database;
+  /** http://127.0.0.1:<port> */
+  base: string;
+  close: () => Promise<void>;
+}
+
+/**
+ * The server as it runs in production (startServer: terminus, Node's HTTP layer, the app, the
+ * metrics listener) inside this process, on ephemeral ports and a fresh, migrated database.
+ */
+export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
+  const fresh = await freshDatabaseEnv();
+  const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  const running = await startServer(settings, db, logger);
+  return {
+    running,
+    db,
+    base: `http://127.0.0.1:${running.port}`,
+    close: async () => {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close().catch(() => undefined);
+      await fresh.drop();
+      // terminus traps these for the lifetime of the server; this test process must not keep them.
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
     },
   };
 }

@@ -1,22 +1,11 @@
 import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
-import type { Server } from 'node:http';
 import net from 'node:net';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
-import { migrateToLatest, openDatabase, type Database } from '../src/database';
-import { createLogger } from '../src/logger';
-import { startServer } from '../src/server';
-import { loadSettings } from '../src/settings';
-import {
-  databaseSnapshot,
-  expectProblem,
-  freshDatabaseEnv,
-  TEST_SECRET,
-  testEnv,
-  uniqueEmail,
-} from './helpers';
+import type { Database } from '../src/database';
+import { databaseSnapshot, expectProblem, startTestServer, TEST_SECRET, uniqueEmail } from './helpers';
 
 /**
  * The families of hostile input an independent attack run found (issue 11), over real HTTP on the
@@ -25,25 +14,17 @@ import {
  */
 
 let db: Database;
-let server: Server;
 let base: string;
 let port: number;
-let dropDatabase: () => Promise<void>;
+let close: () => Promise<void>;
 let token: string;
 let userId: number;
 const PASSWORD = 'correct horse battery';
 
 beforeAll(async () => {
-  const fresh = await freshDatabaseEnv();
-  dropDatabase = () => fresh.drop();
-  const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0' }));
-  const logger = createLogger(settings.logLevel);
-  db = await openDatabase(settings, logger);
-  await migrateToLatest(db, logger);
-  const running = await startServer(settings, db, logger);
-  server = running.server;
-  port = running.port;
-  base = `http://127.0.0.1:${running.port}`;
+  const started = await startTestServer();
+  ({ db, base, close } = started);
+  port = started.running.port;
   const email = uniqueEmail('owner');
   userId = (
     (await api().post('/users/').send({ email, password: PASSWORD }).expect(201)).body as { id: number }
@@ -57,13 +38,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await db.close().catch(() => undefined);
-  await dropDatabase();
-  // terminus traps these for the lifetime of the server; this test process must not keep them.
-  process.removeAllListeners('SIGTERM');
-  process.removeAllListeners('SIGINT');
+  await close();
 });
 
 const api = () => request(base);

@@ -7,10 +7,18 @@ import { errorHandler } from '../src/http/errors';
 import { requestLog } from '../src/http/request-log';
 import { migrateDown, migrateToLatest, openDatabase, type Database } from '../src/database';
 import { createLogger } from '../src/logger';
-import { startServer, type RunningServer } from '../src/server';
+import type { RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
 import { startService } from '../../testing/service';
-import { bearer, freshDatabaseEnv, newAccount, newPost, testEnv, usingPostgres } from './helpers';
+import {
+  bearer,
+  freshDatabaseEnv,
+  newAccount,
+  newPost,
+  startTestServer,
+  testEnv,
+  usingPostgres,
+} from './helpers';
 
 /** Samples of the Prometheus text format: `name{labels} value` per line. */
 function samples(text: string, name: string): { labels: string; value: number }[] {
@@ -31,30 +39,18 @@ function sample(text: string, name: string, labels = ''): number | undefined {
 describe('Metrics', () => {
   let db: Database;
   let running: RunningServer;
-  let drop: () => Promise<void>;
+  let close: () => Promise<void>;
   let api: string;
   let scrapeUrl: string;
 
   beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0' }));
-    const logger = createLogger(settings.logLevel);
-    db = await openDatabase(settings, logger);
-    await migrateToLatest(db, logger);
-    running = await startServer(settings, db, logger);
-    api = `http://127.0.0.1:${running.port}`;
+    const started = await startTestServer();
+    ({ db, running, close, base: api } = started);
     scrapeUrl = `http://127.0.0.1:${running.metricsPort}/metrics`;
   });
 
   afterAll(async () => {
-    running.server.closeAllConnections();
-    await new Promise((resolve) => running.server.close(resolve));
-    await db.close().catch(() => undefined);
-    await drop();
-    // terminus traps these for the lifetime of the server; this test process must not keep them.
-    process.removeAllListeners('SIGTERM');
-    process.removeAllListeners('SIGINT');
+    await close();
   });
 
   const scrape = async () => {
