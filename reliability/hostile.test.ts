@@ -1,17 +1,14 @@
 import http from 'node:http';
 import net from 'node:net';
 import fc from 'fast-check';
-import type { Knex } from 'knex';
 import {
   account,
   call,
-  connect,
-  createDatabase,
   createPosts,
   report,
   startService,
-  stopAllServices,
   type ServiceProcess,
+  scratchDatabase,
 } from './support';
 import {
   claimTokens,
@@ -39,20 +36,11 @@ const SEED = 20261121;
 const FAMILIES = ['encoding', 'charset', 'length', 'expect', 'claims', 'email', 'health', 'protocol'];
 const RUNS = 5000;
 
-let database: { name: string; drop(): Promise<void> };
-let db: Knex;
+const database = scratchDatabase('hostile');
 let svc: ServiceProcess;
 
 beforeAll(async () => {
-  database = await createDatabase('hostile');
-  db = connect(database.name);
   svc = await startService({ DB_NAME: database.name });
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await db.destroy();
-  await database.drop();
 });
 
 type Answer = { status: number; headers: http.IncomingHttpHeaders; body: string };
@@ -370,7 +358,7 @@ test('Hostile input: 5,000 generated requests across every endpoint, 0 answers â
   const digest = async (): Promise<string> =>
     JSON.stringify(
       (
-        await db.raw<{ rows: unknown[] }>(
+        await database.db.raw<{ rows: unknown[] }>(
           `SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(u::text)), 0) FROM users u) AS users,
                   (SELECT count(*) || ':' || coalesce(sum(hashtext(p::text)), 0) FROM posts p) AS posts,
                   (SELECT count(*) || ':' || coalesce(sum(hashtext(v::text)), 0) FROM votes v) AS votes`,
@@ -439,7 +427,7 @@ test('Hostile input: 5,000 generated requests across every endpoint, 0 answers â
   const live = (await call(svc.base, '/healthz/live')).status;
   const ready = (await call(svc.base, '/healthz/ready')).status;
   // Every stored address is in the e-mail policy's normalised form, and no two are one mailbox.
-  const emails = await db<{ email: string }>('users').pluck('email');
+  const emails = await database.db<{ email: string }>('users').pluck('email');
   const notNormalised = emails.filter((email) => {
     const result = normaliseEmail(email);
     return !result.ok || result.email !== email;

@@ -36,6 +36,36 @@ export function connect(database: string, port = pg.port, host = pg.host): Knex 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
 export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);
 
+/**
+ * A fresh database for this test file and a connection to it, made before its cases and, after
+ * them, dropped once every service the file started is stopped.
+ */
+export function scratchDatabase(label: string): { readonly name: string; readonly db: Knex } {
+  let database: { name: string; drop(): Promise<void> } | undefined;
+  let db: Knex | undefined;
+  beforeAll(async () => {
+    database = await createDatabase(label);
+    db = connect(database.name);
+  });
+  afterAll(async () => {
+    await stopAll();
+    await db?.destroy();
+    await database?.drop();
+  });
+  const ready = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the scratch database exists only while the cases run');
+    return value;
+  };
+  return {
+    get name() {
+      return ready(database).name;
+    },
+    get db() {
+      return ready(db);
+    },
+  };
+}
+
 /** Prints one case's figures on their own line, outside jest's console decoration. */
 export function report(name: string, figures: Record<string, unknown>): void {
   const parts = Object.entries(figures).map(
