@@ -108,7 +108,19 @@ const malformed = (endpoint: JsonEndpoint) => JSON.stringify(endpoint.valid()).s
 const oversized = (endpoint: JsonEndpoint) => ({ ...endpoint.valid(), padding: 'p'.repeat(110_000) });
 const tampered = (account: Account) => `${account.token.slice(0, -2)}xx`;
 
-const INVALID_TOKEN = 'Could not validate credentials';
+/** A secured endpoint called with a token that does not validate. */
+const badToken = (
+  label: string,
+  token: (alice: Account) => string,
+  body: (e: JsonEndpoint) => Record<string, unknown>,
+): Case => ({
+  label,
+  securedOnly: true,
+  credentials: token,
+  send: (req, e) => req.send(body(e)),
+  status: 401,
+  detail: 'Could not validate credentials',
+});
 
 /** A secured endpoint called without a token. */
 const noToken = (label: string, send: Case['send']): Case => ({
@@ -131,30 +143,17 @@ const cases: Case[] = [
       raw(type, text)(req.set('Origin', 'https://evil.example')),
     ),
   ),
-  {
-    label: 'a token that is not a JWT, a valid body',
-    securedOnly: true,
-    credentials: () => 'not.a.jwt',
-    send: (req, e) => req.send(e.valid()),
-    status: 401,
-    detail: INVALID_TOKEN,
-  },
-  {
-    label: 'a token with a tampered signature, a valid body',
-    securedOnly: true,
-    credentials: tampered,
-    send: (req, e) => req.send(e.valid()),
-    status: 401,
-    detail: INVALID_TOKEN,
-  },
-  {
-    label: 'a garbage token, a body validation refuses',
-    securedOnly: true,
-    credentials: () => 'garbage',
-    send: (req, e) => req.send(e.invalid()),
-    status: 401,
-    detail: INVALID_TOKEN,
-  },
+  badToken(
+    'a token that is not a JWT, a valid body',
+    () => 'not.a.jwt',
+    (e) => e.valid(),
+  ),
+  badToken('a token with a tampered signature, a valid body', tampered, (e) => e.valid()),
+  badToken(
+    'a garbage token, a body validation refuses',
+    () => 'garbage',
+    (e) => e.invalid(),
+  ),
   {
     label: 'malformed JSON',
     credentials: 'valid',
