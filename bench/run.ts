@@ -7,9 +7,8 @@
  * timing). Results go to bench/results/, and docs/benchmarks.md and docs/benchmarks.svg are rebuilt
  * from every result there.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
@@ -17,8 +16,8 @@ import knex from 'knex';
 import * as prettier from 'prettier';
 import { renderDocs, type EndpointFigures, type LadderStep, type SizeResult } from './report';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
+import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
 
-const ROOT = path.join(__dirname, '..');
 const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
 
 function option(name: string, fallback: string): string {
@@ -43,7 +42,6 @@ if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
 const log = (line: string) => {
   process.stdout.write(`${line}\n`);
 };
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Server {
   child: ChildProcessWithoutNullStreams;
@@ -51,43 +49,23 @@ interface Server {
   stop(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 /** Starts a server script on a free port and resolves once it answers HTTP. */
 async function startServer(script: string, env: Record<string, string>): Promise<Server> {
   const port = await freePort();
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, ...env, PORT: String(port) };
-  delete childEnv.NODE_OPTIONS;
-  const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: ROOT, env: childEnv });
-  let err = '';
-  child.stdout.resume();
-  child.stderr.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
+  // The service logs at warn here, so readiness is an HTTP answer, not the "listening" line.
+  const proc = spawnScript(script, { ...process.env, ...env, PORT: String(port) }, { keep: () => false });
   const base = `http://127.0.0.1:${String(port)}`;
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`${script} exited with ${String(child.exitCode)}: ${err}`);
-    if (Date.now() > deadline) throw new Error(`${script} did not start: ${err}`);
-    try {
-      await fetch(`${base}/healthz/live`);
-      break;
-    } catch {
-      await sleep(200);
-    }
+  try {
+    await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
+  } catch (error) {
+    await proc.stop();
+    throw new Error(`${script} did not start`, { cause: error });
   }
   return {
-    child,
+    child: proc.child,
     base,
     stop: async () => {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGKILL');
-      await exited;
+      await proc.stop();
     },
   };
 }

@@ -4,18 +4,15 @@ import { openDatabase } from '../service/src/database';
 import { migrateToLatest } from '../service/src/migrator';
 import { createLogger } from '../service/src/logger';
 import { loadSettings } from '../service/src/settings';
+import { postgresServer } from '../testing/postgres';
 
 export const BENCH_PASSWORD = 'bench-password-123';
 /** In about one title in ten thousand, and in about one in ten. */
 export const RARE_WORD = 'zephyr';
 export const COMMON_WORD = 'news';
 
-export const pgConnection = {
-  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
-  port: Number(process.env.DB_PORT ?? 5432),
-  user: process.env.DB_USERNAME ?? 'postgres',
-  password: process.env.DB_PASSWORD ?? '',
-};
+/** The PostgreSQL server the bench seeds and measures (testing/postgres.ts: DB_* or the local one). */
+export const pgConnection = postgresServer;
 
 /** Ten posts per user and two votes per post on average, as a small community site might have. */
 export const usersFor = (posts: number): number => Math.max(100, Math.round(posts / 10));

@@ -1,13 +1,12 @@
 /** What the browser tests share: the service as its own process, Debian's Chromium, small page servers. */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium, type BrowserContext } from 'playwright-core';
+import { ROOT, startService as startServiceProcess } from '../testing/service';
 
-export const ROOT = path.join(__dirname, '..');
 export const ARTIFACTS = path.join(ROOT, 'test-artifacts');
 
 /** Debian's package, installed by .ci/run: never a downloaded browser. */
@@ -87,49 +86,20 @@ export async function startService(settings: Record<string, string>): Promise<Se
   };
   // Always the embedded database: these tests are about the browser, not about PostgreSQL.
   delete env.DB_HOSTNAME;
-  delete env.NODE_OPTIONS;
-  const child: ChildProcessWithoutNullStreams = spawn(
-    process.execPath,
-    ['--import', 'tsx', 'service/src/main.ts'],
-    { cwd: ROOT, env },
-  );
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-
-  const entries = () =>
-    out
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-
-  const deadline = Date.now() + 90_000;
-  let listening: { port: number; metricsPort: number } | undefined;
-  while (!listening && child.exitCode === null && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    listening = entries().find((entry) => String(entry.msg).startsWith('listening')) as
-      { port: number; metricsPort: number } | undefined;
-  }
-  if (!listening) {
-    child.kill('SIGKILL');
-    throw new Error(`the service did not start:\n${out}\n${err}`);
-  }
+  const service = await startServiceProcess(env);
   return {
-    url: `http://127.0.0.1:${listening.port}`,
-    metricsUrl: `http://127.0.0.1:${listening.metricsPort}/metrics`,
+    url: service.base,
+    metricsUrl: `http://127.0.0.1:${service.metricsPort}/metrics`,
     requests: () =>
-      entries()
+      service.lines
         .filter((entry) => entry.msg === 'request completed')
         .map((entry) => {
           const req = entry.req as { id: string; method: string; path: string };
           return { ...req, status: (entry.res as { status: number }).status };
         }),
     stop: async () => {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      const code = await exited;
-      if (code !== 0) throw new Error(`the service exited with ${String(code)}:\n${err}`);
+      const code = await service.stop('SIGTERM');
+      if (code !== 0) throw new Error(`the service exited with ${String(code)}:\n${service.stderr()}`);
     },
   };
 }

@@ -1,16 +1,13 @@
-import type { Knex } from 'knex';
 import {
   account,
   call,
-  connect,
-  createDatabase,
   createPosts,
   load,
   report,
   sleep,
   startService,
-  stopAllServices,
   type ServiceProcess,
+  scratchDatabase,
 } from './support';
 
 const DELAY_S = 3;
@@ -19,19 +16,7 @@ const IN_FLIGHT = 5;
 const LIST_CONNECTIONS = 4;
 const VOTE_CONNECTIONS = 4;
 
-let database: { name: string; drop(): Promise<void> };
-let db: Knex;
-
-beforeAll(async () => {
-  database = await createDatabase('shutdown');
-  db = connect(database.name);
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await db.destroy();
-  await database.drop();
-});
+const database = scratchDatabase('shutdown');
 
 interface Probe {
   sentAt: number;
@@ -116,7 +101,7 @@ test('Graceful shutdown under load: in-flight requests complete, readiness turns
 
   // The slow database call: a vote's foreign-key check waits while this transaction holds the
   // post's row lock, so these requests stay in flight across the signal and the listener's close.
-  const lock = await db.transaction();
+  const lock = await database.db.transaction();
   await lock.raw('SELECT id FROM posts WHERE id = ? FOR UPDATE', [lockedPost]);
   const inFlight = voters.map((token) =>
     call(svc.base, '/votes/', { token, json: { post_id: lockedPost, dir: 1 }, timeoutMs: 60_000 }).then(
@@ -130,7 +115,7 @@ test('Graceful shutdown under load: in-flight requests complete, readiness turns
   for (let i = 0; i < 100 && waiting < IN_FLIGHT; i++) {
     await sleep(100);
     const rows = (
-      await db.raw<{ rows: { n: number }[] }>(
+      await database.db.raw<{ rows: { n: number }[] }>(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
       )
     ).rows;
@@ -160,9 +145,10 @@ test('Graceful shutdown under load: in-flight requests complete, readiness turns
     (at) => at > sigtermAt && at < closeAt,
   ).length;
   const votesOnLocked = (
-    await db.raw<{ rows: { n: number }[] }>('SELECT count(*)::int AS n FROM votes WHERE post_id = ?', [
-      lockedPost,
-    ])
+    await database.db.raw<{ rows: { n: number }[] }>(
+      'SELECT count(*)::int AS n FROM votes WHERE post_id = ?',
+      [lockedPost],
+    )
   ).rows[0]?.n;
 
   report('graceful shutdown', {

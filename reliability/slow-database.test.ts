@@ -1,16 +1,13 @@
-import type { Knex } from 'knex';
 import {
   account,
   call,
-  connect,
-  createDatabase,
   createPosts,
   isProblem,
   report,
   sleep,
   startService,
-  stopAllServices,
   type Answer,
+  scratchDatabase,
 } from './support';
 
 const STATEMENT_TIMEOUT_MS = 2000;
@@ -22,23 +19,11 @@ const BURST = 40;
  */
 const BOUNDED_MS = 2 * 2500 + STATEMENT_TIMEOUT_MS + 5000;
 
-let database: { name: string; drop(): Promise<void> };
-let db: Knex;
-
-beforeAll(async () => {
-  database = await createDatabase('slow');
-  db = connect(database.name);
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await db.destroy();
-  await database.drop();
-});
+const database = scratchDatabase('slow');
 
 const serviceQueries = async (state?: string): Promise<number> => {
   const rows = (
-    await db.raw<{ rows: { n: number }[] }>(
+    await database.db.raw<{ rows: { n: number }[] }>(
       `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND datname = ?${
         state ? ' AND state = ?' : ''
       }`,
@@ -72,7 +57,7 @@ test('Slow database: a query past the statement time-out answers 503 promptly; m
   };
 
   // PostgreSQL made slow from outside: while this lock is held, every query on posts waits.
-  const lock = await db.transaction();
+  const lock = await database.db.transaction();
   await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
   let single: Answer;
   let burst: Answer[];

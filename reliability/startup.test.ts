@@ -70,7 +70,7 @@ test('Concurrent start-up: three processes on an empty database all become ready
   });
   const seen = await call(replicas[2]?.base ?? '', '/posts/public');
 
-  const migrators = replicas.filter((r) => r.notable.some((l) => l.msg === 'migrations applied')).length;
+  const migrators = replicas.filter((r) => r.lines.some((l) => l.msg === 'migrations applied')).length;
   report('concurrent start-up', {
     replicas: REPLICAS,
     ready: ready.map((r) => r.status).join(','),

@@ -1,22 +1,29 @@
-import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import net from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
+import {
+  adminDatabase,
+  createScratchDatabase,
+  initdb,
+  ownForPostgres,
+  postgresServer,
+  runPostgresTool,
+} from '../testing/postgres';
+import {
+  freePort,
+  startService as startServiceProcess,
+  stopAll,
+  type LogLine,
+  type ServiceProcess,
+} from '../testing/service';
 
-export const ROOT = path.join(__dirname, '..');
+export { freePort } from '../testing/service';
 export const SECRET = 'reliability-signing-secret-long-enough-0123456789';
 
-/** The PostgreSQL server the suite runs against; the local one on 5432 unless DB_* say otherwise. */
-export const pg = {
-  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
-  port: Number(process.env.DB_PORT ?? 5432),
-  user: process.env.DB_USERNAME ?? 'postgres',
-  password: process.env.DB_PASSWORD ?? '',
-  adminDatabase: process.env.DB_NAME ?? 'postgres',
-};
+/** The PostgreSQL server the suite runs against (testing/postgres.ts). */
+export const pg = { ...postgresServer, adminDatabase };
 
 export function connect(database: string, port = pg.port, host = pg.host): Knex {
   return knex({
@@ -27,15 +34,34 @@ export function connect(database: string, port = pg.port, host = pg.host): Knex 
 }
 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
-export async function createDatabase(label: string): Promise<{ name: string; drop(): Promise<void> }> {
-  const name = `sp_rel_${label}_${process.pid}_${Date.now().toString(36)}`;
-  const admin = connect(pg.adminDatabase);
-  await admin.raw(`CREATE DATABASE "${name}"`);
+export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);
+
+/**
+ * A fresh database for this test file and a connection to it, made before its cases and, after
+ * them, dropped once every service the file started is stopped.
+ */
+export function scratchDatabase(label: string): { readonly name: string; readonly db: Knex } {
+  let database: { name: string; drop(): Promise<void> } | undefined;
+  let db: Knex | undefined;
+  beforeAll(async () => {
+    database = await createDatabase(label);
+    db = connect(database.name);
+  });
+  afterAll(async () => {
+    await stopAll();
+    await db?.destroy();
+    await database?.drop();
+  });
+  const ready = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the scratch database exists only while the cases run');
+    return value;
+  };
   return {
-    name,
-    drop: async () => {
-      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-      await admin.destroy();
+    get name() {
+      return ready(database).name;
+    },
+    get db() {
+      return ready(db);
     },
   };
 }
@@ -50,40 +76,14 @@ export function report(name: string, figures: Record<string, unknown>): void {
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-interface LogFields {
-  time?: string;
-  level?: number;
-  msg?: string;
-  [key: string]: unknown;
-}
+export type { LogLine, ServiceProcess } from '../testing/service';
 
-/** One pino line, with its arrival time in this process. */
-export type LogLine = LogFields & { at: number };
-
-/** The service as operators run it: its own process, real signals, real exit codes. */
-export interface ServiceProcess {
-  child: ChildProcessWithoutNullStreams;
-  pid: number;
-  port: number;
-  base: string;
-  /** Log lines at warn level or above, plus the lifecycle lines the cases look for. */
-  notable: LogLine[];
-  /** The last lines of stderr, for failure messages. */
-  stderr(): string;
-  exited: Promise<number | null>;
-  /** Resolves with the first log line whose message matches. */
-  waitForLog(pattern: RegExp, withinMs: number): Promise<LogLine>;
-}
-
-const running = new Set<ChildProcessWithoutNullStreams>();
-
+/** Only the lines that matter are kept, so a long load cannot fill memory. */
 const LIFECYCLE = /listening on|shutdown|closing the listener|migrat|another replica/;
+const notable = (line: LogLine): boolean => (line.level ?? 0) >= 40 || LIFECYCLE.test(line.msg ?? '');
 
-/**
- * Starts `node --import tsx service/src/main.ts` on an ephemeral port and resolves once it
- * logs that it listens. Only the lines that matter are kept, so a long load cannot fill memory.
- */
-export async function startService(env: Record<string, string>, withinMs = 90_000): Promise<ServiceProcess> {
+/** The service as operators run it (its own process, real signals, real exit codes), on this suite's PostgreSQL. */
+export function startService(env: Record<string, string>, withinMs = 90_000): Promise<ServiceProcess> {
   const childEnv: NodeJS.ProcessEnv = {
     ...process.env,
     NODE_ENV: 'test',
@@ -97,92 +97,13 @@ export async function startService(env: Record<string, string>, withinMs = 90_00
     DB_PASSWORD: pg.password,
     ...env,
   };
-  delete childEnv.NODE_OPTIONS; // jest's flags are not the service's business
   // The port is read from the info-level "listening" line.
   if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
-  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], {
-    cwd: ROOT,
-    env: childEnv,
-  });
-  running.add(child);
-  const notable: LogLine[] = [];
-  const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
-  let pending = '';
-  let err = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    const at = Date.now();
-    pending += chunk.toString();
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const text of lines) {
-      if (!text.startsWith('{')) continue;
-      const line: LogLine = { ...(JSON.parse(text) as LogFields), at };
-      if ((line.level ?? 0) < 40 && !LIFECYCLE.test(line.msg ?? '')) continue;
-      if (notable.length < 2000) notable.push(line);
-      for (const w of [...waiters]) {
-        if (w.pattern.test(line.msg ?? '')) {
-          waiters.splice(waiters.indexOf(w), 1);
-          w.resolve(line);
-        }
-      }
-    }
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    err = (err + chunk.toString()).slice(-4000);
-  });
-  const exited = new Promise<number | null>((resolve) => {
-    child.on('exit', (code) => {
-      running.delete(child);
-      resolve(code);
-    });
-  });
-
-  const waitForLog = (pattern: RegExp, ms: number): Promise<LogLine> => {
-    const seen = notable.find((l) => pattern.test(l.msg ?? ''));
-    if (seen) return Promise.resolve(seen);
-    return new Promise<LogLine>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new Error(`no log line matching ${String(pattern)} within ${ms} ms; stderr: ${err}`));
-      }, ms);
-      waiters.push({
-        pattern,
-        resolve: (line) => {
-          clearTimeout(timer);
-          resolve(line);
-        },
-      });
-      void exited.then(() => {
-        clearTimeout(timer);
-        reject(new Error(`the service exited before logging ${String(pattern)}; stderr: ${err}`));
-      });
-    });
-  };
-
-  const listening = await waitForLog(/^listening on http/, withinMs);
-  const port = Number(listening.port);
-  if (!child.pid || !Number.isInteger(port) || port <= 0) throw new Error('no port in the listening line');
-  return {
-    child,
-    pid: child.pid,
-    port,
-    base: `http://127.0.0.1:${port}`,
-    notable,
-    stderr: () => err,
-    exited,
-    waitForLog,
-  };
+  return startServiceProcess(childEnv, { keep: notable, withinMs });
 }
 
 /** Kills every service process a case left running (by pid, never by name). */
-export async function stopAllServices(): Promise<void> {
-  const children = [...running];
-  for (const child of children) child.kill('SIGKILL');
-  await Promise.all(
-    children
-      .filter((child) => child.exitCode === null && child.signalCode === null)
-      .map((child) => new Promise((resolve) => child.once('exit', resolve))),
-  );
-}
+export const stopAllServices = stopAll;
 
 export interface Answer {
   status: number;
@@ -282,71 +203,29 @@ export async function waitForStatus(
   }
 }
 
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-/** The PostgreSQL server binaries: PG_BINDIR, or the newest /usr/lib/postgresql/<n>/bin. */
-function postgresBinDir(): string {
-  if (process.env.PG_BINDIR) return process.env.PG_BINDIR;
-  const base = '/usr/lib/postgresql';
-  const versions = existsSync(base)
-    ? readdirSync(base)
-        .filter((v) => existsSync(path.join(base, v, 'bin', 'initdb')))
-        .sort((a, b) => Number(b) - Number(a))
-    : [];
-  if (!versions[0]) throw new Error('no PostgreSQL server binaries; set PG_BINDIR');
-  return path.join(base, versions[0], 'bin');
-}
-
 /**
  * A throw-away PostgreSQL cluster of the test's own (initdb in a temporary folder, its own port,
- * its socket inside that folder), so stopping it touches nothing else. initdb refuses to run as
- * root, so under root it runs as the `postgres` user on a folder that user owns.
+ * its socket inside that folder), so stopping it touches nothing else.
  */
 export class OwnPostgres {
   readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-rel-pg-'));
   port = 0;
-  private readonly bin = postgresBinDir();
 
-  private run(tool: string, args: string[]): void {
-    const command = path.join(this.bin, tool);
-    const asRoot = process.getuid?.() === 0;
-    execFileSync(asRoot ? 'runuser' : command, asRoot ? ['-u', 'postgres', '--', command, ...args] : args, {
-      stdio: 'pipe',
-      timeout: 60_000,
-    });
+  private get data(): string {
+    return path.join(this.dir, 'data');
   }
 
   async init(): Promise<void> {
-    if (process.getuid?.() === 0) {
-      const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
-      const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
-      chownSync(this.dir, uid, gid);
-    }
+    ownForPostgres(this.dir);
     this.port = await freePort();
-    this.run('initdb', [
-      '-D',
-      path.join(this.dir, 'data'),
-      '-A',
-      'trust',
-      '-U',
-      pg.user,
-      '--no-sync',
-      '-E',
-      'UTF8',
-    ]);
+    initdb(this.data, pg.user, ['-A', 'trust', '--no-sync']);
   }
 
   start(): void {
     const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
-    this.run('pg_ctl', [
+    runPostgresTool('pg_ctl', [
       '-D',
-      path.join(this.dir, 'data'),
+      this.data,
       '-o',
       options,
       '-l',
@@ -358,12 +237,12 @@ export class OwnPostgres {
 
   /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
   stop(): void {
-    this.run('pg_ctl', ['-D', path.join(this.dir, 'data'), '-m', 'fast', '-w', 'stop']);
+    runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'fast', '-w', 'stop']);
   }
 
   destroy(): void {
     try {
-      this.run('pg_ctl', ['-D', path.join(this.dir, 'data'), '-m', 'immediate', '-w', 'stop']);
+      runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'immediate', '-w', 'stop']);
     } catch {
       // already stopped
     }

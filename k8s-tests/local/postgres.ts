@@ -4,11 +4,16 @@
  * It stands in for the chart's in-chart PostgreSQL (same database, user and password).
  */
 import { execFileSync } from 'node:child_process';
-import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  initdb,
+  ownForPostgres,
+  postgresAccount,
+  postgresBin,
+  runPostgresTool,
+} from '../../testing/postgres';
 import { start, stop, waitFor, type Managed } from './processes';
-
-const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
 export interface PostgresOptions {
   dir: string;
@@ -18,15 +23,16 @@ export interface PostgresOptions {
   password: string;
 }
 
-function postgresAccount(): { uid: number; gid: number } {
-  // Throws when the machine has no postgres user (initdb refuses to run as root).
-  const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
-  return { uid: id('-u'), gid: id('-g') };
+/** The runner runs as root (run.ts checks), so the server runs as the postgres account. */
+function account(): { uid: number; gid: number } {
+  const found = postgresAccount();
+  if (!found) throw new Error('the PostgreSQL of k8s:local is started as root, to run as postgres');
+  return found;
 }
 
 export class Postgres {
   private server: Managed | undefined;
-  private readonly account = postgresAccount();
+  private readonly account = account();
   private readonly data: string;
   private readonly log: string;
 
@@ -39,33 +45,19 @@ export class Postgres {
   async init(): Promise<void> {
     const { dir, user, password } = this.options;
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    chownSync(dir, this.account.uid, this.account.gid);
+    ownForPostgres(dir);
     const passwordFile = join(dir, 'password');
     writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
-    chownSync(passwordFile, this.account.uid, this.account.gid);
-    const initdb = start(
-      'initdb',
-      join(BIN, 'initdb'),
-      [
-        '-D',
-        this.data,
-        '-U',
-        user,
-        `--pwfile=${passwordFile}`,
-        '--auth-local=trust',
-        '--auth-host=scram-sha-256',
-        '-E',
-        'UTF8',
-        '--locale=C',
-      ],
-      this.log,
-      { uid: this.account.uid, gid: this.account.gid, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } },
-    );
-    const code = await initdb.exited;
-    if (code !== 0) throw new Error(`initdb failed (${String(code)}); see ${this.log}`);
+    ownForPostgres(passwordFile);
+    initdb(this.data, user, [
+      `--pwfile=${passwordFile}`,
+      '--auth-local=trust',
+      '--auth-host=scram-sha-256',
+      '--locale=C',
+    ]);
     await this.start();
     // The postgres image creates POSTGRES_DB on first start; so does the runner.
-    execFileSync(join(BIN, 'createdb'), [
+    runPostgresTool('createdb', [
       '-h',
       dir,
       '-p',
@@ -81,7 +73,7 @@ export class Postgres {
     const { dir, port, user } = this.options;
     this.server = start(
       'postgres',
-      join(BIN, 'postgres'),
+      postgresBin('postgres'),
       ['-D', this.data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1'],
       this.log,
       { uid: this.account.uid, gid: this.account.gid, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } },
@@ -90,7 +82,7 @@ export class Postgres {
     await waitFor('PostgreSQL to accept connections', 60_000, () => {
       if (server.hasExited()) throw new Error(`postgres exited; see ${this.log}`);
       try {
-        execFileSync(join(BIN, 'pg_isready'), [
+        execFileSync(postgresBin('pg_isready'), [
           '-q',
           '-h',
           dir,

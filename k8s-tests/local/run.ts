@@ -28,6 +28,7 @@ import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
+import { postgresBin } from '../../testing/postgres';
 import { Postgres } from './postgres';
 import { freePort, stillRunning, stop } from './processes';
 import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
@@ -197,10 +198,7 @@ async function main(): Promise<number> {
   for (const [bin, hint] of [
     [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
     [HEADERS_MORE_MODULE, 'apt-get install libnginx-mod-http-headers-more-filter'],
-    [
-      join(process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin', 'initdb'),
-      'apt-get install postgresql (or set PG_BIN)',
-    ],
+    [postgresBin('initdb'), 'apt-get install postgresql (or set PG_BIN)'],
   ] as const) {
     if (!existsSync(bin)) throw new Error(`${bin} is missing: ${hint}`);
   }

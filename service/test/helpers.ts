@@ -5,9 +5,11 @@ import { createApp } from '../src/app';
 import { openDatabase, type Database } from '../src/database';
 import { migrateToLatest } from '../src/migrator';
 import { createLogger, type Logger } from '../src/logger';
+import { startServer, type RunningServer } from '../src/server';
 import { loadSettings, type Settings } from '../src/settings';
 import type { Post } from '../src/posts/posts.repository';
 import type { User } from '../src/users/users.repository';
+import { adminDatabase, createScratchDatabase, postgresServer } from '../../testing/postgres';
 
 export const TEST_SECRET = 'test-signing-secret-that-is-long-enough-0123456789';
 
@@ -27,36 +29,15 @@ export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessE
 export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
 
 /** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
-export function postgresConnection(database = process.env.DB_NAME ?? 'postgres') {
-  return knex({
-    client: 'pg',
-    connection: {
-      host: process.env.DB_HOSTNAME,
-      port: Number(process.env.DB_PORT ?? 5432),
-      user: process.env.DB_USERNAME ?? 'postgres',
-      password: process.env.DB_PASSWORD ?? '',
-      database,
-    },
-    pool: { min: 0, max: 1 },
-  });
+export function postgresConnection(database = adminDatabase) {
+  return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
-
-let counter = 0;
 
 /** A fresh, empty database for one test file: its own PostgreSQL database, or a new in-memory PGlite. */
 export async function freshDatabaseEnv(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
   if (!usingPostgres()) return { env: {}, drop: () => Promise.resolve() };
-  counter += 1;
-  const name = `sp_test_${process.pid}_${counter}_${Date.now().toString(36)}`;
-  const admin = postgresConnection();
-  await admin.raw(`CREATE DATABASE "${name}"`);
-  return {
-    env: { DB_NAME: name },
-    drop: async () => {
-      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-      await admin.destroy();
-    },
-  };
+  const database = await createScratchDatabase('sp_test');
+  return { env: { DB_NAME: database.name }, drop: () => database.drop() };
 }
 
 export interface TestService {
@@ -82,6 +63,41 @@ export async function startTestService(overrides: Record<string, string> = {}): 
     close: async () => {
       await db.close();
       await fresh.drop();
+    },
+  };
+}
+
+export interface TestServer {
+  running: RunningServer;
+  db: Database;
+  /** http://127.0.0.1:<port> */
+  base: string;
+  close: () => Promise<void>;
+}
+
+/**
+ * The server as it runs in production (startServer: terminus, Node's HTTP layer, the app, the
+ * metrics listener) inside this process, on ephemeral ports and a fresh, migrated database.
+ */
+export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
+  const fresh = await freshDatabaseEnv();
+  const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  const running = await startServer(settings, db, logger);
+  return {
+    running,
+    db,
+    base: `http://127.0.0.1:${running.port}`,
+    close: async () => {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close().catch(() => undefined);
+      await fresh.drop();
+      // terminus traps these for the lifetime of the server; this test process must not keep them.
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
     },
   };
 }
@@ -129,6 +145,16 @@ export async function newPost(
     .send({ title: 'A title', content: 'Some content', ...fields })
     .expect(201);
   return res.body as Post;
+}
+
+/** The rows a request could change (users, posts, votes), to show that a refused one changed nothing. */
+export async function databaseSnapshot(db: Database): Promise<string> {
+  const [users, posts, votes] = await Promise.all([
+    db.knex('users').orderBy('id').select('id', 'email'),
+    db.knex('posts').orderBy('id').select('id', 'title', 'content', 'published'),
+    db.knex('votes').orderBy(['post_id', 'user_id']).select('post_id', 'user_id'),
+  ]);
+  return JSON.stringify({ users, posts, votes });
 }
 
 /** Asserts the problem+json shape every error shares and returns its body. */

@@ -1,6 +1,4 @@
-import { spawn } from 'node:child_process';
 import { request as httpRequest } from 'node:http';
-import path from 'node:path';
 import { Writable } from 'node:stream';
 import express from 'express';
 import request from 'supertest';
@@ -10,9 +8,18 @@ import { requestLog } from '../src/http/request-log';
 import { openDatabase, type Database } from '../src/database';
 import { migrateDown, migrateToLatest } from '../src/migrator';
 import { createLogger } from '../src/logger';
-import { startServer, type RunningServer } from '../src/server';
+import type { RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
-import { bearer, freshDatabaseEnv, newAccount, newPost, testEnv, usingPostgres } from './helpers';
+import { startService } from '../../testing/service';
+import {
+  bearer,
+  freshDatabaseEnv,
+  newAccount,
+  newPost,
+  startTestServer,
+  testEnv,
+  usingPostgres,
+} from './helpers';
 
 /** Samples of the Prometheus text format: `name{labels} value` per line. */
 function samples(text: string, name: string): { labels: string; value: number }[] {
@@ -33,30 +40,18 @@ function sample(text: string, name: string, labels = ''): number | undefined {
 describe('Metrics', () => {
   let db: Database;
   let running: RunningServer;
-  let drop: () => Promise<void>;
+  let close: () => Promise<void>;
   let api: string;
   let scrapeUrl: string;
 
   beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0' }));
-    const logger = createLogger(settings.logLevel);
-    db = await openDatabase(settings, logger);
-    await migrateToLatest(db, logger);
-    running = await startServer(settings, db, logger);
-    api = `http://127.0.0.1:${running.port}`;
+    const started = await startTestServer();
+    ({ db, running, close, base: api } = started);
     scrapeUrl = `http://127.0.0.1:${running.metricsPort}/metrics`;
   });
 
   afterAll(async () => {
-    running.server.closeAllConnections();
-    await new Promise((resolve) => running.server.close(resolve));
-    await db.close().catch(() => undefined);
-    await drop();
-    // terminus traps these for the lifetime of the server; this test process must not keep them.
-    process.removeAllListeners('SIGTERM');
-    process.removeAllListeners('SIGINT');
+    await close();
   });
 
   const scrape = async () => {
@@ -464,33 +459,14 @@ describe('Start-up and shutdown log', () => {
       SHUTDOWN_DELAY_SECONDS: '0',
       CORS_ALLOWED_ORIGINS: 'https://app.example.com',
     });
-    delete env.NODE_OPTIONS; // jest's vm-modules flag is not the service's business
-    const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], {
-      cwd: path.join(__dirname, '..', '..'),
-      env,
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    const svc = await startService(env);
     try {
-      const deadline = Date.now() + 60_000;
-      while (!out.includes('listening') && child.exitCode === null && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      const entries = () =>
-        out
-          .split('\n')
-          .filter(Boolean)
-          .map((line) => JSON.parse(line) as Record<string, unknown>);
-      const listening = entries().find((entry) => String(entry.msg).startsWith('listening'));
-      const { port, metricsPort } = listening as { port: number; metricsPort: number };
+      const entries = () => svc.lines;
+      const { port, metricsPort } = svc;
       expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200);
       expect((await fetch(`http://127.0.0.1:${port}/healthz/ready`)).status).toBe(200);
 
-      child.kill('SIGTERM');
-      expect(await exited).toBe(0);
+      expect(await svc.stop('SIGTERM')).toBe(0);
       const messages = entries().map((entry) => entry.msg);
       expect(messages).toEqual(
         expect.arrayContaining([
@@ -514,10 +490,10 @@ describe('Start-up and shutdown log', () => {
         delaySeconds: 0,
         timeoutSeconds: 15,
       });
-      expect(out + err).not.toContain(secret);
-      expect(out + err).not.toContain('database-password-never-logged');
+      expect(svc.stdout() + svc.stderr()).not.toContain(secret);
+      expect(svc.stdout() + svc.stderr()).not.toContain('database-password-never-logged');
     } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
+      await svc.stop();
       await fresh.drop();
     }
   });

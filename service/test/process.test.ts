@@ -1,53 +1,13 @@
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
+import { freePort, ROOT, spawnScript, startService } from '../../testing/service';
 import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
 
-/** The service as operators run it: its own process, real signals, real exit codes. */
-interface ServiceProcess {
-  child: ChildProcessWithoutNullStreams;
-  stdout: () => string;
-  stderr: () => string;
-  exited: Promise<number | null>;
-}
-
-const ROOT = path.join(__dirname, '..', '..');
-
-function spawnService(env: NodeJS.ProcessEnv, cwd = ROOT): ServiceProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'service/src/main.ts'], { cwd, env });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-  });
-  child.stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => {
-    child.on('exit', resolve);
-  });
-  return { child, stdout: () => out, stderr: () => err, exited };
-}
-
-async function listeningPort(svc: ServiceProcess, withinMs = 60_000): Promise<number> {
-  const deadline = Date.now() + withinMs;
-  while (Date.now() < deadline) {
-    const match = /"port":(\d+)[^\n]*listening/.exec(svc.stdout());
-    if (match?.[1]) return Number(match[1]);
-    if (svc.child.exitCode !== null) break;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`service did not start:\n${svc.stdout()}\n${svc.stderr()}`);
-}
-
-const baseEnv = (overrides: Record<string, string>) => {
-  const env = testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
-  delete env.NODE_OPTIONS; // jest's vm-modules flag is not the service's business
-  return env;
-};
+const baseEnv = (overrides: Record<string, string>) =>
+  testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
+const spawnService = (env: NodeJS.ProcessEnv, cwd = ROOT) => spawnScript('service/src/main.ts', env, { cwd });
 
 describe('Start-up settings', () => {
   test.each([
@@ -103,14 +63,7 @@ describe('Without the optional dependencies (the production image: npm ci --omit
 
   test('When DB_HOSTNAME is set, then the embedded database is never loaded: the start gets as far as the database', async () => {
     // A port nothing listens on: the start fails at the migrations, after the modules have loaded.
-    const port = await new Promise<number>((resolve) => {
-      const server = createServer().listen(0, '127.0.0.1', () => {
-        const address = server.address();
-        server.close(() => {
-          resolve(typeof address === 'object' && address ? address.port : 0);
-        });
-      });
-    });
+    const port = await freePort();
     const svc = spawnService(baseEnv({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port) }), dir);
     expect(await svc.exited).toBe(1);
     expect(svc.stdout()).toContain('migrations failed');
@@ -160,8 +113,10 @@ describe('Graceful shutdown', () => {
   });
 
   test('When SIGTERM arrives, then ready turns 503 at once while live stays 200, in-flight and new requests are still served during the delay, and the exit code is 0', async () => {
-    const svc = spawnService(baseEnv({ ...fresh.env, SHUTDOWN_DELAY_SECONDS: '2', BCRYPT_ROUNDS: '12' }));
-    const port = await listeningPort(svc);
+    const svc = await startService(
+      baseEnv({ ...fresh.env, SHUTDOWN_DELAY_SECONDS: '2', BCRYPT_ROUNDS: '12' }),
+    );
+    const port = svc.port;
     const url = (p: string) => `http://127.0.0.1:${port}${p}`;
     const credentials = { email: 'bye@example.com', password: 'password123' };
     const created = await fetch(url('/users/'), {

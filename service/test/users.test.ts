@@ -89,29 +89,6 @@ describe('POST /users/', () => {
     expect(res.body).not.toHaveProperty('admin');
   });
 
-  test('When the body is malformed JSON, then 400', async () => {
-    const res = await request(svc.app)
-      .post('/users/')
-      .set('Content-Type', 'application/json')
-      .send('{"email": ');
-    expectProblem(res, 400);
-  });
-
-  test('When the body is over 100 kB, then 413', async () => {
-    const res = await request(svc.app)
-      .post('/users/')
-      .send({ email: uniqueEmail(), password: 'password123', pad: 'x'.repeat(110_000) });
-    expectProblem(res, 413);
-  });
-
-  test('When the body is not JSON, then 415', async () => {
-    const res = await request(svc.app)
-      .post('/users/')
-      .type('form')
-      .send({ email: uniqueEmail(), password: 'password123' });
-    expectProblem(res, 415);
-  });
-
   test.each(['/users', '/USERS/', '/Users/', '/users//', '/users/x'])(
     'When registering at %s, then 404 (only /users/ answers)',
     async (path) => {

@@ -186,41 +186,6 @@ describe('Missing and invisible posts', () => {
   );
 });
 
-describe('Authentication', () => {
-  test('When no token is sent, then 401 Not authenticated with WWW-Authenticate: Bearer, and no vote is recorded', async () => {
-    const post = await freshPost();
-    const res = await api().post('/votes/').send({ post_id: post.id, dir: 1 });
-    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
-    expect(res.headers['www-authenticate']).toBe('Bearer');
-    expect(await totalOf(post)).toBe(0);
-  });
-
-  test('When a bad token is sent, then 401 Could not validate credentials', async () => {
-    const post = await freshPost();
-    const res = await api()
-      .post('/votes/')
-      .set(bearer(`${bob.token.slice(0, -2)}xx`))
-      .send({ post_id: post.id, dir: 1 });
-    expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
-    expect(res.headers['www-authenticate']).toBe('Bearer');
-    expect(await totalOf(post)).toBe(0);
-  });
-
-  test('When the body is invalid and there is no or a bad token, then 401 comes before validation', async () => {
-    expect(expectProblem(await api().post('/votes/').send({ dir: 2 }), 401).detail).toBe('Not authenticated');
-    expect(
-      expectProblem(
-        await api().post('/votes/').set(bearer('garbage')).send({ post_id: 'abc', dir: 'x' }),
-        401,
-      ).detail,
-    ).toBe('Could not validate credentials');
-    const malformed = await api().post('/votes/').set('Content-Type', 'application/json').send('{"post_id":');
-    expectProblem(malformed, 401);
-    const wrongType = await api().post('/votes/').set('Content-Type', 'text/plain').send('post_id=1&dir=1');
-    expectProblem(wrongType, 401);
-  });
-});
-
 describe('Validation', () => {
   let post: { id: number; title: string };
 
@@ -246,37 +211,6 @@ describe('Validation', () => {
     const res = await api().post('/votes/').set(bearer(bob)).send(body());
     const problem = expectProblem(res, 422);
     expect(problem.errors?.map((e) => e.field)).toContain(field);
-    expect(await totalOf(post)).toBe(0);
-  });
-
-  test('When the JSON is malformed, then 400', async () => {
-    const res = await api()
-      .post('/votes/')
-      .set(bearer(bob))
-      .set('Content-Type', 'application/json')
-      .send(`{"post_id": ${post.id}, "dir": `);
-    expectProblem(res, 400);
-    expect(await totalOf(post)).toBe(0);
-  });
-
-  test('When the body is not JSON, then 415 and no vote is recorded', async () => {
-    const text = await api()
-      .post('/votes/')
-      .set(bearer(bob))
-      .set('Content-Type', 'text/plain')
-      .send(JSON.stringify({ post_id: post.id, dir: 1 }));
-    expectProblem(text, 415);
-    const form = await api().post('/votes/').set(bearer(bob)).type('form').send({ post_id: post.id, dir: 1 });
-    expectProblem(form, 415);
-    expect(await totalOf(post)).toBe(0);
-  });
-
-  test('When the body is over 100 kB, then 413', async () => {
-    const res = await api()
-      .post('/votes/')
-      .set(bearer(bob))
-      .send({ post_id: post.id, dir: 1, padding: 'p'.repeat(110_000) });
-    expectProblem(res, 413);
     expect(await totalOf(post)).toBe(0);
   });
 });

@@ -1,0 +1,105 @@
+/**
+ * The PostgreSQL server the suites share, scratch databases on it, and clusters of a test's own (reliability's database-loss case, k8s-tests/local's stand-in
+ * for the chart's PostgreSQL): where the server binaries are, and initdb/pg_ctl run as the postgres
+ * user, because initdb refuses to run as root.
+ */
+import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
+import { chownSync, existsSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import knex from 'knex';
+
+/**
+ * The PostgreSQL server the suites run against (service tests on PostgreSQL, reliability, bench):
+ * the DB_* variables the service reads, else the local one on 127.0.0.1:5432 as postgres.
+ */
+export const postgresServer = {
+  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
+  port: Number(process.env.DB_PORT ?? 5432),
+  user: process.env.DB_USERNAME ?? 'postgres',
+  password: process.env.DB_PASSWORD ?? '',
+};
+
+/** The database to connect to for CREATE and DROP DATABASE. */
+export const adminDatabase = process.env.DB_NAME ?? 'postgres';
+
+/** A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it. */
+let scratchCounter = 0;
+export async function createScratchDatabase(
+  prefix: string,
+): Promise<{ name: string; drop(): Promise<void> }> {
+  scratchCounter += 1;
+  const name = `${prefix}_${process.pid}_${scratchCounter}_${Date.now().toString(36)}`;
+  const admin = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: adminDatabase },
+    pool: { min: 0, max: 1 },
+  });
+  await admin.raw(`CREATE DATABASE "${name}"`);
+  return {
+    name,
+    drop: async () => {
+      // WITH (FORCE): a connection a case left open must not keep the database.
+      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.destroy();
+    },
+  };
+}
+
+const DEBIAN_ROOT = '/usr/lib/postgresql';
+
+/** The folder of the server binaries: PG_BIN, or the newest /usr/lib/postgresql/<major>/bin with an initdb. */
+export function postgresBinDir(): string {
+  if (process.env.PG_BIN) return process.env.PG_BIN;
+  const majors = existsSync(DEBIAN_ROOT)
+    ? readdirSync(DEBIAN_ROOT)
+        .filter((v) => existsSync(path.join(DEBIAN_ROOT, v, 'bin', 'initdb')))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
+  return path.join(DEBIAN_ROOT, majors[0] ?? '15', 'bin');
+}
+
+/** One server binary (initdb, pg_ctl, postgres, createdb, pg_isready). */
+export const postgresBin = (tool: string): string => path.join(postgresBinDir(), tool);
+
+/** The postgres account's uid and gid when this process is root (it must hand the work to it), else undefined. */
+export function postgresAccount(): { uid: number; gid: number } | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  // Throws when the machine has no postgres user.
+  const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
+  return { uid: id('-u'), gid: id('-g') };
+}
+
+/** Gives a file or folder to the postgres account (when running as root). */
+export function ownForPostgres(file: string): void {
+  const account = postgresAccount();
+  if (account) chownSync(file, account.uid, account.gid);
+}
+
+/** Runs a server binary to completion, as the postgres account when this process is root. */
+export function runPostgresTool(tool: string, args: string[], options: ExecFileSyncOptions = {}): string {
+  const command = postgresBin(tool);
+  if (!existsSync(command))
+    throw new Error(
+      `${command} is missing: apt-get install postgresql (or set PG_BIN to the binaries' folder)`,
+    );
+  try {
+    return execFileSync(command, args, {
+      stdio: 'pipe',
+      timeout: 60_000,
+      ...postgresAccount(),
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      ...options,
+    }).toString();
+  } catch (error) {
+    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? '';
+    throw new Error(`${tool} ${args.join(' ')} failed: ${stderr.trim()}`, { cause: error });
+  }
+}
+
+/**
+ * initdb into `data` (its parent must be the postgres account's): UTF-8, the superuser `user`;
+ * `extra` says how clients authenticate and anything else the caller needs.
+ */
+export function initdb(data: string, user: string, extra: string[]): void {
+  runPostgresTool('initdb', ['-D', data, '-U', user, '-E', 'UTF8', ...extra]);
+}
