@@ -9,6 +9,7 @@ import { crossOrigin } from './http/cors';
 import { docsRouter } from './http/docs';
 import { errorHandler, notFound } from './http/errors';
 import { requireHost } from './http/protocol';
+import { closeAfterOversizedBody } from './http/validation';
 import { requestLog } from './http/request-log';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
@@ -43,6 +44,7 @@ export function createApp({
   app.set('case sensitive routing', true);
 
   app.use(requireHost);
+  app.use(closeAfterOversizedBody);
   const cors = crossOrigin(settings.corsAllowedOrigins);
   // The probes come before the request log and metrics: they are neither logged nor counted.
   app.use(healthRouter(db, logger, cors, shutdown));

@@ -69,14 +69,17 @@ async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
   });
   socket.on('error', () => undefined);
   socket.write(bytes);
+  let timer: NodeJS.Timeout | undefined;
   const closed = await Promise.race([
     once(socket, 'close').then(() => true),
     new Promise<boolean>((resolve) => {
-      setTimeout(() => {
+      timer = setTimeout(() => {
         resolve(false);
       }, waitMs);
     }),
   ]);
+  // A pending timer would keep the test worker alive after the last test.
+  clearTimeout(timer);
   socket.destroy();
   return { text, closed, firstByteMs };
 }
@@ -287,6 +290,23 @@ describe('3. Declared lengths and Expect against every body limit', () => {
       const answer = await raw(huge(path, 'Expect: 100-continue\r\n'));
       expect(answer.text).not.toMatch(/100 Continue/);
       expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
+      expect(answer.closed).toBe(true);
+    },
+  );
+
+  // Answered before any body is read (no token, or a path that reads none): the declared 200 MB
+  // would otherwise be waited for and drained, holding the connection as long as the client likes.
+  test.each([
+    ['POST /posts/ without a token', 'POST /posts/', 'Content-Type: application/json\r\n', 401],
+    ['GET /posts/public', 'GET /posts/public', '', 200],
+    ['GET /healthz/live', 'GET /healthz/live', '', 200],
+  ])(
+    'When %s declares a 200 MB body it never sends, then the answer comes at once and the connection closes',
+    async (_name, line, extra, status) => {
+      const answer = await raw(`${line} HTTP/1.1\r\nHost: x\r\n${extra}Content-Length: 209715200\r\n\r\n`);
+      expect(answer.text).toMatch(new RegExp(`^HTTP/1\\.1 ${String(status)} `));
+      expect(answer.firstByteMs).toBeLessThan(2000);
+      expect(answer.text).toMatch(/\r\nConnection: close\r\n/i);
       expect(answer.closed).toBe(true);
     },
   );

@@ -33,7 +33,7 @@ const definition = {
       'Cross-origin calls are allowed only from the configured origins (`CORS_ALLOWED_ORIGINS`); every answer carries `Vary: Origin` because it depends on the origin.',
       'No cookies are ever set.',
       '',
-      '**Bodies**: JSON endpoints read `application/json`, `/login` reads `application/x-www-form-urlencoded`, both in UTF-8 only (a `charset` other than `utf-8` is 415), at most 100 kB after decompression. `Content-Encoding` may be `gzip`, `deflate` or `br` (one at most; anything else 415; a body that does not decompress 400). A declared `Content-Length` over 100 kB is 413 before the body is read, and `Expect: 100-continue` is answered `100 Continue` only when the body is about to be read; any other `Expect` is 417. A request without `Host`, or with two, is 400.',
+      '**Bodies**: JSON endpoints read `application/json`, `/login` reads `application/x-www-form-urlencoded`, both in UTF-8 only (a `charset` other than `utf-8` is 415), at most 100 kB after decompression. `Content-Encoding` may be `gzip`, `deflate` or `br` (one at most; anything else 415; a body that does not decompress 400). A declared `Content-Length` over 100 kB is 413 before the body is read (and any answer to such a request closes the connection), and `Expect: 100-continue` is answered `100 Continue` only when the body is about to be read; any other `Expect` is 417. A request without `Host`, or with two, is 400.',
       '',
       '**Tokens** must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, not in the future; no `iss`, `aud` or `jti`. Otherwise 401.',
       '',

@@ -60,6 +60,18 @@ function declaredLength(req: IncomingMessage): number | undefined {
   return header !== undefined && /^[0-9]+$/.test(header) ? Number(header) : undefined;
 }
 
+const declaresTooMuch = (req: IncomingMessage): boolean => (declaredLength(req) ?? 0) > BODY_LIMIT_BYTES;
+
+/**
+ * A body declared over the limit is never read, whatever answers the request (413 from a parser,
+ * 401 before it, or a route that reads no body): the connection closes after the answer instead
+ * of Node draining, for as long as the client cares to send, a body nobody will look at.
+ */
+export const closeAfterOversizedBody: RequestHandler = (req, res, next) => {
+  if (declaresTooMuch(req)) res.setHeader('Connection', 'close');
+  next();
+};
+
 const tooLarge = (): ApiError =>
   // The body is never read: closing is the only way to be rid of it without reading it.
   new ApiError(413, 'The request body is larger than 100 kB', {}, { Connection: 'close' });
@@ -73,8 +85,7 @@ const mediaType = (req: Request): string => parseContentType(req.headers['conten
  */
 function bodyGuard(type: string): RequestHandler {
   return (req, res, next) => {
-    const length = declaredLength(req);
-    if (length !== undefined && length > BODY_LIMIT_BYTES) throw tooLarge();
+    if (declaresTooMuch(req)) throw tooLarge();
     if (!hasBody(req) || mediaType(req) !== type) {
       next();
       return;
