@@ -8,39 +8,12 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
-import { translate, type ControllerValues } from './nginx-config';
+import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
+import { translate } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { freePort } from './processes';
 
-const HOST = 'api.example';
-const controller: ControllerValues = { controller: { config: { 'limit-req-status-code': '429' } } };
-
-function ingress(
-  name: string,
-  paths: { path: string; pathType: 'Exact' | 'Prefix' }[],
-  annotations: Record<string, string> = {},
-): IIngress {
-  return {
-    apiVersion: 'networking.k8s.io/v1',
-    kind: 'Ingress',
-    metadata: { name, annotations },
-    spec: {
-      ingressClassName: 'nginx',
-      rules: [
-        {
-          host: HOST,
-          http: {
-            paths: paths.map((p) => ({
-              ...p,
-              backend: { service: { name: 'api', port: { name: 'http' } } },
-            })),
-          },
-        },
-      ],
-    },
-  };
-}
+const HOST = FIXTURE_HOST;
 
 // The chart's shape: Exact /login and /users/ limited (10/min, burst 10), Prefix / and /docs/ not.
 const ingresses = [

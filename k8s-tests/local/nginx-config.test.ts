@@ -1,5 +1,6 @@
 /** The translation on its own: the mapping the README documents, and loud refusals of anything else. */
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
+import { controller, ingress } from './ingress-fixtures';
 import { translate, type ControllerValues, type NginxSettings } from './nginx-config';
 
 const settings: NginxSettings = {
@@ -11,33 +12,6 @@ const settings: NginxSettings = {
   endpoints: () => ['127.0.0.1:9001', '127.0.0.1:9002'],
   headersMoreModule: '/mods/ngx_http_headers_more_filter_module.so',
 };
-const controller: ControllerValues = { controller: { config: { 'limit-req-status-code': '429' } } };
-
-function ingress(
-  name: string,
-  paths: { path: string; pathType: 'Exact' | 'Prefix' | 'ImplementationSpecific' }[],
-  annotations: Record<string, string> = {},
-): IIngress {
-  return {
-    apiVersion: 'networking.k8s.io/v1',
-    kind: 'Ingress',
-    metadata: { name, annotations },
-    spec: {
-      ingressClassName: 'nginx',
-      rules: [
-        {
-          host: 'api.example',
-          http: {
-            paths: paths.map((p) => ({
-              ...p,
-              backend: { service: { name: 'api', port: { name: 'http' } } },
-            })),
-          },
-        },
-      ],
-    },
-  };
-}
 
 const auth = ingress(
   'auth',
