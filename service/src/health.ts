@@ -73,9 +73,8 @@ export function healthRouter(
  *     summary: Liveness
  *     description: HEAD answers alike, without a body; a query string is ignored; other methods are 405.
  *     responses:
- *       200: { description: The process runs. }
+ *       200: { description: 'The process runs (also while it drains after SIGTERM).' }
  *       405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' }
- *       503: { description: Shutting down. }
  * /healthz/ready:
  *   get:
  *     tags: [Health]
