@@ -2,7 +2,6 @@
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { openSync, closeSync } from 'node:fs';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface Managed {
@@ -53,7 +52,16 @@ export async function stop(
 ): Promise<number | string> {
   if (managed.hasExited()) return managed.exited;
   process.kill(managed.pid, signal);
-  const result = await Promise.race([managed.exited, sleep(graceMs).then(() => undefined)]);
+  // The grace timer is cancelled once the process is gone, so it never outlives the caller (jest).
+  const grace = new AbortController();
+  const result = await Promise.race([
+    managed.exited,
+    sleep(graceMs, undefined, { signal: grace.signal }).then(
+      () => undefined,
+      () => undefined,
+    ),
+  ]);
+  grace.abort();
   if (result !== undefined) return result;
   if (!managed.hasExited()) process.kill(managed.pid, 'SIGKILL');
   return managed.exited;
@@ -64,19 +72,8 @@ export function stillRunning(): Managed[] {
   return [...running].reverse();
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePromise, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => {
-        resolvePromise(port);
-      });
-    });
-  });
-}
+// One definition of a free port for every harness.
+export { freePort } from '../../testing/service';
 
 /** GET on 127.0.0.1 with a fresh connection; the status, or 0 when there is no answer in time. */
 export function probe(
