@@ -43,7 +43,8 @@ function close(server: Server): Promise<void> {
 /**
  * Listens, and shuts down under terminus: on SIGTERM readiness (health.ts) turns 503 at once, the
  * listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the pod out meanwhile), then
- * stops accepting, lets in-flight requests finish, closes the database and exits 0. Metrics are served on a listener of their own (METRICS_PORT), never on the API's.
+ * stops accepting, lets in-flight requests finish, closes the database and exits 0. Metrics are
+ * served on a listener of their own (METRICS_PORT), never on the API's.
  */
 export async function startServer(settings: Settings, db: Database, logger: Logger): Promise<RunningServer> {
   const metrics = createMetrics(db, logger);

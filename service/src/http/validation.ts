@@ -86,12 +86,17 @@ const mediaType = (req: Request): string => parseContentType(req.headers['conten
 function bodyGuard(type: string): RequestHandler {
   return (req, res, next) => {
     if (declaresTooMuch(req)) throw tooLarge();
-    if (!hasBody(req) || mediaType(req) !== type) {
+    if (!hasBody(req)) {
       next();
       return;
     }
     const header = req.headers['content-type'] ?? '';
-    const charset = parseContentType(header).parameters.charset;
+    const contentType = parseContentType(header);
+    if (contentType.type !== type) {
+      next();
+      return;
+    }
+    const charset = contentType.parameters.charset;
     // A second charset could be read differently by whatever sits in front; refuse the ambiguity.
     if (
       (header.match(/;\s*charset\s*=/gi) ?? []).length > 1 ||
