@@ -9,8 +9,9 @@
  * CLI:     `tsx scripts/node-release.ts` prints the path of the unpacked `node` binary.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { intoPlace, npmPack } from './npm-pack';
 
 export const repoRoot = resolve(__dirname, '..');
 
@@ -37,29 +38,14 @@ export function nodeImage(): NodeImage {
   };
 }
 
-/** `npm pack` a package into a fresh folder and unpack it there; returns the package's folder. */
+/** `npm pack` a package and unpack it into `target` (once); returns the package's folder. */
 export function packAndUnpack(spec: string, target: string): string {
-  if (existsSync(join(target, 'package', 'package.json'))) return join(target, 'package');
-  // Unpack beside the target and rename at the end, so an interrupted run leaves nothing trusted.
-  const staging = `${target}.tmp-${process.pid}`;
-  rmSync(staging, { recursive: true, force: true });
-  mkdirSync(staging, { recursive: true });
-  const tarball = execFileSync('npm', ['pack', spec, '--pack-destination', staging, '--silent'], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-    .trim()
-    .split('\n')
-    .pop();
-  if (!tarball) throw new Error(`npm pack ${spec} named no tarball`);
-  execFileSync('tar', ['-xzf', join(staging, tarball), '-C', staging]);
-  rmSync(join(staging, tarball));
-  try {
-    renameSync(staging, target);
-  } catch (error) {
-    rmSync(staging, { recursive: true, force: true });
-    if (!existsSync(target)) throw error;
-  }
+  intoPlace(target, (staging) => {
+    const tarball = npmPack(spec, staging);
+    execFileSync('tar', ['-xzf', tarball, '-C', staging]);
+    rmSync(tarball);
+    return staging;
+  });
   return join(target, 'package');
 }
 

