@@ -4,13 +4,50 @@ import knex, { type Knex } from 'knex';
 import { exclusiveOnPostgres } from './migrator';
 import type { Logger } from './logger';
 import type { Settings } from './settings';
+import type { Statement } from './statements';
 
 export interface Database {
   knex: Knex;
   kind: 'postgres' | 'embedded';
   /** Runs `work` while no other process sharing this database runs its own `exclusive` work. */
   exclusive<T>(work: () => Promise<T>, waitMs: number, onWait?: () => void): Promise<T>;
+  /** Runs a statement (see statements.ts) on a connection of the pool; its rows. */
+  run<Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]>;
   close(): Promise<void>;
+}
+
+/** The driver connection knex's pool lends: pg's Client, or the PGlite instance itself. */
+interface DriverConnection {
+  query(
+    query: string | { name: string; text: string; values: unknown[] },
+    values?: unknown[],
+  ): Promise<{ rows: unknown[] }>;
+}
+
+/**
+ * Statements go straight to a connection from knex's pool, past knex's query runner: the pool's
+ * limits and acquire time-out still hold, and a knex transaction holding PGlite's one connection
+ * still keeps them out until it ends. PostgreSQL gets a named prepared statement (parsed and
+ * planned once per connection; pg remembers which names each connection has prepared); PGlite,
+ * which keeps no statements between queries, gets the text each time.
+ */
+function statementRunner(instance: Knex, named: boolean): Database['run'] {
+  const client = instance.client as {
+    acquireConnection(): Promise<DriverConnection>;
+    releaseConnection(connection: DriverConnection): Promise<unknown>;
+  };
+  return async <Row, P extends object>(statement: Statement<P>, params: P) => {
+    const { text, values } = statement.compile(instance);
+    const connection = await client.acquireConnection();
+    try {
+      const result = named
+        ? await connection.query({ name: statement.name, text, values: values(params) })
+        : await connection.query(text, values(params));
+      return result.rows as Row[];
+    } finally {
+      void client.releaseConnection(connection);
+    }
+  };
 }
 
 interface EmbeddedModules {
@@ -87,6 +124,7 @@ export async function openDatabase(settings: Settings, logger: Logger): Promise<
       knex: instance,
       kind: 'postgres',
       exclusive: (work, waitMs, onWait) => exclusiveOnPostgres(connection, work, waitMs, onWait),
+      run: statementRunner(instance, true),
       close: () => instance.destroy(),
     };
   }
@@ -109,6 +147,7 @@ export async function openDatabase(settings: Settings, logger: Logger): Promise<
     kind: 'embedded',
     // PGlite belongs to this process alone: there is no other process to keep out.
     exclusive: (work) => work(),
+    run: statementRunner(instance, false),
     close: async () => {
       await instance.destroy();
       if (!pglite.closed) await pglite.close();

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Database } from '../database';
+import { statement } from '../statements';
 import type { User } from '../users/users.repository';
 import type { ListQuery, PostInput } from './posts.schemas';
 
@@ -27,7 +28,10 @@ interface PostWithOwnerRow extends PostRow {
 /** Who is looking: an authenticated caller also sees their own drafts; the public sees published posts. */
 export type Viewer = { userId: number } | 'public';
 
-/** The visibility rule, as SQL: published posts, and for a signed-in viewer their own drafts too. */
+/**
+ * The visibility rule, as SQL: published posts, and for a signed-in viewer their own drafts too.
+ * In a statement, the viewer's id is the statement's parameter (see statements.ts).
+ */
 function visibleTo(viewer: Viewer) {
   return (q: Knex.QueryBuilder) => {
     if (viewer === 'public') void q.where('published', true);
@@ -52,14 +56,14 @@ function likeSubstring(search: string): string {
  * Adds owner and vote count to a set of post rows. Votes are counted per post in the outer select,
  * so only the rows of the page are counted, never the whole votes table.
  */
-function withOwnerAndVotes(db: Database, rows: Knex.QueryBuilder): Knex.QueryBuilder {
-  return db.knex
+function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuilder {
+  return knex
     .with('page', rows)
     .select(
       'page.*',
       'u.email as owner_email',
       'u.created_at as owner_created_at',
-      db.knex.raw('(SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes'),
+      knex.raw('(SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes'),
     )
     .from('page')
     .join('users as u', 'u.id', 'page.user_id');
@@ -78,29 +82,83 @@ function toPost(row: PostWithOwnerRow): Post {
   };
 }
 
+interface ListParams {
+  limit: number;
+  skip: number;
+  userId?: number;
+  search?: string;
+}
+
+/** One page of the list in the viewer's kind (public, or a signed-in user) with or without a search. */
+function listStatement(kind: 'public' | 'user', search: boolean) {
+  return statement<ListParams>(`posts_${kind}${search ? '_search' : ''}`, (knex, param) => {
+    const page = knex('posts')
+      .select('*')
+      .modify(visibleTo(kind === 'public' ? 'public' : { userId: param('userId') }))
+      .orderBy([...NEWEST_FIRST])
+      .limit(param('limit'))
+      .offset(param('skip'));
+    if (search) void page.whereILike('title', param('search') as unknown as string);
+    return withOwnerAndVotes(knex, page).orderBy(
+      NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })),
+    );
+  });
+}
+
+const LIST = {
+  public: { plain: listStatement('public', false), search: listStatement('public', true) },
+  user: { plain: listStatement('user', false), search: listStatement('user', true) },
+};
+
 export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<Post[]> {
-  const page = db
-    .knex<PostRow>('posts')
-    .select('*')
-    .modify(visibleTo(viewer))
-    .orderBy([...NEWEST_FIRST])
-    .limit(query.limit)
-    .offset(query.skip);
-  if (query.search) void page.whereILike('title', likeSubstring(query.search));
-  const rows = (await withOwnerAndVotes(db, page).orderBy(
-    NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })),
-  )) as PostWithOwnerRow[];
+  const shapes = viewer === 'public' ? LIST.public : LIST.user;
+  const rows = await db.run<PostWithOwnerRow, ListParams>(query.search ? shapes.search : shapes.plain, {
+    limit: query.limit,
+    skip: query.skip,
+    ...(viewer === 'public' ? {} : { userId: viewer.userId }),
+    ...(query.search ? { search: likeSubstring(query.search) } : {}),
+  });
   return rows.map(toPost);
 }
 
+const postFor = {
+  public: statement<{ id: number }>('post_public', (knex, param) =>
+    withOwnerAndVotes(knex, knex('posts').select('*').where('id', param('id')).modify(visibleTo('public'))),
+  ),
+  user: statement<{ id: number; userId: number }>('post_for_user', (knex, param) =>
+    withOwnerAndVotes(
+      knex,
+      knex('posts')
+        .select('*')
+        .where('id', param('id'))
+        .modify(visibleTo({ userId: param('userId') })),
+    ),
+  ),
+};
+
 /** A post the viewer may see, or undefined (missing and invisible look the same). */
 export async function getPost(db: Database, id: number, viewer: Viewer): Promise<Post | undefined> {
-  const rows = (await withOwnerAndVotes(
-    db,
-    db.knex('posts').select('*').where({ id }).modify(visibleTo(viewer)),
-  )) as PostWithOwnerRow[];
+  const rows =
+    viewer === 'public'
+      ? await db.run<PostWithOwnerRow, { id: number }>(postFor.public, { id })
+      : await db.run<PostWithOwnerRow, { id: number; userId: number }>(postFor.user, {
+          id,
+          userId: viewer.userId,
+        });
   return rows[0] && toPost(rows[0]);
 }
+
+const ownerFor = {
+  public: statement<{ id: number }>('post_owner_public', (knex, param) =>
+    knex('posts').select('user_id').where('id', param('id')).modify(visibleTo('public')),
+  ),
+  user: statement<{ id: number; userId: number }>('post_owner_for_user', (knex, param) =>
+    knex('posts')
+      .select('user_id')
+      .where('id', param('id'))
+      .modify(visibleTo({ userId: param('userId') })),
+  ),
+};
 
 /**
  * The owner of a post the viewer may see, or undefined: another user's draft is as absent as a
@@ -112,13 +170,14 @@ export async function visiblePostOwner(
   id: number,
   viewer: Viewer,
 ): Promise<number | undefined> {
-  const row = await db
-    .knex<PostRow>('posts')
-    .select('user_id')
-    .where({ id })
-    .modify(visibleTo(viewer))
-    .first<Pick<PostRow, 'user_id'> | undefined>();
-  return row?.user_id;
+  const rows =
+    viewer === 'public'
+      ? await db.run<Pick<PostRow, 'user_id'>, { id: number }>(ownerFor.public, { id })
+      : await db.run<Pick<PostRow, 'user_id'>, { id: number; userId: number }>(ownerFor.user, {
+          id,
+          userId: viewer.userId,
+        });
+  return rows[0]?.user_id;
 }
 
 export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post> {

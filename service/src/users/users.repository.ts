@@ -1,6 +1,7 @@
 import type { Database } from '../database';
 import { errorFields } from '../database-errors';
 import { hasNul } from '../http/validation';
+import { statement } from '../statements';
 
 /** A user as the API returns it: never the password hash. */
 export interface User {
@@ -34,18 +35,25 @@ export async function createUser(
   }
 }
 
+const userById = statement<{ id: number }>('user_by_id', (knex, param) =>
+  knex('users').select(PUBLIC_COLUMNS).where('id', param('id')),
+);
+
+/** Asked on every authenticated request, so it is a prepared statement (statements.ts). */
 export async function findUserById(db: Database, id: number): Promise<User | undefined> {
-  return db.knex<User>('users').select<User>(PUBLIC_COLUMNS).where({ id }).first();
+  return (await db.run<User, { id: number }>(userById, { id }))[0];
 }
+
+const userByEmail = statement<{ email: string }>('user_by_email', (knex, param) =>
+  knex('users')
+    .select('id', 'email', 'created_at', 'password')
+    .whereRaw('lower(email) = lower(?)', [param('email')]),
+);
 
 /** Case-insensitive look-up served by the lower(email) index. */
 export async function findUserByEmail(db: Database, email: string): Promise<UserWithHash | undefined> {
   // PostgreSQL refuses a NUL in text outright (22021, which would be a 500), and no stored e-mail
   // can hold one: such an address matches nobody, and the login still does a full bcrypt compare.
   if (hasNul(email)) return undefined;
-  return db
-    .knex<UserWithHash>('users')
-    .select('id', 'email', 'created_at', 'password')
-    .whereRaw('lower(email) = lower(?)', [email])
-    .first();
+  return (await db.run<UserWithHash, { email: string }>(userByEmail, { email }))[0];
 }

@@ -1,5 +1,21 @@
 import type { Database } from '../database';
 import { errorFields } from '../database-errors';
+import { statement } from '../statements';
+
+type VoteKey = { userId: number; postId: number };
+
+const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
+  knex('votes')
+    .insert({ user_id: param('userId'), post_id: param('postId') })
+    .onConflict(['user_id', 'post_id'])
+    .ignore()
+    .returning('post_id'),
+);
+
+// RETURNING rather than the affected-row count: PGlite reports a delete's count differently.
+const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
+  knex('votes').where({ user_id: param('userId'), post_id: param('postId') }).delete().returning('post_id'),
+);
 
 /**
  * Adds a vote. The primary key (user_id, post_id) decides between simultaneous identical votes:
@@ -11,12 +27,7 @@ export async function addVote(
   postId: number,
 ): Promise<'added' | 'exists' | 'no-post'> {
   try {
-    const inserted = await db
-      .knex('votes')
-      .insert({ user_id: userId, post_id: postId })
-      .onConflict(['user_id', 'post_id'])
-      .ignore()
-      .returning('post_id');
+    const inserted = await db.run(insertVote, { userId, postId });
     return inserted.length > 0 ? 'added' : 'exists';
   } catch (error) {
     // The post was deleted between the existence check and the insert.
@@ -26,11 +37,5 @@ export async function addVote(
 }
 
 export async function removeVote(db: Database, userId: number, postId: number): Promise<boolean> {
-  // RETURNING rather than the affected-row count: knex-pglite reports a delete's count differently.
-  const deleted = await db
-    .knex('votes')
-    .where({ user_id: userId, post_id: postId })
-    .delete()
-    .returning('post_id');
-  return deleted.length > 0;
+  return (await db.run(deleteVote, { userId, postId })).length > 0;
 }
