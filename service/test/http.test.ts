@@ -3,6 +3,7 @@ import {
   bearer,
   expectProblem,
   newAccount,
+  newPost,
   startTestService,
   type Account,
   type TestService,
@@ -78,6 +79,92 @@ describe('Cross-origin requests', () => {
       const res = await preflight('/posts/', origin);
       expect(res.headers['access-control-allow-origin']).toBeUndefined();
     }
+  });
+});
+
+/** helmet's headers that govern documents; an API answer has no use for them (security-headers.ts). */
+const PAGE_ONLY = [
+  'cross-origin-opener-policy',
+  'origin-agent-cluster',
+  'referrer-policy',
+  'x-dns-prefetch-control',
+  'x-download-options',
+  'x-frame-options',
+  'x-permitted-cross-domain-policies',
+  'x-xss-protection',
+];
+const API_SET = {
+  'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+  'cross-origin-resource-policy': 'same-origin',
+  'strict-transport-security': 'max-age=31536000; includeSubDomains',
+  'x-content-type-options': 'nosniff',
+};
+
+describe('Security headers by kind of answer', () => {
+  test.each([
+    ['a JSON list', () => request(svc.app).get('/posts/public'), 200],
+    ["the caller's list", () => request(svc.app).get('/posts/').set(bearer(account)), 200],
+    ['a 401', () => request(svc.app).get('/posts/'), 401],
+    ['a 404 problem', () => request(svc.app).get('/no/such/path'), 404],
+    ['a 422 problem', () => request(svc.app).get('/posts/public?limit=0'), 422],
+    [
+      'a 403 from the login',
+      () =>
+        request(svc.app).post('/login').type('form').send({ username: account.email, password: 'wrong-one' }),
+      403,
+    ],
+    ['the OpenAPI document', () => request(svc.app).get('/openapi.json'), 200],
+    ['a preflight', () => preflight('/posts/', ALLOWED), 200],
+  ])(
+    'When %s is answered, then it carries the API set and none of the page-only headers',
+    async (_kind, send, status) => {
+      const res = await send();
+      expect(res.status).toBe(status);
+      expect(res.headers).toMatchObject(API_SET);
+      for (const name of PAGE_ONLY) expect(res.headers[name]).toBeUndefined();
+    },
+  );
+
+  test.each(['/docs', '/docs/', '/docs/swagger-ui.css'])(
+    "When the docs page or an asset (%s) is answered, then it carries helmet's full set with its page policy",
+    async (path) => {
+      const res = await request(svc.app).get(path);
+      expect(res.status).toBe(200);
+      for (const name of PAGE_ONLY.filter((n) => n !== 'x-xss-protection'))
+        expect(res.headers[name]).toBeDefined();
+      expect(res.headers['x-xss-protection']).toBe('0');
+      // The page runs Swagger UI's own scripts: its policy allows them (the API's allows nothing).
+      expect(res.headers['content-security-policy']).toContain("script-src 'self'");
+      expect(res.headers['x-content-type-options']).toBe('nosniff');
+    },
+  );
+
+  test('When a probe answers, then it carries none of them (the kubelet is no browser)', async () => {
+    for (const path of ['/healthz/live', '/healthz/ready']) {
+      const res = await request(svc.app).get(path);
+      expect(res.status).toBe(200);
+      for (const name of [...PAGE_ONLY, ...Object.keys(API_SET)]) expect(res.headers[name]).toBeUndefined();
+    }
+  });
+});
+
+describe('Conditional GET', () => {
+  test('When a list is asked again with its ETag, then 304 without a body until the list changes', async () => {
+    const first = await request(svc.app).get('/posts/public?limit=3');
+    expect(first.status).toBe(200);
+    const etag = String(first.headers.etag);
+    expect(etag).toMatch(/^W\/"[0-9a-f]+-/);
+
+    const again = await request(svc.app).get('/posts/public?limit=3').set('If-None-Match', etag);
+    expect(again.status).toBe(304);
+    expect(again.text).toBe('');
+    expect(again.headers.etag).toBe(etag);
+
+    await newPost(svc.app, account, { title: 'A newer post changes the first page' });
+    const changed = await request(svc.app).get('/posts/public?limit=3').set('If-None-Match', etag);
+    expect(changed.status).toBe(200);
+    expect(changed.headers.etag).not.toBe(etag);
+    expect((changed.body as { title: string }[])[0]?.title).toBe('A newer post changes the first page');
   });
 });
 

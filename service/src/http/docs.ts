@@ -4,6 +4,7 @@ import swaggerJsdoc from 'swagger-jsdoc';
 import swaggerUi from 'swagger-ui-express';
 import { requestComponents as generateRequestComponents } from './request-schemas';
 import { exactRouter } from './router';
+import { pageHeaders } from './security-headers';
 
 const problem = (example: Record<string, unknown>) => ({
   'application/problem+json': {
@@ -222,9 +223,9 @@ export function docsRouter(): Router {
   };
   // The page answers 200 at /docs itself (no redirect to /docs/), so its asset links are absolute.
   const page = swaggerUi.generateHTML(document, uiOptions).replace(/(href|src)="\.\//g, '$1="/docs/');
-  router.get(['/docs', '/docs/'], (_req, res) => {
+  router.get(['/docs', '/docs/'], pageHeaders, (_req, res) => {
     res.type('html').send(page);
   });
-  router.use('/docs', leaveForPackageJson, swaggerUi.serveFiles(document, uiOptions));
+  router.use('/docs', pageHeaders, leaveForPackageJson, swaggerUi.serveFiles(document, uiOptions));
   return router;
 }
