@@ -31,7 +31,7 @@ export function healthRouter(
   };
 
   router
-    .route('/healthz/live')
+    .route('/live')
     .all(cors)
     .get((_req, res) => {
       answer(res, 200, { status: 'ok' });
@@ -39,7 +39,7 @@ export function healthRouter(
     .all(methodNotAllowed(['GET', 'HEAD']));
 
   router
-    .route('/healthz/ready')
+    .route('/ready')
     .all(cors)
     .get(async (_req, res) => {
       if (shutdown.started) {

@@ -1,6 +1,6 @@
 import { randomBytes, type KeyObject } from 'node:crypto';
 import bcrypt from 'bcrypt';
-import { Router } from 'express';
+import type { Router } from 'express';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, validate } from '../http/validation';
@@ -9,7 +9,6 @@ import { findUserByEmail } from '../users/users.repository';
 import { bcryptComparable } from '../users/users.schemas';
 import { loginForm } from './auth.schemas';
 import { signAccessToken } from './tokens';
-import { exactRouter } from '../http/router';
 
 export interface LoginOptions {
   /** The signing key (tokenKey), shared with the authentication that verifies the tokens. */
@@ -18,8 +17,8 @@ export interface LoginOptions {
   bcryptRounds: number;
 }
 
-export function authRouter(db: Database, options: LoginOptions): Router {
-  const router = exactRouter();
+/** The form login, added to the app's one API router (app.ts). */
+export function authRoutes(router: Router, db: Database, options: LoginOptions): void {
   // Compared against when the e-mail is unknown, at the same cost as a real hash.
   const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
 
@@ -41,7 +40,6 @@ export function authRouter(db: Database, options: LoginOptions): Router {
       });
     })
     .all(methodNotAllowed(['POST']));
-  return router;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { Router, type RequestHandler } from 'express';
+import type { RequestHandler, Router } from 'express';
 import { caller } from '../auth/auth.middleware';
 import type { Database } from '../database';
 import { methodNotAllowed } from '../http/errors';
@@ -6,7 +6,6 @@ import { jsonBody, validate } from '../http/validation';
 import { notYourPost, postNotFound } from './posts.errors';
 import { createPost, deletePost, getPost, listPosts, updatePost, visiblePostOwner } from './posts.repository';
 import { listQuery, postIdParams, postInput } from './posts.schemas';
-import { exactRouter } from '../http/router';
 
 /** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
 async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
@@ -15,8 +14,8 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
   if (owner !== userId) throw notYourPost();
 }
 
-export function postsRouter(db: Database, auth: RequestHandler): Router {
-  const router = exactRouter();
+/** The posts, added to the app's one API router (app.ts). */
+export function postsRoutes(router: Router, db: Database, auth: RequestHandler): void {
 
   const list: RequestHandler = async (req, res) => {
     const query = validate(listQuery, req.query, 'query');
@@ -65,8 +64,6 @@ export function postsRouter(db: Database, auth: RequestHandler): Router {
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
-
-  return router;
 }
 
 /**

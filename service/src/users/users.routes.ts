@@ -1,14 +1,13 @@
 import bcrypt from 'bcrypt';
-import { Router } from 'express';
+import type { Router } from 'express';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { createUser } from './users.repository';
 import { userCreate } from './users.schemas';
-import { exactRouter } from '../http/router';
 
-export function usersRouter(db: Database, bcryptRounds: number): Router {
-  const router = exactRouter();
+/** Registration, added to the app's one API router (app.ts). */
+export function usersRoutes(router: Router, db: Database, bcryptRounds: number): void {
   router
     .route('/users/')
     .post(...jsonBody, async (req, res) => {
@@ -19,7 +18,6 @@ export function usersRouter(db: Database, bcryptRounds: number): Router {
       res.status(201).json(user);
     })
     .all(methodNotAllowed(['POST']));
-  return router;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { Router, type RequestHandler } from 'express';
+import type { RequestHandler, Router } from 'express';
 import { caller } from '../auth/auth.middleware';
 import type { Database } from '../database';
 import { ApiError, methodNotAllowed } from '../http/errors';
@@ -7,10 +7,9 @@ import { postNotFound } from '../posts/posts.errors';
 import { visiblePostOwner } from '../posts/posts.repository';
 import { addVote, removeVote } from './votes.repository';
 import { voteInput } from './votes.schemas';
-import { exactRouter } from '../http/router';
 
-export function votesRouter(db: Database, auth: RequestHandler): Router {
-  const router = exactRouter();
+/** Voting, added to the app's one API router (app.ts). */
+export function votesRoutes(router: Router, db: Database, auth: RequestHandler): void {
   router
     .route('/votes/')
     .post(auth, ...jsonBody, async (req, res) => {
@@ -32,7 +31,6 @@ export function votesRouter(db: Database, auth: RequestHandler): Router {
       res.status(201).json({ message: 'successfully deleted vote' });
     })
     .all(methodNotAllowed(['POST']));
-  return router;
 }
 
 /**
