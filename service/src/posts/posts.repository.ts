@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Database } from '../database';
 import type { User } from '../users/users.repository';
+import { decodeCursor, type Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
 
 interface PostRow {
@@ -78,19 +79,67 @@ function toPost(row: PostWithOwnerRow): Post {
   };
 }
 
-export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<Post[]> {
+/** A list page, and the position after its last post when more posts follow. */
+export interface ListPage {
+  posts: Post[];
+  next?: Position;
+}
+
+/**
+ * Everything a list query varies by. The SQL text depends only on the viewer's kind (public or
+ * signed in), whether there is a search and whether there is a cursor; everything else is a bound
+ * value, so each of those eight shapes is one fixed statement.
+ */
+interface ListParams {
+  viewer: Viewer;
+  search?: string;
+  after?: Position;
+  limit: number;
+  offset: number;
+}
+
+/**
+ * The one place the list SQL is built. The page CTE reads limit + 1 rows (the extra one only tells
+ * whether another page follows); the outer query keeps `limit` of them, so votes are counted for
+ * the page's posts only (PostgreSQL evaluates the vote subquery after the sort and limit).
+ * A cursor is a row-value comparison on (created_at, id), which the newest-first indexes answer
+ * as an index condition; its timestamp is rebuilt from integer microseconds exactly.
+ */
+function listQuerySql(db: Database, p: ListParams): Knex.QueryBuilder {
   const page = db
     .knex<PostRow>('posts')
-    .select('*')
-    .modify(visibleTo(viewer))
+    .select('*', db.knex.raw(`(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros`))
+    .modify(visibleTo(p.viewer))
     .orderBy([...NEWEST_FIRST])
-    .limit(query.limit)
-    .offset(query.skip);
-  if (query.search) void page.whereILike('title', likeSubstring(query.search));
-  const rows = (await withOwnerAndVotes(db, page).orderBy(
-    NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })),
-  )) as PostWithOwnerRow[];
-  return rows.map(toPost);
+    .limit(p.limit + 1)
+    .offset(p.offset);
+  if (p.search) void page.whereILike('title', likeSubstring(p.search));
+  if (p.after)
+    void page.whereRaw(
+      `(created_at, id) < (timestamptz 'epoch' + ?::bigint * interval '1 microsecond', ?::int)`,
+      [p.after.micros, p.after.id],
+    );
+  return withOwnerAndVotes(db, page)
+    .select(db.knex.raw('(SELECT count(*) FROM page) > ? AS has_more', [p.limit]))
+    .orderBy(NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })))
+    .limit(p.limit);
+}
+
+export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<ListPage> {
+  const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+  if (query.cursor !== undefined && !after) throw new Error('listPosts was given an unvalidated cursor');
+  const rows = (await listQuerySql(db, {
+    viewer,
+    search: query.search,
+    after,
+    limit: query.limit,
+    offset: query.skip,
+  })) as (PostWithOwnerRow & { position_micros: string; has_more: boolean })[];
+  const last = rows.at(-1);
+  return {
+    posts: rows.map(toPost),
+    next: last?.has_more ? { micros: last.position_micros, id: last.id } : undefined,
+  };
 }
 
 /** A post the viewer may see, or undefined (missing and invisible look the same). */
