@@ -18,7 +18,7 @@ async function main(): Promise<void> {
   const settings = loadSettings();
   const logger = createLogger(settings.logLevel);
   const db = await openDatabase(settings, logger);
-  const firstPage = () => listPosts(db, 'public', { limit: 10, skip: 0 });
+  const firstPage = async () => (await listPosts(db, 'public', { limit: 10, skip: 0 })).posts;
 
   let listener: RequestListener;
   switch (process.env.RUNG) {

@@ -52,6 +52,13 @@ describe('Cross-origin requests', () => {
     expect(res.headers.vary).toMatch(/Origin/);
   });
 
+  test('When an allowed origin reads a list page, then Link is exposed to it with the other headers a client reads', async () => {
+    const res = await request(svc.app).get('/posts/public?limit=1').set('Origin', ALLOWED);
+    expect(res.status).toBe(200);
+    const exposed = String(res.headers['access-control-expose-headers']).split(',');
+    expect(exposed).toEqual(['X-Request-Id', 'WWW-Authenticate', 'Retry-After', 'Link']);
+  });
+
   test('When the second listed origin calls, then it is allowed too', async () => {
     const res = await request(svc.app).get('/posts/public').set('Origin', 'http://localhost:5173');
     expect(res.headers['access-control-allow-origin']).toBe('http://localhost:5173');

@@ -12,7 +12,8 @@ export function crossOrigin(allowedOrigins: string[]): RequestHandler {
     origin: allowedOrigins,
     methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
     // allowedHeaders left unset: the preflight's requested headers are echoed.
-    exposedHeaders: ['X-Request-Id', 'WWW-Authenticate', 'Retry-After'],
+    // Link: the lists' next page (RFC 8288), for clients that walk them.
+    exposedHeaders: ['X-Request-Id', 'WWW-Authenticate', 'Retry-After', 'Link'],
     optionsSuccessStatus: 200,
     maxAge: 600,
   });

@@ -115,6 +115,13 @@ const definition = {
         },
       },
     },
+    headers: {
+      NextLink: {
+        description:
+          'RFC 8288, only when more posts follow this page: `</posts/public?limit=20&search=hello&cursor=…>; rel="next"`. The path is the one requested; `limit` and `search` are kept when sent; `cursor` replaces `skip`.',
+        schema: { type: 'string' },
+      },
+    },
     responses: {
       BadRequest: response(
         'The body is not valid JSON, does not decompress as its Content-Encoding says, or the path is badly encoded.',
@@ -171,6 +178,22 @@ const definition = {
           status: 422,
           detail: 'Invalid body: title is required',
           errors: [{ field: 'title', message: 'title is required' }],
+        }),
+      },
+      ListValidationError: {
+        description:
+          'Invalid query fields; `errors` lists each: `limit` or `skip` out of range, a `cursor` this service did not write (altered, truncated, over 64 characters), or `cursor` together with `skip` (even `skip=0`).',
+        content: problem({
+          title: 'Unprocessable Entity',
+          status: 422,
+          detail:
+            'Invalid query: skip cannot be combined with cursor; a cursor page starts where the cursor points',
+          errors: [
+            {
+              field: 'skip',
+              message: 'skip cannot be combined with cursor; a cursor page starts where the cursor points',
+            },
+          ],
         }),
       },
       TooManyRequests: {

@@ -21,7 +21,11 @@ export const parameterSchemas: {
   schema: Joi.ObjectSchema;
   names: Record<string, string>;
 }[] = [
-  { in: 'query', schema: listQuery, names: { limit: 'limit', skip: 'skip', search: 'search' } },
+  {
+    in: 'query',
+    schema: listQuery,
+    names: { limit: 'limit', skip: 'skip', search: 'search', cursor: 'cursor' },
+  },
   { in: 'path', schema: postIdParams, names: { id: 'postId' } },
 ];
 

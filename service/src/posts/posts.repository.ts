@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Database } from '../database';
 import { statement } from '../statements';
 import type { User } from '../users/users.repository';
+import { decodeCursor, type Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
 
 interface PostRow {
@@ -82,43 +83,89 @@ function toPost(row: PostWithOwnerRow): Post {
   };
 }
 
+/** A list page, and the position after its last post when more posts follow. */
+export interface ListPage {
+  posts: Post[];
+  next?: Position;
+}
+
+/** The values of one list query; which of them are present picks its statement. */
 interface ListParams {
-  limit: number;
-  skip: number;
   userId?: number;
   search?: string;
+  afterMicros?: string;
+  afterId?: number;
+  /** limit + 1: the extra row only tells whether another page follows. */
+  read: number;
+  limit: number;
+  offset: number;
 }
 
-/** One page of the list in the viewer's kind (public, or a signed-in user) with or without a search. */
-function listStatement(kind: 'public' | 'user', search: boolean) {
-  return statement<ListParams>(`posts_${kind}${search ? '_search' : ''}`, (knex, param) => {
+/**
+ * The one place the list SQL is built, once per shape: the viewer's kind (public or signed in),
+ * with or without a search, with or without a cursor; all else is a bound value. The page CTE
+ * reads limit + 1 rows; the outer query keeps `limit` of them, so votes are counted for the page's
+ * posts only (PostgreSQL evaluates the vote subquery after the sort and limit). A cursor is a
+ * row-value comparison on (created_at, id), which the newest-first indexes answer as an index
+ * condition; its timestamp is rebuilt from integer microseconds exactly.
+ */
+function listStatement(kind: 'public' | 'user', search: boolean, cursor: boolean) {
+  const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
+  return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
-      .select('*')
+      .select('*', knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'))
       .modify(visibleTo(kind === 'public' ? 'public' : { userId: param('userId') }))
       .orderBy([...NEWEST_FIRST])
-      .limit(param('limit'))
-      .offset(param('skip'));
-    if (search) void page.whereILike('title', param('search') as unknown as string);
-    return withOwnerAndVotes(knex, page).orderBy(
-      NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })),
-    );
+      .limit(param('read'))
+      .offset(param('offset'));
+    if (search) void page.whereILike('title', knex.raw('?', [param('search')]));
+    if (cursor)
+      void page.whereRaw(
+        `(created_at, id) < (timestamptz 'epoch' + ?::bigint * interval '1 microsecond', ?::int)`,
+        [param('afterMicros'), param('afterId')],
+      );
+    return withOwnerAndVotes(knex, page)
+      .select(knex.raw('(SELECT count(*) FROM page) > ? AS has_more', [param('limit')]))
+      .orderBy(NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })))
+      .limit(param('limit'));
   });
 }
 
-const LIST = {
-  public: { plain: listStatement('public', false), search: listStatement('public', true) },
-  user: { plain: listStatement('user', false), search: listStatement('user', true) },
-};
+const LIST_STATEMENTS = new Map(
+  (['public', 'user'] as const).flatMap((kind) =>
+    [false, true].flatMap((search) =>
+      [false, true].map(
+        (cursor) =>
+          [`${kind}/${String(search)}/${String(cursor)}`, listStatement(kind, search, cursor)] as const,
+      ),
+    ),
+  ),
+);
 
-export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<Post[]> {
-  const shapes = viewer === 'public' ? LIST.public : LIST.user;
-  const rows = await db.run<PostWithOwnerRow, ListParams>(query.search ? shapes.search : shapes.plain, {
-    limit: query.limit,
-    skip: query.skip,
-    ...(viewer === 'public' ? {} : { userId: viewer.userId }),
-    ...(query.search ? { search: likeSubstring(query.search) } : {}),
-  });
-  return rows.map(toPost);
+export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<ListPage> {
+  const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+  if (query.cursor !== undefined && !after) throw new Error('listPosts was given an unvalidated cursor');
+  // An empty search filters nothing, as before the cursor.
+  const search = query.search ? likeSubstring(query.search) : undefined;
+  const kind = viewer === 'public' ? 'public' : 'user';
+  const shape = LIST_STATEMENTS.get(`${kind}/${String(search !== undefined)}/${String(after !== undefined)}`);
+  if (!shape) throw new Error('no list statement for this shape');
+  const rows = await db.run<PostWithOwnerRow & { position_micros: string; has_more: boolean }, ListParams>(
+    shape,
+    {
+      ...(viewer === 'public' ? {} : { userId: viewer.userId }),
+      ...(search === undefined ? {} : { search }),
+      ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
+      read: query.limit + 1,
+      limit: query.limit,
+      offset: query.skip,
+    },
+  );
+  const last = rows.at(-1);
+  return {
+    posts: rows.map(toPost),
+    next: last?.has_more ? { micros: last.position_micros, id: last.id } : undefined,
+  };
 }
 
 const postFor = {

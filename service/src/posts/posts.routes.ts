@@ -1,11 +1,20 @@
-import type { RequestHandler, Router } from 'express';
+import type { Request, RequestHandler, Response, Router } from 'express';
 import { caller } from '../auth/auth.middleware';
 import type { Database } from '../database';
 import { methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { notYourPost, postNotFound } from './posts.errors';
-import { createPost, deletePost, getPost, listPosts, updatePost, visiblePostOwner } from './posts.repository';
-import { listQuery, postIdParams, postInput } from './posts.schemas';
+import { encodeCursor } from './posts.cursor';
+import {
+  createPost,
+  deletePost,
+  getPost,
+  listPosts,
+  updatePost,
+  visiblePostOwner,
+  type ListPage,
+} from './posts.repository';
+import { listQuery, postIdParams, postInput, type ListQuery } from './posts.schemas';
 
 /** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
 async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
@@ -14,12 +23,28 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
   if (owner !== userId) throw notYourPost();
 }
 
+/**
+ * Sends a list page. When more posts follow, `Link: <…>; rel="next"` (RFC 8288) points at the next
+ * page: the path the client asked for, its `limit` and `search` if it sent them, and a cursor (never
+ * `skip`, so a walk started from an offset page continues by keyset).
+ */
+function sendPage(req: Request, res: Response, query: ListQuery, page: ListPage): void {
+  if (page.next) {
+    const params = [
+      ...(req.query.limit === undefined ? [] : [`limit=${query.limit}`]),
+      ...(query.search === undefined ? [] : [`search=${encodeURIComponent(query.search)}`]),
+      `cursor=${encodeCursor(page.next)}`,
+    ];
+    res.set('Link', `<${req.baseUrl}${req.path}?${params.join('&')}>; rel="next"`);
+  }
+  res.json(page.posts);
+}
+
 /** The posts, added to the app's one API router (app.ts). */
 export function postsRoutes(router: Router, db: Database, auth: RequestHandler): void {
-
   const list: RequestHandler = async (req, res) => {
     const query = validate(listQuery, req.query, 'query');
-    res.json(await listPosts(db, { userId: caller(req).id }, query));
+    sendPage(req, res, query, await listPosts(db, { userId: caller(req).id }, query));
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
@@ -36,7 +61,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
     .route('/posts/public')
     .get(async (req, res) => {
       const query = validate(listQuery, req.query, 'query');
-      res.json(await listPosts(db, 'public', query));
+      sendPage(req, res, query, await listPosts(db, 'public', query));
     })
     .all(methodNotAllowed(['GET']));
 
@@ -75,19 +100,26 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
  *     description: >
  *       Published posts and the caller's own drafts, newest first (`created_at`, then `id`, both
  *       descending), so consecutive pages never overlap or skip. Also answers at `/posts`.
+ *       Paging: `skip` (an offset; deep pages get slower) or `cursor` (a keyset position, equally
+ *       fast at any depth), never both. Every page with more posts after it carries
+ *       `Link: <…>; rel="next"`; follow it until a page has none. Posts created during such a walk
+ *       appear only on a fresh walk from the first page.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
  *       - $ref: '#/components/parameters/skip'
  *       - $ref: '#/components/parameters/search'
+ *       - $ref: '#/components/parameters/cursor'
  *     responses:
  *       200:
  *         description: A page of posts.
+ *         headers:
+ *           Link: { $ref: '#/components/headers/NextLink' }
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
  *       401: { $ref: '#/components/responses/Unauthorized' }
- *       422: { $ref: '#/components/responses/ValidationError' }
+ *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  *   post:
  *     tags: [Posts]
@@ -114,18 +146,24 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
  *   get:
  *     tags: [Posts]
  *     summary: The public feed
- *     description: Published posts only, no token needed; same query rules, order and shape as the list.
+ *     description: >
+ *       Published posts only, no token needed; same query rules, paging (`skip` or `cursor`, and
+ *       `Link: rel="next"`), order and shape as the list. A cursor from either list is valid on the
+ *       other: it carries only a position.
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
  *       - $ref: '#/components/parameters/skip'
  *       - $ref: '#/components/parameters/search'
+ *       - $ref: '#/components/parameters/cursor'
  *     responses:
  *       200:
  *         description: A page of published posts.
+ *         headers:
+ *           Link: { $ref: '#/components/headers/NextLink' }
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
- *       422: { $ref: '#/components/responses/ValidationError' }
+ *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  * /posts/{id}:
  *   parameters:

@@ -1,5 +1,6 @@
 import Joi from 'joi';
 import { idSchema, nulError } from '../http/validation';
+import { decodeCursor } from './posts.cursor';
 
 /** Text PostgreSQL can store (no NUL) and that is not only whitespace. */
 function text(max: number): Joi.StringSchema {
@@ -38,16 +39,47 @@ export interface ListQuery {
   limit: number;
   skip: number;
   search?: string;
+  /** Checked to decode (decodeCursor); the position itself is read where the query is built. */
+  cursor?: string;
 }
+
+/** Longer than any cursor the service writes; a bound, so nothing long is ever decoded. */
+const CURSOR_MAX_LENGTH = 64;
 
 export const listQuery = Joi.object<ListQuery, true>({
   limit: Joi.number().integer().min(1).max(100).default(10).description('Page size.'),
-  skip: Joi.number().integer().min(0).default(0).description('Posts to skip first.'),
+  skip: Joi.number()
+    .integer()
+    .min(0)
+    .default(0)
+    // ancestors[0] is the query as sent: a skip the client sent, even 0, does not go with a cursor.
+    .custom((value: number, helpers) =>
+      (helpers.state.ancestors as Record<string, unknown>[])[0]?.cursor === undefined
+        ? value
+        : helpers.message({
+            custom: '{#label} cannot be combined with cursor; a cursor page starts where the cursor points',
+          }),
+    )
+    .description('Posts to skip first (OFFSET: deep pages are slow; prefer `cursor`). Not with `cursor`.'),
   search: Joi.string()
     .allow('')
     .max(300)
     .custom((value: string, helpers) => nulError(value, helpers) ?? value)
     .description('Case-insensitive substring of the title; `%` and `_` match themselves.'),
+  cursor: Joi.string()
+    .max(CURSOR_MAX_LENGTH)
+    .custom((value: string, helpers) =>
+      // An overlong one is reported by max alone, and never decoded.
+      value.length <= CURSOR_MAX_LENGTH && decodeCursor(value) === undefined
+        ? helpers.message({
+            custom: '{#label} is not a cursor this service wrote; start again from the first page',
+          })
+        : value,
+    )
+    .description(
+      'Opaque keyset position, taken from the `Link: rel="next"` header of the previous page: the page holds the posts after it. ' +
+        'It carries only a position, so it is valid on either list. Not with `skip`.',
+    ),
 });
 
 export const postIdParams = Joi.object<{ id: number }, true>({
