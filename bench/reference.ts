@@ -1,8 +1,9 @@
 /**
  * The reference the service is measured against: bare node:http and pg, the same SQL the service's
- * repositories send (captured from knex), the same JWT and bcrypt work, the same JSON out. No
- * framework, validation library, logger or security headers: the ratio is the cost of those.
- * Only the calls the bench makes are served, with just enough checking to answer them honestly.
+ * repositories send (captured from knex), as the same named prepared statements, the same JWT and
+ * bcrypt work, the same JSON and Link header out. No framework, validation library, logger or
+ * security headers: the ratio is the cost of those. Only the calls the bench makes are served,
+ * with just enough checking to answer them honestly.
  */
 import { createSecretKey } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -10,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import bcrypt from 'bcrypt';
 import jwt from 'jsonwebtoken';
 import pg from 'pg';
+import { encodeCursor } from '../service/src/posts/posts.cursor';
 
 // A KeyObject, as the service uses: given a string, jsonwebtoken tries a PEM parse on every call.
 const secret = createSecretKey(Buffer.from(process.env.SECRET_KEY ?? '', 'utf8'));
@@ -24,8 +26,10 @@ const pool = new pg.Pool({
 });
 const dummyHash = bcrypt.hash('not-a-password', Number(process.env.BCRYPT_ROUNDS ?? 12));
 
-const PAGE_TAIL = `select "page".*, "u"."email" as "owner_email", "u"."created_at" as "owner_created_at", (SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes from "page" inner join "users" as "u" on "u"."id" = "page"."user_id"`;
+const PAGE_TAIL = `select "page".*, "u"."email" as "owner_email", "u"."created_at" as "owner_created_at", (SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes`;
+const FROM_PAGE = `from "page" inner join "users" as "u" on "u"."id" = "page"."user_id"`;
 const ORDER = `order by "page"."created_at" desc, "page"."id" desc`;
+const POSITION = `(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros`;
 
 interface Row {
   id: number;
@@ -37,6 +41,8 @@ interface Row {
   owner_email: string;
   owner_created_at: Date;
   votes: number;
+  position_micros: string;
+  has_more: boolean;
 }
 
 const toPost = (r: Row) => ({
@@ -70,10 +76,11 @@ async function userFromToken(req: IncomingMessage): Promise<{ id: number } | und
   if (!header.startsWith('Bearer ')) return undefined;
   try {
     const claims = jwt.verify(header.slice(7), secret, { algorithms: ['HS256'] }) as { sub?: string };
-    const { rows } = await pool.query<{ id: number }>(
-      'select "id", "email", "created_at" from "users" where "id" = $1 limit $2',
-      [Number(claims.sub), 1],
-    );
+    const { rows } = await pool.query<{ id: number }>({
+      name: 'user_by_id',
+      text: 'select "id", "email", "created_at" from "users" where "id" = $1',
+      values: [Number(claims.sub)],
+    });
     return rows[0];
   } catch {
     return undefined;
@@ -87,16 +94,23 @@ function likeSubstring(search: string): string {
 async function list(res: ServerResponse, url: URL, userId: number | undefined): Promise<void> {
   const limit = Number(url.searchParams.get('limit') ?? 10);
   const search = url.searchParams.get('search');
-  const params: unknown[] = [true];
-  let where = userId === undefined ? '"published" = $1' : '("published" = $1 or "user_id" = $2)';
+  const params: unknown[] = [];
+  let where = userId === undefined ? '"published"' : '("published" or "user_id" = $1)';
   if (userId !== undefined) params.push(userId);
   if (search) {
     params.push(likeSubstring(search));
     where += ` and "title" ilike $${String(params.length)}`;
   }
-  params.push(limit);
-  const sql = `with "page" as (select * from "posts" where ${where} order by "created_at" desc, "id" desc limit $${String(params.length)}) ${PAGE_TAIL} ${ORDER}`;
-  const { rows } = await pool.query<Row>(sql, params);
+  const n = params.length;
+  params.push(limit + 1, 0, limit, limit);
+  const text = `with "page" as (select *, ${POSITION} from "posts" where ${where} order by "created_at" desc, "id" desc limit $${String(n + 1)} offset $${String(n + 2)}) ${PAGE_TAIL}, (SELECT count(*) FROM page) > $${String(n + 3)} AS has_more ${FROM_PAGE} ${ORDER} limit $${String(n + 4)}`;
+  const name = `posts_${userId === undefined ? 'public' : 'user'}${search ? '_search' : ''}`;
+  const { rows } = await pool.query<Row>({ name, text, values: params });
+  const last = rows.at(-1);
+  if (last?.has_more) {
+    const query = `${url.searchParams.has('limit') ? `limit=${String(limit)}&` : ''}${search ? `search=${encodeURIComponent(search)}&` : ''}cursor=${encodeCursor({ micros: last.position_micros, id: last.id })}`;
+    res.setHeader('Link', `<${url.pathname}?${query}>; rel="next"`);
+  }
   send(res, 200, rows.map(toPost));
 }
 
@@ -106,10 +120,11 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   if (req.method === 'GET' && path === '/posts/public') return list(res, url, undefined);
   if (req.method === 'POST' && path === '/login') {
     const form = new URLSearchParams(await readBody(req));
-    const { rows } = await pool.query<{ id: number; password: string }>(
-      'select "id", "email", "created_at", "password" from "users" where lower(email) = lower($1) limit $2',
-      [form.get('username') ?? '', 1],
-    );
+    const { rows } = await pool.query<{ id: number; password: string }>({
+      name: 'user_by_email',
+      text: 'select "id", "email", "created_at", "password" from "users" where lower(email) = lower($1)',
+      values: [form.get('username') ?? ''],
+    });
     const user = rows[0];
     const matches = await bcrypt.compare(form.get('password') ?? '', user?.password ?? (await dummyHash));
     if (!user || !matches) {
@@ -128,10 +143,11 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   if (req.method === 'GET' && (path === '/posts/' || path === '/posts')) return list(res, url, user.id);
   const byId = /^\/posts\/(\d+)$/.exec(path);
   if (req.method === 'GET' && byId) {
-    const { rows } = await pool.query<Row>(
-      `with "page" as (select * from "posts" where "id" = $1 and ("published" = $2 or "user_id" = $3)) ${PAGE_TAIL}`,
-      [Number(byId[1]), true, user.id],
-    );
+    const { rows } = await pool.query<Row>({
+      name: 'post_for_user',
+      text: `with "page" as (select * from "posts" where "id" = $1 and ("published" or "user_id" = $2)) ${PAGE_TAIL} ${FROM_PAGE}`,
+      values: [Number(byId[1]), user.id],
+    });
     if (rows[0]) send(res, 200, toPost(rows[0]));
     else send(res, 404, { detail: 'not found' });
     return;
@@ -139,28 +155,31 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   if (req.method === 'POST' && path === '/votes/') {
     const vote = JSON.parse(await readBody(req)) as { post_id: number; dir: number };
     const post = (
-      await pool.query<{ user_id: number; published: boolean }>(
-        'select "user_id", "published" from "posts" where "id" = $1 limit $2',
-        [vote.post_id, 1],
-      )
+      await pool.query<{ user_id: number }>({
+        name: 'post_owner_for_user',
+        text: 'select "user_id" from "posts" where "id" = $1 and ("published" or "user_id" = $2)',
+        values: [vote.post_id, user.id],
+      })
     ).rows[0];
-    if (!post || (!post.published && post.user_id !== user.id)) {
+    if (!post) {
       send(res, 404, { detail: 'not found' });
       return;
     }
     if (vote.dir === 1) {
-      const { rowCount } = await pool.query(
-        'insert into "votes" ("post_id", "user_id") values ($1, $2) on conflict ("user_id", "post_id") do nothing returning "post_id"',
-        [vote.post_id, user.id],
-      );
+      const { rowCount } = await pool.query({
+        name: 'vote_insert',
+        text: 'insert into "votes" ("post_id", "user_id") values ($1, $2) on conflict ("user_id", "post_id") do nothing returning "post_id"',
+        values: [vote.post_id, user.id],
+      });
       if (rowCount) send(res, 201, { message: 'successfully added vote' });
       else send(res, 409, { detail: 'voted' });
       return;
     }
-    const { rowCount } = await pool.query(
-      'delete from "votes" where "user_id" = $1 and "post_id" = $2 returning "post_id"',
-      [user.id, vote.post_id],
-    );
+    const { rowCount } = await pool.query({
+      name: 'vote_delete',
+      text: 'delete from "votes" where "user_id" = $1 and "post_id" = $2 returning "post_id"',
+      values: [user.id, vote.post_id],
+    });
     if (rowCount) send(res, 201, { message: 'successfully deleted vote' });
     else send(res, 404, { detail: 'no vote' });
     return;

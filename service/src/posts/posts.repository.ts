@@ -35,10 +35,12 @@ export type Viewer = { userId: number } | 'public';
  */
 function visibleTo(viewer: Viewer) {
   return (q: Knex.QueryBuilder) => {
-    if (viewer === 'public') void q.where('published', true);
+    // `published` as written, not `published = $1`: a prepared statement's generic plan can then
+    // still prove the partial index's predicate (WHERE published) and use it.
+    if (viewer === 'public') void q.whereRaw('"published"');
     else
       void q.where((w) => {
-        void w.where('published', true).orWhere('user_id', viewer.userId);
+        void w.whereRaw('"published"').orWhere('user_id', viewer.userId);
       });
   };
 }
