@@ -76,6 +76,13 @@ describe('Cross-origin requests', () => {
     expect(res.headers['access-control-allow-origin']).toBeUndefined();
   });
 
+  test('When a call carries no Origin, then it gets Vary: Origin and no Access-Control-* headers', async () => {
+    const res = await request(svc.app).get('/posts/public');
+    expect(res.status).toBe(200);
+    expect(res.headers.vary).toBe('Origin');
+    expect(Object.keys(res.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
+  });
+
   test('When an origin only resembles an allowed one, then it is foreign', async () => {
     for (const origin of [
       `${ALLOWED}.evil.net`,

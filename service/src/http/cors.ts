@@ -7,7 +7,7 @@ import type { RequestHandler } from 'express';
  * probes (health.ts), which are mounted ahead of the request log and metrics.
  */
 export function crossOrigin(allowedOrigins: string[]): RequestHandler {
-  return cors({
+  const rules = cors({
     // A list (even an empty one) makes cors echo only listed origins and always add Vary: Origin.
     origin: allowedOrigins,
     methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
@@ -17,4 +17,15 @@ export function crossOrigin(allowedOrigins: string[]): RequestHandler {
     optionsSuccessStatus: 200,
     maxAge: 600,
   });
+  // A request without Origin is no cross-origin call (browsers send Origin on every one), so the
+  // Access-Control-* headers would say nothing to it: it gets only the Vary: Origin a cache needs,
+  // and the cors package's work is spent where it answers something. OPTIONS always goes through.
+  return (req, res, next) => {
+    if (req.headers.origin !== undefined || req.method === 'OPTIONS') {
+      rules(req, res, next);
+      return;
+    }
+    res.vary('Origin');
+    next();
+  };
 }
