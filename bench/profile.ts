@@ -64,8 +64,9 @@ async function load(
 /** Where a function lives, in the groups the aggregate uses. */
 function placeOf(frame: ProfileNode['callFrame']): string {
   const { url, functionName } = frame;
-  if (url === '') return /^\(.*\)$/.test(functionName) ? functionName : 'node internals';
-  if (url.startsWith('node:')) return 'node internals';
+  // No script: V8's builtins and Node's C++ bindings (writev, JSON.stringify...), or a V8 state.
+  if (url === '') return /^\(.*\)$/.test(functionName) ? functionName : 'node internals (native)';
+  if (url.startsWith('node:')) return 'node internals (JS)';
   const modules = url.lastIndexOf('/node_modules/');
   if (modules >= 0) {
     const [scope, name] = url.slice(modules + '/node_modules/'.length).split('/');
@@ -185,14 +186,19 @@ async function main(): Promise<void> {
     const code = await proc.stop('SIGTERM');
     if (code !== 0) log(`the service exited with ${String(code)}: ${proc.stderr()}`);
   }
-  // One file per thread (tsx's loader runs in a thread of its own): the service's has the most samples.
+  // One file per thread (tsx's loader runs in a thread of its own, idle most of the time): the
+  // service's is the one with the most samples outside (idle).
+  const busySamples = (p: CpuProfile) => {
+    const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
+    return p.samples.filter((id) => !idle.has(id)).length;
+  };
   const profiles = readdirSync(dir)
     .filter((f) => f.endsWith('.cpuprofile'))
     .map((f) => ({
       file: path.join(dir, f),
       profile: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile,
     }))
-    .sort((a, b) => b.profile.samples.length - a.profile.samples.length);
+    .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
   const largest = profiles[0];
   if (!largest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
   report(largest.profile, window.from, window.to);

@@ -225,17 +225,42 @@ function endpointsOf(
   ];
 }
 
-/** One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then the run. */
+/**
+ * Waits (at most 30 s) until the server's process is idle: under 10 % of a core over 200 ms. When
+ * autocannon stops, the requests it leaves in flight still run; 64 logins queued behind bcrypt
+ * take seconds and would otherwise land in the next measurement.
+ */
+async function settle(server: Server): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let before = cpuMsOf(server.child.pid);
+  while (before !== undefined && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const now = cpuMsOf(server.child.pid);
+    if (now === undefined || now - before <= 20) return;
+    before = now;
+  }
+}
+
+/**
+ * One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then
+ * the run, each followed by waiting for the server to go idle. `warm: false` skips the warm-up
+ * (logins: bcrypt needs none, and its queue only delays the run).
+ */
 async function measure(
   server: Server,
   options: autocannon.Options,
   beforeRun?: () => Promise<void>,
+  warm = true,
 ): Promise<EndpointFigures> {
-  await run({ ...options, duration: WARMUP });
+  if (warm) {
+    await run({ ...options, duration: WARMUP });
+    await settle(server);
+  }
   await beforeRun?.();
   const cpuBefore = cpuMsOf(server.child.pid);
   const result = await run(options);
   const cpuAfter = cpuMsOf(server.child.pid);
+  await settle(server);
   return figures(
     result,
     cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
@@ -317,7 +342,12 @@ async function measureBoth(
       const options = endpoints[side][i]?.[1];
       if (!options) throw new Error(`no endpoint ${name} for the ${side}`);
       // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
-      const f = await measure(servers[side], { connections, ...options }, resetVotes);
+      const f = await measure(
+        servers[side],
+        { connections, ...options },
+        resetVotes,
+        !name.startsWith('login'),
+      );
       out[side][name] = f;
       logFigures(side, name, f);
     }
@@ -348,13 +378,7 @@ async function measureDeepPages(service: Server, token: string, posts: number): 
   const out: DeepPage[] = [];
   for (const [list, listPath, headers] of lists)
     for (const depth of DEPTHS.filter((d) => d < posts)) {
-      const deep = async (url: string) => {
-        await run({ url, headers, duration: WARMUP });
-        const before = cpuMsOf(service.child.pid);
-        const result = await run({ url, headers, duration: deepDuration });
-        const after = cpuMsOf(service.child.pid);
-        return figures(result, before === undefined || after === undefined ? undefined : after - before);
-      };
+      const deep = (url: string) => measure(service, { url, headers, duration: deepDuration });
       const offset = await deep(`${service.base}${listPath}?skip=${String(depth)}`);
       logFigures('deep', `${list} skip ${String(depth)}`, offset);
       let cursor: EndpointFigures | null = null;
@@ -447,6 +471,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
     log(
       `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
     );
+    await settle(service);
 
     // Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them.
     const auth = { authorization: `Bearer ${token}` };
