@@ -600,7 +600,10 @@ export function readmeFigures(results: SizeResult[]): string[] {
           const deepest = r.deepPages.filter((d) => d.list === name).sort((a, b) => b.depth - a.depth)[0];
           if (!deepest) return '–';
           const ratio = cursorRatio(r, deepest);
-          return `${fmt(deepest.depth)}: ${String(deepest.offset.p50)} / ${deepest.cursor ? `${String(deepest.cursor.p50)} ms (${ratio === undefined ? '–' : ratio.toFixed(2)})` : '– ms'}`;
+          const cursorText = deepest.cursor
+            ? `cursor ${String(deepest.cursor.p50)} ms (${ratio === undefined ? '–' : `${ratio.toFixed(2)} ×`})`
+            : 'cursor –';
+          return `depth ${fmt(deepest.depth)}: offset ${String(deepest.offset.p50)} ms, ${cursorText}`;
         },
       ),
     );
@@ -616,6 +619,11 @@ export function readmeFigures(results: SizeResult[]): string[] {
         .map((n) => s[n]?.p50);
       return `${String(rare ?? '–')} / ${String(common ?? '–')} ms`;
     }),
+    row('bare Express 5 + knex, no middleware, vs reference (ladder)', (r) => {
+      const reference = r.ladder.find((step) => step.key === 'reference')?.figures.rps;
+      const express = r.ladder.find((step) => step.key === 'express')?.figures.rps;
+      return reference && express !== undefined ? (express / reference).toFixed(2) : '–';
+    }),
     row(
       '`/healthz/live` p99 during 20 logins (target < 50 ms)',
       (r) => `${String(r.liveDuringLogins.p99)} ms`,
@@ -623,6 +631,10 @@ export function readmeFigures(results: SizeResult[]): string[] {
     row('memory through 100k vs 20k requests (target within 20 %)', (r) => {
       const growth = ((r.memory.rss100k - r.memory.rss20k) / r.memory.rss20k) * 100;
       return `${growth < 0 ? '−' : '+'}${fmt(Math.abs(growth), 1)} %`;
+    }),
+    row('login median, unknown e-mail vs wrong password (target within 15 %)', (r) => {
+      const { unknownMedianMs: u, wrongPasswordMedianMs: w } = r.loginTiming;
+      return `${fmt((Math.abs(u - w) / Math.min(u, w)) * 100, 1)} %`;
     }),
   );
   const first = results[0];
