@@ -574,7 +574,10 @@ function estimateSeconds(posts: number): number {
   const depths = DEPTHS.filter((d) => d < posts).length;
   const deep = 2 * (2 * depths - 1) * (WARMUP + deepDuration);
   const checks = duration + 70 + 15 + 10;
-  return table + ladder + deep + checks;
+  // Waiting for idle: about 0.4 s a run, and the logins left queued (bcrypt: about 8 a second here).
+  const settling = 0.4 * (connectionCounts.length * ENDPOINTS * 2 + LADDER.length + 2 * depths * 2);
+  const loginQueues = connectionCounts.reduce((t, c) => t + (2 * c) / 8, 0);
+  return table + ladder + deep + checks + settling + loginQueues;
 }
 
 async function main(): Promise<void> {
