@@ -1,24 +1,51 @@
 /**
  * The steps between the reference and the service, for `npm run bench`: the public list answered
  * by the service's own knex repository behind bare `node:http` (RUNG=knex), behind bare Express
- * (RUNG=express), and by the whole app without the process around it (RUNG=app). Measured one
- * after the other, they show which layer costs what. Reads the service's settings from the
- * environment, as the service does.
+ * (RUNG=express), bare Express plus exactly one piece of the app (RUNG=cors, metrics, request-log,
+ * security-headers, protocol, etag), and by the whole app without the process around it
+ * (RUNG=app). Measured one after the other, they show which layer costs what, each piece on its
+ * own. Reads the service's settings from the environment, as the service does.
  */
 import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import express from 'express';
+import express, { type Express, type RequestHandler } from 'express';
+import helmet from 'helmet';
 import { createApp } from '../service/src/app';
 import { openDatabase } from '../service/src/database';
+import { crossOrigin } from '../service/src/http/cors';
+import { requireHost } from '../service/src/http/protocol';
+import { requestLog } from '../service/src/http/request-log';
+import { closeAfterOversizedBody } from '../service/src/http/validation';
 import { createLogger } from '../service/src/logger';
+import { createMetrics } from '../service/src/metrics';
 import { listPosts } from '../service/src/posts/posts.repository';
 import { loadSettings } from '../service/src/settings';
+
+/** The security-headers piece, as the app builds it: swap this one line when the app's changes. */
+function securityHeaders(): RequestHandler {
+  return helmet();
+}
 
 async function main(): Promise<void> {
   const settings = loadSettings();
   const logger = createLogger(settings.logLevel);
   const db = await openDatabase(settings, logger);
   const firstPage = async () => (await listPosts(db, 'public', { limit: 10, skip: 0 })).posts;
+
+  /**
+   * Bare Express and the list route, with `pieces` mounted in front of it. ETag is off here (the
+   * app's default is Express's weak ETag) so that the etag rung shows what it costs.
+   */
+  const bareExpress = (...pieces: RequestHandler[]): Express => {
+    const app = express();
+    app.disable('x-powered-by');
+    app.set('etag', false);
+    for (const piece of pieces) app.use(piece);
+    app.get('/posts/public', async (_req, res) => {
+      res.json(await firstPage());
+    });
+    return app;
+  };
 
   let listener: RequestListener;
   switch (process.env.RUNG) {
@@ -41,11 +68,28 @@ async function main(): Promise<void> {
         );
       };
       break;
-    case 'express': {
-      const app = express();
-      app.get('/posts/public', async (_req, res) => {
-        res.json(await firstPage());
-      });
+    case 'express':
+      listener = bareExpress();
+      break;
+    // Each of the following is the express rung plus exactly one piece of the app.
+    case 'cors':
+      listener = bareExpress(crossOrigin(settings.corsAllowedOrigins));
+      break;
+    case 'metrics':
+      listener = bareExpress(createMetrics(db, logger).httpMiddleware);
+      break;
+    case 'request-log':
+      listener = bareExpress(requestLog(logger));
+      break;
+    case 'security-headers':
+      listener = bareExpress(securityHeaders());
+      break;
+    case 'protocol':
+      listener = bareExpress(requireHost, closeAfterOversizedBody);
+      break;
+    case 'etag': {
+      const app = bareExpress();
+      app.set('etag', 'weak'); // Express's default, as the app runs
       listener = app;
       break;
     }
@@ -53,7 +97,9 @@ async function main(): Promise<void> {
       listener = createApp({ db, settings, logger });
       break;
     default:
-      throw new Error('RUNG must be knex, express or app');
+      throw new Error(
+        'RUNG must be knex, express, cors, metrics, request-log, security-headers, protocol, etag or app',
+      );
   }
   const server = createServer(listener);
   server.listen(settings.port, '127.0.0.1', () => {

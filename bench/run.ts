@@ -1,11 +1,12 @@
 /**
- * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10] [--reseed] [--out DIR]`
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--reseed] [--out DIR]`
  *
  * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
- * data, measures every endpoint with autocannon against both, then the public list one layer at a
- * time between the two, then the service-only checks (liveness during logins, memory growth, login
- * timing). Results go to bench/results/, and docs/benchmarks.md and docs/benchmarks.svg are rebuilt
- * from every result there.
+ * data, measures every endpoint with autocannon against both at each connection count, then (at
+ * the first count) the public list one layer at a time between the two, deep pages by offset and
+ * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
+ * and prints the targets. Results go to bench/results/; docs/benchmarks.md, docs/benchmarks.svg
+ * and the README's figures are rebuilt from every result there (with --out, only the docs, there).
  */
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -14,7 +15,18 @@ import path from 'node:path';
 import autocannon from 'autocannon';
 import knex from 'knex';
 import * as prettier from 'prettier';
-import { renderDocs, type EndpointFigures, type LadderStep, type SizeResult } from './report';
+import {
+  readResults,
+  renderDocs,
+  targetLines,
+  targetsOf,
+  updateReadme,
+  type ConnectionRun,
+  type DeepPage,
+  type EndpointFigures,
+  type LadderStep,
+  type SizeResult,
+} from './report';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
 
@@ -28,7 +40,11 @@ const sizes = option('posts', '10000')
   .split(',')
   .map((s) => Number(s.trim()));
 const duration = Number(option('duration', '10'));
-const connections = Number(option('connections', '10'));
+const connectionCounts = option('connections', '10,64')
+  .split(',')
+  .map((s) => Number(s.trim()));
+/** The ladder and the deep pages run at this count only. */
+const firstCount = connectionCounts[0] ?? 10;
 const reseed = process.argv.includes('--reseed');
 /** Results and docs go to DIR/results and DIR/docs instead of bench/results and docs (a smoke run in CI). */
 const outDir = option('out', '');
@@ -38,6 +54,17 @@ if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
   process.stderr.write('--posts takes 10000, 100000 or 1000000 (comma-separated for several)\n');
   process.exit(2);
 }
+if (connectionCounts.some((c) => !Number.isInteger(c) || c < 1)) {
+  process.stderr.write('--connections takes positive whole numbers, comma-separated\n');
+  process.exit(2);
+}
+/** Seconds of warm-up before each measured run (JIT, pool connections, PostgreSQL's cache). */
+const WARMUP = 1;
+/** Seconds per deep-page run: one page fetched over and over needs less than a whole endpoint. */
+const deepDuration = Math.min(5, duration);
+const DEPTHS = [0, 1_000, 10_000, 100_000];
+/** The endpoint table's rows (endpointsOf), for the time estimate. */
+const ENDPOINTS = 7;
 
 const log = (line: string) => {
   process.stdout.write(`${line}\n`);
@@ -74,7 +101,7 @@ async function run(options: autocannon.Options): Promise<autocannon.Result> {
   return new Promise((resolve, reject) => {
     // A run is bounded by its amount of requests when given one, otherwise by time.
     const bound = options.amount === undefined ? { duration } : {};
-    autocannon({ connections, ...bound, ...options }, (error: unknown, result) => {
+    autocannon({ connections: firstCount, ...bound, ...options }, (error: unknown, result) => {
       if (error) reject(error instanceof Error ? error : new Error('autocannon failed'));
       else resolve(result);
     });
@@ -188,6 +215,8 @@ function endpointsOf(
       'login (bcrypt cost 12)',
       {
         url: `${base}/login`,
+        // 64 logins at once queue for seconds behind bcrypt; autocannon's 10 s default would count them as errors.
+        timeout: 30,
         method: 'POST',
         headers: { 'content-type': 'application/x-www-form-urlencoded' },
         body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
@@ -196,17 +225,42 @@ function endpointsOf(
   ];
 }
 
-/** One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then the run. */
+/**
+ * Waits (at most 30 s) until the server's process is idle: under 10 % of a core over 200 ms. When
+ * autocannon stops, the requests it leaves in flight still run; 64 logins queued behind bcrypt
+ * take seconds and would otherwise land in the next measurement.
+ */
+async function settle(server: Server): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let before = cpuMsOf(server.child.pid);
+  while (before !== undefined && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const now = cpuMsOf(server.child.pid);
+    if (now === undefined || now - before <= 20) return;
+    before = now;
+  }
+}
+
+/**
+ * One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then
+ * the run, each followed by waiting for the server to go idle. `warm: false` skips the warm-up
+ * (logins: bcrypt needs none, and its queue only delays the run).
+ */
 async function measure(
   server: Server,
   options: autocannon.Options,
   beforeRun?: () => Promise<void>,
+  warm = true,
 ): Promise<EndpointFigures> {
-  await run({ ...options, duration: 2 });
+  if (warm) {
+    await run({ ...options, duration: WARMUP });
+    await settle(server);
+  }
   await beforeRun?.();
   const cpuBefore = cpuMsOf(server.child.pid);
   const result = await run(options);
   const cpuAfter = cpuMsOf(server.child.pid);
+  await settle(server);
   return figures(
     result,
     cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
@@ -220,6 +274,24 @@ function logFigures(who: string, what: string, f: EndpointFigures): void {
 }
 
 /**
+ * The ladder's rungs in the order measured: `key` is ladder.ts's RUNG (or one of the two servers),
+ * `basedOn` the rung it adds to. The "express + …" rungs each add exactly one piece of the app.
+ */
+const LADDER: { key: string; name: string; basedOn?: string }[] = [
+  { key: 'reference', name: 'reference: node:http + pg, the same SQL' },
+  { key: 'knex', name: "node:http + the service's knex repository", basedOn: 'reference' },
+  { key: 'express', name: 'Express 5 + the knex repository + res.json, no ETag', basedOn: 'knex' },
+  { key: 'cors', name: 'express + cors (crossOrigin)', basedOn: 'express' },
+  { key: 'metrics', name: 'express + metrics middleware', basedOn: 'express' },
+  { key: 'request-log', name: 'express + request log', basedOn: 'express' },
+  { key: 'security-headers', name: 'express + security headers', basedOn: 'express' },
+  { key: 'protocol', name: 'express + requireHost + closeAfterOversizedBody', basedOn: 'express' },
+  { key: 'etag', name: "express + Express's weak ETag", basedOn: 'express' },
+  { key: 'app', name: 'the whole app (createApp): middleware, validation, routers', basedOn: 'express' },
+  { key: 'service', name: 'the service (main.ts): the app inside terminus', basedOn: 'app' },
+];
+
+/**
  * The public list up the ladder from the reference to the service, one layer added per step, so
  * the gap between the two is split into what each layer costs. The steps run one after the other
  * on a quiet machine; their order is the order of the ladder.
@@ -228,24 +300,19 @@ async function measureLadder(
   env: Record<string, string>,
   servers: { service: Server; reference: Server },
 ): Promise<LadderStep[]> {
-  // [short label, what the step is, the server or the ladder.ts rung to start]
-  const steps: [string, string, Server | string][] = [
-    ['reference', 'reference: node:http + pg, the same SQL', servers.reference],
-    ['knex', "node:http + the service's knex repository", 'knex'],
-    ['express', 'Express 5 + the knex repository + res.json', 'express'],
-    ['app', 'the whole app (createApp): middleware, validation, routers', 'app'],
-    ['service', 'the service (main.ts): the app inside terminus', servers.service],
-  ];
   const out: LadderStep[] = [];
-  for (const [label, name, target] of steps) {
-    const server =
-      typeof target === 'string' ? await startServer('bench/ladder.ts', { ...env, RUNG: target }) : target;
+  for (const { key, name, basedOn } of LADDER) {
+    const started =
+      key === 'reference' || key === 'service'
+        ? undefined
+        : await startServer('bench/ladder.ts', { ...env, RUNG: key });
+    const server = started ?? (key === 'reference' ? servers.reference : servers.service);
     try {
       const f = await measure(server, { url: `${server.base}/posts/public` });
-      out.push({ name, figures: f });
-      logFigures('ladder', label, f);
+      out.push({ key, name, ...(basedOn ? { basedOn } : {}), figures: f });
+      logFigures('ladder', key, f);
     } finally {
-      if (typeof target === 'string') await server.stop();
+      await started?.stop();
     }
   }
   return out;
@@ -258,15 +325,13 @@ async function measureLadder(
  */
 async function measureBoth(
   servers: { service: Server; reference: Server },
+  connections: number,
   token: string,
   publishedIds: number[],
   voteIds: number[],
   resetVotes: () => Promise<void>,
-): Promise<Record<'service' | 'reference', Record<string, EndpointFigures>>> {
-  const out: Record<'service' | 'reference', Record<string, EndpointFigures>> = {
-    service: {},
-    reference: {},
-  };
+): Promise<ConnectionRun> {
+  const out: ConnectionRun = { connections, service: {}, reference: {} };
   const endpoints = {
     service: endpointsOf(servers.service.base, token, publishedIds, voteIds),
     reference: endpointsOf(servers.reference.base, token, publishedIds, voteIds),
@@ -277,10 +342,63 @@ async function measureBoth(
       const options = endpoints[side][i]?.[1];
       if (!options) throw new Error(`no endpoint ${name} for the ${side}`);
       // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
-      out[side][name] = await measure(servers[side], options, resetVotes);
-      logFigures(side, name, out[side][name]);
+      const f = await measure(
+        servers[side],
+        { connections, ...options },
+        resetVotes,
+        !name.startsWith('login'),
+      );
+      out[side][name] = f;
+      logFigures(side, name, f);
     }
   }
+  return out;
+}
+
+/** The `rel="next"` target of a Link header, if there is one. */
+function nextLink(header: string | null): string | undefined {
+  for (const part of (header ?? '').split(',')) {
+    const m = /^\s*<([^>]*)>\s*;(.*)$/.exec(part);
+    if (m && /(^|;)\s*rel\s*=\s*"?([^";]*\s)?next(\s[^";]*)?"?\s*(;|$)/i.test(m[2] ?? '')) return m[1];
+  }
+  return undefined;
+}
+
+/**
+ * Both lists at each depth below the number of posts, service only: the page at `?skip=<depth>`,
+ * and the same page reached by cursor, i.e. the Link `rel="next"` of the page `?skip=<depth - 10>`.
+ * Without a Link header (no cursors served) the cursor figures are null.
+ */
+async function measureDeepPages(service: Server, token: string, posts: number): Promise<DeepPage[]> {
+  const auth = { authorization: `Bearer ${token}` };
+  const lists: [string, string, Record<string, string>][] = [
+    ['public list', '/posts/public', {}],
+    ['authenticated list', '/posts/', auth],
+  ];
+  const out: DeepPage[] = [];
+  for (const [list, listPath, headers] of lists)
+    for (const depth of DEPTHS.filter((d) => d < posts)) {
+      const deep = (url: string) => measure(service, { url, headers, duration: deepDuration });
+      const offset = await deep(`${service.base}${listPath}?skip=${String(depth)}`);
+      logFigures('deep', `${list} skip ${String(depth)}`, offset);
+      let cursor: EndpointFigures | null = null;
+      if (depth > 0) {
+        const before = await fetch(`${service.base}${listPath}?limit=10&skip=${String(depth - 10)}`, {
+          headers,
+        });
+        await before.arrayBuffer();
+        const next = nextLink(before.headers.get('link'));
+        if (next) {
+          // Path-absolute by contract; resolved against the base in case it is a full URL.
+          cursor = await deep(new URL(next, service.base).href);
+          logFigures('deep', `${list} cursor ${String(depth)}`, cursor);
+        } else
+          log(
+            `  deep      ${list} cursor ${String(depth)}: no Link rel="next" on the page before (no cursors served)`,
+          );
+      }
+      out.push({ list, depth, offset, cursor });
+    }
   return out;
 }
 
@@ -327,15 +445,17 @@ async function benchSize(posts: number): Promise<SizeResult> {
   try {
     const token = (await login(service.base, 'user1@bench.example', BENCH_PASSWORD)).token ?? '';
     log(`service ${service.base}, reference (bare node:http + pg) ${reference.base}:`);
-    const { service: svc, reference: ref } = await measureBoth(
-      { service, reference },
-      token,
-      publishedIds,
-      voteIds,
-      resetVotes,
-    );
-    log('the public list, one layer at a time:');
+    const runs: ConnectionRun[] = [];
+    for (const connections of connectionCounts) {
+      log(`${String(connections)} connections:`);
+      runs.push(
+        await measureBoth({ service, reference }, connections, token, publishedIds, voteIds, resetVotes),
+      );
+    }
+    log(`the public list, one layer at a time (${String(firstCount)} connections):`);
     const ladder = await measureLadder(env, { service, reference });
+    log(`deep pages, service only (${String(firstCount)} connections, ${String(deepDuration)} s each):`);
+    const deepPages = await measureDeepPages(service, token, posts);
 
     // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
     const [logins, live] = await Promise.all([
@@ -351,6 +471,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
     log(
       `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
     );
+    await settle(service);
 
     // Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them.
     const auth = { authorization: `Bearer ${token}` };
@@ -391,13 +512,17 @@ async function benchSize(posts: number): Promise<SizeResult> {
       `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
     );
 
+    const targets = targetsOf({ runs });
+    log(`targets at ${String(posts)} posts:`);
+    for (const line of targetLines(targets)) log(line);
     return {
       posts,
       users: info.users,
       votes: info.votes,
       measuredAt: new Date().toISOString(),
       duration,
-      connections,
+      deepDuration,
+      connections: connectionCounts,
       ...(note ? { note } : {}),
       machine: {
         cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
@@ -406,9 +531,10 @@ async function benchSize(posts: number): Promise<SizeResult> {
         postgres: await postgresVersion(),
         loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
       },
-      service: svc,
-      reference: ref,
+      runs,
       ladder,
+      deepPages,
+      targets,
       liveDuringLogins: {
         p50: live.latency.p50,
         p99: live.latency.p99,
@@ -437,9 +563,30 @@ async function postgresVersion(): Promise<string> {
   return v;
 }
 
+/**
+ * Rough seconds a size takes: the endpoint table at every count on both servers, the ladder (a
+ * few seconds to start each rung's process), the deep pages, and the service-only checks (the
+ * memory check is 100,000 requests, about a minute here).
+ */
+function estimateSeconds(posts: number): number {
+  const table = connectionCounts.length * ENDPOINTS * 2 * (WARMUP + duration);
+  const ladder = LADDER.length * (WARMUP + duration + 3);
+  const depths = DEPTHS.filter((d) => d < posts).length;
+  const deep = 2 * (2 * depths - 1) * (WARMUP + deepDuration);
+  const checks = duration + 70 + 15 + 10;
+  // Waiting for idle: about 0.4 s a run, and the logins left queued (bcrypt: about 8 a second here).
+  const settling = 0.4 * (connectionCounts.length * ENDPOINTS * 2 + LADDER.length + 2 * depths * 2);
+  const loginQueues = connectionCounts.reduce((t, c) => t + (2 * c) / 8, 0);
+  return table + ladder + deep + checks + settling + loginQueues;
+}
+
 async function main(): Promise<void> {
   const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'bench', 'results');
   mkdirSync(resultsDir, { recursive: true });
+  const estimate = sizes.reduce((t, posts) => t + estimateSeconds(posts), 0);
+  log(
+    `sizes ${sizes.join(', ')}; ${connectionCounts.join(' and ')} connections; ${String(duration)} s per run (${String(WARMUP)} s warm-up, deep pages ${String(deepDuration)} s); about ${String(Math.ceil(estimate / 60))} min in all (seeding not counted)`,
+  );
   for (const posts of sizes) {
     log(
       `\n== ${String(posts)} posts (load average ${os
@@ -452,7 +599,14 @@ async function main(): Promise<void> {
     const json = await prettier.format(JSON.stringify(result), { parser: 'json' });
     writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
   }
-  const written = renderDocs(resultsDir, outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'));
+  const results = readResults(resultsDir, log);
+  const written = renderDocs(results, outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'));
+  // A scratch run (--out) must not rewrite the README's figures.
+  if (!outDir) {
+    const readme = path.join(ROOT, 'README.md');
+    if (updateReadme(results, readme)) written.push(readme);
+    else log('README.md left as it was (no figure markers, or no current result)');
+  }
   log(`\nwrote ${written.join(', ')}`);
 }
 

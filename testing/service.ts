@@ -43,12 +43,14 @@ export interface SpawnOptions {
    * cannot fill memory. Without it every line and all of stdout are kept.
    */
   keep?: (line: LogLine) => boolean;
+  /** Node options before `--import tsx` (bench/profile.ts passes --cpu-prof). */
+  nodeArgs?: string[];
 }
 
 const STDERR_TAIL = 64 * 1024;
 const running = new Set<ChildProcessWithoutNullStreams>();
 
-/** Starts `node --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
+/** Starts `node [nodeArgs] --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
 export function spawnScript(
   script: string,
   env: NodeJS.ProcessEnv,
@@ -56,7 +58,7 @@ export function spawnScript(
 ): ScriptProcess {
   const childEnv = { ...env };
   delete childEnv.NODE_OPTIONS; // jest's flags (vm-modules) are not the child's business
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', script], {
     cwd: options.cwd ?? ROOT,
     env: childEnv,
   });

@@ -1,0 +1,215 @@
+/**
+ * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10]`
+ *
+ * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
+ * the bench database `sp_bench_<posts>` (seeded by bench/seed.ts if it is missing, reused
+ * otherwise), logs in, drives one list endpoint with autocannon, stops the service with SIGTERM
+ * (the profile is written as it exits) and prints the functions with at least 3 % of the self
+ * time, and the self time by package or file. Only samples taken while the load ran count: the
+ * profiler's clock and this process's are both the system's monotonic clock.
+ */
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { BENCH_PASSWORD, pgConnection, seed } from './seed';
+import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
+
+function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+const posts = Number(option('posts', '10000'));
+const endpoint = option('endpoint', 'authenticated');
+const connections = Number(option('connections', '10'));
+const duration = Number(option('duration', '10'));
+if (endpoint !== 'authenticated' && endpoint !== 'public') {
+  process.stderr.write('--endpoint takes authenticated or public\n');
+  process.exit(2);
+}
+const THRESHOLD = 0.03;
+
+const log = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** The system's monotonic clock in µs, the clock V8's profiler stamps its samples with on Linux. */
+const nowUs = () => Number(process.hrtime.bigint() / 1000n);
+
+async function load(
+  url: string,
+  headers: Record<string, string>,
+  seconds: number,
+): Promise<autocannon.Result> {
+  return new Promise((resolve, reject) => {
+    autocannon({ url, headers, connections, duration: seconds }, (error: unknown, result) => {
+      if (error) reject(error instanceof Error ? error : new Error('autocannon failed'));
+      else resolve(result);
+    });
+  });
+}
+
+/** Where a function lives, in the groups the aggregate uses. */
+function placeOf(frame: ProfileNode['callFrame']): string {
+  const { url, functionName } = frame;
+  // No script: V8's builtins and Node's C++ bindings (writev, JSON.stringify...), or a V8 state.
+  if (url === '') return /^\(.*\)$/.test(functionName) ? functionName : 'node internals (native)';
+  if (url.startsWith('node:')) return 'node internals (JS)';
+  const modules = url.lastIndexOf('/node_modules/');
+  if (modules >= 0) {
+    const [scope, name] = url.slice(modules + '/node_modules/'.length).split('/');
+    return `node_modules/${scope?.startsWith('@') ? `${scope}/${name ?? ''}` : (scope ?? '?')}`;
+  }
+  const file = url.startsWith('file://') ? new URL(url).pathname : url;
+  return file.startsWith(ROOT) ? path.relative(ROOT, file) : file;
+}
+
+/** Self time per node id within [from, to] (µs, profile clock); all samples when the window misses. */
+function selfTimes(
+  profile: CpuProfile,
+  from: number,
+  to: number,
+): { self: Map<number, number>; windowed: boolean } {
+  const timed: { node: number; at: number; us: number }[] = [];
+  let at = profile.startTime;
+  profile.samples.forEach((node, i) => {
+    at += profile.timeDeltas[i] ?? 0;
+    // A sample stands for the time until the next one.
+    timed.push({ node, at, us: profile.timeDeltas[i + 1] ?? 0 });
+  });
+  const inside = timed.filter((s) => s.at >= from && s.at <= to);
+  // Fewer than a second's worth of samples in the window: the clocks do not match here.
+  const windowed = inside.reduce((t, s) => t + s.us, 0) > 1_000_000 * Math.min(1, duration / 2);
+  const self = new Map<number, number>();
+  for (const s of windowed ? inside : timed) self.set(s.node, (self.get(s.node) ?? 0) + s.us);
+  return { self, windowed };
+}
+
+function report(profile: CpuProfile, from: number, to: number): void {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const { self, windowed } = selfTimes(profile, from, to);
+  if (!windowed) log('(the load window is not in the profile: every sample counted, start-up included)');
+  const functions = new Map<string, number>();
+  const places = new Map<string, number>();
+  let idle = 0;
+  let busy = 0;
+  for (const [id, us] of self) {
+    const frame = byId.get(id)?.callFrame;
+    if (!frame) continue;
+    if (frame.functionName === '(idle)') {
+      idle += us;
+      continue;
+    }
+    busy += us;
+    const place = placeOf(frame);
+    const name = `${frame.functionName || '(anonymous)'}  ${place}${frame.url ? `:${String(frame.lineNumber + 1)}` : ''}`;
+    functions.set(name, (functions.get(name) ?? 0) + us);
+    places.set(place, (places.get(place) ?? 0) + us);
+  }
+  const pct = (us: number) => `${((100 * us) / Math.max(busy, 1)).toFixed(1).padStart(5)} %`;
+  log(
+    `\nbusy ${(busy / 1e6).toFixed(2)} s, idle ${(idle / 1e6).toFixed(2)} s of CPU-profiled time; shares are of the busy time`,
+  );
+  log(`\nfunctions with ≥ ${String(THRESHOLD * 100)} % self time:`);
+  for (const [name, us] of [...functions]
+    .sort((a, b) => b[1] - a[1])
+    .filter(([, us]) => us >= THRESHOLD * busy))
+    log(`  ${pct(us)}  ${name}`);
+  log('\nself time by package or file:');
+  for (const [place, us] of [...places].sort((a, b) => b[1] - a[1]).filter(([, us]) => us >= 0.005 * busy))
+    log(`  ${pct(us)}  ${place}`);
+}
+
+async function main(): Promise<void> {
+  const info = await seed(posts, false, log);
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sp-profile-'));
+  const port = await freePort();
+  const base = `http://127.0.0.1:${String(port)}`;
+  const env = {
+    ...process.env,
+    NODE_ENV: 'production',
+    PORT: String(port),
+    METRICS_PORT: '0',
+    LOG_LEVEL: 'warn',
+    SECRET_KEY: 'bench-signing-secret-that-is-long-enough-0123456789',
+    BCRYPT_ROUNDS: '12',
+    // Straight to closing on SIGTERM: nothing routes traffic here to drain.
+    SHUTDOWN_DELAY_SECONDS: '0',
+    DB_HOSTNAME: pgConnection.host,
+    DB_PORT: String(pgConnection.port),
+    DB_USERNAME: pgConnection.user,
+    DB_PASSWORD: pgConnection.password,
+    DB_NAME: info.database,
+  };
+  // --cpu-prof goes before tsx's --import: the flag is Node's, and the profile is the service's process.
+  const proc = spawnScript('service/src/main.ts', env, {
+    keep: () => false,
+    nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
+  });
+  // The load's start and end on the monotonic clock, set once it has run.
+  const window = { from: 0, to: 0 };
+  try {
+    await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
+    const res = await fetch(`${base}/login`, {
+      method: 'POST',
+      body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
+    });
+    const token = ((await res.json()) as { access_token?: string }).access_token;
+    if (!token) throw new Error(`login answered ${String(res.status)}`);
+    const [url, headers] =
+      endpoint === 'public'
+        ? [`${base}/posts/public`, {}]
+        : [`${base}/posts/`, { authorization: `Bearer ${token}` }];
+    log(
+      `${info.database}: ${endpoint} list, ${String(connections)} connections, 1 s warm-up, then ${String(duration)} s profiled`,
+    );
+    await load(url, headers, 1);
+    window.from = nowUs();
+    const result = await load(url, headers, duration);
+    window.to = nowUs();
+    log(
+      `${String(Math.round(result.requests.average))} req/s, p50 ${String(result.latency.p50)} ms, p99 ${String(result.latency.p99)} ms, errors ${String(result.errors + result.timeouts)}, non-2xx ${String(result.non2xx)} (the profiler slows the service)`,
+    );
+  } finally {
+    const code = await proc.stop('SIGTERM');
+    if (code !== 0) log(`the service exited with ${String(code)}: ${proc.stderr()}`);
+  }
+  // One file per thread (tsx's loader runs in a thread of its own, idle most of the time): the
+  // service's is the one with the most samples outside (idle).
+  const busySamples = (p: CpuProfile) => {
+    const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
+    return p.samples.filter((id) => !idle.has(id)).length;
+  };
+  const profiles = readdirSync(dir)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .map((f) => ({
+      file: path.join(dir, f),
+      profile: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile,
+    }))
+    .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
+  const largest = profiles[0];
+  if (!largest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
+  report(largest.profile, window.from, window.to);
+  log(
+    `\nprofile: ${largest.file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`,
+  );
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `profile failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});
