@@ -9,22 +9,17 @@
 import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Express, type RequestHandler } from 'express';
-import helmet from 'helmet';
 import { createApp } from '../service/src/app';
 import { openDatabase } from '../service/src/database';
 import { crossOrigin } from '../service/src/http/cors';
 import { requireHost } from '../service/src/http/protocol';
 import { requestLog } from '../service/src/http/request-log';
+import { apiHeaders } from '../service/src/http/security-headers';
 import { closeAfterOversizedBody } from '../service/src/http/validation';
 import { createLogger } from '../service/src/logger';
 import { createMetrics } from '../service/src/metrics';
 import { listPosts } from '../service/src/posts/posts.repository';
 import { loadSettings } from '../service/src/settings';
-
-/** The security-headers piece, as the app builds it: swap this one line when the app's changes. */
-function securityHeaders(): RequestHandler {
-  return helmet();
-}
 
 async function main(): Promise<void> {
   const settings = loadSettings();
@@ -82,7 +77,7 @@ async function main(): Promise<void> {
       listener = bareExpress(requestLog(logger));
       break;
     case 'security-headers':
-      listener = bareExpress(securityHeaders());
+      listener = bareExpress(apiHeaders);
       break;
     case 'protocol':
       listener = bareExpress(requireHost, closeAfterOversizedBody);
