@@ -1,5 +1,5 @@
 /**
- * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10]`
+ * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--node image|current|PATH]`
  *
  * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
  * the bench database `sp_bench_<posts>` (seeded by bench/seed.ts if it is missing, reused
@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { BENCH_PASSWORD, pgConnection, seed } from './seed';
+import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
 
 function option(name: string, fallback: string): string {
@@ -23,6 +24,8 @@ const posts = Number(option('posts', '10000'));
 const endpoint = option('endpoint', 'authenticated');
 const connections = Number(option('connections', '10'));
 const duration = Number(option('duration', '10'));
+/** The Node the service runs on, as in `npm run bench` (bench/node.ts). */
+const node = serverNode(option('node', 'image'));
 if (endpoint !== 'authenticated' && endpoint !== 'public') {
   process.stderr.write('--endpoint takes authenticated or public\n');
   process.exit(2);
@@ -157,6 +160,7 @@ async function main(): Promise<void> {
   const proc = spawnScript('service/src/main.ts', env, {
     keep: () => false,
     nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
+    node: node.path,
   });
   // The load's start and end on the monotonic clock, set once it has run.
   const window = { from: 0, to: 0 };

@@ -532,7 +532,7 @@ export function renderDocs(results: SizeResult[], docsDir: string): string[] {
     md.push(
       `## ${fmt(r.posts)} posts`,
       '',
-      `${fmt(r.users)} users, ${fmt(r.votes)} votes. Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB, Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}; load average ${r.machine.loadAverage.join(' / ')} when it ended; ${r.connections.join(' and ')} connections, ${String(r.duration)} s per endpoint.`,
+      `${fmt(r.users)} users, ${fmt(r.votes)} votes. Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB, servers on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}; load average ${r.machine.loadAverage.join(' / ')} when it ended; ${r.connections.join(' and ')} connections, ${String(r.duration)} s per endpoint.`,
       '',
     );
     if (r.note) md.push(`> ${r.note}`, '');

@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--reseed] [--out DIR]`
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed] [--out DIR]`
  *
  * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
  * data, measures every endpoint with autocannon against both at each connection count, then (at
@@ -27,6 +27,7 @@ import {
   type LadderStep,
   type SizeResult,
 } from './report';
+import { serverNode } from './node';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
 
@@ -50,6 +51,8 @@ const reseed = process.argv.includes('--reseed');
 const outDir = option('out', '');
 /** Free text on the conditions (other load on the machine, say), printed with the figures. */
 const note = option('note', '');
+/** The Node the servers run on (bench/node.ts): the image's release unless told otherwise. */
+const node = serverNode(option('node', 'image'));
 if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
   process.stderr.write('--posts takes 10000, 100000 or 1000000 (comma-separated for several)\n');
   process.exit(2);
@@ -80,7 +83,14 @@ interface Server {
 async function startServer(script: string, env: Record<string, string>): Promise<Server> {
   const port = await freePort();
   // The service logs at warn here, so readiness is an HTTP answer, not the "listening" line.
-  const proc = spawnScript(script, { ...process.env, ...env, PORT: String(port) }, { keep: () => false });
+  const proc = spawnScript(
+    script,
+    { ...process.env, ...env, PORT: String(port) },
+    {
+      keep: () => false,
+      node: node.path,
+    },
+  );
   const base = `http://127.0.0.1:${String(port)}`;
   try {
     await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
@@ -527,7 +537,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
       machine: {
         cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
         memoryGb: Math.round(os.totalmem() / 2 ** 30),
-        node: process.version,
+        node: node.version,
         postgres: await postgresVersion(),
         loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
       },

@@ -45,6 +45,8 @@ export interface SpawnOptions {
   keep?: (line: LogLine) => boolean;
   /** Node options before `--import tsx` (bench/profile.ts passes --cpu-prof). */
   nodeArgs?: string[];
+  /** The node binary; this process's own by default (the bench picks the image's release). */
+  node?: string;
 }
 
 const STDERR_TAIL = 64 * 1024;
@@ -58,10 +60,14 @@ export function spawnScript(
 ): ScriptProcess {
   const childEnv = { ...env };
   delete childEnv.NODE_OPTIONS; // jest's flags (vm-modules) are not the child's business
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', script], {
-    cwd: options.cwd ?? ROOT,
-    env: childEnv,
-  });
+  const child = spawn(
+    options.node ?? process.execPath,
+    [...(options.nodeArgs ?? []), '--import', 'tsx', script],
+    {
+      cwd: options.cwd ?? ROOT,
+      env: childEnv,
+    },
+  );
   running.add(child);
   const lines: LogLine[] = [];
   const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
