@@ -14,7 +14,10 @@ const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
 
 // RETURNING rather than the affected-row count: PGlite reports a delete's count differently.
 const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
-  knex('votes').where({ user_id: param('userId'), post_id: param('postId') }).delete().returning('post_id'),
+  knex('votes')
+    .where({ user_id: param('userId'), post_id: param('postId') })
+    .delete()
+    .returning('post_id'),
 );
 
 /**
