@@ -402,64 +402,52 @@ function ladderSummary(results: SizeResult[]): string[] {
   ];
 }
 
-/** Bare Express + knex against the reference, over every size measured. */
-function expressAlone(results: SizeResult[]): string {
-  const ratios = results.flatMap((r) => {
-    const reference = r.ladder.find((s) => s.key === 'reference');
-    const express = r.ladder.find((s) => s.key === 'express');
-    return reference && express ? [express.figures.rps / reference.figures.rps] : [];
-  });
-  if (ratios.length === 0) return 'about 0.7 (2026-11-22)';
-  const [low, high] = [Math.min(...ratios), Math.max(...ratios)].map((x) => x.toFixed(2));
-  return low === high ? (low ?? '') : `${low ?? ''} to ${high ?? ''}`;
-}
-
-// Findings from profiling sessions (2026-11-21 and -22), kept because they explain the missed
-// target; the ladder tables are remeasured on every run, the A/B figures below are not.
+// Findings from profiling and A/B sessions (2026-11-21 to -23), kept because they explain the
+// figures; the tables above are remeasured on every run, the A/B figures below are not.
 function why(results: SizeResult[]): string[] {
   return [
-    '## Why the service is slower than the reference',
+    '## Where the time goes, and what changed',
     '',
-    "Per request, the service's process uses about three times the CPU of the reference (the CPU µs/req",
-    'columns), and with two cores shared by the server, PostgreSQL and autocannon, that is the gap in',
-    'throughput; at 10 connections it is also the gap in latency, which is queueing behind that CPU. The',
-    'database is not the cause: both send the same SQL (captured from knex), `EXPLAIN ANALYZE` at 100,000',
-    'posts gives 1.1 ms for the rare search and 0.6 ms for the common one, and `strace -c` counts two',
-    '`writev` per request on both sides (one query, one response). The ladder under each size splits the',
-    'gap layer by layer.',
+    'Both servers send the same SQL (captured from knex) as the same named prepared statements, build',
+    'the same JSON and the same `Link` header, and run on the same Node release: the ratio is the cost',
+    'of the framework and middleware alone. The ladder splits it layer by layer:',
     '',
     ...ladderSummary(results),
-    '**Found and fixed: the token key.** A CPU profile of the authenticated list put 28 % of the',
-    "service's CPU in `crypto.createPublicKey`: handed the secret as a string, jsonwebtoken tries to parse",
-    'it as a PEM key on every verify, and that throws. The key is now a `KeyObject` built once',
-    '(`service/src/auth/tokens.ts`). Authenticated list on 10,000 posts, A/B, 8 s each: 654 and 757 req/s',
-    'before, 1,014 and 1,177 after. The reference had the same flaw and got the same fix, so the ratio',
-    'still compares like with like.',
+    'Each change of 2026-11-23 (issue 14) was measured A/B on the public list at 10,000 posts, 10',
+    'connections, on a quiet machine, 6 s runs after a 2 s warm-up, two rounds; CPU µs per request:',
     '',
-    '**Found and fixed: the request logger.** pino-http built a child logger for every request, bound',
-    'to the whole request run through its serializers and the redaction paths, even with the level off',
-    '(the bench runs at `warn`): about 120 µs per request. The request line now comes from',
-    '`service/src/http/request-log.ts`, which writes the same line and builds nothing when its level is',
-    'off. Public list on 10,000 posts, A/B, two 5 s runs each: 568 and 580 µs of CPU per request (1,640',
-    'and 1,530 req/s) before, 447 and 448 µs (1,971 and 1,954 req/s) after.',
+    "- **Queries built once.** Every hot query (the eight shapes of the list, one post, the token's",
+    "  user, the login's user, a post's owner, a vote and its withdrawal) is built by knex once",
+    '  (`service/src/statements.ts`) and sent straight to a pooled connection as a named prepared',
+    "  statement, so neither knex's compiler nor PostgreSQL's parser runs per request. The knex rung",
+    '  added 46-80 µs to the reference in the runs of 2026-11-22; now 263 and 256 µs against the',
+    "  reference's 259 and 263: knex costs nothing per request. PostgreSQL still plans each list query anew (0.2-0.4 ms at 1M",
+    '  posts): with `LIMIT` and `OFFSET` as parameters a generic plan assumes 10 % of the table and never',
+    '  wins, so its custom plans stay, which also keeps the right plan for rare and common searches.',
+    "  `published` is written as the partial index's own predicate, not `published = $1`, so any plan",
+    '  can use that index.',
+    "- **Node 24, the image's release.** The bench now runs both servers on the Node release the image",
+    "  ships (24.21.0; `--node current` for the machine's). Bare Express with the list cost 408 and 414",
+    '  µs on Node 20 against 256-263 for bare node:http, and 298 and 308 on Node 24: most of what earlier',
+    '  runs booked to Express was Node 20. The service went from 534 and 538 µs to 404 and 418; the',
+    '  reference stayed at 258-261.',
+    "- **Headers for what they protect.** helmet's 13 headers became 4 on API answers",
+    '  (`service/src/http/security-headers.ts`; the full set stays on `/docs`), and a request without',
+    "  `Origin` gets only `Vary: Origin` from CORS. A list answer's headers: 1,020 bytes before, 558",
+    '  after (with the new 67-byte `Link`).',
+    '- **Routing.** The four API modules add their routes to one router instead of mounting four, and',
+    '  the probes are mounted at `/healthz`, so no other request walks their routes.',
+    '- **Each piece alone** (Node 20, bare Express at 408 and 414 µs; the "express + …" rungs now measure',
+    '  it on every run): ETag +23 and +25, metrics +13 and +18, request log +16 and +20, CORS +10 and',
+    "  +13, security headers +10 and +11, the Host and body-size checks +19 and +8, joi's list-query",
+    '  check +35 and +19; the whole app +131 and +110. Each is small; the ETag stays, for the 304 it',
+    '  gives a client polling the feed (`service/test/http.test.ts`).',
     '',
-    '**What is left has no hot spot.** Express costs about as much as knex and pg together. Comparing',
-    "CPU profiles of steps 2 and 3 (sampled time per request, profiler overhead included): Node's own HTTP",
-    'code takes 16 µs instead of 2 (`_http_outgoing`) and 13 µs instead of 3 (`_http_server`), most likely',
-    "because Express gives every request and response its own prototype and V8's caches in that code then",
-    "miss; the router 9 µs, `res.json` with its ETag 7 µs more than the reference's `JSON.stringify`,",
-    'garbage collection 8 µs more. Between bare Express and the app sit six layers (metrics, request log,',
-    'helmet, cors, joi, three more routers). Taken out of the app one at a time (2026-11-22), each change',
-    'was within the noise of a run (about ±15 µs); all taken out at once saved about 90 µs (the rungs',
-    '"express + …" now add each piece alone to bare Express on every run). Timed alone in a loop, the',
-    "metrics timer and joi's check of a list query cost about 1 µs each, so the cost is in what the layers",
-    'add to every response (helmet alone sets 13 headers), their listeners and their garbage, not in any',
-    'one function.',
-    '',
-    'So Express 5 and knex alone, before any of the middleware an operator needs (metrics, request ids,',
-    `security headers, CORS, validation), sit at ${expressAlone(results)} of the reference on this hardware. The`,
-    '≥ 0.75 × target allows the service less CPU per request than that; with the stack this project chose',
-    'it is out of reach here, and the ladder says where the time goes.',
+    'What is left has no hot spot. A CPU profile of the authenticated list under load',
+    '(`npm run bench:profile`, Node 24, 10,000 posts) shows two functions at 3 % or more of the',
+    "service's time, and both belong to the reference's work too: the socket writes (`writev`, 33 %,",
+    "also the largest share of the reference's profile) and `JSON.stringify` of the page (7 %). The",
+    'rest is spread over Express, pg, the token check and the pool at 2 % or less each.',
     '',
   ];
 }
