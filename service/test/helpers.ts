@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
@@ -105,6 +106,9 @@ export async function startTestServer(overrides: Record<string, string> = {}): P
 let emailCounter = 0;
 export const uniqueEmail = (prefix = 'user'): string =>
   `${prefix}${++emailCounter}.${process.pid}@example.com`;
+
+/** Letters and digits no other title holds, so a search finds exactly the posts a test made. */
+export const uniqueToken = (prefix = 't'): string => `${prefix}${randomBytes(6).toString('hex')}`;
 
 export interface Account {
   user: User;

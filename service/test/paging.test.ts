@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import request from 'supertest';
 import {
   bearer,
@@ -6,6 +5,7 @@ import {
   newAccount,
   newPost,
   startTestService,
+  uniqueToken,
   uniqueEmail,
   type Account,
   type TestService,
@@ -40,8 +40,7 @@ afterAll(async () => {
 
 const api = () => request(service.app);
 
-/** A token that makes titles unique in this file's database. */
-const token = (): string => `p${randomBytes(6).toString('hex')}`;
+const token = (): string => uniqueToken('p');
 
 async function get(path: string, account?: Account): Promise<request.Response> {
   const req = api().get(path);

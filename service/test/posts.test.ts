@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import request from 'supertest';
 import {
   bearer,
@@ -6,6 +5,7 @@ import {
   newAccount,
   newPost,
   startTestService,
+  uniqueToken,
   uniqueEmail,
   type Account,
   type TestService,
@@ -33,8 +33,7 @@ const OWNER_KEYS = ['created_at', 'email', 'id'];
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 const MISSING_ID = 2_147_483_647;
 
-/** A token that makes a title unique in the database shared by this file (letters and digits only). */
-const token = (): string => `t${randomBytes(6).toString('hex')}`;
+const token = (): string => uniqueToken('t');
 
 let service: TestService;
 let alice: Account;

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import request from 'supertest';
 import {
   bearer,
@@ -6,6 +5,7 @@ import {
   newAccount,
   newPost,
   startTestService,
+  uniqueToken,
   uniqueEmail,
   type Account,
   type TestService,
@@ -26,7 +26,7 @@ const ADDED = { message: 'successfully added vote' };
 const DELETED = { message: 'successfully deleted vote' };
 const MISSING_ID = 2_147_483_647;
 
-const token = (): string => `v${randomBytes(6).toString('hex')}`;
+const token = (): string => uniqueToken('v');
 
 let service: TestService;
 let alice: Account;
