@@ -58,7 +58,7 @@ window.addEventListener('load', async () => {
     document.getElementById(id).submit();
   }
   // And by script: a readable (cors) call is refused for want of Access-Control-Allow-Origin; a
-  // no-cors one is refused too (Cross-Origin-Resource-Policy: same-origin, from helmet).
+  // no-cors one is refused too (Cross-Origin-Resource-Policy: same-origin, on every API answer).
   const form = new URLSearchParams({ username: '${ATTACKER}', password: '${PASSWORD}' });
   try {
     const res = await fetch('${api}/login', { method: 'POST', body: form });

@@ -106,7 +106,7 @@ beforeAll(async () => {
   backend = createServer((req, res) => {
     const given = req.headers['x-request-id'];
     seen.push({ path: req.url ?? '', requestId: typeof given === 'string' ? given : undefined });
-    // Like Express behind helmet: no Server header of its own would reach the client anyway.
+    // Like the service: Express sends no Server header of its own, so none reaches the client.
     res.writeHead(200, { 'Content-Type': 'text/plain' }).end('backend');
   });
   await new Promise<void>((resolvePromise) => backend?.listen(0, '127.0.0.1', resolvePromise));
