@@ -2,9 +2,10 @@ import type { Knex } from 'knex';
 
 /**
  * A query whose SQL knex builds once: each run only binds its values. On PostgreSQL it runs as a
- * named prepared statement, so the server also parses and plans it once per connection instead
- * of on every request (for the list query that took longer than running it). Built lazily on
- * first use, so a module defines its statements at load time without a database at hand.
+ * named prepared statement, so the server parses it once per connection instead of on every
+ * request, and plans it once too where a generic plan is as good as a custom one (the point
+ * look-ups; the lists keep a custom plan per run, as their LIMIT and search need). Built lazily
+ * on first use, so a module defines its statements at load time without a database at hand.
  */
 export interface Statement<P> {
   /** The prepared statement's name: one per distinct SQL text, within a connection. */
