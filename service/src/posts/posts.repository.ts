@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Database } from '../database';
-import { statement } from '../statements';
+import { statement, type Param } from '../statements';
 import type { User } from '../users/users.repository';
 import { decodeCursor, type Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
@@ -43,6 +43,38 @@ function visibleTo(viewer: Viewer) {
         void w.whereRaw('"published"').orWhere('user_id', viewer.userId);
       });
   };
+}
+
+/** A viewer's part of a statement's values: the signed-in user's id; nothing for the public. */
+interface ViewerParams {
+  userId?: number;
+}
+const viewerParams = (viewer: Viewer): ViewerParams => (viewer === 'public' ? {} : { userId: viewer.userId });
+
+/** Which of a query's statements a viewer runs: their SQL differs in the visibility rule. */
+type ViewerKind = 'public' | 'user';
+const kindOf = (viewer: Viewer): ViewerKind => (viewer === 'public' ? 'public' : 'user');
+
+/** The viewer as a statement of that kind writes it: the user's id is its `userId` parameter. */
+const viewerIn = (kind: ViewerKind, param: Param<ViewerParams>): Viewer =>
+  kind === 'public' ? 'public' : { userId: param('userId') };
+
+/**
+ * A query for either kind of viewer: one statement per kind, named `<name>_public` and
+ * `<name>_for_user`, and the run that picks the viewer's and binds its id.
+ */
+function perViewer<Row, P extends object>(
+  name: string,
+  build: (knex: Knex, param: Param<P & ViewerParams>, viewer: Viewer) => Knex.QueryBuilder,
+): (db: Database, viewer: Viewer, params: P) => Promise<Row[]> {
+  const statements = {
+    public: statement<P & ViewerParams>(`${name}_public`, (knex, param) => build(knex, param, 'public')),
+    user: statement<P & ViewerParams>(`${name}_for_user`, (knex, param) =>
+      build(knex, param, viewerIn('user', param)),
+    ),
+  };
+  return (db, viewer, params) =>
+    db.run<Row, P & ViewerParams>(statements[kindOf(viewer)], { ...params, ...viewerParams(viewer) });
 }
 
 const NEWEST_FIRST = [
@@ -92,8 +124,7 @@ export interface ListPage {
 }
 
 /** The values of one list query; which of them are present picks its statement. */
-interface ListParams {
-  userId?: number;
+interface ListParams extends ViewerParams {
   search?: string;
   afterMicros?: string;
   afterId?: number;
@@ -111,12 +142,12 @@ interface ListParams {
  * row-value comparison on (created_at, id), which the newest-first indexes answer as an index
  * condition; its timestamp is rebuilt from integer microseconds exactly.
  */
-function listStatement(kind: 'public' | 'user', search: boolean, cursor: boolean) {
+function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
   const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
   return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
       .select('*', knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'))
-      .modify(visibleTo(kind === 'public' ? 'public' : { userId: param('userId') }))
+      .modify(visibleTo(viewerIn(kind, param)))
       .orderBy([...NEWEST_FIRST])
       .limit(param('read'))
       .offset(param('offset'));
@@ -149,13 +180,14 @@ export async function listPosts(db: Database, viewer: Viewer, query: ListQuery):
   if (query.cursor !== undefined && !after) throw new Error('listPosts was given an unvalidated cursor');
   // An empty search filters nothing, as before the cursor.
   const search = query.search ? likeSubstring(query.search) : undefined;
-  const kind = viewer === 'public' ? 'public' : 'user';
-  const shape = LIST_STATEMENTS.get(`${kind}/${String(search !== undefined)}/${String(after !== undefined)}`);
+  const shape = LIST_STATEMENTS.get(
+    `${kindOf(viewer)}/${String(search !== undefined)}/${String(after !== undefined)}`,
+  );
   if (!shape) throw new Error('no list statement for this shape');
   const rows = await db.run<PostWithOwnerRow & { position_micros: string; has_more: boolean }, ListParams>(
     shape,
     {
-      ...(viewer === 'public' ? {} : { userId: viewer.userId }),
+      ...viewerParams(viewer),
       ...(search === undefined ? {} : { search }),
       ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
       read: query.limit + 1,
@@ -170,44 +202,19 @@ export async function listPosts(db: Database, viewer: Viewer, query: ListQuery):
   };
 }
 
-const postFor = {
-  public: statement<{ id: number }>('post_public', (knex, param) =>
-    withOwnerAndVotes(knex, knex('posts').select('*').where('id', param('id')).modify(visibleTo('public'))),
-  ),
-  user: statement<{ id: number; userId: number }>('post_for_user', (knex, param) =>
-    withOwnerAndVotes(
-      knex,
-      knex('posts')
-        .select('*')
-        .where('id', param('id'))
-        .modify(visibleTo({ userId: param('userId') })),
-    ),
-  ),
-};
+const postRows = perViewer<PostWithOwnerRow, { id: number }>('post', (knex, param, viewer) =>
+  withOwnerAndVotes(knex, knex('posts').select('*').where('id', param('id')).modify(visibleTo(viewer))),
+);
 
 /** A post the viewer may see, or undefined (missing and invisible look the same). */
 export async function getPost(db: Database, id: number, viewer: Viewer): Promise<Post | undefined> {
-  const rows =
-    viewer === 'public'
-      ? await db.run<PostWithOwnerRow, { id: number }>(postFor.public, { id })
-      : await db.run<PostWithOwnerRow, { id: number; userId: number }>(postFor.user, {
-          id,
-          userId: viewer.userId,
-        });
+  const rows = await postRows(db, viewer, { id });
   return rows[0] && toPost(rows[0]);
 }
 
-const ownerFor = {
-  public: statement<{ id: number }>('post_owner_public', (knex, param) =>
-    knex('posts').select('user_id').where('id', param('id')).modify(visibleTo('public')),
-  ),
-  user: statement<{ id: number; userId: number }>('post_owner_for_user', (knex, param) =>
-    knex('posts')
-      .select('user_id')
-      .where('id', param('id'))
-      .modify(visibleTo({ userId: param('userId') })),
-  ),
-};
+const ownerRows = perViewer<Pick<PostRow, 'user_id'>, { id: number }>('post_owner', (knex, param, viewer) =>
+  knex('posts').select('user_id').where('id', param('id')).modify(visibleTo(viewer)),
+);
 
 /**
  * The owner of a post the viewer may see, or undefined: another user's draft is as absent as a
@@ -219,14 +226,7 @@ export async function visiblePostOwner(
   id: number,
   viewer: Viewer,
 ): Promise<number | undefined> {
-  const rows =
-    viewer === 'public'
-      ? await db.run<Pick<PostRow, 'user_id'>, { id: number }>(ownerFor.public, { id })
-      : await db.run<Pick<PostRow, 'user_id'>, { id: number; userId: number }>(ownerFor.user, {
-          id,
-          userId: viewer.userId,
-        });
-  return rows[0]?.user_id;
+  return (await ownerRows(db, viewer, { id }))[0]?.user_id;
 }
 
 export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post> {
