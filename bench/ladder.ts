@@ -10,7 +10,7 @@ import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express, { type Express, type RequestHandler } from 'express';
 import { createApp } from '../service/src/app';
-import { openDatabase } from '../service/src/database';
+import { openDatabase } from '../service/src/db/connection';
 import { crossOrigin } from '../service/src/http/cors';
 import { requireHost } from '../service/src/http/protocol';
 import { requestLog } from '../service/src/http/request-log';

@@ -1,7 +1,7 @@
 import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
-import { openDatabase } from '../service/src/database';
-import { migrateToLatest } from '../service/src/migrator';
+import { openDatabase } from '../service/src/db/connection';
+import { migrateToLatest } from '../service/src/db/migrator';
 import { createLogger } from '../service/src/logger';
 import { loadSettings } from '../service/src/settings';
 import { postgresServer } from '../testing/postgres';

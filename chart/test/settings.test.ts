@@ -78,6 +78,8 @@ describe.each(environments)('Settings of %s', (environment) => {
       ACCESS_TOKEN_EXPIRE_MINUTES: '30',
       DB_POOL_MAX: '10',
       DB_STATEMENT_TIMEOUT_MS: '2000',
+      DB_PREPARED_STATEMENTS: 'true',
+      DB_MIGRATION_TIMEOUT_MS: '240000',
     });
     expect(Number(settings(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);
   });

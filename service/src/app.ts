@@ -2,7 +2,7 @@ import express, { type Express } from 'express';
 import { requireAuth } from './auth/auth.middleware';
 import { authRoutes } from './auth/auth.routes';
 import { tokenKey } from './auth/tokens';
-import type { Database } from './database';
+import type { Database } from './db/connection';
 import { healthRouter, type ShutdownState } from './health';
 import { crossOrigin } from './http/cors';
 import { docsRouter } from './http/docs';

@@ -1,5 +1,5 @@
 import { Router, type RequestHandler, type Response } from 'express';
-import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
+import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
 import type { Logger } from './logger';
 import { exactRouter } from './http/router';
@@ -46,16 +46,25 @@ export function healthRouter(
         unavailable(res, 'The service is shutting down');
         return;
       }
+      let standby: boolean;
       try {
-        await withTimeout(
-          db.knex.raw('SELECT 1'),
+        const { rows } = await withTimeout(
+          db.knex.raw<{ rows: { standby: boolean }[] }>('SELECT pg_is_in_recovery() AS standby'),
           DATABASE_CHECK_TIMEOUT_MS,
           `the database did not answer within ${DATABASE_CHECK_TIMEOUT_MS} ms`,
         );
+        standby = rows[0]?.standby === true;
       } catch (error) {
         logger.warn({ err: error }, 'readiness check failed');
         // No driver message reaches the prober.
         unavailable(res, 'The database did not answer within 1 s');
+        return;
+      }
+      // During a failover the address may lead to a standby for a while: reads would work,
+      // writes would not, so the pod is taken out until a primary answers there.
+      if (standby) {
+        logger.warn('readiness check failed: the database is a read-only standby');
+        unavailable(res, 'The database is a read-only standby');
         return;
       }
       answer(res, 200, { status: 'ok' });
@@ -82,6 +91,6 @@ export function healthRouter(
  *     description: HEAD answers alike, without a body; a query string is ignored; other methods are 405.
  *     responses:
  *       405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' }
- *       200: { description: 'The database answered `SELECT 1` within 1 s.' }
- *       503: { description: 'The database did not answer in time, or the process is shutting down.' }
+ *       200: { description: 'The database answered within 1 s, and it is a primary (it takes writes).' }
+ *       503: { description: 'The database did not answer in time, or it is a read-only standby (during a failover), or the process is shutting down.' }
  */

@@ -1,5 +1,5 @@
-import { openDatabase } from './database';
-import { migrateToLatest } from './migrator';
+import { openDatabase } from './db/connection';
+import { migrateToLatest } from './db/migrator';
 import { consoleDestination, createLogger } from './logger';
 import { startServer } from './server';
 import { describeSettings, loadSettings, SettingsError } from './settings';

@@ -1,8 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { Request, RequestHandler } from 'express';
 import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './database';
-import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './migrator';
+import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
+import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './db/migrator';
 import type { Logger } from './logger';
 
 /** The route label of requests no route matched (unknown paths, preflights): one value, whatever the path. */

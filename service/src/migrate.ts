@@ -1,5 +1,5 @@
-import { openDatabase } from './database';
-import { migrateDown, migrateToLatest, unlockMigrations } from './migrator';
+import { openDatabase } from './db/connection';
+import { migrateDown, migrateToLatest, unlockMigrations } from './db/migrator';
 import { consoleDestination, createLogger } from './logger';
 import { loadSettings, SettingsError } from './settings';
 
@@ -10,7 +10,7 @@ async function run(command: string): Promise<void> {
   const db = await openDatabase(settings, logger);
   try {
     if (command === 'latest') await migrateToLatest(db, logger);
-    else if (command === 'down') logger.info({ migrations: await migrateDown(db) }, 'rolled back');
+    else if (command === 'down') logger.info({ migrations: await migrateDown(db, logger) }, 'rolled back');
     else if (command === 'unlock') {
       await unlockMigrations(db);
       logger.info('migration lock released');

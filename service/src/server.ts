@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createTerminus } from '@godaddy/terminus';
 import { createApp } from './app';
-import type { Database } from './database';
+import type { Database } from './db/connection';
 import type { ShutdownState } from './health';
 import { clientErrorProblem, rawProblem, writeProblem } from './http/protocol';
 import { deferContinue } from './http/validation';

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import Joi from 'joi';
+import type { DatabaseConfig } from './db/connection';
 
 /** Every setting the service reads, typed and validated once at start-up. */
 export interface Settings {
@@ -7,18 +8,7 @@ export interface Settings {
   port: number;
   /** Port of the Prometheus metrics listener, kept apart from the API so no ingress can expose it. */
   metricsPort: number;
-  db: {
-    /** Undefined means the embedded PGlite database. */
-    hostname: string | undefined;
-    port: number;
-    username: string;
-    password: string;
-    name: string;
-    ssl: boolean;
-    poolMax: number;
-    statementTimeoutMs: number;
-    embeddedDir: string;
-  };
+  db: DatabaseConfig;
   secretKey: string;
   /** True when SECRET_KEY was not set and a random one was made for this process. */
   secretKeyGenerated: boolean;
@@ -75,6 +65,9 @@ const schema = Joi.object({
   DB_SSL: Joi.boolean().truthy('1').falsy('0').default(false),
   DB_POOL_MAX: Joi.number().integer().min(1).max(100).default(10),
   DB_STATEMENT_TIMEOUT_MS: Joi.number().integer().min(100).max(600_000).default(2000),
+  DB_PREPARED_STATEMENTS: Joi.boolean().truthy('1').falsy('0').default(true),
+  // A day at most: past that a migration wants a maintenance window, not a start-up.
+  DB_MIGRATION_TIMEOUT_MS: Joi.number().integer().min(1000).max(86_400_000).default(600_000),
   DB_EMBEDDED_DIR: Joi.string().default('.data/pglite'),
   SECRET_KEY: Joi.string().min(32).empty('').when('NODE_ENV', { is: 'production', then: Joi.required() }),
   ACCESS_TOKEN_EXPIRE_MINUTES: Joi.number()
@@ -106,6 +99,8 @@ interface RawSettings {
   DB_SSL: boolean;
   DB_POOL_MAX: number;
   DB_STATEMENT_TIMEOUT_MS: number;
+  DB_PREPARED_STATEMENTS: boolean;
+  DB_MIGRATION_TIMEOUT_MS: number;
   DB_EMBEDDED_DIR: string;
   SECRET_KEY?: string;
   ACCESS_TOKEN_EXPIRE_MINUTES: number;
@@ -138,6 +133,8 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       ssl: raw.DB_SSL,
       poolMax: raw.DB_POOL_MAX,
       statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
+      preparedStatements: raw.DB_PREPARED_STATEMENTS,
+      migrationTimeoutMs: raw.DB_MIGRATION_TIMEOUT_MS,
       embeddedDir: raw.DB_EMBEDDED_DIR,
     },
     secretKey: raw.SECRET_KEY ?? randomBytes(32).toString('base64url'),
@@ -167,9 +164,11 @@ export function describeSettings(s: Settings): Record<string, unknown> {
           user: s.db.username,
           ssl: s.db.ssl,
           poolMax: s.db.poolMax,
+          preparedStatements: s.db.preparedStatements,
         }
       : { kind: 'embedded', dir: s.db.embeddedDir },
     statementTimeoutMs: s.db.statementTimeoutMs,
+    migrationTimeoutMs: s.db.migrationTimeoutMs,
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     corsAllowedOrigins: s.corsAllowedOrigins,
     bcryptRounds: s.bcryptRounds,

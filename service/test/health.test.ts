@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import net from 'node:net';
 import type { Server } from 'node:http';
-import { openDatabase, type Database } from '../src/database';
-import { migrateToLatest } from '../src/migrator';
+import { openDatabase, type Database } from '../src/db/connection';
+import { migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
 import { startServer } from '../src/server';
 import { loadSettings } from '../src/settings';

@@ -4,7 +4,7 @@ import net from 'node:net';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
-import type { Database } from '../src/database';
+import type { Database } from '../src/db/connection';
 import { databaseSnapshot, expectProblem, startTestServer, TEST_SECRET, uniqueEmail } from './helpers';
 
 /**

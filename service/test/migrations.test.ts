@@ -2,8 +2,8 @@ import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
-import { openDatabase, type Database } from '../src/database';
-import { migrateDown, migrateToLatest } from '../src/migrator';
+import { openDatabase, type Database } from '../src/db/connection';
+import { migrateDown, migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
 import { loadSettings } from '../src/settings';
 import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
@@ -101,7 +101,7 @@ test('When migrations are rolled back and applied again, then the schema comes b
   const db = await open(fresh.env);
   try {
     await migrateToLatest(db, logger);
-    const undone = await migrateDown(db);
+    const undone = await migrateDown(db, logger);
     expect(undone).toHaveLength(4);
     expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
     expect(await migrateToLatest(db, logger)).toHaveLength(4);

@@ -5,8 +5,8 @@ import request from 'supertest';
 import { createApp } from '../src/app';
 import { errorHandler } from '../src/http/errors';
 import { requestLog } from '../src/http/request-log';
-import { openDatabase, type Database } from '../src/database';
-import { migrateDown, migrateToLatest } from '../src/migrator';
+import { openDatabase, type Database } from '../src/db/connection';
+import { migrateDown, migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
 import type { RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
@@ -196,7 +196,7 @@ describe('Metrics', () => {
     expect(Math.abs(appliedAt - Date.now() / 1000)).toBeLessThan(3600);
 
     const logger = createLogger('silent');
-    await migrateDown(db);
+    await migrateDown(db, logger);
     try {
       text = await scrape();
       expect(sample(text, 'db_migrations_applied')).toBe(0);

@@ -20,6 +20,8 @@ describe('Start-up settings', () => {
     ['ACCESS_TOKEN_EXPIRE_MINUTES', { ACCESS_TOKEN_EXPIRE_MINUTES: '0' }],
     ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
     ['DB_PORT', { DB_HOSTNAME: '127.0.0.1', DB_PORT: '70000' }],
+    ['DB_PREPARED_STATEMENTS', { DB_PREPARED_STATEMENTS: 'sometimes' }],
+    ['DB_MIGRATION_TIMEOUT_MS', { DB_MIGRATION_TIMEOUT_MS: '10' }],
   ])('When %s has a bad value, then the start stops with one line naming it', async (name, overrides) => {
     const svc = spawnService(baseEnv(overrides));
     expect(await svc.exited).toBe(1);

@@ -1,7 +1,7 @@
 import { randomBytes, type KeyObject } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
-import type { Database } from '../database';
+import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, validate } from '../http/validation';
 import { normaliseEmail } from '../users/email';

@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { ErrorRequestHandler, RequestHandler, Response } from 'express';
-import { errorFields, isDatabaseUnavailable } from '../database-errors';
+import { errorFields, isDatabaseUnavailable } from '../db/errors';
 import type { Logger } from '../logger';
 
 /** The one error type the service throws on purpose; it becomes a problem+json answer. */

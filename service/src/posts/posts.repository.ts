@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
-import type { Database } from '../database';
-import { statement, type Param } from '../statements';
+import type { Database } from '../db/connection';
+import { statement, type Param } from '../db/statements';
 import type { User } from '../users/users.repository';
 import { decodeCursor, type Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';

@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { caller } from '../auth/auth.middleware';
-import type { Database } from '../database';
+import type { Database } from '../db/connection';
 import { methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { notYourPost, postNotFound } from './posts.errors';

@@ -1,7 +1,7 @@
-import type { Database } from '../database';
-import { errorFields } from '../database-errors';
+import type { Database } from '../db/connection';
+import { errorFields } from '../db/errors';
 import { hasNul } from '../http/validation';
-import { statement } from '../statements';
+import { statement } from '../db/statements';
 
 /** A user as the API returns it: never the password hash. */
 export interface User {

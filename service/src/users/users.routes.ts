@@ -1,6 +1,6 @@
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
-import type { Database } from '../database';
+import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { createUser } from './users.repository';

@@ -1,6 +1,6 @@
-import type { Database } from '../database';
-import { errorFields } from '../database-errors';
-import { statement } from '../statements';
+import type { Database } from '../db/connection';
+import { errorFields } from '../db/errors';
+import { statement } from '../db/statements';
 
 type VoteKey = { userId: number; postId: number };
 

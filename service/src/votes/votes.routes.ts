@@ -1,6 +1,6 @@
 import type { RequestHandler, Router } from 'express';
 import { caller } from '../auth/auth.middleware';
-import type { Database } from '../database';
+import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { jsonBody, validate } from '../http/validation';
 import { postNotFound } from '../posts/posts.errors';

@@ -38,6 +38,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     // SQLSTATE classes: 08 connection exception, 53 insufficient resources, 57 operator
     // intervention (57014 is a statement time-out, 57P01 an administrator shutdown).
     if (/^(08|53|57)[0-9A-Z]{3}$/.test(code)) return true;
+    // A write reached a standby: during a failover, until the new primary is at the address.
+    if (code === '25006') return true;
   }
   return /Connection terminated|connection timeout|Client has encountered a connection error|PGlite is closed|Unable to acquire a connection/i.test(
     message,

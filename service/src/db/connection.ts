@@ -1,0 +1,200 @@
+import knex, { type Knex } from 'knex';
+import type { Logger } from 'pino';
+import { withDeadline, type DeadlineConnection } from './deadline';
+import { openPGlite } from './embedded';
+import type { Statement } from './statements';
+
+/** What the database settings (settings.ts, DB_*) hold. */
+export interface DatabaseConfig {
+  /** Undefined means the embedded PGlite database. */
+  hostname: string | undefined;
+  port: number;
+  username: string;
+  password: string;
+  name: string;
+  ssl: boolean;
+  poolMax: number;
+  statementTimeoutMs: number;
+  /** Named prepared statements for the hot queries; off for poolers that do not track them. */
+  preparedStatements: boolean;
+  /** The statement time-out of migrations, which may rightly run far longer than a request. */
+  migrationTimeoutMs: number;
+  embeddedDir: string;
+}
+
+/** What migrations run on: a connection of their own with their own statement time-out. */
+export interface MigrationConnection {
+  knex: Knex;
+  /** The longest one migration statement may run, on the server and on the client. */
+  timeoutMs: number;
+  close(): Promise<void>;
+}
+
+export interface Database {
+  knex: Knex;
+  kind: 'postgres' | 'embedded';
+  /** Runs a statement (see statements.ts) on a connection of the pool; its rows. */
+  run<Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]>;
+  /** Opens the migrations' connection (on the embedded database, its one session). */
+  forMigrations(): MigrationConnection;
+  close(): Promise<void>;
+}
+
+/** The driver connection knex's pool lends: pg's Client, or the PGlite instance itself. */
+interface DriverConnection {
+  query(
+    query: string | { name: string; text: string; values: unknown[] },
+    values?: unknown[],
+  ): Promise<{ rows: unknown[] }>;
+}
+
+type Deadline = <T>(connection: DriverConnection, work: Promise<T>) => Promise<T>;
+
+/**
+ * Statements go straight to a connection from knex's pool, past knex's query runner: the pool's
+ * limits and acquire time-out still hold, and a knex transaction holding PGlite's one connection
+ * still keeps them out until it ends. With `named`, a statement is a named prepared statement
+ * (parsed and planned once per connection; pg remembers which names each connection has prepared,
+ * and PgBouncer from 1.21 re-prepares them on whichever server connection it picks); otherwise
+ * the text goes each time, as an unnamed statement any pooler passes through.
+ */
+function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Database['run'] {
+  const client = instance.client as {
+    acquireConnection(): Promise<DriverConnection>;
+    releaseConnection(connection: DriverConnection): Promise<unknown>;
+  };
+  return async <Row, P extends object>(statement: Statement<P>, params: P) => {
+    const { text, values } = statement.compile(instance);
+    const connection = await client.acquireConnection();
+    try {
+      const result = await deadline(
+        connection,
+        named
+          ? connection.query({ name: statement.name, text, values: values(params) })
+          : connection.query(text, values(params)),
+      );
+      return result.rows as Row[];
+    } finally {
+      void client.releaseConnection(connection);
+    }
+  };
+}
+
+/**
+ * knex's PostgreSQL client with every statement it runs (queries, transactions' BEGIN and COMMIT,
+ * migrations) under a client-side deadline (deadline.ts).
+ */
+function postgresClient(timeoutMs: number): typeof knex.Client {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- knex exports no dialect class
+  const KnexPostgres = require('knex/lib/dialects/postgres') as typeof knex.Client;
+  return class PostgresWithDeadlines extends KnexPostgres {
+    override query(connection: DeadlineConnection, obj: unknown): Promise<unknown> {
+      return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, timeoutMs);
+    }
+  };
+}
+
+function knexLog(logger: Logger): Knex.Config['log'] {
+  return {
+    warn: (message: unknown) => {
+      logger.warn({ source: 'knex' }, String(message));
+    },
+    error: (message: unknown) => {
+      logger.error({ source: 'knex' }, String(message));
+    },
+    deprecate: (method: string, alternative: string) => {
+      logger.warn({ source: 'knex' }, `${method} is deprecated, use ${alternative}`);
+    },
+    debug: () => undefined,
+  };
+}
+
+/** A pool of PostgreSQL connections whose statements each have `timeoutMs`. */
+function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeoutMs: number): Knex {
+  return knex({
+    client: postgresClient(timeoutMs),
+    // Only what every pooler passes in the startup packet: no statement_timeout, no options.
+    connection: {
+      host: db.hostname,
+      port: db.port,
+      user: db.username,
+      password: db.password,
+      database: db.name,
+      ssl: db.ssl ? { rejectUnauthorized: true } : false,
+      connectionTimeoutMillis: 2000,
+      // Idle connections to a server that has gone are found and closed by the kernel.
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+      application_name: 'social-posts',
+    },
+    pool: { min: 0, max: poolMax, idleTimeoutMillis: 30_000 },
+    acquireConnectionTimeout: 2500,
+    log: knexLog(logger),
+  });
+}
+
+/** Opens PostgreSQL when DB_HOSTNAME is set, otherwise the embedded PGlite database. */
+export async function openDatabase(settings: { db: DatabaseConfig }, logger: Logger): Promise<Database> {
+  const { db } = settings;
+  if (db.hostname) {
+    const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
+    return {
+      knex: instance,
+      kind: 'postgres',
+      run: statementRunner(instance, db.preparedStatements, (connection, work) =>
+        withDeadline(connection as unknown as DeadlineConnection, work, db.statementTimeoutMs),
+      ),
+      forMigrations: () => {
+        // One connection, opened for the migrations and closed after them.
+        const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
+        return { knex: migrations, timeoutMs: db.migrationTimeoutMs, close: () => migrations.destroy() };
+      },
+      close: () => instance.destroy(),
+    };
+  }
+
+  const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
+  const instance = knex({
+    client: ClientPgLite,
+    dialect: 'postgres',
+    connection: () => ({ pglite }) as unknown as Knex.StaticConnectionConfig,
+    log: knexLog(logger),
+  });
+  return {
+    knex: instance,
+    kind: 'embedded',
+    // PGlite keeps no statements between queries, and its own statement_timeout bounds each one.
+    run: statementRunner(instance, false, (_connection, work) => work),
+    // PGlite has one session: migrations share it, with their time-out set per transaction.
+    forMigrations: () => ({
+      knex: instance,
+      timeoutMs: db.migrationTimeoutMs,
+      close: () => Promise.resolve(),
+    }),
+    close: async () => {
+      await instance.destroy();
+      if (!pglite.closed) await pglite.close();
+    },
+  };
+}
+
+/** How long a probe or a scrape waits for the database before it answers without it. */
+export const DATABASE_CHECK_TIMEOUT_MS = 1000;
+
+/**
+ * The result of `work`, or a rejection with `message` after `ms`: a caller (a probe, a scrape) gets
+ * an answer in bounded time even when the database hangs. The work itself is not cancelled.
+ */
+export async function withTimeout<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(message));
+    }, ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

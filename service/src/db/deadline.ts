@@ -1,0 +1,97 @@
+import pg from 'pg';
+
+/**
+ * The statement time-out, kept on the client side. PostgreSQL's own `statement_timeout` would
+ * have to travel in the startup packet (which PgBouncer refuses), in a session `SET` (which
+ * transaction pooling hands to other clients) or in a `SET LOCAL` per transaction (a round trip
+ * per request); and it cannot fire at all on a server that has vanished. So each statement gets
+ * a timer here: at the deadline a cancel request goes to the server (PgBouncer forwards it to the
+ * server connection running the statement), which stops the statement there; if no answer comes
+ * within the grace that follows, the connection is taken for dead and destroyed. Either way the
+ * caller gets an error within `timeoutMs + CANCEL_GRACE_MS`, and no statement is left running.
+ */
+
+/** How long a cancelled statement may take to answer before its connection is taken for dead. */
+export const CANCEL_GRACE_MS = 500;
+
+/** The fields of pg's Client this needs: the cancel key and the socket (pg keeps both public). */
+export interface DeadlineConnection {
+  host: string;
+  port: number;
+  processID: number | null;
+  secretKey: number | null;
+  connection: { stream: { destroy(): void } };
+  /** knex reads this to drop the connection instead of lending it again. */
+  __knex__disposed?: unknown;
+}
+
+interface CancelConnection {
+  stream: { destroy(): void };
+  on(event: 'error', listener: () => void): void;
+  once(event: 'connect', listener: () => void): void;
+  connect(port: number, host: string): void;
+  cancel(processID: number, secretKey: number): void;
+}
+
+/** Raised when a statement outlives its deadline; SQLSTATE 57014 (query_canceled) classifies it. */
+export class StatementTimeoutError extends Error {
+  override name = 'StatementTimeoutError';
+  readonly code = '57014';
+  constructor(timeoutMs: number, cause: unknown) {
+    super(`statement cancelled: it ran past its ${String(timeoutMs)} ms deadline`, { cause });
+  }
+}
+
+/**
+ * Sends a CancelRequest for the connection's current statement over a connection of its own.
+ * Sent in the clear, as libpq before PostgreSQL 17 does: the server and PgBouncer accept a cancel
+ * before any TLS or authentication. Given up after `graceMs`, so a vanished host holds nothing.
+ */
+function sendCancel(target: DeadlineConnection, graceMs: number): void {
+  if (target.processID === null || target.secretKey === null) return;
+  const { processID, secretKey } = target;
+  // pg's protocol connection; its typings leave out connect and cancel, both part of its API.
+  const con = new pg.Connection() as unknown as CancelConnection;
+  // A refused or reset cancel changes nothing: the grace timer decides what happens next.
+  con.on('error', () => undefined);
+  con.once('connect', () => {
+    con.cancel(processID, secretKey);
+  });
+  con.connect(target.port, target.host);
+  setTimeout(() => {
+    con.stream.destroy();
+  }, graceMs).unref();
+}
+
+/**
+ * Settles like `work`, a statement running on `connection`, but by `timeoutMs + graceMs` at the
+ * latest: at `timeoutMs` the statement is cancelled on the server; if it has not answered `graceMs`
+ * later, the connection is destroyed, which fails the statement. A connection whose deadline fired
+ * is never lent again: a late cancel could otherwise stop the next statement run on it.
+ */
+export async function withDeadline<T>(
+  connection: DeadlineConnection,
+  work: Promise<T>,
+  timeoutMs: number,
+  graceMs = CANCEL_GRACE_MS,
+): Promise<T> {
+  // An object, as the timer sets it where the compiler's flow analysis does not look.
+  const state = { expired: false };
+  let grace: NodeJS.Timeout | undefined;
+  const deadline = setTimeout(() => {
+    state.expired = true;
+    connection.__knex__disposed ??= new Error('statement deadline passed');
+    sendCancel(connection, graceMs);
+    grace = setTimeout(() => {
+      connection.connection.stream.destroy();
+    }, graceMs);
+  }, timeoutMs);
+  try {
+    return await work;
+  } catch (error) {
+    throw state.expired ? new StatementTimeoutError(timeoutMs, error) : error;
+  } finally {
+    clearTimeout(deadline);
+    clearTimeout(grace);
+  }
+}

@@ -1,0 +1,124 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import { migrations } from '../../../migrations';
+import type { Database } from './connection';
+import { errorFields } from './errors';
+import { exclusively } from './lock';
+
+/**
+ * Migrations: the source (migrations/index.ts), one replica at a time (lock.ts), and
+ * latest/down/unlock. `migrate.ts` is their command line; `main.ts` runs latest at start-up.
+ * They run on a connection of their own (`Database.forMigrations`) with their own statement
+ * time-out, through the same host as requests: a pooler in transaction mode is enough.
+ */
+
+/** How long to wait for knex's own lock taken by a process outside ours (below). */
+const KNEX_LOCK_WAIT_MS = 120_000;
+
+const migrationSource: Knex.MigrationSource<string> = {
+  getMigrations: () => Promise.resolve(knownMigrations()),
+  getMigrationName: (name) => name,
+  getMigration: (name) => {
+    const migration = migrations[name];
+    if (!migration) throw new Error(`unknown migration ${name}`);
+    return Promise.resolve(migration);
+  },
+};
+
+const migratorConfig: Knex.MigratorConfig = { migrationSource };
+
+/**
+ * Knex's lock taken by a process outside the advisory lock (an older release, a knex CLI): wait
+ * and try again; the other's work is then seen as done.
+ */
+function isLockedByAnother(error: unknown): boolean {
+  return /already locked/i.test(errorFields(error).message);
+}
+
+/**
+ * Runs `work` on the migrations' connection inside the lock's transaction, whose statements may
+ * each run for the migration time-out (on the server too: `SET LOCAL` lasts as long as the
+ * transaction). A replica waits as long for another one's migrations.
+ */
+async function underLock<T>(
+  db: Database,
+  logger: Logger,
+  work: (trx: Knex.Transaction) => Promise<T>,
+): Promise<T> {
+  const connection = db.forMigrations();
+  try {
+    return await exclusively(
+      connection.knex,
+      async (trx) => {
+        await trx.raw(`SET LOCAL statement_timeout = ${String(connection.timeoutMs)}`);
+        return work(trx);
+      },
+      connection.timeoutMs,
+      () => {
+        logger.info('another replica is migrating; waiting');
+      },
+    );
+  } finally {
+    await connection.close();
+  }
+}
+
+/**
+ * Brings the schema up to date, all pending migrations in one transaction (a failure leaves the
+ * schema as it was); returns the names it applied.
+ */
+export async function migrateToLatest(db: Database, logger: Logger): Promise<string[]> {
+  const started = Date.now();
+  for (;;) {
+    try {
+      return await underLock(db, logger, async (trx) => {
+        const [, applied] = (await trx.migrate.latest(migratorConfig)) as [number, string[]];
+        if (applied.length > 0) logger.info({ migrations: applied }, 'migrations applied');
+        else logger.info('schema up to date');
+        return applied;
+      });
+    } catch (error) {
+      if (!isLockedByAnother(error) || Date.now() - started > KNEX_LOCK_WAIT_MS) throw error;
+      logger.info('the migration lock is taken; waiting');
+      await sleep(250 + Math.random() * 500);
+    }
+  }
+}
+
+/** Rolls back the last batch of migrations (operators' `npm run migrate:down`). */
+export async function migrateDown(db: Database, logger: Logger): Promise<string[]> {
+  const [, undone] = (await underLock(db, logger, (trx) => trx.migrate.rollback(migratorConfig))) as [
+    number,
+    string[],
+  ];
+  return undone;
+}
+
+/** Frees a lock left behind by a process that died mid-migration. */
+export async function unlockMigrations(db: Database): Promise<void> {
+  await db.knex.migrate.forceFreeMigrationsLock(migratorConfig);
+}
+
+/** The names of the migrations this build ships, in order. */
+export const knownMigrations = (): string[] => Object.keys(migrations).sort();
+
+export interface MigrationState {
+  applied: number;
+  pending: number;
+  lastAppliedSeconds: number;
+}
+
+/** What the database has applied of the migrations this build knows. */
+export async function migrationState(db: Database): Promise<MigrationState> {
+  const rows = await db
+    .knex<{ name: string; migration_time: Date | string }>('knex_migrations')
+    .select('name', 'migration_time');
+  const applied = new Set(rows.map((row) => row.name));
+  const last = Math.max(0, ...rows.map((row) => new Date(row.migration_time).getTime()));
+  return {
+    applied: applied.size,
+    pending: knownMigrations().filter((name) => !applied.has(name)).length,
+    lastAppliedSeconds: last / 1000,
+  };
+}
