@@ -418,7 +418,7 @@ function why(results: SizeResult[]): string[] {
     '',
     "- **Queries built once.** Every hot query (the eight shapes of the list, one post, the token's",
     "  user, the login's user, a post's owner, a vote and its withdrawal) is built by knex once",
-    '  (`service/src/statements.ts`) and sent straight to a pooled connection as a named prepared',
+    '  (`service/src/db/statements.ts`) and sent straight to a pooled connection as a named prepared',
     "  statement, so neither knex's compiler nor PostgreSQL's parser runs per request. The knex rung",
     '  added 46-80 µs to the reference in the runs of 2026-11-22; now 263 and 256 µs against the',
     "  reference's 259 and 263: knex costs nothing per request. PostgreSQL still plans each list query anew (0.2-0.4 ms at 1M",
