@@ -111,7 +111,7 @@ onPostgres('On PostgreSQL', () => {
       });
       await new Promise((resolve) => setTimeout(resolve, 700));
       expect(done).toBe(false);
-      await admin.raw('SELECT pg_terminate_backend(?)', [rows[0]?.pid]);
+      await admin.raw('SELECT pg_terminate_backend(?)', [rows[0]?.pid ?? 0]);
       expect(await migrated).toHaveLength(4);
       await holder.rollback().catch(() => undefined);
     } finally {

@@ -82,16 +82,23 @@ function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Da
 
 /**
  * knex's PostgreSQL client with every statement it runs (queries, transactions' BEGIN and COMMIT,
- * migrations) under a client-side deadline (deadline.ts).
+ * migrations, its version check) under a client-side deadline (deadline.ts).
  */
 function postgresClient(timeoutMs: number): typeof knex.Client {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- knex exports no dialect class
-  const KnexPostgres = require('knex/lib/dialects/postgres') as typeof knex.Client;
+  /* eslint-disable-next-line @typescript-eslint/no-require-imports -- knex exports no dialect
+     class; its typings leave out checkVersion, the query sent on a pool's first connection */
+  const KnexPostgres = require('knex/lib/dialects/postgres') as new (config: Knex.Config) => Knex.Client & {
+    checkVersion(connection: DeadlineConnection): Promise<string>;
+  };
   return class PostgresWithDeadlines extends KnexPostgres {
     override query(connection: DeadlineConnection, obj: unknown): Promise<unknown> {
       return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, timeoutMs);
     }
-  };
+
+    override checkVersion(connection: DeadlineConnection): Promise<string> {
+      return withDeadline(connection, super.checkVersion(connection), timeoutMs);
+    }
+  } as unknown as typeof knex.Client;
 }
 
 function knexLog(logger: Logger): Knex.Config['log'] {
