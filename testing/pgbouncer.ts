@@ -1,0 +1,160 @@
+/**
+ * A real PgBouncer of a test's own (reliability, bench): transaction pooling, the way
+ * CloudNativePG's Pooler and most managed poolers run it, in front of any PostgreSQL, on a free
+ * port, with its files in a temporary folder. `ignore_startup_parameters` is left at its default
+ * on purpose: the service must need no pooler-side workaround. PgBouncer refuses to run as root,
+ * so it runs as the postgres account when this process is root.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { pgbouncerBinary, pgbouncerVersion } from '../scripts/pgbouncer';
+import { ownForPostgres, postgresAccount, postgresServer } from './postgres';
+import { freePort } from './service';
+
+export interface PgBouncerOptions {
+  /** 1.18: Debian 12's (no prepared-statement tracking); 1.24: 1.24.1 built from Debian 13's source. */
+  version: '1.18' | '1.24';
+  /** Where server connections go. */
+  target: { host: string; port: number };
+  /** Server connections per database and user: smaller than the service's pool, so they are shared. */
+  poolSize: number;
+  /** Set only when given (1.24 defaults to 200; 1.18 does not know the setting). */
+  maxPreparedStatements?: number;
+}
+
+export class OwnPgBouncer {
+  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-pgbouncer-'));
+  port = 0;
+  /** "PgBouncer 1.24.1", read from the binary. */
+  version = '';
+  private child: ChildProcess | undefined;
+  private target: { host: string; port: number };
+
+  constructor(private readonly options: PgBouncerOptions) {
+    this.target = options.target;
+  }
+
+  private get ini(): string {
+    return path.join(this.dir, 'pgbouncer.ini');
+  }
+
+  get log(): string {
+    try {
+      return readFileSync(path.join(this.dir, 'pgbouncer.log'), 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  private writeConfig(): void {
+    const { poolSize, maxPreparedStatements } = this.options;
+    const lines = [
+      '[databases]',
+      // Any database name: each test file works on a scratch database of its own.
+      `* = host=${this.target.host} port=${String(this.target.port)}`,
+      '',
+      '[pgbouncer]',
+      'listen_addr = 127.0.0.1',
+      `listen_port = ${String(this.port)}`,
+      `unix_socket_dir = ${this.dir}`,
+      `logfile = ${path.join(this.dir, 'pgbouncer.log')}`,
+      'pool_mode = transaction',
+      'auth_type = trust',
+      // Listed even under trust: PgBouncer only lets in users it knows.
+      `auth_file = ${path.join(this.dir, 'userlist.txt')}`,
+      `admin_users = ${postgresServer.user}`,
+      `default_pool_size = ${String(poolSize)}`,
+      'min_pool_size = 0',
+      'reserve_pool_size = 0',
+      'max_client_conn = 1000',
+      // Quick to find a server gone and to try its successor: a failover test waits on these.
+      'server_connect_timeout = 2',
+      'server_login_retry = 1',
+      'query_wait_timeout = 30',
+      ...(maxPreparedStatements === undefined
+        ? []
+        : [`max_prepared_statements = ${String(maxPreparedStatements)}`]),
+      '',
+    ];
+    writeFileSync(this.ini, lines.join('\n'));
+    ownForPostgres(this.ini);
+  }
+
+  async start(): Promise<void> {
+    ownForPostgres(this.dir);
+    this.port = await freePort();
+    // A copy in the folder: the build cache under root's home is not the postgres account's to read.
+    const binary = path.join(this.dir, 'pgbouncer');
+    copyFileSync(pgbouncerBinary(this.options.version), binary);
+    ownForPostgres(binary);
+    this.version = pgbouncerVersion(binary);
+    writeFileSync(path.join(this.dir, 'userlist.txt'), `"${postgresServer.user}" ""\n`);
+    ownForPostgres(path.join(this.dir, 'userlist.txt'));
+    this.writeConfig();
+    const child = spawn(binary, [this.ini], { stdio: ['ignore', 'ignore', 'pipe'], ...postgresAccount() });
+    this.child = child;
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        await this.admin('SHOW VERSION');
+        return;
+      } catch (error) {
+        if (child.exitCode !== null || Date.now() > deadline) {
+          child.kill('SIGKILL');
+          throw new Error(`PgBouncer did not start: ${stderr}${this.log}`, { cause: error });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  }
+
+  /** Runs a command on the admin console (database `pgbouncer`); its rows. */
+  async admin(command: string): Promise<Record<string, unknown>[]> {
+    const client = new Client({
+      host: '127.0.0.1',
+      port: this.port,
+      user: postgresServer.user,
+      database: 'pgbouncer',
+      connectionTimeoutMillis: 2000,
+    });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      // The admin console speaks the simple protocol only.
+      const result = await client.query({ text: command, queryMode: 'simple' } as { text: string });
+      return result.rows as Record<string, unknown>[];
+    } finally {
+      await client.end();
+    }
+  }
+
+  /**
+   * Points the pooler at another server, as an operator (or CloudNativePG's Pooler following the
+   * -rw service) does after a failover: new server connections go there after RELOAD; server
+   * connections to the old address are closed once released (PgBouncer marks them dirty).
+   */
+  async retarget(target: { host: string; port: number }): Promise<void> {
+    this.target = target;
+    this.writeConfig();
+    await this.admin('RELOAD');
+  }
+
+  async destroy(): Promise<void> {
+    const child = this.child;
+    if (child && child.exitCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGINT');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
