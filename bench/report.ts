@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { poolerSection } from './pooler-report';
 
 export interface EndpointFigures {
   rps: number;
@@ -485,8 +486,11 @@ export function readResults(resultsDir: string, log: (line: string) => void): Si
   return out.sort((a, b) => a.posts - b.posts);
 }
 
-/** Rebuilds docs/benchmarks.md and docs/benchmarks.svg from every result in the folder. */
-export function renderDocs(results: SizeResult[], docsDir: string): string[] {
+/**
+ * Rebuilds docs/benchmarks.md and docs/benchmarks.svg from every result in the folder, with the
+ * pooler run's section when `resultsDir` holds one.
+ */
+export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: string): string[] {
   mkdirSync(docsDir, { recursive: true });
   const md = [
     '# Benchmarks',
@@ -539,6 +543,7 @@ export function renderDocs(results: SizeResult[], docsDir: string): string[] {
     if (deep.length > 0) md.push(...deep, '');
   }
   md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '');
+  if (resultsDir) md.push(...poolerSection(resultsDir));
   md.push(...why(results));
   const mdPath = path.join(docsDir, 'benchmarks.md');
   const svgPath = path.join(docsDir, 'benchmarks.svg');

@@ -8,7 +8,6 @@
  * and prints the targets. Results go to bench/results/; docs/benchmarks.md, docs/benchmarks.svg
  * and the README's figures are rebuilt from every result there (with --out, only the docs, there).
  */
-import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -29,7 +28,8 @@ import {
 } from './report';
 import { serverNode } from './node';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
-import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
+import { load, measure as measureOn, settle, startServer as startServerOn, type Server } from './measure';
+import { ROOT } from '../testing/service';
 
 const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
 
@@ -73,80 +73,28 @@ const log = (line: string) => {
   process.stdout.write(`${line}\n`);
 };
 
-interface Server {
-  child: ChildProcessWithoutNullStreams;
-  base: string;
-  stop(): Promise<void>;
-}
+const startServer = (script: string, env: Record<string, string>): Promise<Server> =>
+  startServerOn(script, env, { node: node.path });
 
-/** Starts a server script on a free port and resolves once it answers HTTP. */
-async function startServer(script: string, env: Record<string, string>): Promise<Server> {
-  const port = await freePort();
-  // The service logs at warn here, so readiness is an HTTP answer, not the "listening" line.
-  const proc = spawnScript(
-    script,
-    { ...process.env, ...env, PORT: String(port) },
-    {
-      keep: () => false,
-      node: node.path,
-    },
-  );
-  const base = `http://127.0.0.1:${String(port)}`;
-  try {
-    await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
-  } catch (error) {
-    await proc.stop();
-    throw new Error(`${script} did not start`, { cause: error });
-  }
-  return {
-    child: proc.child,
-    base,
-    stop: async () => {
-      await proc.stop();
-    },
-  };
-}
-
-async function run(options: autocannon.Options): Promise<autocannon.Result> {
-  return new Promise((resolve, reject) => {
-    // A run is bounded by its amount of requests when given one, otherwise by time.
-    const bound = options.amount === undefined ? { duration } : {};
-    autocannon({ connections: firstCount, ...bound, ...options }, (error: unknown, result) => {
-      if (error) reject(error instanceof Error ? error : new Error('autocannon failed'));
-      else resolve(result);
-    });
-  });
-}
-
-const figures = (r: autocannon.Result, cpuMs: number | undefined): EndpointFigures => ({
-  rps: Math.round(r.requests.average),
-  p50: r.latency.p50,
-  p99: r.latency.p99,
-  errors: r.errors + r.timeouts,
-  non2xx: r.non2xx,
-  requests: r.requests.total,
-  ...(cpuMs === undefined || r.requests.total === 0
-    ? {}
-    : { cpuUsPerRequest: Math.round((cpuMs * 1000) / r.requests.total) }),
-});
+const run = (options: autocannon.Options): Promise<autocannon.Result> =>
+  load(options, { duration, connections: firstCount });
 
 /**
- * CPU time (user + system) a process has used, in ms, from /proc (Linux); undefined elsewhere.
- * Per request it is a steadier measure of a server's own cost than throughput, which also depends
- * on the database and the load generator sharing the machine.
+ * One server on one endpoint at the first count (see measure.ts); `warm: false` skips the warm-up
+ * (logins: bcrypt needs none, and its queue only delays the run).
  */
-function cpuMsOf(pid: number | undefined): number | undefined {
-  try {
-    const fields =
-      readFileSync(`/proc/${String(pid)}/stat`, 'utf8')
-        .split(') ')[1]
-        ?.split(' ') ?? [];
-    const ticks = Number(fields[11]) + Number(fields[12]);
-    // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every common architecture.
-    return Number.isFinite(ticks) ? ticks * 10 : undefined;
-  } catch {
-    return undefined;
-  }
+const measure = (
+  server: Server,
+  options: autocannon.Options,
+  beforeRun?: () => Promise<void>,
+  warm = true,
+): Promise<EndpointFigures> =>
+  measureOn(server, options, { duration, connections: firstCount, warmup: warm ? WARMUP : 0 }, beforeRun);
+
+function logFigures(who: string, what: string, f: EndpointFigures): void {
+  log(
+    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
+  );
 }
 
 async function login(
@@ -233,54 +181,6 @@ function endpointsOf(
       },
     ],
   ];
-}
-
-/**
- * Waits (at most 30 s) until the server's process is idle: under 10 % of a core over 200 ms. When
- * autocannon stops, the requests it leaves in flight still run; 64 logins queued behind bcrypt
- * take seconds and would otherwise land in the next measurement.
- */
-async function settle(server: Server): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  let before = cpuMsOf(server.child.pid);
-  while (before !== undefined && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const now = cpuMsOf(server.child.pid);
-    if (now === undefined || now - before <= 20) return;
-    before = now;
-  }
-}
-
-/**
- * One server on one endpoint: a short warm-up (JIT, pool connections, PostgreSQL's cache), then
- * the run, each followed by waiting for the server to go idle. `warm: false` skips the warm-up
- * (logins: bcrypt needs none, and its queue only delays the run).
- */
-async function measure(
-  server: Server,
-  options: autocannon.Options,
-  beforeRun?: () => Promise<void>,
-  warm = true,
-): Promise<EndpointFigures> {
-  if (warm) {
-    await run({ ...options, duration: WARMUP });
-    await settle(server);
-  }
-  await beforeRun?.();
-  const cpuBefore = cpuMsOf(server.child.pid);
-  const result = await run(options);
-  const cpuAfter = cpuMsOf(server.child.pid);
-  await settle(server);
-  return figures(
-    result,
-    cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
-  );
-}
-
-function logFigures(who: string, what: string, f: EndpointFigures): void {
-  log(
-    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
-  );
 }
 
 /**
@@ -610,7 +510,11 @@ async function main(): Promise<void> {
     writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
   }
   const results = readResults(resultsDir, log);
-  const written = renderDocs(results, outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'));
+  const written = renderDocs(
+    results,
+    outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
+    resultsDir,
+  );
   // A scratch run (--out) must not rewrite the README's figures.
   if (!outDir) {
     const readme = path.join(ROOT, 'README.md');

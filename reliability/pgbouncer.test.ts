@@ -38,10 +38,12 @@ const statusCounts = (answers: { status: number }[]): string =>
     .map(([s, n]) => `${s}x${String(n)}`)
     .join(',');
 
-describe.each([
-  { version: '1.18' as const, env: { DB_PREPARED_STATEMENTS: 'false' } },
-  { version: '1.24' as const, env: {} },
-])('Behind PgBouncer $version in transaction mode', ({ version, env }) => {
+const versions: { version: '1.18' | '1.24'; env: Record<string, string> }[] = [
+  { version: '1.18', env: { DB_PREPARED_STATEMENTS: 'false' } },
+  { version: '1.24', env: {} },
+];
+
+describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ version, env }) => {
   const bouncer = new OwnPgBouncer({
     version,
     target: { host: pg.host, port: pg.port },
@@ -204,5 +206,52 @@ describe.each([
     expect(answer.ms).toBeLessThan(STATEMENT_TIMEOUT_MS + 500 + 1500);
     expect(waitingAfter).toBe(0);
     expect(after.status).toBe(200);
+  });
+});
+
+describe('Behind PgBouncer 1.18 with the defaults', () => {
+  const bouncer = new OwnPgBouncer({
+    version: '1.18',
+    target: { host: pg.host, port: pg.port },
+    poolSize: SERVER_POOL,
+  });
+  let database: { name: string; drop(): Promise<void> };
+  beforeAll(async () => {
+    await bouncer.start();
+    database = await createDatabase('pgb118_named');
+  });
+  afterAll(async () => {
+    await stopAllServices();
+    await bouncer.destroy();
+    await database.drop();
+  });
+
+  test('When named prepared statements stay on behind a pooler that does not track them, then the failures are problem+json and each logged failure names DB_PREPARED_STATEMENTS=false', async () => {
+    const svc = await startService({
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(bouncer.port),
+      DB_NAME: database.name,
+      DB_POOL_MAX: String(SERVICE_POOL),
+    });
+    // Registration and login use no named statement; every authenticated call does.
+    const token = await account(svc.base, 'named@example.com');
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        const out: Answer[] = [];
+        for (let i = 0; i < 25; i++) out.push(await call(svc.base, '/posts/', { token }));
+        return out;
+      }),
+    ).then((a) => a.flat());
+    const failed = answers.filter((a) => a.status >= 500);
+    const logged = svc.lines.filter((l) => l.msg === 'request failed');
+    report('pgbouncer 1.18 named statements left on', {
+      statuses: statusCounts(answers),
+      loggedFailures: logged.length,
+    });
+
+    expect(failed.length).toBeGreaterThan(0);
+    for (const a of failed) expect(isProblem(a)).toBe(true);
+    expect(logged.length).toBe(failed.length);
+    for (const line of logged) expect(String(line.hint)).toMatch(/set DB_PREPARED_STATEMENTS=false/);
   });
 });

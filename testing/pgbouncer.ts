@@ -97,7 +97,7 @@ export class OwnPgBouncer {
     const child = spawn(binary, [this.ini], { stdio: ['ignore', 'ignore', 'pipe'], ...postgresAccount() });
     this.child = child;
     let stderr = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
+    child.stderr.on('data', (chunk: Buffer) => {
       stderr += chunk.toString();
     });
     const deadline = Date.now() + 10_000;

@@ -45,3 +45,16 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     message,
   );
 }
+
+/**
+ * What an operator should change, for errors that mean the set-up rather than the query is wrong;
+ * logged beside the error. 42P05 and 26000 are a named statement met twice or not at all: a
+ * pooler in transaction mode moved the connection to another server connection without
+ * tracking what had been prepared on it.
+ */
+export function operatorHint(error: unknown): string | undefined {
+  const { code } = errorFields(error);
+  if (code === '42P05' || code === '26000')
+    return 'a pooler in transaction mode does not track prepared statements: set DB_PREPARED_STATEMENTS=false, or max_prepared_statements above 0 on PgBouncer >= 1.21';
+  return undefined;
+}

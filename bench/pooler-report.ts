@@ -1,0 +1,80 @@
+/** The figures of `npm run bench:pooler` (bench/pooler.ts), and their section of docs/benchmarks.md. */
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+
+export const POOLER_RESULT = 'pooler.json';
+
+/** One contender on one list at one connection count, over the rounds. */
+export interface PoolerSeries {
+  /** direct | pgbouncer | pgbouncer-unnamed | before */
+  key: string;
+  name: string;
+  list: string;
+  connections: number;
+  rps: number[];
+  median?: number;
+  errors: number;
+  non2xx: number;
+}
+
+export interface PoolerResult {
+  measuredAt: string;
+  posts: number;
+  duration: number;
+  rounds: number;
+  pool: number;
+  machine: { cpus: string; memoryGb: number; node: string; postgres: string; pgbouncer: string };
+  series: PoolerSeries[];
+}
+
+const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** The figures as Markdown: a table of medians with the rounds' spread, and the ratios. */
+export function poolerLines(r: PoolerResult): string[] {
+  const find = (key: string, list: string, connections: number) =>
+    r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
+  const keys = [...new Set(r.series.map((s) => s.key))];
+  const names = new Map(r.series.map((s) => [s.key, s.name]));
+  const shapes = [...new Set(r.series.map((s) => `${s.list}|${String(s.connections)}`))];
+  const cell = (s: PoolerSeries | undefined) =>
+    s
+      ? `${fmt(s.median ?? 0)} (${fmt(Math.min(...s.rps))}–${fmt(Math.max(...s.rps))})${s.errors + s.non2xx > 0 ? ` ⚠ ${String(s.errors + s.non2xx)} failed` : ''}`
+      : '—';
+  const ratio = (a: string, b: string, list: string, connections: number) => {
+    const x = find(a, list, connections)?.median;
+    const y = find(b, list, connections)?.median;
+    return x !== undefined && y ? fmt(x / y, 2) : '—';
+  };
+  const lines = [
+    `${fmt(r.posts)} posts, list of 10, ${String(r.rounds)} rounds of ${String(r.duration)} s per cell (median, and the rounds' range, in req/s). Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB; service on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}, ${r.machine.pgbouncer} in transaction mode with a server pool of ${String(r.pool)} (the service's \`DB_POOL_MAX\` too), everything on the one machine.`,
+    '',
+    ...keys.map((k) => `- **${k}**: ${names.get(k) ?? k}`),
+    '',
+    `| list | connections | ${keys.join(' | ')} | pgbouncer ÷ direct (target ≥ 0.9) |${keys.includes('before') ? ' direct ÷ before |' : ''}`,
+    `|---|---|${keys.map(() => '---|').join('')}---|${keys.includes('before') ? '---|' : ''}`,
+    ...shapes.map((shape) => {
+      const [list = '', c = '0'] = shape.split('|');
+      const connections = Number(c);
+      return `| ${list} | ${c} | ${keys.map((k) => cell(find(k, list, connections))).join(' | ')} | ${ratio('pgbouncer', 'direct', list, connections)} |${keys.includes('before') ? ` ${ratio('direct', 'before', list, connections)} |` : ''}`;
+    }),
+  ];
+  return lines;
+}
+
+/** The section for docs/benchmarks.md, when the results folder holds a pooler run. */
+export function poolerSection(resultsDir: string): string[] {
+  const file = path.join(resultsDir, POOLER_RESULT);
+  if (!existsSync(file)) return [];
+  const r = JSON.parse(readFileSync(file, 'utf8')) as PoolerResult;
+  return [
+    '## Behind PgBouncer',
+    '',
+    'Reproduce: `npm run bench:pooler -- --posts 100000 --rounds 3 --before <commit>` (PgBouncer 1.24.1 built by',
+    '`scripts/pgbouncer.ts`). The same service process kind, pool and data direct to PostgreSQL and through',
+    'PgBouncer in transaction mode; `before` is an older commit of the service, direct, measured in the same rounds.',
+    '',
+    ...poolerLines(r),
+    '',
+  ];
+}

@@ -1,0 +1,215 @@
+/**
+ * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--before REF] [--node image|current|PATH] [--out DIR]`
+ *
+ * The lists direct to PostgreSQL and behind PgBouncer 1.24 in transaction mode (prepared
+ * statements tracked, its default; and with DB_PREPARED_STATEMENTS=false), and with `--before`
+ * the same lists served by another commit's service (git worktree), direct: what a change to the
+ * data tier costs. Every server runs at once on the same seeded database; each round measures
+ * them one after the other, in an order that turns each round, so a disturbance of the machine
+ * lands on all of them. Prints the median and spread of the rounds and the ratios; writes
+ * results/pooler.json and rebuilds docs/benchmarks.md with it.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import knex from 'knex';
+import * as prettier from 'prettier';
+import { measure, startServer, type Server } from './measure';
+import { serverNode } from './node';
+import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
+import { readResults, renderDocs } from './report';
+import { BENCH_PASSWORD, pgConnection, seed } from './seed';
+import { OwnPgBouncer } from '../testing/pgbouncer';
+import { ROOT } from '../testing/service';
+
+const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
+/** The service's pool, and the pooler's server pool: the same number of server connections. */
+const POOL = 10;
+const WARMUP = 1;
+
+function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+const posts = Number(option('posts', '100000'));
+const duration = Number(option('duration', '10'));
+const rounds = Number(option('rounds', '3'));
+const connectionCounts = option('connections', '10,64')
+  .split(',')
+  .map((s) => Number(s.trim()));
+const before = option('before', '');
+const outDir = option('out', '');
+const node = serverNode(option('node', 'image'));
+if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duration >= 1)) {
+  process.stderr.write('--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1\n');
+  process.exit(2);
+}
+
+const log = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+};
+
+/** Another commit's checkout beside this one, sharing its node_modules; removed afterwards. */
+function worktree(ref: string): { dir: string; commit: string; remove(): void } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sp-bench-before-'));
+  rmSync(dir, { recursive: true });
+  execFileSync('git', ['worktree', 'add', '--detach', dir, ref], { cwd: ROOT, stdio: 'pipe' });
+  symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+  const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: dir, encoding: 'utf8' }).trim();
+  return {
+    dir,
+    commit,
+    remove: () => {
+      execFileSync('git', ['worktree', 'remove', '--force', dir], { cwd: ROOT, stdio: 'pipe' });
+    },
+  };
+}
+
+async function token(base: string): Promise<string> {
+  const res = await fetch(`${base}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
+  });
+  const body = (await res.json()) as { access_token?: string };
+  if (!body.access_token) throw new Error(`login at ${base}: ${String(res.status)}`);
+  return body.access_token;
+}
+
+interface Contender {
+  key: string;
+  name: string;
+  server: Server;
+  token: string;
+}
+
+async function main(): Promise<void> {
+  const info = await seed(posts, false, log);
+  const env = {
+    NODE_ENV: 'production',
+    LOG_LEVEL: 'warn',
+    SECRET_KEY: SECRET,
+    BCRYPT_ROUNDS: '12',
+    DB_HOSTNAME: pgConnection.host,
+    DB_PORT: String(pgConnection.port),
+    DB_USERNAME: pgConnection.user,
+    DB_PASSWORD: pgConnection.password,
+    DB_NAME: info.database,
+    DB_POOL_MAX: String(POOL),
+    // Several services at once: each takes an ephemeral metrics port.
+    METRICS_PORT: '0',
+  };
+  const bouncer = new OwnPgBouncer({
+    version: '1.24',
+    target: { host: pgConnection.host, port: pgConnection.port },
+    poolSize: POOL,
+  });
+  await bouncer.start();
+  const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };
+  const checkout = before ? worktree(before) : undefined;
+  const contenders: Contender[] = [];
+  try {
+    const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
+      const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
+      contenders.push({ key, name, server, token: await token(server.base) });
+    };
+    await add('direct', 'direct to PostgreSQL', {});
+    await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
+    await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
+      ...viaBouncer,
+      DB_PREPARED_STATEMENTS: 'false',
+    });
+    if (checkout) await add('before', `before: ${checkout.commit}, direct to PostgreSQL`, {}, checkout.dir);
+
+    const series: PoolerSeries[] = [];
+    const lists = [
+      { list: 'public list', path: '/posts/public', signedIn: false },
+      { list: 'authenticated list', path: '/posts/', signedIn: true },
+    ];
+    for (let round = 0; round < rounds; round++) {
+      for (const connections of connectionCounts) {
+        for (const { list, path: listPath, signedIn } of lists) {
+          // Each round starts with the next contender, so none always goes first.
+          const order = contenders.map((_, i) => contenders[(i + round) % contenders.length] as Contender);
+          for (const c of order) {
+            const f = await measure(
+              c.server,
+              {
+                url: `${c.server.base}${listPath}`,
+                ...(signedIn ? { headers: { authorization: `Bearer ${c.token}` } } : {}),
+              },
+              { duration, connections, warmup: WARMUP },
+            );
+            let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
+            if (!s) {
+              s = { key: c.key, name: c.name, list, connections, rps: [], errors: 0, non2xx: 0 };
+              series.push(s);
+            }
+            s.rps.push(f.rps);
+            s.errors += f.errors;
+            s.non2xx += f.non2xx;
+            log(
+              `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}`,
+            );
+          }
+        }
+      }
+    }
+
+    const pgVersion = await (async () => {
+      const k = knex({ client: 'pg', connection: { ...pgConnection, database: info.database } });
+      try {
+        return (
+          (await k.raw<{ rows: { v: string }[] }>("SELECT current_setting('server_version') AS v")).rows[0]
+            ?.v ?? '?'
+        );
+      } finally {
+        await k.destroy();
+      }
+    })();
+    const result: PoolerResult = {
+      measuredAt: new Date().toISOString(),
+      posts,
+      duration,
+      rounds,
+      pool: POOL,
+      machine: {
+        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+        memoryGb: Math.round(os.totalmem() / 2 ** 30),
+        node: node.version,
+        postgres: pgVersion,
+        pgbouncer: bouncer.version,
+      },
+      series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
+    };
+    const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'bench', 'results');
+    mkdirSync(resultsDir, { recursive: true });
+    const file = path.join(resultsDir, POOLER_RESULT);
+    writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
+    const written = renderDocs(
+      readResults(resultsDir, log),
+      outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
+      resultsDir,
+    );
+    log('');
+    for (const line of poolerLines(result)) log(line);
+    log(`\nwrote ${[file, ...written].join(', ')}`);
+  } finally {
+    await Promise.all(contenders.map((c) => c.server.stop()));
+    await bouncer.destroy();
+    checkout?.remove();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (cause) process.stderr.write(`cause: ${cause instanceof Error ? cause.message : String(cause)}\n`);
+  process.exit(1);
+});
