@@ -209,7 +209,8 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  // A server that did not start says why in the cause (its exit and last log line).
   const cause = error instanceof Error ? error.cause : undefined;
-  if (cause) process.stderr.write(`cause: ${cause instanceof Error ? cause.message : String(cause)}\n`);
+  if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
   process.exit(1);
 });
