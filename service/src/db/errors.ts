@@ -41,8 +41,13 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     // A write reached a standby: during a failover, until the new primary is at the address.
     if (code === '25006') return true;
   }
-  return /Connection terminated|connection timeout|Client has encountered a connection error|PGlite is closed|Unable to acquire a connection/i.test(
-    message,
+  // "timeout expired" is pg's connect time-out (connectionTimeoutMillis): a host that accepts
+  // nothing, or a node gone mid-handshake.
+  return (
+    message === 'timeout expired' ||
+    /Connection terminated|connection timeout|Client has encountered a connection error|PGlite is closed|Unable to acquire a connection/i.test(
+      message,
+    )
   );
 }
 

@@ -1,0 +1,91 @@
+/**
+ * A TCP relay standing in for a Service address in front of a database (CloudNativePG's -rw
+ * Service, say): it forwards to a target that can move (`retarget`, as the Service's endpoint
+ * moves to a promoted standby), and it can `stall`: from then on nothing it holds forwards a byte
+ * either way and nothing is closed, the way connections behave when a node vanishes from the
+ * network (no FIN, no RST, no answer). A connection closed by the target is closed to the client.
+ */
+import net from 'node:net';
+import { freePort } from './service';
+
+interface Pair {
+  client: net.Socket;
+  upstream?: net.Socket;
+  stalled: boolean;
+}
+
+export class Relay {
+  port = 0;
+  private server: net.Server | undefined;
+  private readonly pairs = new Set<Pair>();
+  private stalled = false;
+
+  constructor(private targetPort: number) {}
+
+  async start(): Promise<void> {
+    this.port = await freePort();
+    this.server = net.createServer((client) => {
+      this.accept(client);
+    });
+    const server = this.server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => {
+        resolve();
+      });
+    });
+  }
+
+  private accept(client: net.Socket): void {
+    const pair: Pair = { client, stalled: this.stalled };
+    this.pairs.add(pair);
+    const drop = () => {
+      if (pair.stalled) return;
+      this.pairs.delete(pair);
+      client.destroy();
+      pair.upstream?.destroy();
+    };
+    client.on('error', () => undefined);
+    client.on('close', drop);
+    // Accepted while stalled: held open, never forwarded (a SYN that a vanished node never answers
+    // would also leave the client waiting until its own time-out).
+    if (pair.stalled) return;
+    const upstream = net.connect(this.targetPort, '127.0.0.1');
+    pair.upstream = upstream;
+    upstream.on('error', () => undefined);
+    upstream.on('close', drop);
+    client.on('data', (chunk) => {
+      if (!pair.stalled) upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (!pair.stalled) client.write(chunk);
+    });
+  }
+
+  /** Every connection held now, and every new one, forwards nothing and stays open. */
+  stall(): void {
+    this.stalled = true;
+    for (const pair of this.pairs) pair.stalled = true;
+  }
+
+  /** New connections go to `port` and forward again; the stalled ones stay stalled. */
+  retarget(port: number): void {
+    this.targetPort = port;
+    this.stalled = false;
+  }
+
+  /** Connections held open, stalled or not. */
+  get connections(): number {
+    return this.pairs.size;
+  }
+
+  async close(): Promise<void> {
+    for (const pair of this.pairs) {
+      pair.client.destroy();
+      pair.upstream?.destroy();
+    }
+    this.pairs.clear();
+    const server = this.server;
+    if (server) await new Promise((resolve) => server.close(resolve));
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * A primary with a synchronous standby on this one machine, for failover tests: Debian's
+ * PostgreSQL binaries as the postgres account (initdb, pg_basebackup -R, pg_ctl promote), each
+ * server on a free port with its socket in a temporary folder. With `synchronous_commit = on` and
+ * the standby named in `synchronous_standby_names`, a commit returns only once the standby has
+ * the WAL: every acknowledged write survives the primary's loss.
+ */
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { initdb, ownForPostgres, postgresServer, runPostgresTool } from './postgres';
+import { freePort } from './service';
+
+const STANDBY_NAME = 'standby1';
+
+export class ReplicatedPostgres {
+  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-replicated-pg-'));
+  primaryPort = 0;
+  standbyPort = 0;
+
+  private data(which: 'primary' | 'standby'): string {
+    return path.join(this.dir, which);
+  }
+
+  private start(which: 'primary' | 'standby', port: number, extra: string[]): void {
+    const options = [
+      `-p ${String(port)}`,
+      `-k ${this.dir}`,
+      '-c listen_addresses=127.0.0.1',
+      '-c fsync=off',
+      ...extra,
+    ].join(' ');
+    runPostgresTool('pg_ctl', [
+      '-D',
+      this.data(which),
+      '-o',
+      options,
+      '-l',
+      path.join(this.dir, `${which}.log`),
+      '-w',
+      'start',
+    ]);
+  }
+
+  /** Both servers running, the standby streaming synchronously. */
+  async init(): Promise<void> {
+    ownForPostgres(this.dir);
+    this.primaryPort = await freePort();
+    this.standbyPort = await freePort();
+    // initdb's pg_hba.conf also lets `replication` connections in from 127.0.0.1 with -A trust.
+    initdb(this.data('primary'), postgresServer.user, ['-A', 'trust', '--no-sync']);
+    this.start('primary', this.primaryPort, [
+      '-c wal_level=replica',
+      '-c max_wal_senders=4',
+      `-c synchronous_standby_names=${STANDBY_NAME}`,
+      '-c synchronous_commit=on',
+    ]);
+    runPostgresTool('pg_basebackup', [
+      '-D',
+      this.data('standby'),
+      '-R',
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(this.primaryPort),
+      '-U',
+      postgresServer.user,
+      '-X',
+      'stream',
+    ]);
+    // The name the primary waits for; later lines of postgresql.auto.conf win.
+    appendFileSync(
+      path.join(this.data('standby'), 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=127.0.0.1 port=${String(this.primaryPort)} user=${postgresServer.user} application_name=${STANDBY_NAME}'\n`,
+    );
+    // Promoted, it waits for no standby of its own: writes go on once it is the primary.
+    this.start('standby', this.standbyPort, ['-c hot_standby=on']);
+    const deadline = Date.now() + 30_000;
+    while ((await this.syncState()) !== 'sync') {
+      if (Date.now() > deadline) throw new Error('the standby did not become synchronous within 30 s');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  /** The standby's sync_state as the primary sees it ('sync' when commits wait for it). */
+  async syncState(): Promise<string | undefined> {
+    const rows = await this.query<{ sync_state: string }>(
+      this.primaryPort,
+      'SELECT sync_state FROM pg_stat_replication WHERE application_name = $1',
+      [STANDBY_NAME],
+    );
+    return rows[0]?.sync_state;
+  }
+
+  /** One query on a server of the pair, on a connection of its own. */
+  async query<Row>(port: number, sql: string, values: unknown[] = []): Promise<Row[]> {
+    const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database: 'postgres' });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      return (await client.query(sql, values)).rows as Row[];
+    } finally {
+      await client.end();
+    }
+  }
+
+  /** The primary's node lost: immediate stop, no checkpoint, its sessions cut. */
+  killPrimary(): void {
+    runPostgresTool('pg_ctl', ['-D', this.data('primary'), '-m', 'immediate', '-w', 'stop']);
+  }
+
+  /** The standby becomes the primary (and takes writes) once this returns. */
+  promoteStandby(): void {
+    runPostgresTool('pg_ctl', ['-D', this.data('standby'), '-w', 'promote']);
+  }
+
+  destroy(): void {
+    for (const which of ['primary', 'standby'] as const) {
+      try {
+        runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'immediate', '-w', 'stop']);
+      } catch {
+        // already stopped
+      }
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
