@@ -132,3 +132,10 @@ export async function measure(
     cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
   );
 }
+
+/** The middle value (the mean of the two middle ones for an even count). */
+export const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
+};

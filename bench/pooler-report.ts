@@ -1,6 +1,7 @@
 /** The figures of `npm run bench:pooler` (bench/pooler.ts), and their section of docs/benchmarks.md. */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { median } from './measure';
 
 export const POOLER_RESULT = 'pooler.json';
 
@@ -13,6 +14,10 @@ export interface PoolerSeries {
   connections: number;
   rps: number[];
   median?: number;
+  /** The service process's CPU time per request in each round (µs). */
+  serviceCpuUs: number[];
+  /** PgBouncer's CPU time per request in each round (µs); empty when direct. */
+  poolerCpuUs: number[];
   errors: number;
   non2xx: number;
 }
@@ -35,6 +40,7 @@ export function poolerLines(r: PoolerResult): string[] {
   const find = (key: string, list: string, connections: number) =>
     r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
   const keys = [...new Set(r.series.map((s) => s.key))];
+  const poolerKeys = keys.filter((k) => r.series.some((s) => s.key === k && s.poolerCpuUs.length > 0));
   const names = new Map(r.series.map((s) => [s.key, s.name]));
   const shapes = [...new Set(r.series.map((s) => `${s.list}|${String(s.connections)}`))];
   const cell = (s: PoolerSeries | undefined) =>
@@ -57,6 +63,19 @@ export function poolerLines(r: PoolerResult): string[] {
       const [list = '', c = '0'] = shape.split('|');
       const connections = Number(c);
       return `| ${list} | ${c} | ${keys.map((k) => cell(find(k, list, connections))).join(' | ')} | ${ratio('pgbouncer', 'direct', list, connections)} |${keys.includes('before') ? ` ${ratio('direct', 'before', list, connections)} |` : ''}`;
+    }),
+    '',
+    'CPU time per request (µs, median of the rounds): the service process, and PgBouncer where it is in the path.',
+    'On this machine the pooler takes its share of the same two cores as the service, PostgreSQL and the load',
+    'generator, so its own CPU comes out of the throughput; where it runs on nodes of its own, it does not.',
+    '',
+    `| list | connections | ${keys.map((k) => `${k} service`).join(' | ')} | ${poolerKeys.map((k) => `${k} pooler`).join(' | ')} |`,
+    `|---|---|${keys.map(() => '---|').join('')}${poolerKeys.map(() => '---|').join('')}`,
+    ...shapes.map((shape) => {
+      const [list = '', c = '0'] = shape.split('|');
+      const connections = Number(c);
+      const cpu = (xs: number[] | undefined) => (xs && xs.length > 0 ? fmt(median(xs)) : '—');
+      return `| ${list} | ${c} | ${keys.map((k) => cpu(find(k, list, connections)?.serviceCpuUs)).join(' | ')} | ${poolerKeys.map((k) => cpu(find(k, list, connections)?.poolerCpuUs)).join(' | ')} |`;
     }),
   ];
   return lines;

@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
 import * as prettier from 'prettier';
-import { measure, startServer, type Server } from './measure';
+import { cpuMsOf, measure, median, startServer, type Server } from './measure';
 import { serverNode } from './node';
 import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
@@ -48,12 +48,6 @@ if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duratio
 
 const log = (line: string) => {
   process.stdout.write(`${line}\n`);
-};
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
 };
 
 /** Another commit's checkout beside this one, sharing its node_modules; removed afterwards. */
@@ -138,6 +132,9 @@ async function main(): Promise<void> {
           // Each round starts with the next contender, so none always goes first.
           const order = contenders.map((_, i) => contenders[(i + round) % contenders.length] as Contender);
           for (const c of order) {
+            // The pooler's own CPU over the measured run, where it serves this contender.
+            const viaPooler = c.key.startsWith('pgbouncer');
+            let poolerBefore: number | undefined;
             const f = await measure(
               c.server,
               {
@@ -145,17 +142,35 @@ async function main(): Promise<void> {
                 ...(signedIn ? { headers: { authorization: `Bearer ${c.token}` } } : {}),
               },
               { duration, connections, warmup: WARMUP },
+              () => {
+                poolerBefore = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
+                return Promise.resolve();
+              },
             );
+            const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
             let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
             if (!s) {
-              s = { key: c.key, name: c.name, list, connections, rps: [], errors: 0, non2xx: 0 };
+              s = {
+                key: c.key,
+                name: c.name,
+                list,
+                connections,
+                rps: [],
+                serviceCpuUs: [],
+                poolerCpuUs: [],
+                errors: 0,
+                non2xx: 0,
+              };
               series.push(s);
             }
             s.rps.push(f.rps);
+            if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
+            if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
+              s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
             s.errors += f.errors;
             s.non2xx += f.non2xx;
             log(
-              `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}`,
+              `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
             );
           }
         }

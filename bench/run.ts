@@ -28,7 +28,14 @@ import {
 } from './report';
 import { serverNode } from './node';
 import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
-import { load, measure as measureOn, settle, startServer as startServerOn, type Server } from './measure';
+import {
+  load,
+  measure as measureOn,
+  median,
+  settle,
+  startServer as startServerOn,
+  type Server,
+} from './measure';
 import { ROOT } from '../testing/service';
 
 const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
@@ -110,12 +117,6 @@ async function login(
   const body = (await res.json()) as { access_token?: string };
   return { status: res.status, ms: performance.now() - started, token: body.access_token };
 }
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? (s[mid] ?? 0) : ((s[mid - 1] ?? 0) + (s[mid] ?? 0)) / 2;
-};
 
 const rssMb = (pid: number): number => {
   const status = readFileSync(`/proc/${String(pid)}/status`, 'utf8');

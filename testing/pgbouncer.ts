@@ -37,6 +37,11 @@ export class OwnPgBouncer {
     this.target = options.target;
   }
 
+  /** The running PgBouncer's process id (its CPU time is read from /proc by the bench). */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
   private get ini(): string {
     return path.join(this.dir, 'pgbouncer.ini');
   }
