@@ -1,13 +1,15 @@
 /**
  * `npx tsx scripts/pgbouncer.ts`: the two real PgBouncers the reliability suite and the bench run,
- * one path a line: 1.18 from Debian 12's package (no prepared-statement tracking) and 1.24.1
- * built from Debian 13's source package (tracks named statements; `max_prepared_statements` 200 by
- * default). The build goes to a cache outside the checkout, so a fresh clone on the same machine
- * (CI) reuses it: about 30 s once, nothing after.
+ * their paths one a line on stdout (versions and time taken on stderr): 1.18 from Debian 12's
+ * package (no prepared-statement tracking) and 1.24.1 built from Debian 13's source package
+ * (tracks named statements; `max_prepared_statements` 200 by default). The build goes to a cache
+ * outside the checkout, so a fresh clone on the same machine (CI) reuses it: about 30 s once,
+ * nothing after.
  *
  * The source comes through a private apt configuration (its own sources list, lists and cache
- * folders): the machine's own sources are never touched. Needs dpkg-dev, make, a C compiler and
- * Debian 12's libevent-dev, libssl-dev, libc-ares-dev and pkg-config (.ci/run installs them).
+ * folders), from the Debian mirror the machine's own sources name: those sources are never
+ * touched. Needs dpkg-dev, make, a C compiler and Debian 12's libevent-dev, libssl-dev,
+ * libc-ares-dev and pkg-config (.ci/run installs them; what is missing is named before building).
  */
 import { execFileSync } from 'node:child_process';
 import {
@@ -17,6 +19,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
@@ -27,7 +30,61 @@ import path from 'node:path';
 export const PGBOUNCER_SOURCE_VERSION = '1.24.1';
 /** Debian 12's package, 1.18. */
 export const DEBIAN_PGBOUNCER = '/usr/sbin/pgbouncer';
-const MIRROR = 'http://deb.debian.org/debian';
+
+/**
+ * The Debian mirror the machine's apt sources use (a sandbox or a company network may reach only
+ * that one), else deb.debian.org. Reads deb822 `URIs:` and one-line `deb` entries alike; the
+ * security archive (`…/debian-security`) is not a mirror of the main one and is skipped.
+ */
+function debianMirror(): string {
+  const folder = '/etc/apt/sources.list.d';
+  const files = [
+    '/etc/apt/sources.list',
+    ...(existsSync(folder) ? readdirSync(folder).map((f) => path.join(folder, f)) : []),
+  ];
+  for (const file of files) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    const uri = /^(?:URIs:|deb(?:-src)?(?:\s+\[[^\]]*\])?)\s+(https?:\/\/\S+\/debian)\/?(?:\s|$)/m.exec(
+      text,
+    )?.[1];
+    if (uri) return uri;
+  }
+  return 'http://deb.debian.org/debian';
+}
+
+const succeeds = (command: string, args: string[]): boolean => {
+  try {
+    execFileSync(command, args, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** The Debian packages the build still needs, by what their absence would break. */
+function missingBuildPackages(): string[] {
+  const missing = [
+    ...(succeeds('dpkg-source', ['--version']) ? [] : ['dpkg-dev']),
+    ...(succeeds('make', ['--version']) ? [] : ['make']),
+    ...(succeeds('cc', ['--version']) ? [] : ['gcc']),
+  ];
+  if (!succeeds('pkg-config', ['--version'])) return [...missing, 'pkg-config'];
+  // configure finds the libraries through pkg-config.
+  const libraries: [string, string][] = [
+    ['libevent', 'libevent-dev'],
+    ['openssl', 'libssl-dev'],
+    ['libcares', 'libc-ares-dev'],
+  ];
+  return [
+    ...missing,
+    ...libraries.filter(([m]) => !succeeds('pkg-config', ['--exists', m])).map(([, p]) => p),
+  ];
+}
 
 export const pgbouncerCache = (): string =>
   path.join(
@@ -53,6 +110,10 @@ export function pgbouncerVersion(binary: string): string {
 export function debianPgBouncer(): string {
   if (!existsSync(DEBIAN_PGBOUNCER))
     throw new Error(`${DEBIAN_PGBOUNCER} is missing: apt-get install pgbouncer (Debian 12 ships 1.18)`);
+  // Another release's package would be tested under 1.18's name.
+  const version = pgbouncerVersion(DEBIAN_PGBOUNCER);
+  if (!version.startsWith('PgBouncer 1.18.'))
+    throw new Error(`${DEBIAN_PGBOUNCER} is ${version}, not Debian 12's 1.18`);
   return DEBIAN_PGBOUNCER;
 }
 
@@ -60,13 +121,18 @@ export function debianPgBouncer(): string {
 export function builtPgBouncer(): string {
   const binary = path.join(pgbouncerCache(), 'pgbouncer');
   if (existsSync(binary)) return binary;
+  const missing = missingBuildPackages();
+  if (missing.length > 0)
+    throw new Error(
+      `building PgBouncer ${PGBOUNCER_SOURCE_VERSION} needs: apt-get install ${missing.join(' ')}`,
+    );
   const work = mkdtempSync(path.join(os.tmpdir(), 'sp-pgbouncer-build-'));
   try {
     const apt = path.join(work, 'apt');
     mkdirSync(path.join(apt, 'lists', 'partial'), { recursive: true });
     mkdirSync(path.join(apt, 'cache', 'archives', 'partial'), { recursive: true });
     const sources = path.join(apt, 'sources.list');
-    writeFileSync(sources, `deb-src ${MIRROR} trixie main\n`);
+    writeFileSync(sources, `deb-src ${debianMirror()} trixie main\n`);
     const aptOptions = [
       '-o',
       `Dir::Etc::sourcelist=${sources}`,
@@ -122,7 +188,15 @@ export const pgbouncerBinary = (version: '1.18' | '1.24'): string =>
 
 if (require.main === module) {
   const started = Date.now();
-  for (const binary of [debianPgBouncer(), builtPgBouncer()])
-    process.stdout.write(`${binary}\t${pgbouncerVersion(binary)}\n`);
-  process.stdout.write(`ready in ${String(Math.round((Date.now() - started) / 1000))} s\n`);
+  try {
+    for (const binary of [debianPgBouncer(), builtPgBouncer()]) {
+      process.stdout.write(`${binary}\n`);
+      process.stderr.write(`${pgbouncerVersion(binary)}: ${binary}\n`);
+    }
+    process.stderr.write(`ready in ${String(Math.round((Date.now() - started) / 1000))} s\n`);
+  } catch (error) {
+    // What is missing, not a stack trace.
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  }
 }

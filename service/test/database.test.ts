@@ -95,6 +95,21 @@ onPostgres('On PostgreSQL', () => {
     },
   );
 
+  test("When the request time-out is 300 ms, then a statement of 1 s still completes on the migrations' connection, which has DB_MIGRATION_TIMEOUT_MS", async () => {
+    const db = await open({ DB_STATEMENT_TIMEOUT_MS: '300', DB_MIGRATION_TIMEOUT_MS: '5000' });
+    await expect(db.knex.raw('SELECT pg_sleep(1)')).rejects.toMatchObject({ code: '57014' });
+    const migrations = db.forMigrations();
+    try {
+      expect(migrations.timeoutMs).toBe(5000);
+      const { rows } = await migrations.knex.raw<{ rows: { slept: string }[] }>(
+        'SELECT pg_sleep(1)::text AS slept',
+      );
+      expect(rows).toEqual([{ slept: '' }]);
+    } finally {
+      await migrations.close();
+    }
+  });
+
   test('When the replica holding the migration lock dies, then the lock goes with its connection and a waiting replica migrates', async () => {
     const other = await freshDatabaseEnv();
     const direct = postgresConnection(other.env.DB_NAME);

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { errorFields } from './errors';
 
 /**
  * The statement time-out, kept on the client side. PostgreSQL's own `statement_timeout` would
@@ -89,7 +90,11 @@ export async function withDeadline<T>(
   try {
     return await work;
   } catch (error) {
-    throw state.expired ? new StatementTimeoutError(timeoutMs, error) : error;
+    // An answer the server gave anyway (a unique violation that beat the cancel, say) stands.
+    const { code } = errorFields(error);
+    throw state.expired && (code === undefined || code === '57014')
+      ? new StatementTimeoutError(timeoutMs, error)
+      : error;
   } finally {
     clearTimeout(deadline);
     clearTimeout(grace);
