@@ -1,7 +1,7 @@
 import { Relay } from '../testing/relay';
 import { ReplicatedPostgres } from '../testing/replicated-postgres';
-import { account, report, sleep, startService, stopAllServices } from './support';
-import { statusCounts, traffic } from './traffic';
+import { account, report, sleep, startService, statusCounts, stopAllServices } from './support';
+import { traffic } from './traffic';
 
 /**
  * The primary's node vanishes from the network: its connections stall (nothing answers, nothing

@@ -10,6 +10,7 @@ import {
   report,
   sleep,
   startService,
+  statusCounts,
   stopAllServices,
   type Answer,
   type ServiceProcess,
@@ -27,16 +28,6 @@ const SERVICE_POOL = 8;
 const STATEMENT_TIMEOUT_MS = 1500;
 const LOAD_MS = 4000;
 const WORKERS_PER_PROCESS = 8;
-
-const statusCounts = (answers: { status: number }[]): string =>
-  Object.entries(
-    answers.reduce<Record<number, number>>(
-      (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
-      {},
-    ),
-  )
-    .map(([s, n]) => `${s}x${String(n)}`)
-    .join(',');
 
 const versions: { version: '1.18' | '1.24'; env: Record<string, string> }[] = [
   { version: '1.18', env: { DB_PREPARED_STATEMENTS: 'false' } },

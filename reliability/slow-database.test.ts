@@ -6,6 +6,7 @@ import {
   report,
   sleep,
   startService,
+  statusCounts,
   type Answer,
   scratchDatabase,
 } from './support';
@@ -82,26 +83,17 @@ test('Slow database: a query past the statement time-out answers 503 promptly; m
   const readyAfter = (await call(svc.base, '/healthz/ready')).status;
   const connections = await serviceQueries();
 
-  const statuses = (answers: Answer[]) =>
-    Object.entries(
-      answers.reduce<Record<number, number>>(
-        (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
-        {},
-      ),
-    )
-      .map(([s, n]) => `${s}x${String(n)}`)
-      .join(',');
   report('slow database', {
     timedOutStatus: single.status,
     timedOutAfterMs: Math.round(single.ms),
     statementTimeoutMs: STATEMENT_TIMEOUT_MS,
     poolMax: POOL_MAX,
-    burstStatuses: statuses(burst),
+    burstStatuses: statusCounts(burst),
     burstSlowestMs: Math.round(Math.max(...burst.map((a) => a.ms))),
     burstWallMs,
     liveDuring,
     stuckQueriesAfter: stuckAfter,
-    afterStatuses: statuses(after),
+    afterStatuses: statusCounts(after),
     readyAfter,
     serverConnections: connections,
   });

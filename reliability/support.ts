@@ -149,6 +149,17 @@ export async function call(
   return { status: res.status, contentType, body: parsed, ms: performance.now() - started };
 }
 
+/** "201x40,503x12": how many answers had each status. */
+export const statusCounts = (answers: { status: number }[]): string =>
+  Object.entries(
+    answers.reduce<Record<number, number>>(
+      (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
+      {},
+    ),
+  )
+    .map(([s, n]) => `${s}x${String(n)}`)
+    .join(',');
+
 /** A problem+json refusal with a non-empty detail, as every error must be. */
 export function isProblem(a: Answer): boolean {
   const detail = (a.body as { detail?: unknown } | null)?.detail;

@@ -71,14 +71,3 @@ export function traffic(base: string, token: string, workers: number): Traffic {
     },
   };
 }
-
-/** "201x40,503x12": how many answers had each status. */
-export const statusCounts = (answers: { status: number }[]): string =>
-  Object.entries(
-    answers.reduce<Record<number, number>>(
-      (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
-      {},
-    ),
-  )
-    .map(([s, n]) => `${s}x${String(n)}`)
-    .join(',');
