@@ -1,6 +1,4 @@
-import { Relay } from '../testing/relay';
-import { ReplicatedPostgres } from '../testing/replicated-postgres';
-import { account, report, sleep, startService, statusCounts, stopAllServices } from './support';
+import { account, replicatedBehindRelay, report, sleep, statusCounts } from './support';
 import { traffic } from './traffic';
 
 /**
@@ -13,28 +11,10 @@ const STATEMENT_TIMEOUT_MS = 1500;
 const BUDGET_MS = 2500 + STATEMENT_TIMEOUT_MS + 500 + 2000;
 const WRITES_BACK_WITHIN_MS = 15_000;
 
-const pair = new ReplicatedPostgres();
-let relay: Relay;
-
-beforeAll(async () => {
-  await pair.init();
-  relay = new Relay(pair.primaryPort);
-  await relay.start();
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await relay.close();
-  pair.destroy();
-});
+const { pair, relay, start } = replicatedBehindRelay();
 
 test('When the primary is lost under write load and the synchronous standby is promoted, then every acknowledged write is on the new primary, meanwhile only 503s answer, within budget, and writes succeed again within 15 s with no restart', async () => {
-  const svc = await startService({
-    DB_HOSTNAME: '127.0.0.1',
-    DB_PORT: String(relay.port),
-    DB_NAME: 'postgres',
-    DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
-  });
+  const svc = await start(STATEMENT_TIMEOUT_MS);
   const token = await account(svc.base, 'failover@example.com');
   const load = traffic(svc.base, token, 6);
   await sleep(1500);
@@ -43,7 +23,7 @@ test('When the primary is lost under write load and the synchronous standby is p
   pair.killPrimary();
   await sleep(1000);
   // The address leads to the standby before it is promoted: reads work there, writes do not.
-  relay.retarget(pair.standbyPort);
+  relay().retarget(pair.standbyPort);
   await sleep(1000);
   pair.promoteStandby();
   const promotedAt = Date.now();

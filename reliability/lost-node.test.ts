@@ -1,6 +1,4 @@
-import { Relay } from '../testing/relay';
-import { ReplicatedPostgres } from '../testing/replicated-postgres';
-import { account, report, sleep, startService, statusCounts, stopAllServices } from './support';
+import { account, replicatedBehindRelay, report, sleep, statusCounts } from './support';
 import { traffic } from './traffic';
 
 /**
@@ -18,39 +16,21 @@ const STATEMENT_TIMEOUT_MS = 1500;
 const BUDGET_MS = 2 * (2500 + STATEMENT_TIMEOUT_MS + 500) + 1000;
 const WRITES_BACK_WITHIN_MS = 15_000;
 
-const pair = new ReplicatedPostgres();
-let relay: Relay;
-
-beforeAll(async () => {
-  await pair.init();
-  relay = new Relay(pair.primaryPort);
-  await relay.start();
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await relay.close();
-  pair.destroy();
-});
+const { pair, relay, start } = replicatedBehindRelay();
 
 test('When the primary node vanishes (connections stall without closing) and a new primary appears at the address, then no request runs past its budget, each answer is a success or a 503, and writes are back within 15 s with no restart', async () => {
-  const svc = await startService({
-    DB_HOSTNAME: '127.0.0.1',
-    DB_PORT: String(relay.port),
-    DB_NAME: 'postgres',
-    DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
-  });
+  const svc = await start(STATEMENT_TIMEOUT_MS);
   const token = await account(svc.base, 'lost-node@example.com');
   // Enough workers that the pool holds many connections when they stall.
   const load = traffic(svc.base, token, 12);
   await sleep(1500);
 
   const stalledAt = Date.now();
-  const heldWhenStalled = relay.connections;
-  relay.stall();
+  const heldWhenStalled = relay().connections;
+  relay().stall();
   await sleep(4000);
   pair.promoteStandby();
-  relay.retarget(pair.standbyPort);
+  relay().retarget(pair.standbyPort);
   const movedAt = Date.now();
   const deadline = movedAt + WRITES_BACK_WITHIN_MS + 5000;
   while (

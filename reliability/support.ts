@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
+import { Relay } from '../testing/relay';
+import { ReplicatedPostgres } from '../testing/replicated-postgres';
 import {
   adminDatabase,
   createScratchDatabase,
@@ -300,5 +302,44 @@ export function load(options: autocannon.Options, expected: number): LoadRecord 
       started.stop();
       return result;
     },
+  };
+}
+
+/**
+ * A primary with a synchronous standby and, in front of it, a relay standing in for the -rw
+ * Service, made before this file's cases and removed after them; `start` runs the service on the
+ * relay's address with the given statement time-out.
+ */
+export function replicatedBehindRelay(): {
+  pair: ReplicatedPostgres;
+  relay: () => Relay;
+  start: (statementTimeoutMs: number) => Promise<ServiceProcess>;
+} {
+  const pair = new ReplicatedPostgres();
+  let relay: Relay | undefined;
+  beforeAll(async () => {
+    await pair.init();
+    relay = new Relay(pair.primaryPort);
+    await relay.start();
+  });
+  afterAll(async () => {
+    await stopAll();
+    await relay?.close();
+    pair.destroy();
+  });
+  const started = (): Relay => {
+    if (!relay) throw new Error('the relay exists only while the cases run');
+    return relay;
+  };
+  return {
+    pair,
+    relay: started,
+    start: (statementTimeoutMs) =>
+      startService({
+        DB_HOSTNAME: '127.0.0.1',
+        DB_PORT: String(started().port),
+        DB_NAME: 'postgres',
+        DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs),
+      }),
   };
 }
