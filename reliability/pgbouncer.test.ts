@@ -29,46 +29,57 @@ const STATEMENT_TIMEOUT_MS = 1500;
 const LOAD_MS = 4000;
 const WORKERS_PER_PROCESS = 8;
 
+/** A PgBouncer of `version` in front of this suite's server and a scratch database, for one describe block. */
+function pooled(version: '1.18' | '1.24', label: string): { bouncer: OwnPgBouncer; database: () => string } {
+  const bouncer = new OwnPgBouncer({
+    version,
+    target: { host: pg.host, port: pg.port },
+    poolSize: SERVER_POOL,
+  });
+  let database: { name: string; drop(): Promise<void> } | undefined;
+  beforeAll(async () => {
+    await bouncer.start();
+    database = await createDatabase(label);
+  });
+  afterAll(async () => {
+    await stopAllServices();
+    await bouncer.destroy();
+    await database?.drop();
+  });
+  return {
+    bouncer,
+    database: () => {
+      if (!database) throw new Error('the database exists only while the cases run');
+      return database.name;
+    },
+  };
+}
+
 const versions: { version: '1.18' | '1.24'; env: Record<string, string> }[] = [
   { version: '1.18', env: { DB_PREPARED_STATEMENTS: 'false' } },
   { version: '1.24', env: {} },
 ];
 
 describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ version, env }) => {
-  const bouncer = new OwnPgBouncer({
-    version,
-    target: { host: pg.host, port: pg.port },
-    poolSize: SERVER_POOL,
-  });
-  let database: { name: string; drop(): Promise<void> };
+  const { bouncer, database } = pooled(version, `pgb${version.replace('.', '')}`);
   let replicas: ServiceProcess[] = [];
   const start = () =>
     startService({
       DB_HOSTNAME: '127.0.0.1',
       DB_PORT: String(bouncer.port),
-      DB_NAME: database.name,
+      DB_NAME: database(),
       DB_POOL_MAX: String(SERVICE_POOL),
       DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
       SHUTDOWN_DELAY_SECONDS: '0',
       ...env,
     });
 
-  beforeAll(async () => {
-    await bouncer.start();
-    database = await createDatabase(`pgb${version.replace('.', '')}`);
-  });
-  afterAll(async () => {
-    await stopAllServices();
-    await bouncer.destroy();
-    await database.drop();
-  });
-
   test(`When two processes cold-start together on an empty database through PgBouncer ${version}, then both become ready, the migrations ran once, and a restarted process starts and serves`, async () => {
     const started = Date.now();
     replicas = await Promise.all([start(), start()]);
     const ready = await Promise.all(replicas.map((r) => call(r.base, '/healthz/ready')));
     const allReadyMs = Date.now() - started;
-    const db = connect(database.name);
+    const db = connect(database());
     const applied = await db<{ name: string }>('knex_migrations').select('name');
     await db.destroy();
 
@@ -141,7 +152,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
         Array.from({ length: WORKERS_PER_PROCESS }, (_, w) => worker(r.base, tokens[p] ?? '', p * 100 + w)),
       ),
     );
-    const db = connect(database.name);
+    const db = connect(database());
     const stored = await db<{ id: number }>('posts').whereIn('id', acknowledged).pluck('id');
     await db.destroy();
     const pools = await bouncer.admin('SHOW POOLS');
@@ -152,7 +163,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
       storedWrites: stored.length,
       transportFailures: failures.length,
       serverConnections: pools
-        .filter((p) => p.database === database.name)
+        .filter((p) => p.database === database())
         .map((p) => Number(p.sv_active) + Number(p.sv_idle) + Number(p.sv_used))
         .join(','),
     });
@@ -166,7 +177,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
 
   test(`When a table is locked past the statement time-out through PgBouncer ${version}, then the list answers 503 problem+json in bounded time, the statement is gone from the server, and the list serves again once the lock is released`, async () => {
     const [svc] = replicas as [ServiceProcess];
-    const locker = connect(database.name);
+    const locker = connect(database());
     const lock = await locker.transaction();
     let answer: Answer;
     let waitingAfter: number;
@@ -178,7 +189,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
       // scratch database still waiting on the lock, other than the locker's own, is left over.
       const { rows } = await locker.raw<{ rows: { n: number }[] }>(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
-        [database.name],
+        [database()],
       );
       waitingAfter = rows[0]?.n ?? -1;
     } finally {
@@ -203,27 +214,13 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
 });
 
 describe('Behind PgBouncer 1.18 with the defaults', () => {
-  const bouncer = new OwnPgBouncer({
-    version: '1.18',
-    target: { host: pg.host, port: pg.port },
-    poolSize: SERVER_POOL,
-  });
-  let database: { name: string; drop(): Promise<void> };
-  beforeAll(async () => {
-    await bouncer.start();
-    database = await createDatabase('pgb118_named');
-  });
-  afterAll(async () => {
-    await stopAllServices();
-    await bouncer.destroy();
-    await database.drop();
-  });
+  const { bouncer, database } = pooled('1.18', 'pgb118_named');
 
   test('When named prepared statements stay on behind a pooler that does not track them, then the failures are problem+json and each logged failure names DB_PREPARED_STATEMENTS=false', async () => {
     const svc = await startService({
       DB_HOSTNAME: '127.0.0.1',
       DB_PORT: String(bouncer.port),
-      DB_NAME: database.name,
+      DB_NAME: database(),
       DB_POOL_MAX: String(SERVICE_POOL),
     });
     // Registration and login use no named statement; every authenticated call does.
