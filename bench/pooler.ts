@@ -19,11 +19,10 @@ import { cpuMsOf, measure, median, startServer, type Server } from './measure';
 import { serverNode } from './node';
 import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
-import { BENCH_PASSWORD, pgConnection, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from './seed';
 import { OwnPgBouncer } from '../testing/pgbouncer';
 import { ROOT } from '../testing/service';
 
-const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
 /** The service's pool, and the pooler's server pool: the same number of server connections. */
 const POOL = 10;
 const WARMUP = 1;
@@ -85,20 +84,7 @@ interface Contender {
 
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
-  const env = {
-    NODE_ENV: 'production',
-    LOG_LEVEL: 'warn',
-    SECRET_KEY: SECRET,
-    BCRYPT_ROUNDS: '12',
-    DB_HOSTNAME: pgConnection.host,
-    DB_PORT: String(pgConnection.port),
-    DB_USERNAME: pgConnection.user,
-    DB_PASSWORD: pgConnection.password,
-    DB_NAME: info.database,
-    DB_POOL_MAX: String(POOL),
-    // Several services at once: each takes an ephemeral metrics port.
-    METRICS_PORT: '0',
-  };
+  const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
   const bouncer = new OwnPgBouncer({
     version: '1.24',
     target: { host: pgConnection.host, port: pgConnection.port },

@@ -12,7 +12,7 @@ import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import { BENCH_PASSWORD, pgConnection, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
 import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
 
@@ -142,19 +142,10 @@ async function main(): Promise<void> {
   const base = `http://127.0.0.1:${String(port)}`;
   const env = {
     ...process.env,
-    NODE_ENV: 'production',
+    ...benchServiceEnv(info.database),
     PORT: String(port),
-    METRICS_PORT: '0',
-    LOG_LEVEL: 'warn',
-    SECRET_KEY: 'bench-signing-secret-that-is-long-enough-0123456789',
-    BCRYPT_ROUNDS: '12',
     // Straight to closing on SIGTERM: nothing routes traffic here to drain.
     SHUTDOWN_DELAY_SECONDS: '0',
-    DB_HOSTNAME: pgConnection.host,
-    DB_PORT: String(pgConnection.port),
-    DB_USERNAME: pgConnection.user,
-    DB_PASSWORD: pgConnection.password,
-    DB_NAME: info.database,
   };
   // --cpu-prof goes before tsx's --import: the flag is Node's, and the profile is the service's process.
   const proc = spawnScript('service/src/main.ts', env, {

@@ -27,7 +27,7 @@ import {
   type SizeResult,
 } from './report';
 import { serverNode } from './node';
-import { BENCH_PASSWORD, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
 import {
   load,
   measure as measureOn,
@@ -37,8 +37,6 @@ import {
   type Server,
 } from './measure';
 import { ROOT } from '../testing/service';
-
-const SECRET = 'bench-signing-secret-that-is-long-enough-0123456789';
 
 function option(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -334,19 +332,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
     await db('votes').where('user_id', benchUserId).whereIn('post_id', voteIds).delete();
   };
 
-  const env = {
-    NODE_ENV: 'production',
-    // The metrics listener (when present) must not collide with anything else running.
-    METRICS_PORT: '0',
-    LOG_LEVEL: 'warn',
-    SECRET_KEY: SECRET,
-    BCRYPT_ROUNDS: '12',
-    DB_HOSTNAME: pgConnection.host,
-    DB_PORT: String(pgConnection.port),
-    DB_USERNAME: pgConnection.user,
-    DB_PASSWORD: pgConnection.password,
-    DB_NAME: info.database,
-  };
+  const env = benchServiceEnv(info.database);
   // Seeding leaves much to write out; a checkpoint now keeps that flush out of the measurements.
   await db.raw('CHECKPOINT').catch(() => {
     log('  (no CHECKPOINT: the bench user may not run one; measuring anyway)');

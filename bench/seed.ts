@@ -14,6 +14,23 @@ export const COMMON_WORD = 'news';
 /** The PostgreSQL server the bench seeds and measures (testing/postgres.ts: DB_* or the local one). */
 export const pgConnection = postgresServer;
 
+/**
+ * The environment every bench server gets on a seeded database: production mode, warn-level logs,
+ * the real bcrypt cost, an ephemeral metrics port (several servers run at once), one secret.
+ */
+export const benchServiceEnv = (database: string): Record<string, string> => ({
+  NODE_ENV: 'production',
+  METRICS_PORT: '0',
+  LOG_LEVEL: 'warn',
+  SECRET_KEY: 'bench-signing-secret-that-is-long-enough-0123456789',
+  BCRYPT_ROUNDS: '12',
+  DB_HOSTNAME: pgConnection.host,
+  DB_PORT: String(pgConnection.port),
+  DB_USERNAME: pgConnection.user,
+  DB_PASSWORD: pgConnection.password,
+  DB_NAME: database,
+});
+
 /** Ten posts per user and two votes per post on average, as a small community site might have. */
 export const usersFor = (posts: number): number => Math.max(100, Math.round(posts / 10));
 
