@@ -233,7 +233,11 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
       }),
     ).then((a) => a.flat());
     const failed = answers.filter((a) => a.status >= 500);
-    const logged = svc.lines.filter((l) => l.msg === 'request failed');
+    const failedLines = () => svc.lines.filter((l) => l.msg === 'request failed');
+    // A log line is read from the child's stdout and may arrive just after its answer.
+    for (const until = Date.now() + 2000; failedLines().length < failed.length && Date.now() < until;)
+      await sleep(50);
+    const logged = failedLines();
     report('pgbouncer 1.18 named statements left on', {
       statuses: statusCounts(answers),
       loggedFailures: logged.length,
