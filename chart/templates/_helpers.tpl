@@ -107,26 +107,109 @@ because a locally loaded image has none).
 {{- end }}
 
 {{/*
-Database connection as the service sees it: the in-chart PostgreSQL or the external one.
+CloudNativePG: the Cluster's name (its Services are <name>-rw/-ro/-r, its Secrets <name>-app and
+<name>-ca) and the Pooler's, which must differ from every Cluster's and from those Services.
+*/}}
+{{- define "social-posts.cnpgClusterName" -}}
+{{- default (printf "%s-db" (include "social-posts.fullname" .)) .Values.cnpg.cluster.name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "social-posts.cnpgPoolerName" -}}
+{{- default (printf "%s-pooler-rw" (include "social-posts.cnpgClusterName" .)) .Values.cnpg.pooler.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The basic-auth Secret with the database owner's password: the operator's (bootstrap.initdb.secret)
+or the one CloudNativePG generates, <cluster>-app.
+*/}}
+{{- define "social-posts.cnpgAppSecret" -}}
+{{- default (printf "%s-app" (include "social-posts.cnpgClusterName" .)) .Values.cnpg.cluster.appSecret }}
+{{- end }}
+
+{{/* Where the cluster CA's certificate (ca.crt only, never ca.key) is mounted in the API pods. */}}
+{{- define "social-posts.cnpgCaFile" -}}
+/etc/social-posts/db-ca/ca.crt
+{{- end }}
+
+{{/*
+The database the service connects to: the CloudNativePG Pooler (or the Cluster's -rw Service), the
+in-chart PostgreSQL or the external one.
 */}}
 {{- define "social-posts.dbHost" -}}
-{{- if .Values.postgresql.enabled }}
+{{- if .Values.cnpg.enabled }}
+{{- if .Values.cnpg.pooler.enabled }}{{ include "social-posts.cnpgPoolerName" . }}{{ else }}{{ include "social-posts.cnpgClusterName" . }}-rw{{ end }}
+{{- else if .Values.postgresql.enabled }}
 {{- include "social-posts.postgresqlFullname" . }}
 {{- else }}
-{{- required "database.host is required when postgresql.enabled is false (an unset DB_HOSTNAME would make the service use its embedded, non-persistent database)" .Values.database.host }}
+{{- required "database.host is required when neither cnpg.enabled nor postgresql.enabled (an unset DB_HOSTNAME would make the service use its embedded, non-persistent database)" .Values.database.host }}
 {{- end }}
 {{- end }}
 
 {{- define "social-posts.dbPort" -}}
-{{- if .Values.postgresql.enabled }}5432{{ else }}{{ .Values.database.port }}{{ end }}
+{{- if or .Values.cnpg.enabled .Values.postgresql.enabled }}5432{{ else }}{{ .Values.database.port }}{{ end }}
 {{- end }}
 
 {{- define "social-posts.dbName" -}}
-{{- if .Values.postgresql.enabled }}{{ .Values.postgresql.database }}{{ else }}{{ .Values.database.name }}{{ end }}
+{{- if .Values.cnpg.enabled }}{{ .Values.cnpg.cluster.database }}{{ else if .Values.postgresql.enabled }}{{ .Values.postgresql.database }}{{ else }}{{ .Values.database.name }}{{ end }}
 {{- end }}
 
 {{- define "social-posts.dbUser" -}}
-{{- if .Values.postgresql.enabled }}{{ .Values.postgresql.user }}{{ else }}{{ .Values.database.user }}{{ end }}
+{{- if .Values.cnpg.enabled }}{{ .Values.cnpg.cluster.owner }}{{ else if .Values.postgresql.enabled }}{{ .Values.postgresql.user }}{{ else }}{{ .Values.database.user }}{{ end }}
+{{- end }}
+
+{{- define "social-posts.dbSsl" -}}
+{{- if .Values.cnpg.enabled }}true{{ else if .Values.postgresql.enabled }}false{{ else }}{{ .Values.database.ssl }}{{ end }}
+{{- end }}
+
+{{/*
+Replicas that run at the most: the autoscaler's ceiling, or the fixed count.
+*/}}
+{{- define "social-posts.maxReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{/*
+PgBouncer's server connections per pooler instance: given, or the steady fleet's pools
+(minimum replicas x poolMax) spread over the pooler's instances. More clients than that queue in
+the pooler (transaction mode) instead of opening server connections.
+*/}}
+{{- define "social-posts.cnpgDefaultPoolSize" -}}
+{{- if .Values.cnpg.pooler.defaultPoolSize }}{{ .Values.cnpg.pooler.defaultPoolSize }}{{ else }}
+{{- $fleet := mul (int (include "social-posts.minReplicas" .)) (int .Values.database.poolMax) }}
+{{- $instances := int .Values.cnpg.pooler.instances }}
+{{- div (add $fleet (sub $instances 1)) $instances }}
+{{- end }}
+{{- end }}
+
+{{/*
+The connection budget, checked at render. Every pod the Deployment may run at once (the most
+replicas plus the rollout's surge of one) opens up to poolMax connections plus one for migrations at
+start. They must fit what answers them: PgBouncer's max_client_conn per pooler instance (the
+Service may send every client to one instance), or the server's max_connections less its 3
+superuser-reserved ones. Behind the pooler, its server pools must fit the cluster as well.
+*/}}
+{{- define "social-posts.validateConnectionBudget" -}}
+{{- $pods := add (int (include "social-posts.maxReplicas" .)) 1 }}
+{{- $perPod := add (int .Values.database.poolMax) 1 }}
+{{- $clients := mul $pods $perPod }}
+{{- $how := printf "(%d replicas at most + 1 surge) x (database.poolMax %d + 1 migration connection) = %d connections" (int (include "social-posts.maxReplicas" .)) (int .Values.database.poolMax) (int $clients) }}
+{{- $hint := "lower database.poolMax or the replicas, or raise the limit" }}
+{{- if and .Values.cnpg.enabled .Values.cnpg.pooler.enabled }}
+{{- if gt (int $clients) (int .Values.cnpg.pooler.maxClientConn) }}
+{{- fail (printf "connection budget: %s exceed cnpg.pooler.maxClientConn %d; %s" $how (int .Values.cnpg.pooler.maxClientConn) $hint) }}
+{{- end }}
+{{- $servers := mul (int .Values.cnpg.pooler.instances) (int (include "social-posts.cnpgDefaultPoolSize" .)) }}
+{{- $room := sub (int .Values.cnpg.cluster.maxConnections) 10 }}
+{{- if gt (int $servers) (int $room) }}
+{{- fail (printf "connection budget: cnpg.pooler.instances %d x default_pool_size %d = %d server connections exceed cnpg.cluster.maxConnections %d less 10 (3 superuser-reserved, 7 for the operator and you); lower cnpg.pooler.defaultPoolSize or raise cnpg.cluster.maxConnections" (int .Values.cnpg.pooler.instances) (int (include "social-posts.cnpgDefaultPoolSize" .)) (int $servers) (int .Values.cnpg.cluster.maxConnections)) }}
+{{- end }}
+{{- else }}
+{{- $limit := ternary (int .Values.cnpg.cluster.maxConnections) (int .Values.database.maxConnections) .Values.cnpg.enabled }}
+{{- $name := ternary "cnpg.cluster.maxConnections" "database.maxConnections" .Values.cnpg.enabled }}
+{{- if gt (int $clients) (sub $limit 3) }}
+{{- fail (printf "connection budget: %s exceed %s %d less 3 superuser-reserved; %s, or put a pooler in front" $how $name $limit $hint) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -150,6 +233,21 @@ Guards across values, which values.schema.json cannot express.
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
 {{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
 {{- end }}
+{{- if and .Values.cnpg.enabled .Values.postgresql.enabled }}
+{{- fail "cnpg.enabled and postgresql.enabled both choose the database: keep one (CloudNativePG for production, the in-chart PostgreSQL for development)" }}
+{{- end }}
+{{- if and .Values.cnpg.enabled .Values.database.host }}
+{{- fail "database.host names an external PostgreSQL while cnpg.enabled makes one: unset database.host or turn cnpg off" }}
+{{- end }}
+{{- if .Values.cnpg.enabled }}
+{{- if eq (include "social-posts.cnpgPoolerName" .) (include "social-posts.cnpgClusterName" .) }}
+{{- fail "cnpg.pooler.name must differ from the Cluster's name (CloudNativePG refuses a Pooler named like a Cluster)" }}
+{{- end }}
+{{- if and .Values.cnpg.pooler.enabled .Values.database.preparedStatements (eq (int .Values.cnpg.pooler.maxPreparedStatements) 0) }}
+{{- fail "database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0: PgBouncer would not track them in transaction mode; set one of them" }}
+{{- end }}
+{{- end }}
+{{- include "social-posts.validateConnectionBudget" . }}
 {{- end }}
 
 {{/*

@@ -1,6 +1,6 @@
 /**
- * Validators for the custom resources the chart renders for a Gateway API implementation, built
- * from the implementations' own CRDs vendored in chart/test/schemas/ (see its README for the
+ * Validators for the custom resources the chart renders for a Gateway API implementation and for
+ * CloudNativePG, built from their own CRDs vendored in chart/test/schemas/ (see its README for the
  * repository, path and commit of each). The API server prunes fields a structural CRD schema does
  * not declare, so a misspelt field would silently vanish: every object schema without
  * x-kubernetes-preserve-unknown-fields is closed (additionalProperties: false) before compiling.
@@ -17,6 +17,8 @@ export const crdFiles = [
   'gateway.nginx.org_ratelimitpolicies.yaml',
   'gateway.nginx.org_proxysettingspolicies.yaml',
   'gateway.envoyproxy.io_backendtrafficpolicies.yaml',
+  'postgresql.cnpg.io_clusters.yaml',
+  'postgresql.cnpg.io_poolers.yaml',
 ];
 
 interface Crd {

@@ -69,9 +69,16 @@ describe.each(environments)('The API Deployment of %s', (environment) => {
     });
   });
 
-  it(`When the ${environment} values are rendered, then /tmp is a writable emptyDir`, () => {
-    expect(apiContainer(objects).volumeMounts).toEqual([{ name: 'tmp', mountPath: '/tmp' }]);
-    expect(podSpec(objects).volumes).toEqual([{ name: 'tmp', emptyDir: { sizeLimit: '64Mi' } }]);
+  it(`When the ${environment} values are rendered, then /tmp is a writable emptyDir, the only writable mount`, () => {
+    const mounts = apiContainer(objects).volumeMounts ?? [];
+    expect(mounts.filter((m) => m.readOnly !== true)).toEqual([{ name: 'tmp', mountPath: '/tmp' }]);
+    expect(podSpec(objects).volumes?.find((v) => v.name === 'tmp')).toEqual({
+      name: 'tmp',
+      emptyDir: { sizeLimit: '64Mi' },
+    });
+    // Any other volume is a Secret's file mounted read-only (prod: the database CA).
+    for (const volume of podSpec(objects).volumes ?? [])
+      if (volume.name !== 'tmp') expect(volume.secret?.items).toBeDefined();
   });
 
   it(`When the ${environment} values are rendered, then the container requests CPU and memory and has a memory limit`, () => {

@@ -79,9 +79,9 @@ describe('NetworkPolicy', () => {
     ]);
   });
 
-  it('When the prod values are rendered, then API pods may only resolve names and reach PostgreSQL on its port', async () => {
+  it('When the staging values are rendered (an external PostgreSQL), then API pods may only resolve names and reach PostgreSQL on its port', async () => {
     const egress = must(
-      findOne(await renderEnvironment('prod'), 'NetworkPolicy', 'social-posts').spec?.egress,
+      findOne(await renderEnvironment('staging'), 'NetworkPolicy', 'social-posts').spec?.egress,
       'egress',
     );
     expect(egress).toHaveLength(2);
@@ -91,8 +91,8 @@ describe('NetworkPolicy', () => {
 
   it('When a database CIDR is given, then egress to PostgreSQL is limited to it', async () => {
     const objects = await render({
-      values: ['values-prod.yaml'],
-      set: { 'networkPolicy.databaseCidr': '10.20.0.0/16' },
+      values: ['values-staging.yaml'],
+      set: { 'networkPolicy.databaseCidr': '10.20.0.0/16', 'secret.dbPassword': 'x' },
     });
     const egress = findOne(objects, 'NetworkPolicy').spec?.egress ?? [];
     expect(egress[1]).toEqual({

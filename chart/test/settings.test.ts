@@ -32,12 +32,14 @@ const databases: Record<Environment, Record<string, string>> = {
     DB_USERNAME: 'social_posts',
     DB_SSL: 'true',
   },
+  // CloudNativePG's Pooler, TLS verified against the cluster's CA.
   prod: {
-    DB_HOSTNAME: 'social-posts-prod.postgres.example.internal',
+    DB_HOSTNAME: 'social-posts-db-pooler-rw',
     DB_PORT: '5432',
     DB_NAME: 'social_posts',
     DB_USERNAME: 'social_posts',
     DB_SSL: 'true',
+    DB_SSL_CA_FILE: '/etc/social-posts/db-ca/ca.crt',
   },
 };
 
@@ -91,12 +93,15 @@ describe.each(environments)('Settings of %s', (environment) => {
 
   it(`When the ${environment} values are rendered, then SECRET_KEY and DB_PASSWORD come from a Secret, never from the ConfigMap`, () => {
     const secretName = environment === 'prod' ? 'social-posts-secrets' : 'social-posts';
-    expect(containerEnv(objects)).toEqual(
-      ['SECRET_KEY', 'DB_PASSWORD'].map((key) => ({
-        name: key,
-        valueFrom: { secretKeyRef: { name: secretName, key } },
-      })),
-    );
+    // prod's database password is CloudNativePG's: the owner's basic-auth Secret <cluster>-app.
+    const passwordRef =
+      environment === 'prod'
+        ? { name: 'social-posts-db-app', key: 'password' }
+        : { name: secretName, key: 'DB_PASSWORD' };
+    expect(containerEnv(objects)).toEqual([
+      { name: 'SECRET_KEY', valueFrom: { secretKeyRef: { name: secretName, key: 'SECRET_KEY' } } },
+      { name: 'DB_PASSWORD', valueFrom: { secretKeyRef: passwordRef } },
+    ]);
     expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['SECRET_KEY']));
     expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['DB_PASSWORD']));
   });

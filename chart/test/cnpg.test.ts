@@ -1,0 +1,329 @@
+/**
+ * The CloudNativePG option (cnpg.enabled): the Cluster and Pooler the chart renders, checked
+ * against CloudNativePG v1.30.0's own CRDs (chart/test/schemas/), and how the API pods reach them:
+ * through the Pooler, over TLS verified against the cluster's CA and host name, with the owner's
+ * credentials from CloudNativePG's Secret, within the connection budget checked at render.
+ */
+import { crdProblems, crdValidator } from './crd-schemas';
+import {
+  environments,
+  findAll,
+  findOne,
+  must,
+  render,
+  renderEnvironment,
+  template,
+  type KubeObject,
+  type RenderOptions,
+} from './helm';
+
+interface Cluster extends KubeObject {
+  spec: {
+    instances: number;
+    bootstrap: {
+      initdb: {
+        database: string;
+        owner: string;
+        secret?: { name: string };
+        postInitApplicationSQL: string[];
+      };
+    };
+    postgresql: {
+      parameters: Record<string, string>;
+      synchronous?: { method: string; number: number; dataDurability: string };
+    };
+    certificates?: { serverAltDNSNames: string[] };
+    storage: { size: string };
+  };
+}
+
+interface Pooler extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    instances: number;
+    type: string;
+    pgbouncer: { poolMode: string; parameters: Record<string, string> };
+  };
+}
+
+interface PodMonitor extends KubeObject {
+  spec: { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: { port: string }[] };
+}
+
+const cnpgOn: RenderOptions = {
+  set: { 'cnpg.enabled': 'true', 'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters' },
+};
+
+interface CustomKinds {
+  Cluster: Cluster;
+  Pooler: Pooler;
+}
+
+function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): CustomKinds[K] {
+  const matches = objects.filter((object) => object.kind === kind);
+  if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
+  return matches[0] as CustomKinds[K];
+}
+
+/** The API container's environment from the ConfigMap, as the pod sees it. */
+function settings(objects: KubeObject[]): Record<string, string> {
+  return must(findOne(objects, 'ConfigMap').data, 'ConfigMap data');
+}
+
+/** The one line helm prints for a failed render (the template's fail message). */
+async function renderError(options: RenderOptions): Promise<string> {
+  const result = await template(options);
+  expect(result.code).not.toBe(0);
+  return result.stderr.trim();
+}
+
+describe('CloudNativePG: what prod renders', () => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it('When the prod values are rendered, then the Cluster and Pooler are valid against CloudNativePG v1.30.0 CRDs', () => {
+    for (const object of [one(objects, 'Cluster'), one(objects, 'Pooler')]) {
+      const validate = must(crdValidator(object), `CRD of ${object.kind}`);
+      expect(crdProblems(object, validate)).toEqual([]);
+    }
+  });
+
+  it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
+    const cluster = one(objects, 'Cluster');
+    expect(cluster.metadata.name).toBe('social-posts-db');
+    expect(cluster.spec.instances).toBe(3);
+    expect(cluster.spec.postgresql.synchronous).toEqual({
+      method: 'any',
+      number: 1,
+      dataDurability: 'required',
+    });
+    expect(cluster.metadata.annotations?.['helm.sh/resource-policy']).toBe('keep');
+  });
+
+  it("When the prod values are rendered, then initdb makes the service's database and owner, with pg_trgm made by the superuser", () => {
+    const { initdb } = one(objects, 'Cluster').spec.bootstrap;
+    expect(initdb.database).toBe('social_posts');
+    expect(initdb.owner).toBe('social_posts');
+    expect(initdb.secret).toBeUndefined();
+    expect(initdb.postInitApplicationSQL).toEqual(['CREATE EXTENSION IF NOT EXISTS pg_trgm']);
+    const env = settings(objects);
+    expect([env.DB_NAME, env.DB_USERNAME]).toEqual(['social_posts', 'social_posts']);
+  });
+
+  it('When the prod values are rendered, then the Pooler pools in transaction mode with PgBouncer settings as strings, prepared statements tracked', () => {
+    const pooler = one(objects, 'Pooler');
+    const cluster = one(objects, 'Cluster');
+    expect(pooler.metadata.name).not.toBe(cluster.metadata.name);
+    expect(pooler.spec.cluster.name).toBe(cluster.metadata.name);
+    expect(pooler.spec.type).toBe('rw');
+    expect(pooler.spec.instances).toBe(2);
+    expect(pooler.spec.pgbouncer.poolMode).toBe('transaction');
+    // 3 replicas at least x poolMax 10, over 2 PgBouncers.
+    expect(pooler.spec.pgbouncer.parameters).toEqual({
+      max_client_conn: '1000',
+      default_pool_size: '15',
+      max_prepared_statements: '200',
+    });
+    expect(settings(objects).DB_PREPARED_STATEMENTS).toBe('true');
+  });
+
+  it("When the prod values are rendered, then the service dials the Pooler's Service by a name the server certificate carries, over verified TLS", () => {
+    const env = settings(objects);
+    const pooler = one(objects, 'Pooler');
+    expect(env.DB_HOSTNAME).toBe(pooler.metadata.name);
+    expect(env.DB_PORT).toBe('5432');
+    expect(env.DB_SSL).toBe('true');
+    const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    expect(names).toContain(env.DB_HOSTNAME);
+    expect(names).toContain(`${pooler.metadata.name}.social-posts-prod.svc`);
+  });
+
+  it("When the prod values are rendered, then only ca.crt of the cluster's CA Secret is mounted, read-only, where DB_SSL_CA_FILE points", () => {
+    const pod = must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+    const volume = must(
+      pod.volumes?.find((v) => v.secret?.secretName === 'social-posts-db-ca'),
+      'CA volume',
+    );
+    // The same Secret holds ca.key, the CA's private key: it must never reach the pods.
+    expect(volume.secret?.items).toEqual([{ key: 'ca.crt', path: 'ca.crt' }]);
+    const mount = must(
+      pod.containers[0]?.volumeMounts?.find((m) => m.name === volume.name),
+      'CA mount',
+    );
+    expect(mount.readOnly).toBe(true);
+    expect(settings(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
+  });
+
+  it("When the prod values are rendered, then DB_PASSWORD is the password of CloudNativePG's <cluster>-app Secret and the chart makes no database password", () => {
+    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    const password = container.env?.find((e) => e.name === 'DB_PASSWORD');
+    expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-app', key: 'password' });
+    // prod's own Secret (existingSecret) needs SECRET_KEY only: the chart makes none.
+    expect(findAll(objects, 'Secret')).toEqual([]);
+  });
+
+  it('When the prod values are rendered, then the API may reach only the Pooler pods on 5432 (by label), besides DNS', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
+    const database = must(policy.spec?.egress, 'egress').filter((rule) =>
+      rule.ports?.some((port) => port.port === 5432),
+    );
+    expect(database).toEqual([
+      {
+        to: [{ podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } }],
+        ports: [{ port: 5432, protocol: 'TCP' }],
+      },
+    ]);
+  });
+
+  it('When the prod values are rendered, then the connection budget has room: (10 + 1) x (10 + 1) clients against 1000 per PgBouncer, 2 x 15 server connections against 100', () => {
+    const pooler = one(objects, 'Pooler');
+    const hpa = findOne(objects, 'HorizontalPodAutoscaler');
+    const poolMax = Number(settings(objects).DB_POOL_MAX);
+    const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
+    expect(clients).toBeLessThan(Number(pooler.spec.pgbouncer.parameters.max_client_conn) / 2);
+    const servers = pooler.spec.instances * Number(pooler.spec.pgbouncer.parameters.default_pool_size);
+    const maxConnections = Number(one(objects, 'Cluster').spec.postgresql.parameters.max_connections);
+    expect(servers).toBeLessThan(maxConnections / 2);
+  });
+});
+
+describe('CloudNativePG: options', () => {
+  it('When any environment turns cnpg on, then its Cluster and Pooler validate against the CRDs (every environment is checked)', async () => {
+    for (const environment of environments) {
+      const objects = await renderEnvironment(environment);
+      for (const object of objects.filter((o) => o.apiVersion.startsWith('postgresql.cnpg.io/'))) {
+        expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
+      }
+    }
+  });
+
+  it('When a Pooler breaks the CRD (a misspelt field, an unknown pool mode), then the CRD check names it', () => {
+    const pooler = {
+      apiVersion: 'postgresql.cnpg.io/v1',
+      kind: 'Pooler',
+      metadata: { name: 'p' },
+      spec: { cluster: { name: 'c' }, pgbouncer: { poolMode: 'statement', paramters: {} } },
+    };
+    const problems = crdProblems(pooler, must(crdValidator(pooler), 'Pooler CRD'));
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('/spec/pgbouncer/poolMode'),
+        expect.stringContaining('(paramters)'),
+      ]),
+    );
+  });
+
+  it("When the operator manages the owner's password (cnpg.cluster.appSecret), then initdb and the pods use that basic-auth Secret", async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.appSecret': 'db-owner' } });
+    expect(one(objects, 'Cluster').spec.bootstrap.initdb.secret).toEqual({ name: 'db-owner' });
+    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    expect(container.env?.find((e) => e.name === 'DB_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'db-owner',
+      key: 'password',
+    });
+    // The chart's Secret still holds the signing key, and nothing for the database.
+    expect(Object.keys(must(findOne(objects, 'Secret').data, 'Secret data'))).toEqual(['SECRET_KEY']);
+  });
+
+  it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
+    const objects = await render({
+      set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
+    });
+    expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
+    expect(settings(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
+    // CloudNativePG's own server certificate already names the -rw Service.
+    expect(one(objects, 'Cluster').spec.certificates).toBeUndefined();
+    const egress = must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
+    expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
+      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db' } } },
+    ]);
+  });
+
+  it('When one instance is asked for, then no synchronous replication is rendered (there is no standby to wait for)', async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.instances': '1' } });
+    const cluster = one(objects, 'Cluster');
+    expect(crdProblems(cluster, must(crdValidator(cluster), 'Cluster CRD'))).toEqual([]);
+    expect(cluster.spec.postgresql.synchronous).toBeUndefined();
+  });
+
+  it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
+    const monitors = objects.filter((o): o is PodMonitor => o.kind === 'PodMonitor');
+    expect(monitors.map((m) => m.spec.selector.matchLabels)).toEqual([
+      { 'cnpg.io/cluster': 'social-posts-db' },
+      { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
+    ]);
+    for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
+    const off = await render(cnpgOn);
+    expect(off.filter((o) => o.kind === 'PodMonitor')).toEqual([]);
+  });
+});
+
+describe('CloudNativePG: values that cannot work fail the render with one line', () => {
+  it.each([
+    [
+      'the in-chart PostgreSQL is on as well',
+      { 'postgresql.enabled': 'true' },
+      'cnpg.enabled and postgresql.enabled both choose the database',
+    ],
+    [
+      'an external host is named as well',
+      { 'database.host': 'db.example.internal' },
+      'database.host names an external PostgreSQL while cnpg.enabled makes one',
+    ],
+    [
+      'the Pooler is named like the Cluster',
+      { 'cnpg.cluster.name': 'pg', 'cnpg.pooler.name': 'pg' },
+      "cnpg.pooler.name must differ from the Cluster's name",
+    ],
+    [
+      'prepared statements are on and PgBouncer tracks none',
+      { 'cnpg.pooler.maxPreparedStatements': '0' },
+      'database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0',
+    ],
+  ])('When %s, then helm template fails naming it', async (_case, set, message) => {
+    const error = await renderError({ set: { ...cnpgOn.set, ...set } });
+    expect(error).toContain(message);
+  });
+});
+
+describe('The connection budget, checked at render', () => {
+  it.each<[string, RenderOptions, string]>([
+    [
+      'the pods could open more connections than one PgBouncer takes',
+      { values: ['values-prod.yaml'], set: { 'autoscaling.maxReplicas': '100' } },
+      'connection budget: (100 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 1111 connections exceed cnpg.pooler.maxClientConn 1000',
+    ],
+    [
+      "the Pooler's server pools exceed the cluster's max_connections",
+      { values: ['values-prod.yaml'], set: { 'cnpg.pooler.defaultPoolSize': '60' } },
+      'connection budget: cnpg.pooler.instances 2 x default_pool_size 60 = 120 server connections exceed cnpg.cluster.maxConnections 100',
+    ],
+    [
+      'an external server without a pooler gets more than its max_connections',
+      {
+        values: ['values-staging.yaml'],
+        set: { 'secret.dbPassword': 'x', replicaCount: '9' },
+      },
+      'connection budget: (9 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 110 connections exceed database.maxConnections 100 less 3 superuser-reserved',
+    ],
+    [
+      'the in-chart PostgreSQL gets more than its max_connections',
+      { values: ['values-dev.yaml'], set: { 'database.poolMax': '60' } },
+      'connection budget: (1 replicas at most + 1 surge) x (database.poolMax 60 + 1 migration connection) = 122 connections exceed database.maxConnections 100',
+    ],
+  ])(
+    'When %s, then helm template fails with one line naming the numbers',
+    async (_case, options, message) => {
+      const error = await renderError(options);
+      // helm's own hint (--debug) follows on later lines; the template's message is one line.
+      expect(error.split('\n')[0]).toContain(message);
+    },
+  );
+
+  it.each(environments)('When the %s values are rendered, then they pass the budget', async (environment) => {
+    await expect(renderEnvironment(environment)).resolves.toEqual(expect.any(Array));
+  });
+});
