@@ -20,6 +20,14 @@ export interface Report {
   cors?: { allowed: string; foreign: string };
   database?: { readyDownMs: number; readyBackMs: number; liveDuringOutage: number[]; restarts: number };
   rollout?: { sent: number; failed: number; detail: string };
+  /** Case 8: writes while the primary is killed (CloudNativePG topology only). */
+  failover?: {
+    sent: number;
+    acknowledged: number;
+    missing: number;
+    unavailable: number;
+    writesBackMs: number;
+  };
   /** Written by the local runner: what ran the replicas, their start-up and memory. */
   runtime?: {
     launcher: string;
@@ -86,6 +94,16 @@ export function formatReport(report: Report): string {
   if (rollout) {
     lines.push(row('rollout: requests during it', `${rollout.sent} sent, ${rollout.failed} failed`));
     lines.push(row('  rollout', rollout.detail));
+  }
+  const { failover } = report;
+  if (failover) {
+    lines.push(
+      row(
+        'failover: writes while primary lost',
+        `${failover.sent} sent, ${failover.acknowledged} acknowledged (${failover.missing} missing after), ${failover.unavailable} x 503`,
+      ),
+    );
+    lines.push(row('  writes back after the kill', `${(failover.writesBackMs / 1000).toFixed(1)} s`));
   }
   const { runtime } = report;
   if (runtime) {

@@ -23,6 +23,13 @@ export interface PgBouncerOptions {
   poolSize: number;
   /** Set only when given (1.24 defaults to 200; 1.18 does not know the setting). */
   maxPreparedStatements?: number;
+  /**
+   * A configuration made elsewhere (k8s:local builds CloudNativePG's from a rendered Pooler):
+   * settings written after, and so winning over, the ones above; users beside the admin
+   * (name → password, as the auth_file holds them); lines of an auth_hba_file, which then decides
+   * how each client authenticates.
+   */
+  overrides?: { settings: Record<string, string>; users: Record<string, string>; hba: string[] };
 }
 
 export class OwnPgBouncer {
@@ -36,6 +43,8 @@ export class OwnPgBouncer {
   version = '';
   private child: ChildProcess | undefined;
   private target: { host: string; port: number };
+  /** auth_type and auth_hba_file when the overrides bring hba rules. */
+  private authSettings: Record<string, string> = {};
 
   constructor(private readonly options: PgBouncerOptions) {
     this.target = options.target;
@@ -86,10 +95,35 @@ export class OwnPgBouncer {
       ...(maxPreparedStatements === undefined
         ? []
         : [`max_prepared_statements = ${String(maxPreparedStatements)}`]),
+      ...Object.entries({ ...this.authSettings, ...this.options.overrides?.settings }).map(
+        ([key, value]) => `${key} = ${value}`,
+      ),
       '',
     ];
     writeFileSync(this.ini, lines.join('\n'));
     ownForPostgres(this.ini);
+  }
+
+  /** The auth_file (and auth_hba_file) of the overrides; the admin user needs no password. */
+  private writeAuthFiles(): void {
+    const users = { [postgresServer.user]: '', ...this.options.overrides?.users };
+    const quote = (text: string) => `"${text.replaceAll('"', '""')}"`;
+    const userlist = Object.entries(users).map(([name, password]) => `${quote(name)} ${quote(password)}`);
+    this.own('userlist.txt', `${userlist.join('\n')}\n`);
+    const hba = this.options.overrides?.hba;
+    if (hba) {
+      // The admin console stays reachable without a password, before the given rules.
+      this.own(
+        'pg_hba.conf',
+        [`host pgbouncer ${postgresServer.user} 127.0.0.1/32 trust`, ...hba, ''].join('\n'),
+      );
+      this.authSettings = { auth_type: 'hba', auth_hba_file: path.join(this.dir, 'pg_hba.conf') };
+    }
+  }
+
+  private own(file: string, text: string): void {
+    writeFileSync(path.join(this.dir, file), text, { mode: 0o600 });
+    ownForPostgres(path.join(this.dir, file));
   }
 
   async start(): Promise<void> {
@@ -103,8 +137,7 @@ export class OwnPgBouncer {
     this.version = pgbouncerVersion(binary);
     if (!this.version.startsWith(`PgBouncer ${this.options.version}.`))
       throw new Error(`asked for PgBouncer ${this.options.version}, the binary is ${this.version}`);
-    writeFileSync(path.join(this.dir, 'userlist.txt'), `"${postgresServer.user}" ""\n`);
-    ownForPostgres(path.join(this.dir, 'userlist.txt'));
+    this.writeAuthFiles();
     this.writeConfig();
     const child = spawn(binary, [this.ini], { stdio: ['ignore', 'ignore', 'pipe'], ...postgresAccount() });
     this.child = child;

@@ -43,6 +43,15 @@ export class ReplicatedPostgres {
     ]);
   }
 
+  private primaryOptions(): string[] {
+    return [
+      '-c wal_level=replica',
+      '-c max_wal_senders=4',
+      `-c synchronous_standby_names=${STANDBY_NAME}`,
+      '-c synchronous_commit=on',
+    ];
+  }
+
   /** Both servers running, the standby streaming synchronously. */
   async init(): Promise<void> {
     ownForPostgres(this.dir);
@@ -50,12 +59,7 @@ export class ReplicatedPostgres {
     this.standbyPort = await freePort();
     // initdb's pg_hba.conf also lets `replication` connections in from 127.0.0.1 with -A trust.
     initdb(this.data('primary'), postgresServer.user, ['-A', 'trust', '--no-sync']);
-    this.start('primary', this.primaryPort, [
-      '-c wal_level=replica',
-      '-c max_wal_senders=4',
-      `-c synchronous_standby_names=${STANDBY_NAME}`,
-      '-c synchronous_commit=on',
-    ]);
+    this.start('primary', this.primaryPort, this.primaryOptions());
     runPostgresTool('pg_basebackup', [
       '-D',
       this.data('standby'),
@@ -76,9 +80,14 @@ export class ReplicatedPostgres {
     );
     // Promoted, it waits for no standby of its own: writes go on once it is the primary.
     this.start('standby', this.standbyPort, ['-c hot_standby=on']);
+    await this.synchronous();
+  }
+
+  /** Resolves once the primary waits for the standby again (its commits are replicated). */
+  private async synchronous(): Promise<void> {
     const deadline = Date.now() + 30_000;
-    while ((await this.syncState()) !== 'sync') {
-      if (Date.now() > deadline) throw new Error('the standby did not become synchronous within 30 s');
+    while ((await this.syncState().catch(() => undefined)) !== 'sync') {
+      if (Date.now() > deadline) throw new Error('the standby was not synchronous within 30 s');
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
   }
@@ -108,6 +117,17 @@ export class ReplicatedPostgres {
   /** The primary's node lost: immediate stop, no checkpoint, its sessions cut. */
   killPrimary(): void {
     runPostgresTool('pg_ctl', ['-D', this.data('primary'), '-m', 'immediate', '-w', 'stop']);
+  }
+
+  /** The primary down for a while (fast shutdown: its sessions cut), the standby left waiting for it. */
+  stopPrimary(): void {
+    runPostgresTool('pg_ctl', ['-D', this.data('primary'), '-m', 'fast', '-w', 'stop']);
+  }
+
+  /** The primary back after stopPrimary(); the standby reconnects and is synchronous again. */
+  async startPrimary(): Promise<void> {
+    this.start('primary', this.primaryPort, this.primaryOptions());
+    await this.synchronous();
   }
 
   /** The standby becomes the primary (and takes writes) once this returns. */

@@ -247,6 +247,14 @@ Guards across values, which values.schema.json cannot express.
 {{- fail "database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0: PgBouncer would not track them in transaction mode; set one of them" }}
 {{- end }}
 {{- end }}
+{{- range $key := list "max_client_conn" "default_pool_size" "max_prepared_statements" }}
+{{- if hasKey $.Values.cnpg.pooler.parameters $key }}
+{{- fail (printf "cnpg.pooler.parameters.%s: set it with its own value (cnpg.pooler.maxClientConn, defaultPoolSize, maxPreparedStatements), which the connection budget checks" $key) }}
+{{- end }}
+{{- end }}
+{{- if hasKey .Values.cnpg.cluster.parameters "max_connections" }}
+{{- fail "cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections, which the connection budget checks" }}
+{{- end }}
 {{- include "social-posts.validateConnectionBudget" . }}
 {{- end }}
 

@@ -4,14 +4,18 @@
  * through the Pooler, over TLS verified against the cluster's CA and host name, with the owner's
  * credentials from CloudNativePG's Secret, within the connection budget checked at render.
  */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { crdProblems, crdValidator } from './crd-schemas';
 import {
+  chartDir,
   environments,
   findAll,
   findOne,
   must,
   render,
   renderEnvironment,
+  repoRoot,
   template,
   type KubeObject,
   type RenderOptions,
@@ -125,6 +129,8 @@ describe('CloudNativePG: what prod renders', () => {
       max_client_conn: '1000',
       default_pool_size: '15',
       max_prepared_statements: '200',
+      // PgBouncer's 15 s would keep writes down that long after a failover (k8s:local measures it).
+      server_login_retry: '2',
     });
     expect(settings(objects).DB_PREPARED_STATEMENTS).toBe('true');
   });
@@ -248,6 +254,21 @@ describe('CloudNativePG: options', () => {
     expect(cluster.spec.postgresql.synchronous).toBeUndefined();
   });
 
+  it('When more PgBouncer settings are given, then they join the managed ones and may replace server_login_retry', async () => {
+    const objects = await render({
+      set: cnpgOn.set,
+      setString: {
+        'cnpg.pooler.parameters.query_wait_timeout': '30',
+        'cnpg.pooler.parameters.server_login_retry': '5',
+      },
+    });
+    expect(one(objects, 'Pooler').spec.pgbouncer.parameters).toMatchObject({
+      query_wait_timeout: '30',
+      server_login_retry: '5',
+      max_client_conn: '1000',
+    });
+  });
+
   it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
     const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
     const monitors = objects.filter((o): o is PodMonitor => o.kind === 'PodMonitor');
@@ -262,29 +283,40 @@ describe('CloudNativePG: options', () => {
 });
 
 describe('CloudNativePG: values that cannot work fail the render with one line', () => {
-  it.each([
+  it.each<[string, RenderOptions, string]>([
     [
       'the in-chart PostgreSQL is on as well',
-      { 'postgresql.enabled': 'true' },
+      { set: { 'postgresql.enabled': 'true' } },
       'cnpg.enabled and postgresql.enabled both choose the database',
     ],
     [
       'an external host is named as well',
-      { 'database.host': 'db.example.internal' },
+      { set: { 'database.host': 'db.example.internal' } },
       'database.host names an external PostgreSQL while cnpg.enabled makes one',
     ],
     [
       'the Pooler is named like the Cluster',
-      { 'cnpg.cluster.name': 'pg', 'cnpg.pooler.name': 'pg' },
+      { set: { 'cnpg.cluster.name': 'pg', 'cnpg.pooler.name': 'pg' } },
       "cnpg.pooler.name must differ from the Cluster's name",
     ],
     [
+      'a pooler size is set through the free-form parameters',
+      { setString: { 'cnpg.pooler.parameters.max_client_conn': '5000' } },
+      'cnpg.pooler.parameters.max_client_conn: set it with its own value',
+    ],
+    [
+      "the cluster's max_connections is set through the free-form parameters",
+      { setString: { 'cnpg.cluster.parameters.max_connections': '500' } },
+      'cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections',
+    ],
+    [
       'prepared statements are on and PgBouncer tracks none',
-      { 'cnpg.pooler.maxPreparedStatements': '0' },
+      { set: { 'cnpg.pooler.maxPreparedStatements': '0' } },
       'database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0',
     ],
-  ])('When %s, then helm template fails naming it', async (_case, set, message) => {
-    const error = await renderError({ set: { ...cnpgOn.set, ...set } });
+  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
+    // Free-form parameters are strings (the CRD's type), hence --set-string for them.
+    const error = await renderError({ set: { ...cnpgOn.set, ...options.set }, setString: options.setString });
     expect(error).toContain(message);
   });
 });
@@ -325,5 +357,34 @@ describe('The connection budget, checked at render', () => {
 
   it.each(environments)('When the %s values are rendered, then they pass the budget', async (environment) => {
     await expect(renderEnvironment(environment)).resolves.toEqual(expect.any(Array));
+  });
+});
+
+describe('The kind runner with --cnpg (it cannot run here; these checks keep it true)', () => {
+  const runner = readFileSync(resolve(repoRoot, 'k8s-tests/kind/run.sh'), 'utf8');
+  const e2e: RenderOptions = {
+    values: ['values-dev.yaml', '../k8s-tests/values-e2e.yaml', '../k8s-tests/values-e2e-cnpg.yaml'],
+    namespace: 'social-posts-dev',
+  };
+
+  it('When the runner installs the operator, then it is the release whose CRDs the chart tests vendor', () => {
+    const version = must(/^CNPG_VERSION=(\S+)$/m.exec(runner)?.[1], 'CNPG_VERSION');
+    const vendored = readFileSync(resolve(chartDir, 'test/schemas/README.md'), 'utf8');
+    expect(vendored).toContain(`CloudNativePG v${version},`);
+  });
+
+  it('When the e2e values turn cnpg on, then the Cluster and Pooler validate and carry the names the runner and the kind driver wait for', async () => {
+    const objects = await render(e2e);
+    const cluster = one(objects, 'Cluster');
+    const pooler = one(objects, 'Pooler');
+    for (const object of [cluster, pooler])
+      expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
+    expect(cluster.metadata.name).toBe('social-posts-db');
+    expect(runner).toContain('cluster/$RELEASE-db"');
+    expect(pooler.metadata.name).toBe('social-posts-db-pooler-rw');
+    expect(runner).toContain('deployment/$RELEASE-db-pooler-rw"');
+    // Three instances: after the primary is lost a synchronous standby remains, so writes go on.
+    expect(cluster.spec.instances).toBe(3);
+    expect(objects.filter((o) => o.kind === 'StatefulSet')).toEqual([]);
   });
 });

@@ -12,6 +12,12 @@
 # RateLimitPolicy and ProxySettingsPolicy CRDs), the Gateway of k8s-tests/gateway.yaml, and the
 # chart with k8s-tests/values-e2e-gateway.yaml (gateway.enabled). The suite runs with
 # K8S_PROXY=nginx-gateway-fabric.
+#
+# --cnpg: the production database topology: the CloudNativePG operator from its release manifest
+# (CNPG_VERSION, the release whose CRDs chart/test/schemas/ vendors), the chart with
+# k8s-tests/values-e2e-cnpg.yaml (a Cluster of three instances with synchronous replication, a
+# Pooler in transaction mode), and the suite with K8S_DATABASE=cnpg: case 6 hibernates the Cluster,
+# case 8 deletes the primary's pod mid-load.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,13 +30,17 @@ INGRESS_NGINX_CHART_VERSION=4.14.5
 # NGINX Gateway Fabric 2.6.7 is built against Gateway API v1.5.1 (its go.mod).
 GATEWAY_API_VERSION=v1.5.1
 NGINX_GATEWAY_FABRIC_CHART_VERSION=2.6.7
+# The CloudNativePG release of the vendored CRDs (chart/test/cnpg.test.ts checks they agree).
+CNPG_VERSION=1.30.0
 GATEWAY_NAME=social-posts-e2e
 GATEWAY_NAMESPACE=nginx-gateway
 MODE=ingress-nginx
+DATABASE=in-chart
 for arg in "$@"; do
   case "$arg" in
     --gateway) MODE=nginx-gateway-fabric ;;
-    *) echo "unknown argument $arg (only --gateway)" >&2; exit 2 ;;
+    --cnpg) DATABASE=cnpg ;;
+    *) echo "unknown argument $arg (--gateway, --cnpg)" >&2; exit 2 ;;
   esac
 done
 HELM="${HELM:-helm}"
@@ -91,16 +101,31 @@ else
   CHART_VALUES+=(--values k8s-tests/values-e2e-gateway.yaml)
 fi
 
+if [ "$DATABASE" = cnpg ]; then
+  step "CloudNativePG $CNPG_VERSION (its release manifest, as docs/src/installation_upgrade.md installs it)"
+  k apply --server-side -f \
+    "https://raw.githubusercontent.com/cloudnative-pg/cloudnative-pg/release-${CNPG_VERSION%.*}/releases/cnpg-$CNPG_VERSION.yaml"
+  k -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=300s
+  CHART_VALUES+=(--values k8s-tests/values-e2e-cnpg.yaml)
+fi
+
 step "image $IMAGE, loaded into kind"
 docker build -t "$IMAGE" .
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
-step "chart: ${CHART_VALUES[*]}, in-chart PostgreSQL"
+step "chart: ${CHART_VALUES[*]} ($DATABASE database)"
+# No --wait: with CloudNativePG the API pods wait for the Cluster's Secrets, which the waits below cover.
 h upgrade --install "$RELEASE" chart --namespace "$NAMESPACE" --create-namespace "${CHART_VALUES[@]}" \
-  --set image.repository=social-posts --set image.tag=e2e --set image.pullPolicy=Never \
-  --wait --timeout 10m
-k -n "$NAMESPACE" rollout status "statefulset/$RELEASE-postgresql" --timeout=300s
-k -n "$NAMESPACE" rollout status "deployment/$RELEASE" --timeout=300s
+  --set image.repository=social-posts --set image.tag=e2e --set image.pullPolicy=Never
+if [ "$DATABASE" = cnpg ]; then
+  # The names the chart gives them (cnpg.cluster.name and cnpg.pooler.name empty): <release>-db and
+  # <release>-db-pooler-rw; the Pooler's PgBouncers run as a Deployment of the Pooler's name.
+  k -n "$NAMESPACE" wait --for=condition=Ready "cluster/$RELEASE-db" --timeout=900s
+  k -n "$NAMESPACE" rollout status "deployment/$RELEASE-db-pooler-rw" --timeout=300s
+else
+  k -n "$NAMESPACE" rollout status "statefulset/$RELEASE-postgresql" --timeout=300s
+fi
+k -n "$NAMESPACE" rollout status "deployment/$RELEASE" --timeout=600s
 
 step "helm test"
 h test "$RELEASE" --namespace "$NAMESPACE" --timeout 5m
@@ -140,7 +165,7 @@ step "the suite against http://localhost ($MODE), Host $HOST"
 REPORT="$(mktemp)"
 status=0
 K8S_BASE_URL=http://localhost K8S_HOST="$HOST" K8S_ALLOWED_ORIGINS="$ORIGINS" \
-  K8S_DRIVER=kind K8S_PROXY="$MODE" K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
+  K8S_DRIVER=kind K8S_PROXY="$MODE" K8S_DATABASE="$DATABASE" K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
   KUBECTL="$(command -v "$KUBECTL")" KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" \
   K8S_REPORT_FILE="$REPORT" \
   npx jest -c k8s-tests/jest.config.js --runInBand || status=$?

@@ -14,7 +14,7 @@
  * PORT and METRICS_PORT (cluster.ts), as with processes.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, readFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { IContainer } from 'kubernetes-models/v1/Container';
@@ -75,7 +75,18 @@ export class ProcessLauncher implements Launcher {
     private readonly main: string,
     private readonly nodePath: string,
     private readonly cwd: string,
+    /** Container path → host folder, for settings that name a file of a mounted Secret. */
+    private readonly mounted: Record<string, string> = {},
   ) {}
+
+  /** A setting naming a file under a mount points at the host's copy (a process has no mounts). */
+  private hostEnv(env: Record<string, string>): Record<string, string> {
+    const out = { ...env };
+    for (const [key, value] of Object.entries(env))
+      for (const [path, dir] of Object.entries(this.mounted))
+        if (value.startsWith(`${path}/`)) out[key] = join(dir, value.slice(path.length + 1));
+    return out;
+  }
 
   describe(): string {
     return `processes: node ${process.version} running ${this.main} (no image, no pod security context)`;
@@ -83,7 +94,7 @@ export class ProcessLauncher implements Launcher {
 
   launch(spec: ReplicaSpec): Promise<Launched> {
     const child: Managed = start(spec.name, process.execPath, [this.main], spec.logFile, {
-      env: { ...spec.env, PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_PATH: this.nodePath },
+      env: { ...this.hostEnv(spec.env), PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_PATH: this.nodePath },
       cwd: this.cwd,
     });
     const startedAt = Date.now();
@@ -133,12 +144,19 @@ export interface ContainerPolicy {
   capDrop: string[];
   capAdd: string[];
   memoryLimitBytes?: number;
-  /** Writable mounts: path in the container → emptyDir name. */
-  mounts: { path: string; volume: string; readOnly: boolean }[];
+  /** Mounts: path in the container → volume; a Secret volume brings its files (name → content). */
+  mounts: { path: string; volume: string; readOnly: boolean; files?: Record<string, Buffer> }[];
 }
 
-/** Reads what the runtime must apply from the rendered pod spec; refuses what it does not model. */
-export function containerPolicy(podSpec: IPodSpec, container: IContainer): ContainerPolicy {
+/**
+ * Reads what the runtime must apply from the rendered pod spec; refuses what it does not model.
+ * `secrets`: Secret name → key → content, for Secret volumes.
+ */
+export function containerPolicy(
+  podSpec: IPodSpec,
+  container: IContainer,
+  secrets: Record<string, Record<string, Buffer>> = {},
+): ContainerPolicy {
   const pod = podSpec.securityContext ?? {};
   const own: ISecurityContext = container.securityContext ?? {};
   const user = own.runAsUser ?? pod.runAsUser;
@@ -156,9 +174,24 @@ export function containerPolicy(podSpec: IPodSpec, container: IContainer): Conta
   const volumes = new Map((podSpec.volumes ?? []).map((v) => [v.name, v]));
   const mounts = (container.volumeMounts ?? []).map((mount) => {
     const volume = volumes.get(mount.name);
+    const readOnly = mount.readOnly ?? false;
+    if (volume?.secret?.secretName) {
+      // The kubelet writes the listed keys (all keys without items) and the mount is read-only.
+      const data = secrets[volume.secret.secretName];
+      if (!data) throw new Error(`volume ${mount.name}: no Secret ${volume.secret.secretName}`);
+      const items = volume.secret.items ?? Object.keys(data).map((key) => ({ key, path: key }));
+      const files: Record<string, Buffer> = {};
+      for (const { key, path } of items) {
+        const content = data[key];
+        if (!content)
+          throw new Error(`volume ${mount.name}: Secret ${volume.secret.secretName} has no ${key}`);
+        files[path] = content;
+      }
+      return { path: mount.mountPath, volume: mount.name, readOnly: true, files };
+    }
     if (!volume?.emptyDir || volume.emptyDir.medium === 'Memory')
-      throw new Error(`volume ${mount.name}: only disk-backed emptyDir is modelled`);
-    return { path: mount.mountPath, volume: mount.name, readOnly: mount.readOnly ?? false };
+      throw new Error(`volume ${mount.name}: only disk-backed emptyDir and Secret volumes are modelled`);
+    return { path: mount.mountPath, volume: mount.name, readOnly };
   });
   const memory = container.resources?.limits?.memory;
   return {
@@ -188,6 +221,7 @@ export class ContainerLauncher implements Launcher {
     private readonly policy: ContainerPolicy,
     private readonly workDir: string,
     private readonly image: { id: string; size: string; base: string },
+    private readonly hosts: Record<string, string> = {},
   ) {}
 
   describe(): string {
@@ -209,6 +243,8 @@ export class ContainerLauncher implements Launcher {
   runArgs(name: string, env: Record<string, string>): string[] {
     const p = this.policy;
     const args = ['run', '--rm', '--pull', 'never', '--name', name, '--network', 'host', ...runLimits()];
+    // Service names the pod resolves through cluster DNS (the Pooler's), here to the host.
+    for (const [host, address] of Object.entries(this.hosts)) args.push('--add-host', `${host}:${address}`);
     args.push('--user', `${p.user}:${p.group}`);
     for (const group of p.supplementalGroups) args.push('--group-add', String(group));
     // podman mounts tmpfs on /tmp, /var/tmp and /run of a read-only root by default; a pod gets none.
@@ -219,9 +255,12 @@ export class ContainerLauncher implements Launcher {
     if (p.memoryLimitBytes !== undefined)
       args.push('--memory', String(p.memoryLimitBytes), '--memory-swap', String(p.memoryLimitBytes));
     for (const mount of p.mounts) {
-      // A disk-backed emptyDir: a fresh folder per pod, mode 0777, group fsGroup with setgid.
+      // A disk-backed emptyDir: a fresh folder per pod, mode 0777, group fsGroup with setgid. A
+      // Secret volume: its files, mode 0644 (the default), in such a folder mounted read-only.
       const dir = join(this.workDir, `${name}-${mount.volume}`);
       mkdirSync(dir, { recursive: true });
+      for (const [file, content] of Object.entries(mount.files ?? {}))
+        writeFileSync(join(dir, file), content, { mode: 0o644 });
       chmodSync(dir, 0o777);
       const fsGroup = p.supplementalGroups[0];
       if (fsGroup !== undefined) {

@@ -14,6 +14,7 @@ import type { IProbe } from 'kubernetes-models/v1/Probe';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import { parseAllDocuments } from 'yaml';
+import { cnpgObjects, type CnpgCluster, type CnpgPooler } from './cnpg';
 
 export const repoRoot = resolve(__dirname, '..', '..');
 export const releaseName = 'social-posts';
@@ -54,6 +55,10 @@ export interface Release {
   /** The rendered pod spec and API container, for what a container runtime applies (security, limits, mounts). */
   podSpec: IPodSpec;
   container: IContainer;
+  /** Secret name → key → content, for the pod's Secret volumes (the rendered ones and the operator's). */
+  secrets: Record<string, Record<string, Buffer>>;
+  /** CloudNativePG's Cluster and the Pooler the service dials, when the release renders them. */
+  cnpg?: { cluster: CnpgCluster; pooler: CnpgPooler };
 }
 
 /** Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml). */
@@ -90,7 +95,12 @@ function probe(given: IProbe | undefined, what: string): ProbeTiming {
   };
 }
 
-export function readRelease(objects: KubeObject[]): Release {
+/**
+ * `provided`: objects an operator makes at run time, which the chart only names (CloudNativePG's
+ * <cluster>-app and <cluster>-ca Secrets).
+ */
+export function readRelease(rendered: KubeObject[], provided: KubeObject[] = []): Release {
+  const objects = [...rendered, ...provided];
   const deployment = one(objects, 'Deployment', releaseName) as IDeployment;
   const service = one(objects, 'Service', releaseName) as IService;
   const podSpec = deployment.spec?.template.spec;
@@ -129,9 +139,23 @@ export function readRelease(objects: KubeObject[]): Release {
     user: env.DB_USERNAME ?? '',
     password: env.DB_PASSWORD ?? '',
   };
-  // The emulation stands in for the in-chart PostgreSQL only; an external host would be a different test.
-  one(objects, 'Service', database.host);
-  one(objects, 'StatefulSet', database.host);
+  // The emulation stands in for the in-chart PostgreSQL or for CloudNativePG's Pooler; an external
+  // host would be a different test.
+  const cnpg = cnpgObjects(rendered);
+  if (cnpg) {
+    if (database.host !== cnpg.pooler.metadata.name)
+      throw new Error(
+        `DB_HOSTNAME ${database.host} is not the Pooler's Service ${cnpg.pooler.metadata.name}`,
+      );
+  } else {
+    one(objects, 'Service', database.host);
+    one(objects, 'StatefulSet', database.host);
+  }
+  const secrets: Release['secrets'] = {};
+  for (const secret of objects.filter((o) => o.kind === 'Secret') as unknown as ISecret[])
+    secrets[secret.metadata?.name ?? ''] = Object.fromEntries(
+      Object.entries(secret.data ?? {}).map(([key, value]) => [key, Buffer.from(value, 'base64')]),
+    );
 
   return {
     ingresses: objects.filter((o) => o.kind === 'Ingress') as unknown as IIngress[],
@@ -146,6 +170,8 @@ export function readRelease(objects: KubeObject[]): Release {
     database,
     podSpec,
     container,
+    secrets,
+    cnpg,
   };
 }
 

@@ -11,9 +11,15 @@
  * The replicas are containers of the image `npm run image:build` made, under the rendered pod's
  * security context and limits (launcher.ts); `--processes` runs them as node processes from this
  * checkout instead, for machines without a container engine.
+ *
+ * The database is the production topology (k8s-tests/values-e2e-cnpg.yaml turns cnpg.enabled on):
+ * the replicas dial the rendered Pooler's Service over TLS verified against the cluster's CA, and
+ * local/cnpg.ts runs what CloudNativePG would: PgBouncer 1.24.1 configured from the rendered Pooler,
+ * in front of a primary with a synchronous standby. `--in-chart-database` runs the dev topology
+ * instead: one PostgreSQL standing in for the chart's StatefulSet.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,12 +36,16 @@ import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { postgresBin } from '../../testing/postgres';
 import { Postgres } from './postgres';
+import { CnpgStandIn, cnpgObjects } from './cnpg';
 import { freePort, stillRunning, stop } from './processes';
 import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
 
 const startedAt = Date.now();
 const gatewayMode = process.argv.includes('--gateway');
 const runAsProcesses = process.argv.slice(2).includes('--processes');
+const inChartDatabase = process.argv.slice(2).includes('--in-chart-database');
+/** How long after the primary's loss the stand-in promotes the standby (the operator's detection and election). */
+const FAILOVER_DETECTION_MS = Number(process.env.K8S_FAILOVER_DETECTION_SECONDS ?? 3) * 1000;
 
 function step(message: string): void {
   const seconds = ((Date.now() - startedAt) / 1000).toFixed(1).padStart(5);
@@ -45,6 +55,7 @@ function step(message: string): void {
 interface Running {
   tmp: string;
   postgres?: Postgres;
+  cnpg?: CnpgStandIn;
   nginx?: Nginx;
   cluster?: Cluster;
   control?: Server;
@@ -59,7 +70,7 @@ let tornDown: Promise<void> | undefined;
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
     step('tear-down');
-    const { jest, control, broken, cluster, nginx, postgres } = state;
+    const { jest, control, broken, cluster, nginx, postgres, cnpg } = state;
     if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
       process.kill(jest.pid, 'SIGTERM');
     control?.close();
@@ -73,6 +84,9 @@ function tearDown(): Promise<void> {
     });
     await postgres?.stop().catch((error: unknown) => {
       step(`postgres: ${String(error)}`);
+    });
+    await cnpg?.close().catch((error: unknown) => {
+      step(`cnpg: ${String(error)}`);
     });
     // Anything left (a start that failed half-way) goes by its pid as well.
     for (const managed of stillRunning()) await stop(managed, 'SIGKILL', 5000);
@@ -90,8 +104,15 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
+/** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
+interface DatabaseControl {
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  failover?: () => Promise<{ promotedAfterMs: number }>;
+}
+
 function controlServer(
-  postgres: Postgres,
+  database: DatabaseControl,
   cluster: Cluster,
   launcher: Launcher,
   onceEnv: Record<string, string>,
@@ -116,14 +137,21 @@ function controlServer(
       return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
     },
     'POST /database/stop': async () => {
-      await postgres.stop();
+      await database.stop();
       step('PostgreSQL stopped (fast shutdown)');
       return 'stopped';
     },
     'POST /database/start': async () => {
-      await postgres.start();
+      await database.start();
       step('PostgreSQL started');
       return 'started';
+    },
+    'POST /database/failover': async () => {
+      if (!database.failover) throw new Error('no standby: the in-chart database is one instance');
+      step(`failover: primary killed; the standby promoted ${FAILOVER_DETECTION_MS} ms later`);
+      const result = await database.failover();
+      step(`failover: standby promoted and -rw moved to it ${result.promotedAfterMs} ms after the kill`);
+      return JSON.stringify(result);
     },
     'POST /rollout': async () => {
       step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
@@ -165,7 +193,7 @@ function controlServer(
 
 /** What the rendered pod says the container case must find inside a replica. */
 function expectations(release: Release): Record<string, string> {
-  const policy = containerPolicy(release.podSpec, release.container);
+  const policy = containerPolicy(release.podSpec, release.container, release.secrets);
   return {
     K8S_EXPECT_UID: String(policy.user),
     K8S_EXPECT_GID: String(policy.group),
@@ -208,11 +236,30 @@ async function main(): Promise<number> {
   chmodSync(tmp, 0o755);
   step(`work folder ${tmp}`);
 
+  const extraValues = [
+    ...(gatewayMode ? ['k8s-tests/values-e2e-gateway.yaml'] : []),
+    ...(inChartDatabase ? [] : ['k8s-tests/values-e2e-cnpg.yaml']),
+  ];
   step(
-    `render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml${gatewayMode ? ' + k8s-tests/values-e2e-gateway.yaml' : ''}`,
+    `render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml${extraValues.map((f) => ` + ${f}`).join('')}`,
   );
-  const objects = renderChart(ensureTools().helm, gatewayMode ? ['k8s-tests/values-e2e-gateway.yaml'] : []);
-  const release: Release = readRelease(objects);
+  const objects = renderChart(ensureTools().helm, extraValues);
+  // CloudNativePG first: its Secrets (the owner's password, the CA) are part of the pods' settings.
+  const rendered = cnpgObjects(objects);
+  let poolerPort = 0;
+  if (rendered) {
+    const { cluster, pooler } = rendered;
+    step(
+      `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
+    );
+    // Processes cannot resolve the Pooler's Service name; they dial localhost, which the certificate adds.
+    state.cnpg = new CnpgStandIn(cluster, pooler, namespace, tmp, runAsProcesses ? ['localhost'] : []);
+    poolerPort = await state.cnpg.start();
+    step(
+      `Pooler on 127.0.0.1:${poolerPort}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
+    );
+  }
+  const release: Release = readRelease(objects, state.cnpg?.secrets() ?? []);
   const controllerValues = parse(
     readFileSync(join(repoRoot, 'k8s-tests/ingress-nginx-values.yaml'), 'utf8'),
   ) as ControllerValues;
@@ -272,10 +319,20 @@ async function main(): Promise<number> {
       cwd: repoRoot,
       stdio: 'inherit',
     });
+    // The pod's Secret volumes as host folders: a setting naming one of their files points there.
+    const mounted: Record<string, string> = {};
+    for (const mount of containerPolicy(release.podSpec, release.container, release.secrets).mounts) {
+      if (!mount.files) continue;
+      const dir = join(tmp, 'mounts', mount.volume);
+      mkdirSync(dir, { recursive: true });
+      for (const [file, content] of Object.entries(mount.files)) writeFileSync(join(dir, file), content);
+      mounted[mount.path] = dir;
+    }
     launcher = new ProcessLauncher(
       join(build, 'service/src/main.js'),
       join(repoRoot, 'node_modules'),
       logDir,
+      mounted,
     );
   } else {
     let facts;
@@ -286,24 +343,44 @@ async function main(): Promise<number> {
         `no image ${IMAGE} (${engine().name}): run npm run image:build first, or use --processes`,
       );
     }
-    launcher = new ContainerLauncher(containerPolicy(release.podSpec, release.container), logDir, {
-      id: facts.id,
-      size: mb(facts.size),
-      base: facts.base,
-    });
+    launcher = new ContainerLauncher(
+      containerPolicy(release.podSpec, release.container, release.secrets),
+      logDir,
+      { id: facts.id, size: mb(facts.size), base: facts.base },
+      // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
+      release.cnpg ? { [release.database.host]: '127.0.0.1' } : {},
+    );
   }
   step(launcher.describe());
 
-  const pgPort = await freePort();
-  step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
-  state.postgres = new Postgres({
-    dir: join(tmp, 'postgres'),
-    port: pgPort,
-    database: release.database.name,
-    user: release.database.user,
-    password: release.database.password,
-  });
-  await state.postgres.init();
+  let database: DatabaseControl;
+  let dbAddress: { host: string; port: number };
+  const standIn = state.cnpg;
+  if (standIn) {
+    database = {
+      stop: () => {
+        standIn.stopDatabase();
+        return Promise.resolve();
+      },
+      start: () => standIn.startDatabase(),
+      failover: () => standIn.failover(FAILOVER_DETECTION_MS),
+    };
+    dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
+  } else {
+    const pgPort = await freePort();
+    step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
+    const postgres = new Postgres({
+      dir: join(tmp, 'postgres'),
+      port: pgPort,
+      database: release.database.name,
+      user: release.database.user,
+      password: release.database.password,
+    });
+    state.postgres = postgres;
+    await postgres.init();
+    database = { stop: () => postgres.stop(), start: () => postgres.start() };
+    dbAddress = { host: '127.0.0.1', port: pgPort };
+  }
 
   step(`nginx on 127.0.0.1:${listenPort} (no endpoints yet: 503)`);
   const nginx = new Nginx(prefix, statusPort);
@@ -327,7 +404,7 @@ async function main(): Promise<number> {
     release,
     launcher,
     logDir,
-    database: { host: '127.0.0.1', port: pgPort },
+    database: dbAddress,
     onEndpoints: async (endpoints) => {
       ready = endpoints;
       await reload();
@@ -336,7 +413,7 @@ async function main(): Promise<number> {
   });
   state.cluster = cluster;
   step(
-    `${release.replicas} replicas with the rendered ConfigMap and Secret (PORT, DB_HOSTNAME, DB_PORT rewritten)`,
+    `${release.replicas} replicas with the rendered ConfigMap and Secrets (PORT, DB_PORT${release.cnpg && !runAsProcesses ? '' : ', DB_HOSTNAME'} rewritten)`,
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
 
@@ -363,14 +440,10 @@ async function main(): Promise<number> {
       return broken.endpoints().join('');
     };
   const control = await controlServer(
-    state.postgres,
+    database,
     cluster,
     launcher,
-    {
-      ...release.env,
-      DB_HOSTNAME: '127.0.0.1',
-      DB_PORT: String(pgPort),
-    },
+    { ...release.env, DB_HOSTNAME: dbAddress.host, DB_PORT: String(dbAddress.port) },
     endpointRoutes,
   );
   state.control = control.server;
@@ -388,6 +461,7 @@ async function main(): Promise<number> {
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
     K8S_RUNTIME: launcher.kind,
+    K8S_DATABASE: release.cnpg ? 'cnpg' : 'in-chart',
     ...expectations(release),
   });
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
@@ -401,7 +475,9 @@ async function main(): Promise<number> {
   }
   if (report) {
     const policy =
-      launcher.kind === 'containers' ? containerPolicy(release.podSpec, release.container) : undefined;
+      launcher.kind === 'containers'
+        ? containerPolicy(release.podSpec, release.container, release.secrets)
+        : undefined;
     report.runtime = {
       launcher: launcher.describe(),
       memoryLimitBytes: policy?.memoryLimitBytes,

@@ -26,6 +26,12 @@ export interface Driver {
   imageWithoutDatabase(): Promise<string>;
   /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
   brokenEndpoint?: BrokenEndpointControl;
+  /**
+   * CloudNativePG only (K8S_DATABASE=cnpg): the primary's pod killed mid-load; returns once that is
+   * done, leaving promotion and the -rw Service's move to the operator (the local stand-in does
+   * both at once). Undefined for the in-chart database, which has no standby.
+   */
+  failover?: () => Promise<void>;
 }
 
 export interface BrokenEndpointControl {
@@ -53,10 +59,17 @@ function control(base: string, method: string, path: string): Promise<string> {
   });
 }
 
+const cnpg = process.env.K8S_DATABASE === 'cnpg';
+
 function localDriver(): Driver {
   const base = process.env.K8S_CONTROL_URL;
   if (!base) throw new Error('K8S_CONTROL_URL is not set (the local runner sets it)');
   return {
+    failover: cnpg
+      ? async () => {
+          await control(base, 'POST', '/database/failover');
+        }
+      : undefined,
     name: 'local',
     stopDatabase: async () => {
       await control(base, 'POST', '/database/stop');
@@ -101,8 +114,36 @@ function kindDriver(): Driver {
   const context = process.env.K8S_KUBE_CONTEXT;
   const ns = [...(context ? ['--context', context] : []), '--namespace', namespace];
   const instance = `app.kubernetes.io/instance=${release}`;
-  return {
-    name: 'kind',
+  // CloudNativePG's Cluster of the release (values-e2e-cnpg.yaml): <release>-db.
+  const cluster = `${release}-db`;
+  const cnpgDatabase = {
+    // Declarative hibernation: the instances' pods go, their volumes stay (docs/src/declarative_hibernation.md).
+    stopDatabase: async () => {
+      await kubectl([...ns, 'annotate', 'cluster', cluster, 'cnpg.io/hibernation=on', '--overwrite']);
+      await kubectl([
+        ...ns,
+        'wait',
+        '--for=delete',
+        'pod',
+        '--selector',
+        `cnpg.io/cluster=${cluster}`,
+        '--timeout=300s',
+      ]);
+    },
+    startDatabase: async () => {
+      await kubectl([...ns, 'annotate', 'cluster', cluster, 'cnpg.io/hibernation=off', '--overwrite']);
+      await kubectl([...ns, 'wait', '--for=condition=Ready', `cluster/${cluster}`, '--timeout=600s']);
+    },
+    // The primary's pod deleted without grace, as a lost node ends it; the operator promotes a
+    // standby and moves the -rw Service, which the Pooler dials.
+    failover: async () => {
+      const primary = (
+        await kubectl([...ns, 'get', 'cluster', cluster, '--output', 'jsonpath={.status.currentPrimary}'])
+      ).trim();
+      await kubectl([...ns, 'delete', 'pod', primary, '--grace-period=0', '--force', '--wait=false']);
+    },
+  };
+  const inChartDatabase = {
     stopDatabase: async () => {
       await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=0']);
       await kubectl([
@@ -119,6 +160,10 @@ function kindDriver(): Driver {
       await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=1']);
       await kubectl([...ns, 'rollout', 'status', `statefulset/${release}-postgresql`, '--timeout=300s']);
     },
+  };
+  return {
+    name: 'kind',
+    ...(cnpg ? cnpgDatabase : inChartDatabase),
     rollout: async () => {
       await kubectl([...ns, 'rollout', 'restart', `deployment/${release}`]);
       return kubectl([...ns, 'rollout', 'status', `deployment/${release}`, '--timeout=300s']);

@@ -335,3 +335,71 @@ test('7. zero-downtime rollout: a steady stream of requests while the replicas a
   expect(failures.slice(0, 10)).toEqual([]);
   expect(sent).toBeGreaterThan(10);
 }, 600_000);
+
+/** Seconds within which writes must succeed again after the primary is lost (issue 19). */
+const WRITES_BACK_MS = 15_000;
+const failoverCase = driver.failover ? test : test.skip;
+
+failoverCase(
+  '8. failover: When the primary is killed mid-load, then meanwhile only 503s, writes are back within 15 s and every acknowledged write is kept',
+  async () => {
+    const failover = driver.failover;
+    if (!failover) throw new Error('the driver has no failover');
+    expect((await send('GET', '/healthz/ready')).status).toBe(200);
+    const acknowledged: number[] = [];
+    const refused: string[] = [];
+    let unavailable = 0;
+    let sent = 0;
+    let killedAt = 0;
+    let backAt = 0;
+    let stopAt = Number.POSITIVE_INFINITY;
+    // Two writers, one request at a time each, each on a new connection, until 2 s after writes are back.
+    const writer = async (name: string) => {
+      for (let i = 0; Date.now() < stopAt && sent < 20_000; i++) {
+        sent++;
+        const sentAt = Date.now();
+        const answer = await postJson(
+          '/posts/',
+          { title: `failover ${name} ${i}`, content: `written during the failover case, ${run}` },
+          { headers: auth(), fresh: true },
+        );
+        if (answer.status === 201) {
+          acknowledged.push((JSON.parse(answer.body) as { id: number }).id);
+          if (killedAt && sentAt >= killedAt && !backAt) {
+            backAt = Date.now();
+            stopAt = backAt + 2000;
+          }
+        } else if (answer.status === 503) unavailable++;
+        else refused.push(show(answer));
+      }
+    };
+    const writers = Promise.all([writer('a'), writer('b')]);
+    while (acknowledged.length < 20) await sleep(50);
+    killedAt = Date.now();
+    await failover();
+    // Bounded: no writes back within a minute ends the case (the expectation below then fails).
+    const limit = setTimeout(() => (stopAt = 0), 60_000);
+    await writers;
+    clearTimeout(limit);
+
+    // Every write the service acknowledged is there to read, on whichever server is primary now.
+    const missing: number[] = [];
+    for (const id of acknowledged) {
+      const answer = await send('GET', `/posts/${id}`, { headers: auth(), fresh: true });
+      if (answer.status !== 200) missing.push(id);
+    }
+    const writesBackMs = backAt ? backAt - killedAt : -1;
+    report.failover = {
+      sent,
+      acknowledged: acknowledged.length,
+      missing: missing.length,
+      unavailable,
+      writesBackMs,
+    };
+    expect(refused).toEqual([]);
+    expect(missing).toEqual([]);
+    expect(backAt).toBeGreaterThan(0);
+    expect(writesBackMs).toBeLessThanOrEqual(WRITES_BACK_MS);
+  },
+  180_000,
+);

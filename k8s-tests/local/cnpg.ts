@@ -1,0 +1,296 @@
+/**
+ * What CloudNativePG 1.30.0 would run for the rendered Cluster and Pooler, on this one machine:
+ * - the cluster CA (Secret <cluster>-ca: ca.crt and ca.key) and a server certificate it signs for
+ *   the names CloudNativePG gives its own (<cluster>-rw, -r, -ro, each also .<ns> and .<ns>.svc)
+ *   plus the Cluster's spec.certificates.serverAltDNSNames;
+ * - the instances: a primary and a synchronous standby (testing/replicated-postgres.ts), with the
+ *   database and owner of bootstrap.initdb and its postInitApplicationSQL run as the superuser;
+ * - the -rw Service: a TCP relay (testing/relay.ts) whose target moves to the promoted standby;
+ * - Secret <cluster>-app: basic-auth with username, password, host (the -rw Service), port, dbname;
+ * - the Pooler: PgBouncer 1.24.1 with the pgbouncer.ini CloudNativePG writes for it
+ *   (cloudnative-pg/cloudnative-pg, pkg/management/pgbouncer/config/config.go and strings.go, commit
+ *   4b5e244a7d031f67e025c83c1555e7726ecbbfa1, tag v1.30.0): the rendered poolMode and parameters over
+ *   its defaults (auth_type hba, client_tls_sslmode prefer, log_stats 0, ignore_startup_parameters
+ *   extra_float_digits,options with the rendered ones appended), PgBouncer's own defaults for the
+ *   rest, client TLS with the server certificate, and `host all all 0.0.0.0/0 md5` in its hba file.
+ * What one machine changes, and why it does not change what the service meets: one PgBouncer for
+ * spec.instances (each instance is configured alike); the owner's SCRAM secret read from pg_authid
+ * into the auth_file once, where CloudNativePG's auth_query reads the same row per login; no TLS
+ * between PgBouncer and PostgreSQL; two instances, so after a failover the new primary waits for no
+ * standby, where a third instance would become its synchronous standby.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { Client } from 'pg';
+import { OwnPgBouncer } from '../../testing/pgbouncer';
+import { ownForPostgres, postgresServer } from '../../testing/postgres';
+import { ReplicatedPostgres } from '../../testing/replicated-postgres';
+import { Relay } from '../../testing/relay';
+import { freePort } from '../../testing/service';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeObject } from './release';
+
+export interface CnpgCluster extends KubeObject {
+  spec: {
+    instances: number;
+    bootstrap: { initdb: { database: string; owner: string; postInitApplicationSQL?: string[] } };
+    postgresql: { synchronous?: { method: string; number: number } };
+    certificates?: { serverAltDNSNames?: string[] };
+  };
+}
+
+export interface CnpgPooler extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    instances: number;
+    type: string;
+    pgbouncer: { poolMode: string; parameters?: Record<string, string> };
+  };
+}
+
+/** The rendered Pooler and the Cluster it serves, if the release renders CloudNativePG's database. */
+export function cnpgObjects(objects: KubeObject[]): { cluster: CnpgCluster; pooler: CnpgPooler } | undefined {
+  const poolers = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
+  if (poolers.length === 0) return undefined;
+  const [pooler] = poolers;
+  if (poolers.length > 1 || !pooler) throw new Error('one Pooler is modelled');
+  const cluster = objects.find(
+    (o) => o.kind === 'Cluster' && o.metadata.name === pooler.spec.cluster.name,
+  ) as CnpgCluster | undefined;
+  if (!cluster)
+    throw new Error(
+      `Pooler ${pooler.metadata.name} names Cluster ${pooler.spec.cluster.name}, which is not rendered`,
+    );
+  return { cluster, pooler };
+}
+
+/** PgBouncer's settings as CloudNativePG builds them from the Pooler (buildPgBouncerParameters). */
+export function poolerSettings(pooler: CnpgPooler): Record<string, string> {
+  const given = pooler.spec.pgbouncer.parameters ?? {};
+  const defaults: Record<string, string> = {
+    log_stats: '0',
+    auth_type: 'hba',
+    client_tls_sslmode: 'prefer',
+    ignore_startup_parameters: 'extra_float_digits,options',
+  };
+  const settings: Record<string, string> = {
+    ...defaults,
+    ...given,
+    pool_mode: pooler.spec.pgbouncer.poolMode,
+  };
+  if (given.ignore_startup_parameters)
+    settings.ignore_startup_parameters = `${defaults.ignore_startup_parameters ?? ''},${given.ignore_startup_parameters}`;
+  // The harness's own quick-retry settings give way to PgBouncer's defaults, which CloudNativePG keeps.
+  for (const [key, value] of Object.entries({
+    server_connect_timeout: '15',
+    server_login_retry: '15',
+    query_wait_timeout: '120',
+  }))
+    settings[key] ??= value;
+  return settings;
+}
+
+const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
+
+export class CnpgStandIn {
+  readonly instances = new ReplicatedPostgres();
+  private rw: Relay | undefined;
+  private pgbouncer: OwnPgBouncer | undefined;
+  private readonly password = randomBytes(24).toString('base64url');
+  private readonly dir: string;
+
+  constructor(
+    private readonly cluster: CnpgCluster,
+    private readonly pooler: CnpgPooler,
+    private readonly namespace: string,
+    workDir: string,
+    /** Names the replicas dial besides the rendered ones (processes cannot map a Service name). */
+    private readonly extraNames: string[] = [],
+  ) {
+    this.dir = join(workDir, 'cnpg');
+    mkdirSync(this.dir, { recursive: true });
+  }
+
+  private get name(): string {
+    return this.cluster.metadata.name;
+  }
+
+  /** The names on the server certificate: CloudNativePG's own and the Cluster's serverAltDNSNames. */
+  serverNames(): string[] {
+    const own = ['rw', 'r', 'ro'].flatMap((type) => {
+      const service = `${this.name}-${type}`;
+      return [service, `${service}.${this.namespace}`, `${service}.${this.namespace}.svc`];
+    });
+    return [...own, ...(this.cluster.spec.certificates?.serverAltDNSNames ?? []), ...this.extraNames];
+  }
+
+  /** The operator's CA and the server certificate it signs (openssl, EC P-256, two days). */
+  private certificates(): void {
+    const file = (name: string) => join(this.dir, name);
+    const openssl = (args: string[]) =>
+      execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+    openssl([
+      'req',
+      '-x509',
+      ...ec,
+      '-keyout',
+      file('ca.key'),
+      '-out',
+      file('ca.crt'),
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${this.name}`,
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ]);
+    openssl([
+      'req',
+      ...ec,
+      '-keyout',
+      file('server.key'),
+      '-out',
+      file('server.csr'),
+      '-subj',
+      `/CN=${this.name}-rw`,
+    ]);
+    writeFileSync(
+      file('server.ext'),
+      `subjectAltName=${this.serverNames()
+        .map((n) => `DNS:${n}`)
+        .join(',')}\nextendedKeyUsage=serverAuth\n`,
+    );
+    openssl([
+      'x509',
+      '-req',
+      '-in',
+      file('server.csr'),
+      '-CA',
+      file('ca.crt'),
+      '-CAkey',
+      file('ca.key'),
+      '-CAcreateserial',
+      '-out',
+      file('server.crt'),
+      '-days',
+      '2',
+      '-extfile',
+      file('server.ext'),
+    ]);
+    // PgBouncer runs as postgres and reads the key pair itself.
+    for (const name of ['server.crt', 'server.key', 'ca.crt']) ownForPostgres(file(name));
+  }
+
+  /** Instances, the -rw Service, bootstrap, the Pooler; resolves with the Pooler's port. */
+  async start(): Promise<number> {
+    this.certificates();
+    await this.instances.init();
+    this.rw = new Relay(this.instances.primaryPort);
+    await this.rw.start();
+    const { database, owner, postInitApplicationSQL = [] } = this.cluster.spec.bootstrap.initdb;
+    const superuser = (db: string) =>
+      new Client({
+        host: '127.0.0.1',
+        port: this.instances.primaryPort,
+        user: postgresServer.user,
+        database: db,
+      });
+    let client = superuser('postgres');
+    await client.connect();
+    await client.query(`CREATE ROLE "${owner}" LOGIN PASSWORD '${this.password}'`);
+    await client.query(`CREATE DATABASE "${database}" OWNER "${owner}"`);
+    // What CloudNativePG's auth_query returns for the owner: its SCRAM secret.
+    const secret = (
+      await client.query<{ rolpassword: string }>('SELECT rolpassword FROM pg_authid WHERE rolname = $1', [
+        owner,
+      ])
+    ).rows[0]?.rolpassword;
+    await client.end();
+    client = superuser(database);
+    await client.connect();
+    for (const sql of postInitApplicationSQL) await client.query(sql);
+    await client.end();
+    if (!secret) throw new Error(`no password for ${owner}`);
+
+    const tls = {
+      client_tls_cert_file: join(this.dir, 'server.crt'),
+      client_tls_key_file: join(this.dir, 'server.key'),
+      client_tls_ca_file: join(this.dir, 'ca.crt'),
+      server_tls_sslmode: 'disable',
+    };
+    this.pgbouncer = new OwnPgBouncer({
+      version: '1.24',
+      target: { host: '127.0.0.1', port: this.rw.port },
+      poolSize: Number(this.pooler.spec.pgbouncer.parameters?.default_pool_size ?? 20),
+      overrides: {
+        settings: { ...poolerSettings(this.pooler), ...tls },
+        users: { [owner]: secret },
+        hba: ['host all all 0.0.0.0/0 md5'],
+      },
+    });
+    await this.pgbouncer.start();
+    return this.pgbouncer.port;
+  }
+
+  /** The Secrets CloudNativePG makes: <cluster>-app (basic-auth) and <cluster>-ca. */
+  secrets(): KubeObject[] {
+    const { database, owner } = this.cluster.spec.bootstrap.initdb;
+    const secret = (name: string, type: string, data: Record<string, string | Buffer>) =>
+      ({
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name },
+        type,
+        data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, base64(v)])),
+      }) as KubeObject;
+    return [
+      secret(`${this.name}-app`, 'kubernetes.io/basic-auth', {
+        username: owner,
+        password: this.password,
+        host: `${this.name}-rw`,
+        port: '5432',
+        dbname: database,
+      }),
+      secret(`${this.name}-ca`, 'Opaque', {
+        'ca.crt': readFileSync(join(this.dir, 'ca.crt')),
+        'ca.key': readFileSync(join(this.dir, 'ca.key')),
+      }),
+    ];
+  }
+
+  /** The database down (the suite's case 6): the primary stops, the Pooler stays. */
+  stopDatabase(): void {
+    this.instances.stopPrimary();
+  }
+
+  async startDatabase(): Promise<void> {
+    await this.instances.startPrimary();
+  }
+
+  /**
+   * The primary's pod lost: its server gone at once (immediate stop); `detectionMs` later (the
+   * operator's reconcile noticing it and electing a standby, docs/src/failover.md) the standby is
+   * promoted and the -rw Service's endpoint moves to it, which is all PgBouncer sees (it dials the
+   * same address). Until then the Service leads nowhere: connections to it are refused.
+   */
+  async failover(detectionMs: number): Promise<{ promotedAfterMs: number }> {
+    const started = Date.now();
+    this.instances.killPrimary();
+    this.rw?.retarget(await freePort());
+    await sleep(detectionMs);
+    this.instances.promoteStandby();
+    this.rw?.retarget(this.instances.standbyPort);
+    return { promotedAfterMs: Date.now() - started };
+  }
+
+  async close(): Promise<void> {
+    await this.pgbouncer?.destroy();
+    await this.rw?.close();
+    this.instances.destroy();
+  }
+}
