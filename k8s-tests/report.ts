@@ -25,7 +25,9 @@ export interface Report {
     sent: number;
     acknowledged: number;
     missing: number;
+    /** 503 problem+json from the service, and 503 pages of the proxy (no ready replica). */
     unavailable: number;
+    fromProxy: number;
     writesBackMs: number;
   };
   /** Written by the local runner: what ran the replicas, their start-up and memory. */
@@ -99,8 +101,8 @@ export function formatReport(report: Report): string {
   if (failover) {
     lines.push(
       row(
-        'failover: writes while primary lost',
-        `${failover.sent} sent, ${failover.acknowledged} acknowledged (${failover.missing} missing after), ${failover.unavailable} x 503`,
+        'failover: writes meanwhile',
+        `${failover.sent} sent, ${failover.acknowledged} acknowledged (${failover.missing} missing after), ${failover.unavailable} x 503 from the service, ${failover.fromProxy} from the proxy`,
       ),
     );
     lines.push(row('  writes back after the kill', `${(failover.writesBackMs / 1000).toFixed(1)} s`));

@@ -19,11 +19,11 @@
  * between PgBouncer and PostgreSQL; two instances, so after a failover the new primary waits for no
  * standby, where a third instance would become its synchronous standby.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
+import { makeCa, signServer } from '../../testing/certificates';
 import { OwnPgBouncer } from '../../testing/pgbouncer';
 import { ownForPostgres, postgresServer } from '../../testing/postgres';
 import { ReplicatedPostgres } from '../../testing/replicated-postgres';
@@ -126,64 +126,11 @@ export class CnpgStandIn {
     return [...own, ...(this.cluster.spec.certificates?.serverAltDNSNames ?? []), ...this.extraNames];
   }
 
-  /** The operator's CA and the server certificate it signs (openssl, EC P-256, two days). */
+  /** The operator's CA (the <cluster>-ca Secret) and the server certificate it signs. */
   private certificates(): void {
-    const file = (name: string) => join(this.dir, name);
-    const openssl = (args: string[]) =>
-      execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    openssl([
-      'req',
-      '-x509',
-      ...ec,
-      '-keyout',
-      file('ca.key'),
-      '-out',
-      file('ca.crt'),
-      '-days',
-      '2',
-      '-subj',
-      `/CN=${this.name}`,
-      '-addext',
-      'basicConstraints=critical,CA:TRUE',
-      '-addext',
-      'keyUsage=critical,keyCertSign,cRLSign',
-    ]);
-    openssl([
-      'req',
-      ...ec,
-      '-keyout',
-      file('server.key'),
-      '-out',
-      file('server.csr'),
-      '-subj',
-      `/CN=${this.name}-rw`,
-    ]);
-    writeFileSync(
-      file('server.ext'),
-      `subjectAltName=${this.serverNames()
-        .map((n) => `DNS:${n}`)
-        .join(',')}\nextendedKeyUsage=serverAuth\n`,
-    );
-    openssl([
-      'x509',
-      '-req',
-      '-in',
-      file('server.csr'),
-      '-CA',
-      file('ca.crt'),
-      '-CAkey',
-      file('ca.key'),
-      '-CAcreateserial',
-      '-out',
-      file('server.crt'),
-      '-days',
-      '2',
-      '-extfile',
-      file('server.ext'),
-    ]);
-    // PgBouncer runs as postgres and reads the key pair itself.
-    for (const name of ['server.crt', 'server.key', 'ca.crt']) ownForPostgres(file(name));
+    const ca = makeCa(this.dir, 'ca', this.name);
+    signServer(this.dir, 'server', ca, this.serverNames());
+    ownForPostgres(ca.cert);
   }
 
   /** Instances, the -rw Service, bootstrap, the Pooler; resolves with the Pooler's port. */

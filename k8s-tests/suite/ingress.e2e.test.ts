@@ -349,6 +349,7 @@ failoverCase(
     const acknowledged: number[] = [];
     const refused: string[] = [];
     let unavailable = 0;
+    let fromProxy = 0;
     let sent = 0;
     let killedAt = 0;
     let backAt = 0;
@@ -369,7 +370,9 @@ failoverCase(
             backAt = Date.now();
             stopAt = backAt + 2000;
           }
-        } else if (answer.status === 503) unavailable++;
+        } else if (answer.status === 503 && isProblem(answer) && fromApplication(answer)) unavailable++;
+        // The proxy's own 503 (no ready endpoint) if the replicas' readiness dropped meanwhile.
+        else if (answer.status === 503 && isProxyPage(answer)) fromProxy++;
         else refused.push(show(answer));
       }
     };
@@ -394,6 +397,7 @@ failoverCase(
       acknowledged: acknowledged.length,
       missing: missing.length,
       unavailable,
+      fromProxy,
       writesBackMs,
     };
     expect(refused).toEqual([]);

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import Joi from 'joi';
 import type { DatabaseConfig } from './db/connection';
 
@@ -63,6 +64,7 @@ const schema = Joi.object({
   DB_PASSWORD: Joi.string().allow('').default(''),
   DB_NAME: Joi.string().default('postgres'),
   DB_SSL: Joi.boolean().truthy('1').falsy('0').default(false),
+  DB_SSL_CA_FILE: Joi.string().empty(''),
   DB_POOL_MAX: Joi.number().integer().min(1).max(100).default(10),
   DB_STATEMENT_TIMEOUT_MS: Joi.number().integer().min(100).max(600_000).default(2000),
   DB_PREPARED_STATEMENTS: Joi.boolean().truthy('1').falsy('0').default(true),
@@ -97,6 +99,7 @@ interface RawSettings {
   DB_PASSWORD: string;
   DB_NAME: string;
   DB_SSL: boolean;
+  DB_SSL_CA_FILE?: string;
   DB_POOL_MAX: number;
   DB_STATEMENT_TIMEOUT_MS: number;
   DB_PREPARED_STATEMENTS: boolean;
@@ -109,6 +112,23 @@ interface RawSettings {
   LOG_LEVEL: Settings['logLevel'];
   SHUTDOWN_DELAY_SECONDS: number;
   SHUTDOWN_TIMEOUT_SECONDS: number;
+}
+
+/** The CA file's PEM, read once at start-up; a file that cannot serve is a bad setting. */
+function readCa(raw: RawSettings): string | undefined {
+  const file = raw.DB_SSL_CA_FILE;
+  if (file === undefined) return undefined;
+  if (!raw.DB_SSL) throw new SettingsError('Invalid setting DB_SSL_CA_FILE: it needs DB_SSL=true');
+  let pem: string;
+  try {
+    pem = readFileSync(file, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? String(error);
+    throw new SettingsError(`Invalid setting DB_SSL_CA_FILE: cannot read ${file} (${code})`);
+  }
+  if (!pem.includes('-----BEGIN CERTIFICATE-----'))
+    throw new SettingsError(`Invalid setting DB_SSL_CA_FILE: ${file} holds no PEM certificate`);
+  return pem;
 }
 
 /** Reads the settings from an environment; throws SettingsError naming the first bad one. */
@@ -131,6 +151,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       password: raw.DB_PASSWORD,
       name: raw.DB_NAME,
       ssl: raw.DB_SSL,
+      sslCa: readCa(raw),
       poolMax: raw.DB_POOL_MAX,
       statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
       preparedStatements: raw.DB_PREPARED_STATEMENTS,
@@ -163,6 +184,8 @@ export function describeSettings(s: Settings): Record<string, unknown> {
           name: s.db.name,
           user: s.db.username,
           ssl: s.db.ssl,
+          // Which roots the server's certificate is checked against (the PEM itself is not logged).
+          sslCa: s.db.sslCa === undefined ? 'public roots' : 'DB_SSL_CA_FILE',
           poolMax: s.db.poolMax,
           preparedStatements: s.db.preparedStatements,
         }

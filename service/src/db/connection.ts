@@ -13,6 +13,8 @@ export interface DatabaseConfig {
   password: string;
   name: string;
   ssl: boolean;
+  /** PEM of the CA(s) the server's certificate must chain to (DB_SSL_CA_FILE); unset: the public roots. */
+  sslCa: string | undefined;
   poolMax: number;
   statementTimeoutMs: number;
   /** Named prepared statements for the hot queries; off for poolers that do not track them. */
@@ -127,7 +129,8 @@ function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeo
       user: db.username,
       password: db.password,
       database: db.name,
-      ssl: db.ssl ? { rejectUnauthorized: true } : false,
+      // Node checks the chain and that the certificate names the host (pg passes it as servername).
+      ssl: db.ssl ? { rejectUnauthorized: true, ...(db.sslCa ? { ca: db.sslCa } : {}) } : false,
       connectionTimeoutMillis: 2000,
       // Idle connections to a server that has gone are found and closed by the kernel.
       keepAlive: true,
