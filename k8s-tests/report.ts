@@ -18,9 +18,16 @@ export interface Report {
   general?: { sent: number; limited: number };
   bypass?: { path: string; login: number; register: number }[];
   cors?: { allowed: string; foreign: string };
-  database?: { readyDownMs: number; readyBackMs: number; liveDuringOutage: number[]; restarts: number };
+  database?: {
+    readyDownMs: number;
+    readyBackMs: number;
+    /** Until ten API requests in a row answered 200. */
+    servingBackMs: number;
+    liveDuringOutage: number[];
+    restarts: number;
+  };
   rollout?: { sent: number; failed: number; detail: string };
-  /** Case 8: writes while the primary is killed (CloudNativePG topology only). */
+  /** Case 10: writes while the primary is killed (CloudNativePG topology only). */
   failover?: {
     sent: number;
     acknowledged: number;
@@ -91,6 +98,9 @@ export function formatReport(report: Report): string {
     lines.push(row('database stopped: ready 503 after', `${(database.readyDownMs / 1000).toFixed(1)} s`));
     lines.push(row('  /healthz/live meanwhile', database.liveDuringOutage.join(', ')));
     lines.push(row('database started: ready 200 after', `${(database.readyBackMs / 1000).toFixed(1)} s`));
+    lines.push(
+      row('  10 API answers in a row after', `${(database.servingBackMs / 1000).toFixed(1)} s more`),
+    );
     lines.push(row('  API restarts', String(database.restarts)));
   }
   if (rollout) {

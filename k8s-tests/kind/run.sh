@@ -17,7 +17,7 @@
 # (CNPG_VERSION, the release whose CRDs chart/test/schemas/ vendors), the chart with
 # k8s-tests/values-e2e-cnpg.yaml (a Cluster of three instances with synchronous replication, a
 # Pooler in transaction mode), and the suite with K8S_DATABASE=cnpg: case 6 hibernates the Cluster,
-# case 8 deletes the primary's pod mid-load.
+# case 10 deletes the primary's pod mid-load.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

@@ -19,7 +19,7 @@
  * between PgBouncer and PostgreSQL; two instances, so after a failover the new primary waits for no
  * standby, where a third instance would become its synchronous standby.
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
@@ -236,6 +236,8 @@ export class CnpgStandIn {
   }
 
   async close(): Promise<void> {
+    // Kept with the run's logs (the work folder stays when a run fails).
+    if (this.pgbouncer) writeFileSync(join(this.dir, 'pgbouncer.log'), this.pgbouncer.log);
     await this.pgbouncer?.destroy();
     await this.rw?.close();
     this.instances.destroy();

@@ -286,14 +286,22 @@ test('6. readiness follows the database: ready 503 while live stays 200 and the 
   // The emulation reloads nginx for an endpoint change; the ready answer may have come from the new
   // workers while an old one still accepts for a moment. Wait until the change is everywhere.
   await driver.endpointsSettled();
-  // The same processes serve again: the token issued before the outage still works.
-  const after = await send('GET', '/posts/', { headers: auth(), fresh: true });
-  expect(after.status).toBe(200);
+  // The same processes serve again: the token issued before the outage still works. Behind a
+  // pooler, requests that reach it inside its server_login_retry window after the database
+  // returns may still wait out the statement deadline (503): wait for ten answers in a row.
+  let inARow = 0;
+  const servingBackMs = await pollUntil(recoveryMs, 100, async () => {
+    const after = await send('GET', '/posts/', { headers: auth(), fresh: true });
+    inARow = after.status === 200 ? inARow + 1 : 0;
+    return inARow >= 10;
+  });
+  expect(servingBackMs).not.toBe(-1);
   const restarts = await driver.restarts();
   expect(restarts).toBe(restartsBefore);
   report.database = {
     readyDownMs,
     readyBackMs,
+    servingBackMs,
     liveDuringOutage: [...new Set([live.status, ...liveDuringOutage])],
     restarts: restarts - restartsBefore,
   };
@@ -341,7 +349,7 @@ const WRITES_BACK_MS = 15_000;
 const failoverCase = driver.failover ? test : test.skip;
 
 failoverCase(
-  '8. failover: When the primary is killed mid-load, then meanwhile only 503s, writes are back within 15 s and every acknowledged write is kept',
+  '10. failover: When the primary is killed mid-load, then meanwhile only 503s, writes are back within 15 s and every acknowledged write is kept',
   async () => {
     const failover = driver.failover;
     if (!failover) throw new Error('the driver has no failover');
