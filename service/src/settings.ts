@@ -114,8 +114,8 @@ interface RawSettings {
   SHUTDOWN_TIMEOUT_SECONDS: number;
 }
 
-/** The CA file's PEM, read once at start-up; a file that cannot serve is a bad setting. */
-function readCa(raw: RawSettings): string | undefined {
+/** The CA file, checked at start-up (the connection reads it again for each new connection). */
+function checkedCaFile(raw: RawSettings): string | undefined {
   const file = raw.DB_SSL_CA_FILE;
   if (file === undefined) return undefined;
   if (!raw.DB_SSL) throw new SettingsError('Invalid setting DB_SSL_CA_FILE: it needs DB_SSL=true');
@@ -128,7 +128,7 @@ function readCa(raw: RawSettings): string | undefined {
   }
   if (!pem.includes('-----BEGIN CERTIFICATE-----'))
     throw new SettingsError(`Invalid setting DB_SSL_CA_FILE: ${file} holds no PEM certificate`);
-  return pem;
+  return file;
 }
 
 /** Reads the settings from an environment; throws SettingsError naming the first bad one. */
@@ -151,7 +151,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       password: raw.DB_PASSWORD,
       name: raw.DB_NAME,
       ssl: raw.DB_SSL,
-      sslCa: readCa(raw),
+      sslCaFile: checkedCaFile(raw),
       poolMax: raw.DB_POOL_MAX,
       statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
       preparedStatements: raw.DB_PREPARED_STATEMENTS,
@@ -184,8 +184,8 @@ export function describeSettings(s: Settings): Record<string, unknown> {
           name: s.db.name,
           user: s.db.username,
           ssl: s.db.ssl,
-          // Which roots the server's certificate is checked against (the PEM itself is not logged).
-          sslCa: s.db.sslCa === undefined ? 'public roots' : 'DB_SSL_CA_FILE',
+          // Which roots the server's certificate is checked against.
+          sslCaFile: s.db.sslCaFile ?? 'none: the public roots',
           poolMax: s.db.poolMax,
           preparedStatements: s.db.preparedStatements,
         }

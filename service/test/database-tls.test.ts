@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { openDatabase, type Database } from '../src/db/connection';
@@ -47,16 +47,15 @@ describe('DB_SSL_CA_FILE', () => {
     );
   });
 
-  test('When DB_SSL_CA_FILE is a PEM file, then the database settings carry it and the logged settings say only where the roots come from', () => {
+  test('When DB_SSL_CA_FILE is a PEM file, then the database settings carry its path and the logged settings name it', () => {
     const ca = makeCa(dir, 'ca2', 'settings test');
     const loaded = settings({ DB_SSL_CA_FILE: ca.cert })();
-    expect(loaded.db.sslCa).toContain('-----BEGIN CERTIFICATE-----');
+    expect(loaded.db.sslCaFile).toBe(ca.cert);
     expect(describeSettings({ ...loaded, db: { ...loaded.db, hostname: 'db' } }).database).toMatchObject({
       ssl: true,
-      sslCa: 'DB_SSL_CA_FILE',
+      sslCaFile: ca.cert,
     });
-    expect(JSON.stringify(describeSettings(loaded))).not.toContain('BEGIN CERTIFICATE');
-    expect(settings({})().db.sslCa).toBeUndefined();
+    expect(settings({})().db.sslCaFile).toBeUndefined();
   });
 });
 
@@ -136,7 +135,7 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
 
   test('When DB_SSL_CA_FILE is unset, then only the public roots are trusted and the private CA is refused', async () => {
     const settings = loadSettings(env({}));
-    const db = await openDatabase({ ...settings, db: { ...settings.db, sslCa: undefined } }, logger);
+    const db = await openDatabase({ ...settings, db: { ...settings.db, sslCaFile: undefined } }, logger);
     opened.push(db);
     await expect(db.knex.raw('SELECT 1')).rejects.toThrow(
       /unable to (get local issuer|verify the first) certificate/,
@@ -160,5 +159,29 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
     });
     expect(login.status).toBe(200);
     expect(((await login.json()) as { access_token?: string }).access_token).toEqual(expect.any(String));
+  });
+
+  // Last: it moves the server to another certificate.
+  test('When the CA is renewed (the server presents a certificate of the new CA and the mounted file follows), then new connections trust it without a restart', async () => {
+    const mounted = path.join(dir, 'mounted-ca.crt');
+    copyFileSync(ca.cert, mounted);
+    const db = await open({ DB_SSL_CA_FILE: mounted });
+    await db.knex.raw('SELECT 1');
+    // The renewal: a certificate from the new CA, which PostgreSQL loads on reload, and the kubelet
+    // updating the Secret's file in the pod.
+    const renewed = makeCa(dir, 'renewed', 'renewed cluster CA');
+    signServer(dir, 'server', renewed, ['localhost']);
+    runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+    copyFileSync(renewed.cert, mounted);
+    // The service looks at the file at most every 2 s.
+    await new Promise((resolve) => setTimeout(resolve, 2100));
+    // The pooled connection is held by the transaction, so the next query opens a new one.
+    await db.knex.transaction(async (trx) => {
+      await trx.raw('SELECT 1');
+      const { rows } = await db.knex.raw<{ rows: { ssl: boolean }[] }>(
+        'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()',
+      );
+      expect(rows).toEqual([{ ssl: true }]);
+    });
   });
 });

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import { withDeadline, type DeadlineConnection } from './deadline';
@@ -13,8 +14,8 @@ export interface DatabaseConfig {
   password: string;
   name: string;
   ssl: boolean;
-  /** PEM of the CA(s) the server's certificate must chain to (DB_SSL_CA_FILE); unset: the public roots. */
-  sslCa: string | undefined;
+  /** File of the CA(s) the server's certificate must chain to (DB_SSL_CA_FILE); unset: the public roots. */
+  sslCaFile: string | undefined;
   poolMax: number;
   statementTimeoutMs: number;
   /** Named prepared statements for the hot queries; off for poolers that do not track them. */
@@ -118,25 +119,59 @@ function knexLog(logger: Logger): Knex.Config['log'] {
   };
 }
 
+/** How often, at most, the CA file is read again to see whether it changed. */
+const CA_CHECK_INTERVAL_MS = 2000;
+
+/**
+ * Connection settings with the CA file's content, for knex's provider: CloudNativePG renews its CA
+ * certificate before the 90 days run out and the mounted file follows, so a pod that has run longer
+ * must trust the renewed one. knex asks expirationChecker before lending a connection; when the
+ * file changed, new connections get the new content (and knex replaces the pooled ones). If the
+ * file cannot be read, the last good content serves, with a warning.
+ */
+function withCaFile<T extends object>(settings: T, file: string, logger: Logger): () => T & object {
+  let pem = readFileSync(file, 'utf8');
+  let checkedAt = Date.now();
+  const read = (): string | undefined => {
+    checkedAt = Date.now();
+    try {
+      return readFileSync(file, 'utf8');
+    } catch (error) {
+      logger.warn({ err: error, file }, 'DB_SSL_CA_FILE unreadable; using its last content');
+      return undefined;
+    }
+  };
+  const changed = (): boolean => {
+    if (Date.now() - checkedAt < CA_CHECK_INTERVAL_MS) return false;
+    const now = read();
+    return now !== undefined && now !== pem;
+  };
+  return () => {
+    pem = read() ?? pem;
+    return { ...settings, ssl: { rejectUnauthorized: true, ca: pem }, expirationChecker: changed };
+  };
+}
+
 /** A pool of PostgreSQL connections whose statements each have `timeoutMs`. */
 function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeoutMs: number): Knex {
+  // Only what every pooler passes in the startup packet: no statement_timeout, no options.
+  const connection = {
+    host: db.hostname,
+    port: db.port,
+    user: db.username,
+    password: db.password,
+    database: db.name,
+    // Node checks the chain and that the certificate names the host (pg passes it as servername).
+    ssl: db.ssl ? { rejectUnauthorized: true } : false,
+    connectionTimeoutMillis: 2000,
+    // Idle connections to a server that has gone are found and closed by the kernel.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+    application_name: 'social-posts',
+  };
   return knex({
     client: postgresClient(timeoutMs),
-    // Only what every pooler passes in the startup packet: no statement_timeout, no options.
-    connection: {
-      host: db.hostname,
-      port: db.port,
-      user: db.username,
-      password: db.password,
-      database: db.name,
-      // Node checks the chain and that the certificate names the host (pg passes it as servername).
-      ssl: db.ssl ? { rejectUnauthorized: true, ...(db.sslCa ? { ca: db.sslCa } : {}) } : false,
-      connectionTimeoutMillis: 2000,
-      // Idle connections to a server that has gone are found and closed by the kernel.
-      keepAlive: true,
-      keepAliveInitialDelayMillis: 10_000,
-      application_name: 'social-posts',
-    },
+    connection: db.ssl && db.sslCaFile ? withCaFile(connection, db.sslCaFile, logger) : connection,
     pool: { min: 0, max: poolMax, idleTimeoutMillis: 30_000 },
     acquireConnectionTimeout: 2500,
     log: knexLog(logger),
