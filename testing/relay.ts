@@ -22,8 +22,9 @@ export class Relay {
 
   constructor(private targetPort: number) {}
 
-  async start(): Promise<void> {
-    this.port = await freePort();
+  /** Listens on `port` when given (a database address that appears later), else on a free one. */
+  async start(port?: number): Promise<void> {
+    this.port = port ?? (await freePort());
     this.server = net.createServer((client) => {
       this.accept(client);
     });

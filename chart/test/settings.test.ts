@@ -82,6 +82,7 @@ describe.each(environments)('Settings of %s', (environment) => {
       DB_STATEMENT_TIMEOUT_MS: '2000',
       DB_PREPARED_STATEMENTS: 'true',
       DB_MIGRATION_TIMEOUT_MS: '240000',
+      DB_STARTUP_WAIT_SECONDS: '120',
     });
     expect(Number(settings(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);
   });

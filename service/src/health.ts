@@ -1,5 +1,6 @@
 import { Router, type RequestHandler, type Response } from 'express';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
+import { operatorHint } from './db/errors';
 import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
 import type { Logger } from './logger';
 import { exactRouter } from './http/router';
@@ -55,7 +56,8 @@ export function healthRouter(
         );
         standby = rows[0]?.standby === true;
       } catch (error) {
-        logger.warn({ err: error }, 'readiness check failed');
+        const hint = operatorHint(error);
+        logger.warn({ err: error, ...(hint ? { hint } : {}) }, 'readiness check failed');
         // No driver message reaches the prober.
         unavailable(res, 'The database did not answer within 1 s');
         return;

@@ -1,5 +1,6 @@
 import { openDatabase } from './db/connection';
-import { migrateToLatest } from './db/migrator';
+import { operatorHint } from './db/errors';
+import { migrateWhenReachable } from './db/migrator';
 import { consoleDestination, createLogger } from './logger';
 import { startServer } from './server';
 import { describeSettings, loadSettings, SettingsError } from './settings';
@@ -27,9 +28,10 @@ async function main(): Promise<void> {
 
   const db = await openDatabase(settings, logger);
   try {
-    await migrateToLatest(db, logger);
+    await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
   } catch (error) {
-    logger.fatal({ err: error }, 'migrations failed; not starting');
+    const hint = operatorHint(error);
+    logger.fatal({ err: error, ...(hint ? { hint } : {}) }, 'migrations failed; not starting');
     await db.close().catch(() => undefined);
     process.exit(1);
   }

@@ -70,6 +70,7 @@ const schema = Joi.object({
   DB_PREPARED_STATEMENTS: Joi.boolean().truthy('1').falsy('0').default(true),
   // A day at most: past that a migration wants a maintenance window, not a start-up.
   DB_MIGRATION_TIMEOUT_MS: Joi.number().integer().min(1000).max(86_400_000).default(600_000),
+  DB_STARTUP_WAIT_SECONDS: Joi.number().integer().min(0).max(3600).default(60),
   DB_EMBEDDED_DIR: Joi.string().default('.data/pglite'),
   SECRET_KEY: Joi.string().min(32).empty('').when('NODE_ENV', { is: 'production', then: Joi.required() }),
   ACCESS_TOKEN_EXPIRE_MINUTES: Joi.number()
@@ -104,6 +105,7 @@ interface RawSettings {
   DB_STATEMENT_TIMEOUT_MS: number;
   DB_PREPARED_STATEMENTS: boolean;
   DB_MIGRATION_TIMEOUT_MS: number;
+  DB_STARTUP_WAIT_SECONDS: number;
   DB_EMBEDDED_DIR: string;
   SECRET_KEY?: string;
   ACCESS_TOKEN_EXPIRE_MINUTES: number;
@@ -156,6 +158,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
       preparedStatements: raw.DB_PREPARED_STATEMENTS,
       migrationTimeoutMs: raw.DB_MIGRATION_TIMEOUT_MS,
+      startupWaitSeconds: raw.DB_STARTUP_WAIT_SECONDS,
       embeddedDir: raw.DB_EMBEDDED_DIR,
     },
     secretKey: raw.SECRET_KEY ?? randomBytes(32).toString('base64url'),
@@ -192,6 +195,7 @@ export function describeSettings(s: Settings): Record<string, unknown> {
       : { kind: 'embedded', dir: s.db.embeddedDir },
     statementTimeoutMs: s.db.statementTimeoutMs,
     migrationTimeoutMs: s.db.migrationTimeoutMs,
+    startupWaitSeconds: s.db.startupWaitSeconds,
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     corsAllowedOrigins: s.corsAllowedOrigins,
     bcryptRounds: s.bcryptRounds,

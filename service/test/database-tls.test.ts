@@ -1,12 +1,13 @@
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import knex, { type Knex } from 'knex';
 import { openDatabase, type Database } from '../src/db/connection';
 import { createLogger } from '../src/logger';
 import { describeSettings, loadSettings, SettingsError } from '../src/settings';
 import { makeCa, signServer } from '../../testing/certificates';
 import { initdb, ownForPostgres, postgresServer, runPostgresTool } from '../../testing/postgres';
-import { freePort, startService, stopAll } from '../../testing/service';
+import { freePort, spawnScript, startService, stopAll } from '../../testing/service';
 import { testEnv, usingPostgres } from './helpers';
 
 /**
@@ -66,6 +67,8 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
   let ca = { cert: '', key: '' };
   let stranger = { cert: '', key: '' };
   const opened: Database[] = [];
+  // The server's view, over its Unix socket (not TLS, not the service's name): who is connected how.
+  let admin: Knex;
   const env = (overrides: Record<string, string>) =>
     testEnv({
       DB_HOSTNAME: 'localhost',
@@ -104,10 +107,16 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
       `-c ssl_key_file=${server.key}`,
     ].join(' ');
     runPostgresTool('pg_ctl', ['-D', data, '-o', options, '-l', path.join(dir, 'log'), '-w', 'start']);
+    admin = knex({
+      client: 'pg',
+      connection: { host: dir, port, user: postgresServer.user, database: 'postgres' },
+      pool: { min: 0, max: 1 },
+    });
   });
 
   afterAll(async () => {
     await stopAll();
+    await admin.destroy();
     await Promise.all(opened.map((db) => db.close()));
     runPostgresTool('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
     rmSync(dir, { recursive: true, force: true });
@@ -159,6 +168,92 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
     });
     expect(login.status).toBe(200);
     expect(((await login.json()) as { access_token?: string }).access_token).toEqual(expect.any(String));
+    // The service's own connections, as the server sees them: the earlier cases' pools are closed
+    // first, so every connection under the service's application_name is the process's.
+    await Promise.all(opened.splice(0).map((db) => db.close()));
+    const { rows } = await admin.raw<{ rows: { ssl: boolean; version: string | null }[] }>(
+      "SELECT s.ssl, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'social-posts'",
+    );
+    expect(rows.length).toBeGreaterThan(0);
+    for (const row of rows) {
+      expect(row.ssl).toBe(true);
+      expect(row.version).toMatch(/^TLSv1\.[23]$/);
+    }
+  });
+
+  /**
+   * The service migrates before it listens, so a server it cannot trust stops the start: exit 1, no
+   * port ever opened (no client gets any answer, let alone a 500), and the fatal line carries the
+   * TLS error for the operator.
+   */
+  const refusedStart = async (overrides: Record<string, string>) => {
+    const proc = spawnScript('service/src/main.ts', env({ PORT: '0', LOG_LEVEL: 'info', ...overrides }));
+    // Bounded: a service that starts anyway is stopped, and the case fails on `listened`.
+    const first = await proc.waitForLog(/^(listening on|migrations failed)/, 20_000);
+    const code = /^listening on/.test(first.msg ?? '') ? await proc.stop() : await proc.exited;
+    const fatal = proc.lines.find((l) => l.msg === 'migrations failed; not starting');
+    return {
+      code,
+      listened: proc.lines.some((l) => /^listening on/.test(l.msg ?? '')),
+      error: (fatal?.err as { message?: string; code?: string } | undefined) ?? {},
+      hint: typeof fatal?.hint === 'string' ? fatal.hint : '',
+    };
+  };
+
+  test('When the service dials an address its certificate does not name (127.0.0.1), then it does not start, and its log says the host does not match the certificate', async () => {
+    const started = await refusedStart({ DB_HOSTNAME: '127.0.0.1' });
+    expect(started).toMatchObject({ code: 1, listened: false });
+    expect(started.error.code).toBe('ERR_TLS_CERT_ALTNAME_INVALID');
+    expect(started.error.message).toMatch(/IP: 127\.0\.0\.1 is not in the cert's list/);
+    expect(started.hint).toContain('name DB_HOSTNAME');
+  });
+
+  test('When DB_SSL_CA_FILE is a CA that did not sign the server certificate, then the service does not start, and its log says the certificate is untrusted', async () => {
+    const started = await refusedStart({ DB_SSL_CA_FILE: stranger.cert });
+    expect(started).toMatchObject({ code: 1, listened: false });
+    expect(started.error.message).toMatch(/unable to (get local issuer|verify the first) certificate/);
+    expect(started.hint).toContain('chain to DB_SSL_CA_FILE');
+  });
+
+  test('When a running service meets a server certificate it does not trust (the server moved to another CA), then readiness and requests answer 503, never 500, the log names the setting to check, and it recovers once the certificate is trusted again', async () => {
+    const service = await startService(env({ PORT: '0', LOG_LEVEL: 'info' }));
+    const register = () =>
+      fetch(`${service.base}/users/`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({
+          email: `tls-${Date.now().toString(36)}@example.com`,
+          password: 'correct horse battery',
+        }),
+      });
+    expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
+    try {
+      // What a CA renewal looks like to a pod whose mounted CA file has not followed yet: the server
+      // presents a certificate of a CA the service does not know, and each new connection is refused.
+      signServer(dir, 'server', stranger, ['localhost']);
+      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+      // The pooled connections, made before, would still serve: end them, so new ones are needed.
+      await admin.raw(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'social-posts'",
+      );
+      expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(503);
+      const refused = await register();
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('1');
+      // The line may reach this process after the answer did.
+      const failed = await service.waitForLog(/^request failed$/, 2000);
+      expect(failed).toMatchObject({ err: { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' } });
+      expect(failed.hint).toMatch(/DB_SSL_CA_FILE/);
+      const unready = await service.waitForLog(/^readiness check failed$/, 2000);
+      expect(unready).toMatchObject({ err: { message: 'unable to verify the first certificate' } });
+      expect(unready.hint).toMatch(/DB_SSL_CA_FILE/);
+    } finally {
+      signServer(dir, 'server', ca, ['localhost']);
+      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+    }
+    expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
+    expect((await register()).status).toBe(201);
+    await service.stop();
   });
 
   // Last: it moves the server to another certificate.

@@ -23,6 +23,8 @@ export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessE
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'silent',
     DB_EMBEDDED_DIR: 'memory://',
     SECRET_KEY: TEST_SECRET,
+    // A test that meets an unreachable database wants the failure now; the wait has cases of its own.
+    DB_STARTUP_WAIT_SECONDS: '0',
     ...overrides,
   };
 }

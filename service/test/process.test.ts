@@ -2,7 +2,9 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { freePort, ROOT, spawnScript, startService } from '../../testing/service';
+import { postgresServer } from '../../testing/postgres';
+import { Relay } from '../../testing/relay';
+import { freePort, ROOT, spawnScript, startService, stopAll } from '../../testing/service';
 import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
 
 const baseEnv = (overrides: Record<string, string>) =>
@@ -22,6 +24,7 @@ describe('Start-up settings', () => {
     ['DB_PORT', { DB_HOSTNAME: '127.0.0.1', DB_PORT: '70000' }],
     ['DB_PREPARED_STATEMENTS', { DB_PREPARED_STATEMENTS: 'sometimes' }],
     ['DB_MIGRATION_TIMEOUT_MS', { DB_MIGRATION_TIMEOUT_MS: '10' }],
+    ['DB_STARTUP_WAIT_SECONDS', { DB_STARTUP_WAIT_SECONDS: 'forever' }],
   ])('When %s has a bad value, then the start stops with one line naming it', async (name, overrides) => {
     const svc = spawnService(baseEnv(overrides));
     expect(await svc.exited).toBe(1);
@@ -70,6 +73,61 @@ describe('Without the optional dependencies (the production image: npm ci --omit
     expect(await svc.exited).toBe(1);
     expect(svc.stdout()).toContain('migrations failed');
     expect(`${svc.stdout()}${svc.stderr()}`).not.toMatch(/Cannot find module|not installed/);
+  });
+});
+
+const onPostgres = usingPostgres() ? describe : describe.skip;
+
+onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () => {
+  afterAll(() => stopAll());
+
+  test('When the database appears within the wait, then the service migrates and listens once it is there', async () => {
+    const fresh = await freshDatabaseEnv();
+    // An address nothing answers on yet; after two refused attempts a relay to PostgreSQL opens on it.
+    const port = await freePort();
+    const svc = spawnService(
+      baseEnv({
+        ...fresh.env,
+        DB_HOSTNAME: '127.0.0.1',
+        DB_PORT: String(port),
+        DB_STARTUP_WAIT_SECONDS: '30',
+      }),
+    );
+    const retries = await svc.waitForLog(
+      /^the database is not reachable yet; retrying the migrations$/,
+      20_000,
+    );
+    expect(retries.attempt).toBe(1);
+    while (svc.lines.filter((line) => line.msg === retries.msg).length < 2) {
+      expect(svc.child.exitCode).toBeNull();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const relay = new Relay(postgresServer.port);
+    await relay.start(port);
+    try {
+      const listening = await svc.waitForLog(/^listening on http/, 30_000);
+      const answer = await fetch(`http://127.0.0.1:${String(listening.port)}/healthz/ready`);
+      expect(answer.status).toBe(200);
+    } finally {
+      await svc.stop();
+      await relay.close();
+      await fresh.drop();
+    }
+  });
+
+  test('When the database stays unreachable past the wait, then the process exits 1 after it, having said each retry', async () => {
+    const port = await freePort();
+    const started = Date.now();
+    const svc = spawnService(
+      baseEnv({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port), DB_STARTUP_WAIT_SECONDS: '2' }),
+    );
+    expect(await svc.exited).toBe(1);
+    const elapsed = Date.now() - started;
+    expect(elapsed).toBeGreaterThanOrEqual(2000);
+    expect(elapsed).toBeLessThan(20_000);
+    expect(svc.stdout()).toContain('the database is not reachable yet; retrying the migrations');
+    expect(svc.stdout()).toContain('migrations failed; not starting');
+    expect(svc.stdout()).not.toContain('listening');
   });
 });
 

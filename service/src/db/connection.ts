@@ -22,6 +22,8 @@ export interface DatabaseConfig {
   preparedStatements: boolean;
   /** The statement time-out of migrations, which may rightly run far longer than a request. */
   migrationTimeoutMs: number;
+  /** How long the start-up waits for an unreachable database before it gives up. */
+  startupWaitSeconds: number;
   embeddedDir: string;
 }
 

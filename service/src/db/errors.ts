@@ -27,6 +27,24 @@ const UNAVAILABLE_ERRNO = new Set([
 ]);
 
 /**
+ * Node's codes for a server certificate refused during the TLS handshake: its chain (not to
+ * DB_SSL_CA_FILE, or the public roots without it), its dates, or its names (not DB_HOSTNAME).
+ * A running service meets them when the server's certificate changes under it, e.g. a CA renewed
+ * on the server before the pod's mounted CA file follows.
+ */
+const CERTIFICATE_REFUSED = new Set([
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_UNTRUSTED',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+]);
+
+/**
  * True for errors that mean the database is away or overloaded rather than that the query was
  * wrong: these answer 503 so clients and probes can tell "try again" from a bug.
  */
@@ -35,6 +53,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   if (name === 'KnexTimeoutError') return true;
   if (code !== undefined) {
     if (UNAVAILABLE_ERRNO.has(code)) return true;
+    // No database this process may trust: the client can only retry; the operator is told (operatorHint).
+    if (CERTIFICATE_REFUSED.has(code)) return true;
     // SQLSTATE classes: 08 connection exception, 53 insufficient resources, 57 operator
     // intervention (57014 is a statement time-out, 57P01 an administrator shutdown).
     if (/^(08|53|57)[0-9A-Z]{3}$/.test(code)) return true;
@@ -61,5 +81,7 @@ export function operatorHint(error: unknown): string | undefined {
   const { code } = errorFields(error);
   if (code === '42P05' || code === '26000')
     return 'a pooler in transaction mode does not track prepared statements: set DB_PREPARED_STATEMENTS=false, or max_prepared_statements above 0 on PgBouncer >= 1.21';
+  if (code !== undefined && CERTIFICATE_REFUSED.has(code))
+    return "the database server's TLS certificate was refused: it must chain to DB_SSL_CA_FILE (the public roots when unset) and name DB_HOSTNAME";
   return undefined;
 }

@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { migrations } from '../../../migrations';
 import type { Database } from './connection';
-import { errorFields } from './errors';
+import { errorFields, isDatabaseUnavailable, operatorHint } from './errors';
 import { exclusively } from './lock';
 
 /**
@@ -82,6 +82,31 @@ export async function migrateToLatest(db: Database, logger: Logger): Promise<str
       if (!isLockedByAnother(error) || Date.now() - started > KNEX_LOCK_WAIT_MS) throw error;
       logger.info('the migration lock is taken; waiting');
       await sleep(250 + Math.random() * 500);
+    }
+  }
+}
+
+/**
+ * migrateToLatest, retried while the database cannot be reached (refused, unresolvable, a pooler or
+ * TLS refusing the connection) for up to `waitMs`: a pod that starts before its database (a new
+ * CloudNativePG Cluster, a failover, a pooler restart) comes up once it is there instead of exiting
+ * into the kubelet's growing restart back-off. Anything else, a statement time-out included, fails at once.
+ */
+export async function migrateWhenReachable(db: Database, logger: Logger, waitMs: number): Promise<string[]> {
+  const deadline = Date.now() + waitMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await migrateToLatest(db, logger);
+    } catch (error) {
+      const retry =
+        isDatabaseUnavailable(error) && errorFields(error).code !== '57014' && Date.now() < deadline;
+      if (!retry) throw error;
+      const hint = operatorHint(error);
+      logger.warn(
+        { err: error, attempt, ...(hint ? { hint } : {}) },
+        'the database is not reachable yet; retrying the migrations',
+      );
+      await sleep(Math.min(1000 * attempt, 5000, Math.max(0, deadline - Date.now())));
     }
   }
 }
