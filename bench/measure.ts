@@ -6,8 +6,19 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
-import type { EndpointFigures } from './report';
 import { freePort, spawnScript, waitForAnswer } from '../testing/service';
+
+/** What one load run of one endpoint measured. */
+export interface EndpointFigures {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+  requests: number;
+  /** The server process's own CPU time per request (user + system), where /proc tells it. */
+  cpuUsPerRequest?: number;
+}
 
 export interface Server {
   child: ChildProcessWithoutNullStreams;

@@ -1,17 +1,9 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import type { EndpointFigures } from './measure';
 import { poolerSection } from './pooler-report';
 
-export interface EndpointFigures {
-  rps: number;
-  p50: number;
-  p99: number;
-  errors: number;
-  non2xx: number;
-  requests: number;
-  /** The server process's own CPU time per request (user + system), where /proc tells it. */
-  cpuUsPerRequest?: number;
-}
+export type { EndpointFigures };
 
 /** One rung of the ladder from the reference to the service (public list). */
 export interface LadderStep {

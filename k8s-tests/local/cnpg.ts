@@ -30,7 +30,7 @@ import { ReplicatedPostgres } from '../../testing/replicated-postgres';
 import { Relay } from '../../testing/relay';
 import { freePort } from '../../testing/service';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { KubeObject } from './release';
+import type { KubeObject } from './objects';
 
 export interface CnpgCluster extends KubeObject {
   spec: {

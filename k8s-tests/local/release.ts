@@ -15,6 +15,7 @@ import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import { parseAllDocuments } from 'yaml';
 import { cnpgObjects, type CnpgCluster, type CnpgPooler } from './cnpg';
+import type { KubeObject } from './objects';
 
 export const repoRoot = resolve(__dirname, '..', '..');
 export const releaseName = 'social-posts';
@@ -25,11 +26,7 @@ export const valuesFiles = [
   resolve(repoRoot, 'k8s-tests/values-e2e.yaml'),
 ];
 
-export interface KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; annotations?: Record<string, string> };
-}
+export type { KubeObject };
 
 export interface ProbeTiming {
   path: string;
