@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import knex, { type Knex } from 'knex';
 import { openDatabase, type Database } from '../src/db/connection';
+import { isDatabaseUnavailable, operatorHint } from '../src/db/errors';
 import { createLogger } from '../src/logger';
 import { describeSettings, loadSettings, SettingsError } from '../src/settings';
 import { makeCa, signServer } from '../../testing/certificates';
@@ -254,6 +255,23 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
     expect((await register()).status).toBe(201);
     await service.stop();
+  });
+
+  test('When DB_SSL is true and the server offers no TLS, then it counts as unavailable (503, not 500) and the start stops with a hint naming the setting', async () => {
+    // The shared test server (DB_HOSTNAME) runs without TLS.
+    const db = await openDatabase(loadSettings(testEnv({ DB_SSL: 'true' })), logger);
+    opened.push(db);
+    const error: unknown = await db.knex.raw('SELECT 1').catch((e: unknown) => e);
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(operatorHint(error)).toContain('DB_SSL=true but the server offers no TLS');
+    const refused = spawnScript(
+      'service/src/main.ts',
+      testEnv({ PORT: '0', LOG_LEVEL: 'info', DB_SSL: 'true' }),
+    );
+    expect(await refused.exited).toBe(1);
+    expect(refused.lines.find((l) => l.msg === 'migrations failed; not starting')?.hint).toContain(
+      'DB_SSL=true but the server offers no TLS',
+    );
   });
 
   // Last: it moves the server to another certificate.

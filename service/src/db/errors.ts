@@ -44,6 +44,9 @@ const CERTIFICATE_REFUSED = new Set([
   'CERT_NOT_YET_VALID',
 ]);
 
+/** pg's message when DB_SSL asks for TLS and the server offers none. */
+const NO_TLS = 'The server does not support SSL connections';
+
 /**
  * True for errors that mean the database is away or overloaded rather than that the query was
  * wrong: these answer 503 so clients and probes can tell "try again" from a bug.
@@ -62,9 +65,11 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     if (code === '25006') return true;
   }
   // "timeout expired" is pg's connect time-out (connectionTimeoutMillis): a host that accepts
-  // nothing, or a node gone mid-handshake.
+  // nothing, or a node gone mid-handshake. A server without TLS under DB_SSL=true is no database
+  // this process may use either (operatorHint says what to change).
   return (
     message === 'timeout expired' ||
+    message === NO_TLS ||
     /Connection terminated|connection timeout|Client has encountered a connection error|PGlite is closed|Unable to acquire a connection/i.test(
       message,
     )
@@ -81,6 +86,8 @@ export function operatorHint(error: unknown): string | undefined {
   const { code } = errorFields(error);
   if (code === '42P05' || code === '26000')
     return 'a pooler in transaction mode does not track prepared statements: set DB_PREPARED_STATEMENTS=false, or max_prepared_statements above 0 on PgBouncer >= 1.21';
+  if (errorFields(error).message === NO_TLS)
+    return 'DB_SSL=true but the server offers no TLS: turn ssl on at the server (or the pooler), or set DB_SSL=false';
   if (code !== undefined && CERTIFICATE_REFUSED.has(code))
     return "the database server's TLS certificate was refused: it must chain to DB_SSL_CA_FILE (the public roots when unset) and name DB_HOSTNAME";
   return undefined;
