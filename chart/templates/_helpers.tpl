@@ -189,19 +189,19 @@ Service may send every client to one instance), or the server's max_connections 
 superuser-reserved ones. Behind the pooler, its server pools must fit the cluster as well.
 */}}
 {{- define "social-posts.validateConnectionBudget" -}}
-{{- $pods := add (int (include "social-posts.maxReplicas" .)) 1 }}
-{{- $perPod := add (int .Values.database.poolMax) 1 }}
-{{- $clients := mul $pods $perPod }}
-{{- $how := printf "(%d replicas at most + 1 surge) x (database.poolMax %d + 1 migration connection) = %d connections" (int (include "social-posts.maxReplicas" .)) (int .Values.database.poolMax) (int $clients) }}
+{{- $replicas := int (include "social-posts.maxReplicas" .) }}
+{{- $clients := mul (add $replicas 1) (add (int .Values.database.poolMax) 1) }}
+{{- $how := printf "(%d replicas at most + 1 surge) x (database.poolMax %d + 1 migration connection) = %d connections" $replicas (int .Values.database.poolMax) (int $clients) }}
 {{- $hint := "lower database.poolMax or the replicas, or raise the limit" }}
 {{- if and .Values.cnpg.enabled .Values.cnpg.pooler.enabled }}
 {{- if gt (int $clients) (int .Values.cnpg.pooler.maxClientConn) }}
 {{- fail (printf "connection budget: %s exceed cnpg.pooler.maxClientConn %d; %s" $how (int .Values.cnpg.pooler.maxClientConn) $hint) }}
 {{- end }}
-{{- $servers := mul (int .Values.cnpg.pooler.instances) (int (include "social-posts.cnpgDefaultPoolSize" .)) }}
+{{- $poolSize := int (include "social-posts.cnpgDefaultPoolSize" .) }}
+{{- $servers := mul (int .Values.cnpg.pooler.instances) $poolSize }}
 {{- $room := sub (int .Values.cnpg.cluster.maxConnections) 10 }}
 {{- if gt (int $servers) (int $room) }}
-{{- fail (printf "connection budget: cnpg.pooler.instances %d x default_pool_size %d = %d server connections exceed cnpg.cluster.maxConnections %d less 10 (3 superuser-reserved, 7 for the operator and you); lower cnpg.pooler.defaultPoolSize or raise cnpg.cluster.maxConnections" (int .Values.cnpg.pooler.instances) (int (include "social-posts.cnpgDefaultPoolSize" .)) (int $servers) (int .Values.cnpg.cluster.maxConnections)) }}
+{{- fail (printf "connection budget: cnpg.pooler.instances %d x default_pool_size %d = %d server connections exceed cnpg.cluster.maxConnections %d less 10 (3 superuser-reserved, 7 for the operator and you); lower cnpg.pooler.defaultPoolSize or raise cnpg.cluster.maxConnections" (int .Values.cnpg.pooler.instances) $poolSize (int $servers) (int .Values.cnpg.cluster.maxConnections)) }}
 {{- end }}
 {{- else }}
 {{- $limit := ternary (int .Values.cnpg.cluster.maxConnections) (int .Values.database.maxConnections) .Values.cnpg.enabled }}

@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import { crdProblems, crdValidator } from './crd-schemas';
 import {
   chartDir,
+  configMapData,
   environments,
   findAll,
   findOne,
@@ -69,11 +70,6 @@ function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): Custo
   return matches[0] as CustomKinds[K];
 }
 
-/** The API container's environment from the ConfigMap, as the pod sees it. */
-function settings(objects: KubeObject[]): Record<string, string> {
-  return must(findOne(objects, 'ConfigMap').data, 'ConfigMap data');
-}
-
 /** The one line helm prints for a failed render (the template's fail message). */
 async function renderError(options: RenderOptions): Promise<string> {
   const result = await template(options);
@@ -112,7 +108,7 @@ describe('CloudNativePG: what prod renders', () => {
     expect(initdb.owner).toBe('social_posts');
     expect(initdb.secret).toBeUndefined();
     expect(initdb.postInitApplicationSQL).toEqual(['CREATE EXTENSION IF NOT EXISTS pg_trgm']);
-    const env = settings(objects);
+    const env = configMapData(objects);
     expect([env.DB_NAME, env.DB_USERNAME]).toEqual(['social_posts', 'social_posts']);
   });
 
@@ -132,11 +128,11 @@ describe('CloudNativePG: what prod renders', () => {
       // PgBouncer's 15 s would keep writes down that long after a failover (k8s:local measures it).
       server_login_retry: '2',
     });
-    expect(settings(objects).DB_PREPARED_STATEMENTS).toBe('true');
+    expect(configMapData(objects).DB_PREPARED_STATEMENTS).toBe('true');
   });
 
   it("When the prod values are rendered, then the service dials the Pooler's Service by a name the server certificate carries, over verified TLS", () => {
-    const env = settings(objects);
+    const env = configMapData(objects);
     const pooler = one(objects, 'Pooler');
     expect(env.DB_HOSTNAME).toBe(pooler.metadata.name);
     expect(env.DB_PORT).toBe('5432');
@@ -159,7 +155,7 @@ describe('CloudNativePG: what prod renders', () => {
       'CA mount',
     );
     expect(mount.readOnly).toBe(true);
-    expect(settings(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
+    expect(configMapData(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
   });
 
   it("When the prod values are rendered, then DB_PASSWORD is the password of CloudNativePG's <cluster>-app Secret and the chart makes no database password", () => {
@@ -186,7 +182,7 @@ describe('CloudNativePG: what prod renders', () => {
   it('When the prod values are rendered, then the connection budget has room: (10 + 1) x (10 + 1) clients against 1000 per PgBouncer, 2 x 15 server connections against 100', () => {
     const pooler = one(objects, 'Pooler');
     const hpa = findOne(objects, 'HorizontalPodAutoscaler');
-    const poolMax = Number(settings(objects).DB_POOL_MAX);
+    const poolMax = Number(configMapData(objects).DB_POOL_MAX);
     const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
     expect(clients).toBeLessThan(Number(pooler.spec.pgbouncer.parameters.max_client_conn) / 2);
     const servers = pooler.spec.instances * Number(pooler.spec.pgbouncer.parameters.default_pool_size);
@@ -238,7 +234,7 @@ describe('CloudNativePG: options', () => {
       set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
     });
     expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
-    expect(settings(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
+    expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
     // CloudNativePG's own server certificate already names the -rw Service.
     expect(one(objects, 'Cluster').spec.certificates).toBeUndefined();
     const egress = must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');

@@ -166,6 +166,11 @@ export function findOne<K extends keyof RenderedKinds>(
   return match;
 }
 
+/** The API's settings as the pod reads them: the release ConfigMap's data. */
+export function configMapData(objects: KubeObject[]): Record<string, string> {
+  return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+}
+
 /** Narrows an optional field the test expects to be there. */
 export function must<T>(value: T | null | undefined, what: string): T {
   if (value === undefined || value === null) throw new Error(`missing: ${what}`);

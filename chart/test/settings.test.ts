@@ -1,6 +1,7 @@
 import type { IEnvVar } from 'kubernetes-models/v1/EnvVar';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import {
+  configMapData,
   environments,
   findAll,
   findOne,
@@ -43,10 +44,6 @@ const databases: Record<Environment, Record<string, string>> = {
   },
 };
 
-function settings(objects: KubeObject[]): Record<string, string> {
-  return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
-}
-
 function containerEnv(objects: KubeObject[]): IEnvVar[] {
   return must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0]?.env, 'env');
 }
@@ -62,7 +59,7 @@ describe.each(environments)('Settings of %s', (environment) => {
   });
 
   it(`When the ${environment} values are rendered, then CORS_ALLOWED_ORIGINS is the environment's own allow-list, without a wildcard`, () => {
-    const origins = settings(objects).CORS_ALLOWED_ORIGINS;
+    const origins = configMapData(objects).CORS_ALLOWED_ORIGINS;
     expect(origins).toBe(corsAllowLists[environment]);
     expect(origins).not.toContain('*');
   });
@@ -72,7 +69,7 @@ describe.each(environments)('Settings of %s', (environment) => {
     expect(deployment.spec?.template.spec?.containers[0]?.envFrom).toEqual([
       { configMapRef: { name: 'social-posts' } },
     ]);
-    expect(settings(objects)).toMatchObject({
+    expect(configMapData(objects)).toMatchObject({
       NODE_ENV: 'production',
       PORT: '8000',
       SHUTDOWN_DELAY_SECONDS: '5',
@@ -84,12 +81,12 @@ describe.each(environments)('Settings of %s', (environment) => {
       DB_MIGRATION_TIMEOUT_MS: '240000',
       DB_STARTUP_WAIT_SECONDS: '120',
     });
-    expect(Number(settings(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);
+    expect(Number(configMapData(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);
   });
 
   it(`When the ${environment} values are rendered, then DB_HOSTNAME is always set (never the embedded database) and points at the environment's PostgreSQL`, () => {
-    expect(settings(objects)).toMatchObject(databases[environment]);
-    expect(settings(objects).DB_EMBEDDED_DIR).toBeUndefined();
+    expect(configMapData(objects)).toMatchObject(databases[environment]);
+    expect(configMapData(objects).DB_EMBEDDED_DIR).toBeUndefined();
   });
 
   it(`When the ${environment} values are rendered, then SECRET_KEY and DB_PASSWORD come from a Secret, never from the ConfigMap`, () => {
@@ -103,8 +100,8 @@ describe.each(environments)('Settings of %s', (environment) => {
       { name: 'SECRET_KEY', valueFrom: { secretKeyRef: { name: secretName, key: 'SECRET_KEY' } } },
       { name: 'DB_PASSWORD', valueFrom: { secretKeyRef: passwordRef } },
     ]);
-    expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['SECRET_KEY']));
-    expect(Object.keys(settings(objects))).not.toEqual(expect.arrayContaining(['DB_PASSWORD']));
+    expect(Object.keys(configMapData(objects))).not.toEqual(expect.arrayContaining(['SECRET_KEY']));
+    expect(Object.keys(configMapData(objects))).not.toEqual(expect.arrayContaining(['DB_PASSWORD']));
   });
 });
 

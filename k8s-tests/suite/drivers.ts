@@ -114,21 +114,17 @@ function kindDriver(): Driver {
   const context = process.env.K8S_KUBE_CONTEXT;
   const ns = [...(context ? ['--context', context] : []), '--namespace', namespace];
   const instance = `app.kubernetes.io/instance=${release}`;
+  /** Returns once no pod matches the selector (the database's are gone). */
+  const podsGone = async (selector: string, timeout: string) => {
+    await kubectl([...ns, 'wait', '--for=delete', 'pod', '--selector', selector, `--timeout=${timeout}`]);
+  };
   // CloudNativePG's Cluster of the release (values-e2e-cnpg.yaml): <release>-db.
   const cluster = `${release}-db`;
   const cnpgDatabase = {
     // Declarative hibernation: the instances' pods go, their volumes stay (docs/src/declarative_hibernation.md).
     stopDatabase: async () => {
       await kubectl([...ns, 'annotate', 'cluster', cluster, 'cnpg.io/hibernation=on', '--overwrite']);
-      await kubectl([
-        ...ns,
-        'wait',
-        '--for=delete',
-        'pod',
-        '--selector',
-        `cnpg.io/cluster=${cluster}`,
-        '--timeout=300s',
-      ]);
+      await podsGone(`cnpg.io/cluster=${cluster}`, '300s');
     },
     startDatabase: async () => {
       await kubectl([...ns, 'annotate', 'cluster', cluster, 'cnpg.io/hibernation=off', '--overwrite']);
@@ -146,15 +142,7 @@ function kindDriver(): Driver {
   const inChartDatabase = {
     stopDatabase: async () => {
       await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=0']);
-      await kubectl([
-        ...ns,
-        'wait',
-        '--for=delete',
-        'pod',
-        '--selector',
-        `${instance},app.kubernetes.io/component=database`,
-        '--timeout=180s',
-      ]);
+      await podsGone(`${instance},app.kubernetes.io/component=database`, '180s');
     },
     startDatabase: async () => {
       await kubectl([...ns, 'scale', `statefulset/${release}-postgresql`, '--replicas=1']);

@@ -1,6 +1,6 @@
 import { Router, type RequestHandler, type Response } from 'express';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
-import { operatorHint } from './db/errors';
+import { errorWithHint } from './db/errors';
 import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
 import type { Logger } from './logger';
 import { exactRouter } from './http/router';
@@ -56,8 +56,7 @@ export function healthRouter(
         );
         standby = rows[0]?.standby === true;
       } catch (error) {
-        const hint = operatorHint(error);
-        logger.warn({ err: error, ...(hint ? { hint } : {}) }, 'readiness check failed');
+        logger.warn(errorWithHint(error), 'readiness check failed');
         // No driver message reaches the prober.
         unavailable(res, 'The database did not answer within 1 s');
         return;

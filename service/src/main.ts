@@ -1,5 +1,5 @@
 import { openDatabase } from './db/connection';
-import { operatorHint } from './db/errors';
+import { errorWithHint } from './db/errors';
 import { migrateWhenReachable } from './db/migrator';
 import { consoleDestination, createLogger } from './logger';
 import { startServer } from './server';
@@ -30,8 +30,7 @@ async function main(): Promise<void> {
   try {
     await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
   } catch (error) {
-    const hint = operatorHint(error);
-    logger.fatal({ err: error, ...(hint ? { hint } : {}) }, 'migrations failed; not starting');
+    logger.fatal(errorWithHint(error), 'migrations failed; not starting');
     await db.close().catch(() => undefined);
     process.exit(1);
   }

@@ -132,26 +132,24 @@ const CA_CHECK_INTERVAL_MS = 2000;
  * file cannot be read, the last good content serves, with a warning.
  */
 function withCaFile<T extends object>(settings: T, file: string, logger: Logger): () => T & object {
+  // Checked readable at start-up (settings.ts); afterwards read only to see whether it changed.
   let pem = readFileSync(file, 'utf8');
   let checkedAt = Date.now();
-  const read = (): string | undefined => {
-    checkedAt = Date.now();
-    try {
-      return readFileSync(file, 'utf8');
-    } catch (error) {
-      logger.warn({ err: error, file }, 'DB_SSL_CA_FILE unreadable; using its last content');
-      return undefined;
-    }
-  };
   const changed = (): boolean => {
     if (Date.now() - checkedAt < CA_CHECK_INTERVAL_MS) return false;
-    const now = read();
-    return now !== undefined && now !== pem;
+    checkedAt = Date.now();
+    let now: string;
+    try {
+      now = readFileSync(file, 'utf8');
+    } catch (error) {
+      logger.warn({ err: error, file }, 'DB_SSL_CA_FILE unreadable; using its last content');
+      return false;
+    }
+    if (now === pem) return false;
+    pem = now;
+    return true;
   };
-  return () => {
-    pem = read() ?? pem;
-    return { ...settings, ssl: { rejectUnauthorized: true, ca: pem }, expirationChecker: changed };
-  };
+  return () => ({ ...settings, ssl: { rejectUnauthorized: true, ca: pem }, expirationChecker: changed });
 }
 
 /** A pool of PostgreSQL connections whose statements each have `timeoutMs`. */

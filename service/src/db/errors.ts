@@ -92,3 +92,9 @@ export function operatorHint(error: unknown): string | undefined {
     return "the database server's TLS certificate was refused: it must chain to DB_SSL_CA_FILE (the public roots when unset) and name DB_HOSTNAME";
   return undefined;
 }
+
+/** A log line's fields for a failed database call: the error and, when there is one, the hint. */
+export function errorWithHint(error: unknown): { err: unknown; hint?: string } {
+  const hint = operatorHint(error);
+  return hint ? { err: error, hint } : { err: error };
+}

@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { migrations } from '../../../migrations';
 import type { Database } from './connection';
-import { errorFields, isDatabaseUnavailable, operatorHint } from './errors';
+import { errorFields, errorWithHint, isDatabaseUnavailable } from './errors';
 import { exclusively } from './lock';
 
 /**
@@ -101,9 +101,8 @@ export async function migrateWhenReachable(db: Database, logger: Logger, waitMs:
       const retry =
         isDatabaseUnavailable(error) && errorFields(error).code !== '57014' && Date.now() < deadline;
       if (!retry) throw error;
-      const hint = operatorHint(error);
       logger.warn(
-        { err: error, attempt, ...(hint ? { hint } : {}) },
+        { ...errorWithHint(error), attempt },
         'the database is not reachable yet; retrying the migrations',
       );
       await sleep(Math.min(1000 * attempt, 5000, Math.max(0, deadline - Date.now())));

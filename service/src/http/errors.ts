@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { ErrorRequestHandler, RequestHandler, Response } from 'express';
-import { errorFields, isDatabaseUnavailable, operatorHint } from '../db/errors';
+import { errorFields, errorWithHint, isDatabaseUnavailable } from '../db/errors';
 import type { Logger } from '../logger';
 
 /** The one error type the service throws on purpose; it becomes a problem+json answer. */
@@ -69,8 +69,7 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error: unknown, req, res, _next) => {
     const known = toApiError(error);
     if (!known || known.status >= 500) {
-      const hint = operatorHint(error);
-      logger.error({ err: error, reqId: req.id, ...(hint ? { hint } : {}) }, 'request failed');
+      logger.error({ ...errorWithHint(error), reqId: req.id }, 'request failed');
     }
     if (res.headersSent) {
       // Part of the answer is already out; ending the socket is the only honest signal left.
