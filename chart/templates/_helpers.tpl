@@ -80,6 +80,10 @@ app.kubernetes.io/component: database
 {{- printf "%s-postgresql" (include "social-posts.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "social-posts.postgresqlHeadlessName" -}}
+{{- printf "%s-hl" (include "social-posts.postgresqlFullname" . | trunc 60 | trimSuffix "-") }}
+{{- end }}
+
 {{/*
 Pods with this label may reach the API directly when the NetworkPolicy is on (the helm test pod has it).
 */}}
@@ -95,15 +99,11 @@ Name of the Secret holding SECRET_KEY and DB_PASSWORD: the operator's or the cha
 {{- end }}
 
 {{/*
-Image reference: repository:tag, pinned by digest when one is given (skaffold passes it separately,
-because a locally loaded image has none).
+Image reference of the API: repository:tag, pinned by digest when one is given (skaffold passes it
+separately, because a locally loaded image has none).
 */}}
 {{- define "social-posts.image" -}}
-{{- $ref := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
-{{- if .Values.image.digest }}
-{{- $ref = printf "%s@%s" $ref .Values.image.digest }}
-{{- end }}
-{{- $ref }}
+{{- include "social-posts.imageRef" (dict "repository" .Values.image.repository "tag" (.Values.image.tag | default .Chart.AppVersion) "digest" .Values.image.digest "ctx" .) }}
 {{- end }}
 
 {{/*
@@ -292,5 +292,61 @@ them (internal/controller/state/graph/httproute.go, checkForUnsupportedHTTPField
 {{- if ne .Values.gateway.rateLimit.implementation "nginx-gateway-fabric" -}}
 timeouts:
   backendRequest: {{ printf "%ds" (int .Values.gateway.timeouts.readSeconds) }}
+{{- end }}
+{{- end }}
+
+{{/*
+An image reference from a dict: repository, tag, digest (optional) and the root context (ctx) for
+global.imageRegistry, which replaces the registry host of every image the chart runs (a repository
+whose first segment has no dot, colon or "localhost" is Docker Hub's: "postgres" becomes
+"<registry>/library/postgres", as pull-through mirrors and Harbor proxy caches serve it).
+*/}}
+{{- define "social-posts.imageRef" -}}
+{{- $repository := .repository }}
+{{- with (.ctx.Values.global).imageRegistry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = join "/" (rest $parts) }}
+{{- else if eq (len $parts) 1 }}
+{{- $repository = printf "library/%s" $repository }}
+{{- end }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
+{{- end }}
+{{- $ref := printf "%s:%s" $repository .tag }}
+{{- with .digest }}
+{{- $ref = printf "%s@%s" $ref . }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{/*
+imagePullSecrets of every pod the chart makes (API, dev PostgreSQL, test): the chart's and
+global.imagePullSecrets, each name once.
+*/}}
+{{- define "social-posts.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range (concat .Values.imagePullSecrets ((.Values.global).imagePullSecrets | default list)) }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- with ($names | uniq) }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Environment variables the chart itself sets in the API container: extraEnvVars may not name them
+(an entry there would silently override the value the chart documents and checks).
+*/}}
+{{- define "social-posts.validateExtraEnvVars" -}}
+{{- $managed := keys ((include (print .Template.BasePath "/configmap.yaml") . | fromYaml).data) }}
+{{- $managed = concat $managed (list "SECRET_KEY" "SECRET_KEYS_ACCEPTED" "DB_PASSWORD") }}
+{{- range .Values.extraEnvVars }}
+{{- if has .name $managed }}
+{{- fail (printf "extraEnvVars: %s is set by the chart; use its value in values.yaml instead (see chart/README.md, Values)" .name) }}
+{{- end }}
 {{- end }}
 {{- end }}

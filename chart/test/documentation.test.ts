@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parse } from 'yaml';
+import { readmeWithValuesSection } from '../../scripts/chart-values-table';
 import { chartDir } from './helm';
 
 const valuesText = readFileSync(resolve(chartDir, 'values.yaml'), 'utf8');
@@ -26,6 +27,10 @@ describe('Documentation of the values', () => {
   it('When chart/README.md is read, then its values table lists every documented value', () => {
     expect(documented.length).toBeGreaterThan(50);
     expect(documented.filter((param) => !readme.includes(`| \`${param}\` |`))).toEqual([]);
+  });
+
+  it('When chart/README.md is read, then its Values section is the one built from values.yaml (descriptions and defaults included; `tsx scripts/chart-values-table.ts` rewrites it)', () => {
+    expect(readme).toBe(readmeWithValuesSection(readme, valuesText));
   });
 
   it('When chart/README.md is read, then it covers helm install per environment, skaffold and the ingress-nginx operator notes', () => {

@@ -64,6 +64,8 @@ export interface RenderOptions {
   set?: Record<string, string>;
   /** --set-string: always strings (annotations). */
   setString?: Record<string, string>;
+  /** --set-json: lists and objects (rules, env vars, volumes). */
+  setJson?: Record<string, unknown>;
   namespace?: string;
   extraArgs?: string[];
   env?: NodeJS.ProcessEnv;
@@ -76,6 +78,8 @@ export function valuesArgs(options: RenderOptions = {}): string[] {
   for (const [key, value] of Object.entries(options.set ?? {})) args.push('--set', `${key}=${value}`);
   for (const [key, value] of Object.entries(options.setString ?? {}))
     args.push('--set-string', `${key}=${value}`);
+  for (const [key, value] of Object.entries(options.setJson ?? {}))
+    args.push('--set-json', `${key}=${JSON.stringify(value)}`);
   return [...args, ...(options.extraArgs ?? [])];
 }
 
@@ -105,15 +109,11 @@ export async function render(options: RenderOptions = {}): Promise<KubeObject[]>
   return parseManifests(result.stdout);
 }
 
-/**
- * The options an operator uses for an environment (see chart/README.md). Staging's first install
- * passes the database password; prod uses an existing Secret.
- */
+/** The options an operator uses for an environment (see chart/README.md): the values file alone. */
 export function environmentOptions(environment: Environment): RenderOptions {
   return {
     values: [`values-${environment}.yaml`],
     namespace: `social-posts-${environment}`,
-    set: environment === 'staging' ? { 'secret.dbPassword': 'staging-password-from-the-operator' } : {},
   };
 }
 

@@ -113,13 +113,15 @@ describe('Guards across values', () => {
   });
 
   it('When the in-chart PostgreSQL is off and no database host is given, then rendering fails instead of using the embedded database', async () => {
-    const rendered = await template({ set: { 'secret.dbPassword': 'x' } });
+    const rendered = await template({ set: { 'secret.dbPassword': 'x', 'secret.generate': 'true' } });
     expect(rendered.code).not.toBe(0);
     expect(rendered.stderr).toContain('database.host is required');
   });
 
   it('When an external database is first installed without a password or existing Secret, then rendering fails', async () => {
-    const rendered = await template({ values: ['values-staging.yaml'] });
+    const rendered = await template({
+      set: { 'database.host': 'db.example.internal', 'secret.generate': 'true' },
+    });
     expect(rendered.code).not.toBe(0);
     expect(rendered.stderr).toContain('secret.dbPassword is required');
   });

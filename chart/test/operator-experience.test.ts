@@ -57,6 +57,6 @@ describe('NOTES.txt', () => {
     expect(notes).toContain('http://social-posts.localtest.me/docs');
     expect(notes).toContain('social-posts-postgresql');
     expect(notes).toContain('outlives `helm uninstall`');
-    expect(notes).toContain('SECRET_KEY generated, kept on upgrades');
+    expect(notes).toContain("SECRET_KEY kept from the release's Secret, or generated at first install");
   });
 });

@@ -1,4 +1,4 @@
-import { findAll, findOne, must, render, renderEnvironment } from './helm';
+import { findAll, findOne, must, render, renderEnvironment, template } from './helm';
 
 const apiSelector = {
   'app.kubernetes.io/name': 'social-posts',
@@ -9,7 +9,7 @@ const apiSelector = {
 describe('Defaults of optional objects', () => {
   it('When values.yaml alone is rendered, then no autoscaler, disruption budget, network policy, topology spread or PostgreSQL is created', async () => {
     const objects = await render({
-      set: { 'database.host': 'db.example.internal', 'secret.dbPassword': 'x' },
+      set: { 'database.host': 'db.example.internal', 'secret.dbPassword': 'x', 'secret.generate': 'true' },
     });
     for (const kind of [
       'HorizontalPodAutoscaler',
@@ -86,19 +86,21 @@ describe('NetworkPolicy', () => {
     );
     expect(egress).toHaveLength(2);
     expect(egress[0]?.ports?.map((port) => port.port)).toEqual([53, 53]);
-    expect(egress[1]).toEqual({ ports: [{ port: 5432, protocol: 'TCP' }] });
+    expect(egress[1]).toEqual({
+      to: [{ ipBlock: { cidr: '10.20.0.0/24' } }],
+      ports: [{ port: 5432, protocol: 'TCP' }],
+    });
   });
 
-  it('When a database CIDR is given, then egress to PostgreSQL is limited to it', async () => {
-    const objects = await render({
+  it('When an external database has no CIDR, then rendering fails with one line instead of allowing any address on its port', async () => {
+    const result = await template({
       values: ['values-staging.yaml'],
-      set: { 'networkPolicy.databaseCidr': '10.20.0.0/16', 'secret.dbPassword': 'x' },
+      set: { 'networkPolicy.databaseCidr': '' },
     });
-    const egress = findOne(objects, 'NetworkPolicy').spec?.egress ?? [];
-    expect(egress[1]).toEqual({
-      ports: [{ port: 5432, protocol: 'TCP' }],
-      to: [{ ipBlock: { cidr: '10.20.0.0/16' } }],
-    });
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toContain(
+      'networkPolicy.databaseCidr is required for an external database when networkPolicy.enabled',
+    );
   });
 
   it('When the in-chart PostgreSQL and network policies are on, then only the API pods reach the database pod', async () => {
@@ -119,16 +121,18 @@ describe('NetworkPolicy', () => {
 });
 
 describe('Topology spread', () => {
-  it('When the prod values are rendered, then API pods spread across zones', async () => {
+  it('When the prod values are rendered, then API pods spread across zones and, within them, nodes (soft)', async () => {
     const deployment = findOne(await renderEnvironment('prod'), 'Deployment');
+    const spread = (topologyKey: string) => ({
+      maxSkew: 1,
+      topologyKey,
+      whenUnsatisfiable: 'ScheduleAnyway',
+      labelSelector: { matchLabels: apiSelector },
+      matchLabelKeys: ['pod-template-hash'],
+    });
     expect(deployment.spec?.template.spec?.topologySpreadConstraints).toEqual([
-      {
-        maxSkew: 1,
-        topologyKey: 'topology.kubernetes.io/zone',
-        whenUnsatisfiable: 'ScheduleAnyway',
-        labelSelector: { matchLabels: apiSelector },
-        matchLabelKeys: ['pod-template-hash'],
-      },
+      spread('topology.kubernetes.io/zone'),
+      spread('kubernetes.io/hostname'),
     ]);
   });
 });

@@ -90,14 +90,29 @@ describe.each(environments)('Settings of %s', (environment) => {
   });
 
   it(`When the ${environment} values are rendered, then SECRET_KEY and DB_PASSWORD come from a Secret, never from the ConfigMap`, () => {
-    const secretName = environment === 'prod' ? 'social-posts-secrets' : 'social-posts';
+    const secretName = {
+      dev: 'social-posts',
+      staging: 'social-posts-staging-secrets',
+      prod: 'social-posts-secrets',
+    }[environment];
     // prod's database password is CloudNativePG's: the owner's basic-auth Secret <cluster>-app.
     const passwordRef =
       environment === 'prod'
         ? { name: 'social-posts-db-app', key: 'password' }
         : { name: secretName, key: 'DB_PASSWORD' };
+    // Your own Secret may carry keys accepted during a rotation; the chart's carries them only when given.
+    const accepted =
+      environment === 'dev'
+        ? []
+        : [
+            {
+              name: 'SECRET_KEYS_ACCEPTED',
+              valueFrom: { secretKeyRef: { name: secretName, key: 'SECRET_KEYS_ACCEPTED', optional: true } },
+            },
+          ];
     expect(containerEnv(objects)).toEqual([
       { name: 'SECRET_KEY', valueFrom: { secretKeyRef: { name: secretName, key: 'SECRET_KEY' } } },
+      ...accepted,
       { name: 'DB_PASSWORD', valueFrom: { secretKeyRef: passwordRef } },
     ]);
     expect(Object.keys(configMapData(objects))).not.toEqual(expect.arrayContaining(['SECRET_KEY']));
@@ -112,10 +127,34 @@ describe('Secrets', () => {
     expect(decode(secret, 'DB_PASSWORD')).toMatch(/^[A-Za-z0-9]{32}$/);
   });
 
-  it("When staging is installed with the operator's database password, then the chart's Secret holds it", async () => {
-    const secret = findOne(await renderEnvironment('staging'), 'Secret', 'social-posts');
-    expect(decode(secret, 'DB_PASSWORD')).toBe('staging-password-from-the-operator');
+  it("When an external database is installed with the operator's password, then the chart's Secret holds it", async () => {
+    const objects = await render({
+      set: {
+        'database.host': 'db.example.internal',
+        'secret.dbPassword': 'the-operators-password',
+        'secret.generate': 'true',
+      },
+    });
+    const secret = findOne(objects, 'Secret', 'social-posts');
+    expect(decode(secret, 'DB_PASSWORD')).toBe('the-operators-password');
     expect(decode(secret, 'SECRET_KEY')).toHaveLength(64);
+  });
+
+  it('When a key is being rotated (secret.acceptedKeys), then the Secret holds SECRET_KEYS_ACCEPTED comma-separated and the pods read it', async () => {
+    const next = 'the-next-signing-key-being-rolled-out-0123456789';
+    const previous = 'the-previous-signing-key-still-accepted-012345';
+    const objects = await render({
+      values: ['values-dev.yaml'],
+      set: {
+        'secret.secretKey': 'the-current-signing-key-0123456789abcdef',
+        'secret.acceptedKeys': `{${next},${previous}}`,
+      },
+    });
+    expect(decode(findOne(objects, 'Secret'), 'SECRET_KEYS_ACCEPTED')).toBe(`${next},${previous}`);
+    expect(containerEnv(objects)).toContainEqual({
+      name: 'SECRET_KEYS_ACCEPTED',
+      valueFrom: { secretKeyRef: { name: 'social-posts', key: 'SECRET_KEYS_ACCEPTED' } },
+    });
   });
 
   it('When prod names an existing Secret, then the chart creates no Secret and skips the secret checksum', async () => {
