@@ -1,10 +1,12 @@
 /**
  * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--before REF] [--node image|current|PATH] [--out DIR]`
  *
- * The lists direct to PostgreSQL and behind PgBouncer 1.24 in transaction mode (prepared
- * statements tracked, its default; and with DB_PREPARED_STATEMENTS=false), and with `--before`
- * the same lists served by another commit's service (git worktree), direct: what a change to the
- * data tier costs. Every server runs at once on the same seeded database; each round measures
+ * The lists (public, authenticated, and the public list with a search) served by the bare
+ * reference (bench/reference.ts: the service's own statements, prepared per shape, the caller
+ * looked up per request, the same pool), by the service direct to PostgreSQL and behind PgBouncer
+ * 1.24 in transaction mode (prepared statements tracked, its default; and with
+ * DB_PREPARED_STATEMENTS=false), and with `--before` by another commit's service (git worktree),
+ * direct: what the framework costs, what the pooler costs, what a change costs. Every server runs at once on the same seeded database; each round measures
  * them one after the other, in an order that turns each round, so a disturbance of the machine
  * lands on all of them. Prints the median and spread of the rounds and the ratios; writes
  * results/pooler.json and rebuilds docs/benchmarks.md with it.
@@ -19,7 +21,7 @@ import { cpuMsOf, measure, median, startServer, type Server } from './measure';
 import { serverNode } from './node';
 import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
-import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
 import { OwnPgBouncer } from '../testing/pgbouncer';
 import { ROOT } from '../testing/service';
 
@@ -99,7 +101,14 @@ async function main(): Promise<void> {
       const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
       contenders.push({ key, name, server, token: await token(server.base) });
     };
-    await add('direct', 'direct to PostgreSQL', {});
+    const reference = await startServer('bench/reference.ts', env, { node: node.path });
+    contenders.push({
+      key: 'reference',
+      name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
+      server: reference,
+      token: await token(reference.base),
+    });
+    await add('direct', 'the service, direct to PostgreSQL', {});
     await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
     await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
       ...viaBouncer,
@@ -111,6 +120,11 @@ async function main(): Promise<void> {
     const lists = [
       { list: 'public list', path: '/posts/public', signedIn: false },
       { list: 'authenticated list', path: '/posts/', signedIn: true },
+      {
+        list: `public search ("${COMMON_WORD}")`,
+        path: `/posts/public?search=${COMMON_WORD}`,
+        signedIn: false,
+      },
     ];
     for (let round = 0; round < rounds; round++) {
       for (const connections of connectionCounts) {

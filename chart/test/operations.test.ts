@@ -72,7 +72,7 @@ describe('Renders that GitOps can keep', () => {
 
 describe('Pods restart when your existing Secret changes (helm upgrade reads it)', () => {
   const namespace = 'social-posts-staging';
-  const yourSecret = (key: string): KubeObject => ({
+  const yourSecret = (key: string) => ({
     apiVersion: 'v1',
     kind: 'Secret',
     metadata: { name: 'social-posts-staging-secrets', namespace },
@@ -87,7 +87,7 @@ describe('Pods restart when your existing Secret changes (helm upgrade reads it)
     await Promise.all(apis.map((api) => api.close()));
   });
 
-  async function secretChecksum(secret: KubeObject): Promise<string | undefined> {
+  async function secretChecksum(secret: ReturnType<typeof yourSecret>): Promise<string | undefined> {
     const api = await startFakeKubeApi(namespace, [secret]);
     apis.push(api);
     const result = await template({
@@ -162,7 +162,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
         podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } },
       },
     ]);
-    expect(schemaProblems([policy])).toEqual([]);
+    expect(schemaProblems(objects.filter((o) => o.kind === 'NetworkPolicy'))).toEqual([]);
   });
 
   it('When extra ingress and egress rules are given, then they follow the chart rules and nothing else opens', async () => {
@@ -183,7 +183,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
     expect(policy.spec?.egress?.[2]).toEqual(collector);
     expect(policy.spec?.ingress).toHaveLength(3);
     expect(policy.spec?.ingress?.[2]).toEqual(mesh);
-    expect(schemaProblems([policy])).toEqual([]);
+    expect(schemaProblems(objects.filter((o) => o.kind === 'NetworkPolicy'))).toEqual([]);
   });
 
   it.each([
@@ -229,7 +229,7 @@ describe('HorizontalPodAutoscaler behavior and memory', () => {
       type: 'Resource',
       resource: { name: 'memory', target: { type: 'Utilization', averageUtilization: 80 } },
     });
-    expect(schemaProblems([hpa])).toEqual([]);
+    expect(schemaProblems(objects.filter((o) => o.kind === 'HorizontalPodAutoscaler'))).toEqual([]);
   });
 
   it('When behavior is null, then Kubernetes keeps its own defaults (no behavior field)', async () => {
@@ -283,8 +283,9 @@ describe('Extension points', () => {
     expect(pod.metadata?.labels?.['example.com/tier']).toBe('api');
     // The selector stays the chart's: extra labels never change which pods the Deployment owns.
     expect(deployment.spec?.selector.matchLabels).not.toHaveProperty('example.com/tier');
-    expect(schemaProblems([deployment])).toEqual([]);
-    expect(unknownFieldProblems([deployment])).toEqual([]);
+    const raw = objects.filter((o) => o.kind === 'Deployment');
+    expect(schemaProblems(raw)).toEqual([]);
+    expect(unknownFieldProblems(raw)).toEqual([]);
   });
 
   it.each(['DB_HOSTNAME', 'SECRET_KEY', 'DB_POOL_MAX'])(

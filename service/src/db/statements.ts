@@ -21,9 +21,9 @@ export type Param<P> = (key: keyof P & string) => number;
 // a query of this service holds as a constant, so no constant is mistaken for a parameter.
 const STAND_IN_BASE = 7_000_000_000_000;
 
-const names = new Set<string>();
+const defined = new Map<string, Statement<never>>();
 
-interface Compiled<P> {
+export interface Compiled<P> {
   text: string;
   values: (params: P) => unknown[];
 }
@@ -37,11 +37,10 @@ export function statement<P extends object>(
   build: (knex: Knex, param: Param<P>) => Knex.QueryBuilder | Knex.Raw,
 ): Statement<P> {
   // A name must stand for one SQL text: PostgreSQL refuses a second text under a prepared name.
-  if (names.has(name)) throw new Error(`statement ${name} is defined twice`);
-  names.add(name);
+  if (defined.has(name)) throw new Error(`statement ${name} is defined twice`);
   // Per knex instance: tests open many databases in one process (the SQL is the same for each).
   const compiledFor = new WeakMap<Knex, Compiled<P>>();
-  return {
+  const defining: Statement<P> = {
     name,
     compile(knex) {
       const known = compiledFor.get(knex);
@@ -67,4 +66,16 @@ export function statement<P extends object>(
       return compiled;
     },
   };
+  defined.set(name, defining);
+  return defining;
+}
+
+/**
+ * A statement defined by a module already loaded, by name: what the bench's bare reference server
+ * sends, so its SQL and bindings are the service's by construction.
+ */
+export function definedStatement<P extends object>(name: string): Statement<P> {
+  const found = defined.get(name);
+  if (!found) throw new Error(`no statement ${name} is defined`);
+  return found as unknown as Statement<P>;
 }
