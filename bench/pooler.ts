@@ -1,5 +1,5 @@
 /**
- * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--before REF] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--only KEY,…] [--before REF] [--node image|current|PATH] [--out DIR]`
  *
  * The lists (public, authenticated, and the public list with a search) served by the bare
  * reference (bench/reference.ts: the service's own statements, prepared per shape, the caller
@@ -40,6 +40,12 @@ const connectionCounts = option('connections', '10,64')
   .split(',')
   .map((s) => Number(s.trim()));
 const before = option('before', '');
+/** Only these contenders (reference, direct, pgbouncer, pgbouncer-unnamed, before): a quicker A/B. */
+const only = option('only', '')
+  .split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
+const wanted = (key: string) => only.length === 0 || only.includes(key);
 const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duration >= 1)) {
@@ -98,16 +104,19 @@ async function main(): Promise<void> {
   const contenders: Contender[] = [];
   try {
     const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
+      if (!wanted(key)) return;
       const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
       contenders.push({ key, name, server, token: await token(server.base) });
     };
-    const reference = await startServer('bench/reference.ts', env, { node: node.path });
-    contenders.push({
-      key: 'reference',
-      name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
-      server: reference,
-      token: await token(reference.base),
-    });
+    if (wanted('reference')) {
+      const reference = await startServer('bench/reference.ts', env, { node: node.path });
+      contenders.push({
+        key: 'reference',
+        name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
+        server: reference,
+        token: await token(reference.base),
+      });
+    }
     await add('direct', 'the service, direct to PostgreSQL', {});
     await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
     await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
