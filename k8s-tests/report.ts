@@ -37,6 +37,24 @@ export interface Report {
     fromProxy: number;
     writesBackMs: number;
   };
+  /** Case 11 (local runner only): the chart's alerts and dashboard queried in a real Prometheus. */
+  metrics?: {
+    prometheus: string;
+    apiTargetsUp: number;
+    kubeStateMetricsUp: boolean;
+    load: { sent: number; statuses: Record<string, number> };
+    variables: string;
+    panels: { panel: string; refId: string; series: number }[];
+    alerts: {
+      alert: string;
+      /** Each expression without its threshold comparisons, and the series it returned. */
+      inner: { expr: string; series: number }[];
+      /** Why an empty inner expression is expected here, when it is. */
+      note?: string;
+      /** Series of the whole expression (the alert's condition) at the time of asking. */
+      firing: number;
+    }[];
+  };
   /** Written by the local runner: what ran the replicas, their start-up and memory. */
   runtime?: {
     launcher: string;
@@ -116,6 +134,40 @@ export function formatReport(report: Report): string {
       ),
     );
     lines.push(row('  writes back after the kill', `${(failover.writesBackMs / 1000).toFixed(1)} s`));
+  }
+  const { metrics } = report;
+  if (metrics) {
+    const statuses = Object.entries(metrics.load.statuses)
+      .map(([status, count]) => `${status}: ${count}`)
+      .join(', ');
+    lines.push(
+      row(
+        'metrics: Prometheus scraping',
+        `${metrics.prometheus}; ${metrics.apiTargetsUp} API targets up, kube-state-metrics ${metrics.kubeStateMetricsUp ? 'up' : 'DOWN'}`,
+      ),
+    );
+    lines.push(row('  load through the proxy', `${metrics.load.sent} requests (${statuses})`));
+    lines.push(row('  dashboard variables', metrics.variables));
+    const withData = metrics.panels.filter((p) => p.series > 0);
+    const counts = metrics.panels.map((p) => p.series);
+    lines.push(
+      row(
+        '  dashboard panel queries',
+        `${withData.length} of ${metrics.panels.length} returned series (${Math.min(...counts)} to ${Math.max(...counts)} each)`,
+      ),
+    );
+    for (const panel of metrics.panels.filter((p) => p.series === 0))
+      lines.push(row(`    empty: ${panel.panel}`, `query ${panel.refId}`));
+    for (const alert of metrics.alerts) {
+      const inner = alert.inner.map((i) => String(i.series)).join(', ');
+      const condition = alert.firing > 0 ? `condition true for ${alert.firing}` : 'condition false (quiet)';
+      lines.push(
+        row(
+          `  ${alert.alert}`,
+          `${alert.inner.filter((i) => i.series > 0).length} of ${alert.inner.length} inner expressions with series (${inner})${alert.note ? `, ${alert.note}` : ''}; ${condition}`,
+        ),
+      );
+    }
   }
   const { runtime } = report;
   if (runtime) {

@@ -1,6 +1,6 @@
 /**
- * Validators for the custom resources the chart renders for a Gateway API implementation and for
- * CloudNativePG, built from their own CRDs vendored in chart/test/schemas/ (see its README for the
+ * Validators for the custom resources the chart renders for a Gateway API implementation, for
+ * CloudNativePG and for the Prometheus Operator, built from their own CRDs vendored in chart/test/schemas/ (see its README for the
  * repository, path and commit of each). The API server prunes fields a structural CRD schema does
  * not declare, so a misspelt field would silently vanish: every object schema without
  * x-kubernetes-preserve-unknown-fields is closed (additionalProperties: false) before compiling.
@@ -9,6 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import Ajv, { type ValidateFunction } from 'ajv';
+import type { RegExpEngine } from 'ajv/dist/types';
 import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 import type { KubeObject } from './helm';
@@ -19,6 +20,11 @@ export const crdFiles = [
   'gateway.envoyproxy.io_backendtrafficpolicies.yaml',
   'postgresql.cnpg.io_clusters.yaml',
   'postgresql.cnpg.io_poolers.yaml',
+  // Prometheus Operator v0.93.0 (prometheus-operator/prometheus-operator,
+  // example/prometheus-operator-crd/, commit f8fafd475f3d132e239432ae6172de60a6cb6516).
+  'monitoring.coreos.com_servicemonitors.yaml',
+  'monitoring.coreos.com_podmonitors.yaml',
+  'monitoring.coreos.com_prometheusrules.yaml',
 ];
 
 interface Crd {
@@ -47,12 +53,25 @@ function closed(schema: unknown): unknown {
   return copy;
 }
 
+/**
+ * The API server checks `pattern` with Go's RE2, which spells case-insensitivity as an inline
+ * `(?i)` (the Prometheus Operator's CRDs use `^(?i)(abort|warn)?$`); JavaScript takes it as a flag,
+ * here for the whole pattern (every use in the vendored CRDs follows the leading `^`).
+ */
+const goRegExp: RegExpEngine = Object.assign(
+  (pattern: string, flags: string) =>
+    pattern.includes('(?i)')
+      ? new RegExp(pattern.replaceAll('(?i)', ''), `${flags}i`)
+      : new RegExp(pattern, flags),
+  { code: 'goRegExp' },
+);
+
 let validators: Map<string, ValidateFunction> | undefined;
 
 function load(): Map<string, ValidateFunction> {
   if (validators) return validators;
   // The CRDs use OpenAPI keywords (nullable, x-kubernetes-*); strict mode would refuse them.
-  const ajv = new Ajv({ allErrors: true, strict: false });
+  const ajv = new Ajv({ allErrors: true, strict: false, code: { regExp: goRegExp } });
   addFormats(ajv);
   for (const format of ['int32', 'int64', 'float', 'double', 'byte']) ajv.addFormat(format, true);
   validators = new Map();

@@ -61,8 +61,13 @@ describe.each(environments)('Metrics wiring of %s', (environment) => {
     for (const port of backends) expect(port).toEqual({ name: 'http' });
   });
 
-  it(`When the ${environment} values are rendered, then there is no ServiceMonitor and no scrape annotation (both are opt-in)`, () => {
-    expect(serviceMonitors(objects)).toEqual([]);
+  const monitored = environment === 'prod';
+  it(`When the ${environment} values are rendered, then ${monitored ? 'a ServiceMonitor, a PrometheusRule and the dashboard ConfigMap exist' : 'there is no ServiceMonitor, PrometheusRule or dashboard'} and no scrape annotation (all opt-in; prod turns the Operator's on)`, () => {
+    expect(serviceMonitors(objects)).toHaveLength(monitored ? 1 : 0);
+    expect(objects.filter((object) => object.kind === 'PrometheusRule')).toHaveLength(monitored ? 1 : 0);
+    expect(
+      objects.filter((object) => object.metadata.labels?.grafana_dashboard === '1').map((o) => o.kind),
+    ).toEqual(monitored ? ['ConfigMap'] : []);
     expect(Object.keys(podAnnotations(objects)).filter((key) => key.startsWith('prometheus.io/'))).toEqual(
       [],
     );

@@ -21,6 +21,10 @@ const ENDPOINT_LAG_MS = 1000;
 export interface Replica {
   name: string;
   port: number;
+  /** Its METRICS_PORT (the Prometheus stand-in scrapes it). */
+  metricsPort: number;
+  /** Liveness failure thresholds reached: the restarts the kubelet would have made. */
+  restarts: number;
   process: Launched;
   ready: boolean;
   terminating: boolean;
@@ -34,6 +38,8 @@ export interface ClusterOptions {
   database: { host: string; port: number };
   /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
   onEndpoints: (endpoints: string[]) => Promise<void>;
+  /** Called whenever a replica is added or removed (the Prometheus stand-in's targets). */
+  onReplicas?: (replicas: Replica[]) => void;
 }
 
 export interface RolloutResult {
@@ -102,8 +108,17 @@ export class Cluster {
       env,
       logFile: join(this.options.logDir, `${name}.log`),
     });
-    const replica: Replica = { name, port, process: child, ready: false, terminating: false };
+    const replica: Replica = {
+      name,
+      port,
+      metricsPort: Number(env.METRICS_PORT),
+      restarts: 0,
+      process: child,
+      ready: false,
+      terminating: false,
+    };
     this.replicas.push(replica);
+    this.options.onReplicas?.(this.replicas);
     void child.exited.then((code) => {
       replica.ready = false;
       if (!replica.terminating && !this.closed)
@@ -154,6 +169,7 @@ export class Cluster {
       } else if (failures >= timing.failureThreshold && !replica.terminating) {
         // The kubelet would restart the container here; the emulation counts it (the suite asserts none).
         this.restarts++;
+        replica.restarts++;
         failures = 0;
       }
       await sleep(timing.periodSeconds * 1000);
@@ -173,6 +189,7 @@ export class Cluster {
     const figures = this.figures.get(replica.name);
     if (figures) figures.exit = exit;
     this.replicas.splice(this.replicas.indexOf(replica), 1);
+    this.options.onReplicas?.(this.replicas);
     return exit;
   }
 

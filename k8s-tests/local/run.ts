@@ -36,9 +36,18 @@ import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
 import { postgresBin } from '../../testing/postgres';
 import { Postgres } from './postgres';
+import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
 import { freePort, stillRunning, stop } from './processes';
-import { namespace, readRelease, renderChart, repoRoot, servesApi, type Release } from './release';
+import {
+  namespace,
+  readRelease,
+  releaseName,
+  renderChart,
+  repoRoot,
+  servesApi,
+  type Release,
+} from './release';
 
 const startedAt = Date.now();
 const gatewayMode = process.argv.includes('--gateway');
@@ -60,6 +69,8 @@ interface Running {
   cluster?: Cluster;
   control?: Server;
   broken?: BrokenEndpoint;
+  prometheus?: Prometheus;
+  kubeStateMetrics?: KubeStateMetrics;
   jest?: ChildProcess;
 }
 
@@ -70,12 +81,16 @@ let tornDown: Promise<void> | undefined;
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
     step('tear-down');
-    const { jest, control, broken, cluster, nginx, postgres, cnpg } = state;
+    const { jest, control, broken, cluster, nginx, postgres, cnpg, prometheus, kubeStateMetrics } = state;
     if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
       process.kill(jest.pid, 'SIGTERM');
     control?.close();
     control?.closeAllConnections();
     await broken?.close();
+    await prometheus?.stop().catch((error: unknown) => {
+      step(`prometheus: ${String(error)}`);
+    });
+    kubeStateMetrics?.close();
     await cluster?.close().catch((error: unknown) => {
       step(`replicas: ${String(error)}`);
     });
@@ -227,6 +242,7 @@ async function main(): Promise<number> {
     [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
     [HEADERS_MORE_MODULE, 'apt-get install libnginx-mod-http-headers-more-filter'],
     [postgresBin('initdb'), 'apt-get install postgresql (or set PG_BIN)'],
+    [PROMETHEUS_BIN, 'apt-get install prometheus (or set PROMETHEUS_BIN)'],
   ] as const) {
     if (!existsSync(bin)) throw new Error(`${bin} is missing: ${hint}`);
   }
@@ -237,6 +253,8 @@ async function main(): Promise<number> {
   step(`work folder ${tmp}`);
 
   const extraValues = [
+    // The ServiceMonitor, PrometheusRule and dashboard: the metrics case queries what they render.
+    'k8s-tests/values-e2e-metrics.yaml',
     ...(gatewayMode ? ['k8s-tests/values-e2e-gateway.yaml'] : []),
     ...(inChartDatabase ? [] : ['k8s-tests/values-e2e-cnpg.yaml']),
   ];
@@ -400,11 +418,52 @@ async function main(): Promise<number> {
         await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
       }));
 
+  // Monitoring: a kube-state-metrics stand-in reading the emulated cluster, and Prometheus scraping
+  // it and every running replica's metrics port with the ServiceMonitor's target labels.
+  const podName = (replica: { name: string }) => `${releaseName}-local-${replica.name.replace(/\W/g, '')}`;
+  const memoryLimitBytes = containerPolicy(
+    release.podSpec,
+    release.container,
+    release.secrets,
+  ).memoryLimitBytes;
+  const kubeStateMetrics = new KubeStateMetrics(() => {
+    const running = state.cluster?.replicas.filter((r) => !r.process.hasExited()) ?? [];
+    return {
+      namespace,
+      deployment: releaseName,
+      container: release.container.name,
+      desired: release.replicas,
+      available: running.filter((r) => r.ready).length,
+      pods: running.map((r) => ({ pod: podName(r), restarts: r.restarts })),
+      memoryLimitBytes,
+    };
+  });
+  state.kubeStateMetrics = kubeStateMetrics;
+  await kubeStateMetrics.start();
+  const metricsPortName =
+    release.service.spec?.ports?.find((p) => p.targetPort === 'metrics')?.name ?? 'metrics';
+  const prometheus = new Prometheus(join(tmp, 'prometheus'), {
+    name: releaseName,
+    namespace,
+    container: release.container.name,
+    port: metricsPortName,
+  });
+  state.prometheus = prometheus;
+  await prometheus.start(kubeStateMetrics.port);
+  step(
+    `Prometheus on ${prometheus.url} (Debian's ${PROMETHEUS_BIN}): scrapes every replica's metrics port with the ServiceMonitor's labels and a kube-state-metrics stand-in on 127.0.0.1:${kubeStateMetrics.port}, every second`,
+  );
+
   const cluster = new Cluster({
     release,
     launcher,
     logDir,
     database: dbAddress,
+    onReplicas: (replicas) => {
+      prometheus.setTargets(
+        replicas.map((r) => ({ address: `127.0.0.1:${r.metricsPort}`, pod: podName(r) })),
+      );
+    },
     onEndpoints: async (endpoints) => {
       ready = endpoints;
       await reload();
@@ -448,6 +507,9 @@ async function main(): Promise<number> {
   );
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
+  const metricsReportFile = join(tmp, 'metrics-report.json');
+  const renderedFile = join(tmp, 'rendered.json');
+  writeFileSync(renderedFile, JSON.stringify(objects));
   step('the suite, through nginx');
   const code = await runSuite({
     K8S_BASE_URL: `http://127.0.0.1:${listenPort}`,
@@ -457,6 +519,9 @@ async function main(): Promise<number> {
     K8S_PROXY: gatewayMode ? 'nginx-gateway-fabric' : 'ingress-nginx',
     K8S_CONTROL_URL: control.url,
     K8S_REPORT_FILE: reportFile,
+    K8S_PROMETHEUS_URL: prometheus.url,
+    K8S_RENDERED_FILE: renderedFile,
+    K8S_METRICS_REPORT_FILE: metricsReportFile,
     K8S_PROBE_WINDOW_SECONDS: String(
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
@@ -473,6 +538,8 @@ async function main(): Promise<number> {
   } catch {
     step('no report was written');
   }
+  if (report && existsSync(metricsReportFile))
+    report.metrics = (JSON.parse(readFileSync(metricsReportFile, 'utf8')) as Report).metrics;
   if (report) {
     const policy =
       launcher.kind === 'containers'

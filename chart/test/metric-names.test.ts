@@ -1,0 +1,110 @@
+/**
+ * Every metric name an alert expression or a dashboard query of the chart uses is one the service
+ * really exports (read from the /metrics of a running service: testing/service.ts, the embedded
+ * database, one request answered so the request histogram has series), or one of a short list of
+ * other exporters' names that Kubernetes monitoring stacks have: kube-state-metrics, ingress-nginx's
+ * controller and Prometheus' own `up`. The names are read with Prometheus' grammar
+ * (testing/promql.ts), so a misspelt or renamed metric cannot hide in a query.
+ */
+import { startService, stopAll, type ServiceProcess } from '../../testing/service';
+import {
+  alertRules,
+  dashboardOf,
+  grafanaQuery,
+  metricNames,
+  panelQueries,
+  type PrometheusRuleObject,
+} from '../../testing/promql';
+import { findAll, must, render, type KubeObject } from './helm';
+
+/** Names of other exporters the chart's queries may use; each must also be used (no stale entries). */
+const OTHER_EXPORTERS: Record<string, string> = {
+  kube_deployment_status_replicas_available: 'kube-state-metrics',
+  kube_deployment_spec_replicas: 'kube-state-metrics',
+  kube_pod_container_status_waiting_reason: 'kube-state-metrics',
+  kube_pod_container_status_restarts_total: 'kube-state-metrics',
+  kube_pod_container_resource_limits: 'kube-state-metrics',
+  nginx_ingress_controller_requests: 'ingress-nginx controller',
+  up: 'Prometheus (one per scrape target)',
+};
+
+/** Sample names of the Prometheus text format (histograms as their _bucket, _sum and _count). */
+function exportedNames(text: string): Set<string> {
+  const names = new Set<string>();
+  for (const line of text.split('\n')) {
+    const name = /^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]/.exec(line)?.[1];
+    if (name) names.add(name);
+  }
+  return names;
+}
+
+describe('Metric names of the alerts and the dashboard', () => {
+  let service: ServiceProcess;
+  let exported: Set<string>;
+  let used: Map<string, string[]>;
+
+  beforeAll(async () => {
+    const objects: KubeObject[] = await render({
+      values: ['values-prod.yaml'],
+      namespace: 'social-posts-prod',
+    });
+    used = new Map();
+    const use = (name: string, where: string) => used.set(name, [...(used.get(name) ?? []), where]);
+    const rule = must(
+      objects.find((o): o is PrometheusRuleObject & KubeObject => o.kind === 'PrometheusRule'),
+      'PrometheusRule',
+    );
+    for (const r of alertRules(rule)) for (const name of metricNames(r.expr)) use(name, r.alert);
+    const configMap = must(
+      findAll(objects, 'ConfigMap').find((c) => c.metadata?.labels?.grafana_dashboard === '1'),
+      'dashboard ConfigMap',
+    );
+    for (const q of panelQueries(dashboardOf(configMap)))
+      for (const name of metricNames(grafanaQuery(q.expr, { namespace: 'n', job: 'j' })))
+        use(name, `panel ${q.panel}`);
+
+    service = await startService({
+      PATH: process.env.PATH,
+      PORT: '0',
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'info',
+      NODE_ENV: 'development',
+    });
+    expect((await fetch(`${service.base}/posts/public`)).status).toBe(200);
+    const scrape = await fetch(`http://127.0.0.1:${service.metricsPort}/metrics`);
+    expect(scrape.status).toBe(200);
+    exported = exportedNames(await scrape.text());
+  }, 120_000);
+
+  afterAll(async () => {
+    await stopAll();
+  });
+
+  it('When the running service is scraped, then it exports the request, pool, migration and process metrics', () => {
+    for (const name of [
+      'http_request_duration_seconds_bucket',
+      'http_request_duration_seconds_count',
+      'http_requests_in_flight',
+      'db_pool_acquires_pending',
+      'db_migrations_pending',
+      'process_resident_memory_bytes',
+      'nodejs_eventloop_lag_p99_seconds',
+    ])
+      expect(exported).toContain(name);
+  });
+
+  it("When the prod rule and dashboard are read, then every metric they use is exported by the service or listed as another exporter's", () => {
+    expect(used.size).toBeGreaterThan(10);
+    const unknown = [...used.entries()]
+      .filter(([name]) => !exported.has(name) && !(name in OTHER_EXPORTERS))
+      .map(([name, where]) => `${name} (${[...new Set(where)].join(', ')})`);
+    expect(unknown).toEqual([]);
+  });
+
+  it("When the list of other exporters' names is read, then each is used and none is the service's own", () => {
+    for (const name of Object.keys(OTHER_EXPORTERS)) {
+      expect([name, used.has(name)]).toEqual([name, true]);
+      expect([name, exported.has(name)]).toEqual([name, false]);
+    }
+  });
+});
