@@ -1,7 +1,7 @@
 import express, { type Express } from 'express';
 import { requireAuth } from './auth/auth.middleware';
 import { authRoutes } from './auth/auth.routes';
-import { tokenKey } from './auth/tokens';
+import { tokenKeys } from './auth/tokens';
 import type { Database } from './db/connection';
 import { healthRouter, type ShutdownState } from './health';
 import { crossOrigin } from './http/cors';
@@ -55,15 +55,15 @@ export function createApp({
   app.use(apiHeaders);
   app.use(cors);
 
-  // One key for signing and verifying, built once (see tokenKey).
-  const key = tokenKey(settings.secretKey);
-  const auth = requireAuth(db, key, settings.accessTokenExpireMinutes);
+  // SECRET_KEY signs; it and SECRET_KEYS_ACCEPTED verify. Built once (see tokenKey).
+  const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
+  const auth = requireAuth(db, keys, settings.accessTokenExpireMinutes);
   // Every API route in one router, the busiest first: a request walks one route list, not one
   // router per module.
   const api = exactRouter();
   postsRoutes(api, db, auth);
   votesRoutes(api, db, auth);
-  authRoutes(api, db, { ...settings, key });
+  authRoutes(api, db, { ...settings, signing: keys.signing });
   usersRoutes(api, db, settings.bcryptRounds);
   app.use(api);
   app.use(docsRouter());

@@ -24,6 +24,10 @@ export const REDACTED_PATHS = [
   '*.secretKey',
   'SECRET_KEY',
   '*.SECRET_KEY',
+  'secretKeysAccepted',
+  '*.secretKeysAccepted',
+  'SECRET_KEYS_ACCEPTED',
+  '*.SECRET_KEYS_ACCEPTED',
   'DB_PASSWORD',
   '*.DB_PASSWORD',
 ];

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Joi from 'joi';
 import type { DatabaseConfig } from './db/connection';
@@ -13,6 +13,11 @@ export interface Settings {
   secretKey: string;
   /** True when SECRET_KEY was not set and a random one was made for this process. */
   secretKeyGenerated: boolean;
+  /**
+   * Further keys whose tokens are accepted but never signed with: during a rotation the next key
+   * (before it signs) or the previous one (until its tokens have expired). Never SECRET_KEY itself.
+   */
+  secretKeysAccepted: string[];
   accessTokenExpireMinutes: number;
   corsAllowedOrigins: string[];
   bcryptRounds: number;
@@ -45,6 +50,30 @@ const originList = Joi.string()
     return origins;
   });
 
+/** SECRET_KEY's own rule, which each key of SECRET_KEYS_ACCEPTED meets too. */
+const SECRET_KEY_MIN_LENGTH = 32;
+
+const keyList = Joi.string()
+  .allow('')
+  .custom((value: string, helpers) => {
+    // A value of only blanks (an empty line in a Secret) is no key at all, like ''.
+    if (value.trim() === '') return [];
+    const keys = value.split(',').map((k) => k.trim());
+    // Entries are named by position: a message never carries a key.
+    const at = (i: number) => `entry ${i + 1} of ${keys.length}`;
+    for (const [i, key] of keys.entries()) {
+      if (key === '') return helpers.message({ custom: `has an empty ${at(i)}; remove the extra comma` });
+      if (key.length < SECRET_KEY_MIN_LENGTH)
+        return helpers.message({
+          custom: `has ${at(i)} shorter than ${SECRET_KEY_MIN_LENGTH} characters, the least SECRET_KEY takes`,
+        });
+      const first = keys.indexOf(key);
+      if (first < i)
+        return helpers.message({ custom: `has the same key twice (entries ${first + 1} and ${i + 1})` });
+    }
+    return keys;
+  });
+
 const schema = Joi.object({
   NODE_ENV: Joi.string().valid('development', 'production', 'test').default('development'),
   PORT: Joi.number().port().default(8000),
@@ -72,7 +101,11 @@ const schema = Joi.object({
   DB_MIGRATION_TIMEOUT_MS: Joi.number().integer().min(1000).max(86_400_000).default(600_000),
   DB_STARTUP_WAIT_SECONDS: Joi.number().integer().min(0).max(3600).default(60),
   DB_EMBEDDED_DIR: Joi.string().default('.data/pglite'),
-  SECRET_KEY: Joi.string().min(32).empty('').when('NODE_ENV', { is: 'production', then: Joi.required() }),
+  SECRET_KEY: Joi.string()
+    .min(SECRET_KEY_MIN_LENGTH)
+    .empty('')
+    .when('NODE_ENV', { is: 'production', then: Joi.required() }),
+  SECRET_KEYS_ACCEPTED: keyList.default(''),
   ACCESS_TOKEN_EXPIRE_MINUTES: Joi.number()
     .integer()
     .min(1)
@@ -108,6 +141,7 @@ interface RawSettings {
   DB_STARTUP_WAIT_SECONDS: number;
   DB_EMBEDDED_DIR: string;
   SECRET_KEY?: string;
+  SECRET_KEYS_ACCEPTED: string[] | string;
   ACCESS_TOKEN_EXPIRE_MINUTES: number;
   CORS_ALLOWED_ORIGINS: string[] | string;
   BCRYPT_ROUNDS: number;
@@ -131,6 +165,28 @@ function checkedCaFile(raw: RawSettings): string | undefined {
   if (!pem.includes('-----BEGIN CERTIFICATE-----'))
     throw new SettingsError(`Invalid setting DB_SSL_CA_FILE: ${file} holds no PEM certificate`);
   return file;
+}
+
+/** The accepted keys, checked against SECRET_KEY, which signs and so is accepted anyway. */
+function checkedAcceptedKeys(raw: RawSettings): string[] {
+  // The default '' skips the custom rule, so it arrives as a string.
+  const keys = Array.isArray(raw.SECRET_KEYS_ACCEPTED) ? raw.SECRET_KEYS_ACCEPTED : [];
+  const same = keys.indexOf(raw.SECRET_KEY ?? '');
+  if (same >= 0)
+    throw new SettingsError(
+      `Invalid setting SECRET_KEYS_ACCEPTED: entry ${same + 1} of ${keys.length} is SECRET_KEY itself; list only the other keys`,
+    );
+  return keys;
+}
+
+/**
+ * The id of an HMAC key, carried in the `kid` header of the tokens it signs and logged at start:
+ * base64url of the first 8 bytes of the key's SHA-256. It names the key without revealing it (a
+ * token signed with the key is as much an offline guessing oracle), and being derived from the key
+ * it needs no setting of its own to keep in step.
+ */
+export function keyId(secretKey: string): string {
+  return createHash('sha256').update(secretKey, 'utf8').digest().subarray(0, 8).toString('base64url');
 }
 
 /** Reads the settings from an environment; throws SettingsError naming the first bad one. */
@@ -163,6 +219,7 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     },
     secretKey: raw.SECRET_KEY ?? randomBytes(32).toString('base64url'),
     secretKeyGenerated: raw.SECRET_KEY === undefined,
+    secretKeysAccepted: checkedAcceptedKeys(raw),
     accessTokenExpireMinutes: raw.ACCESS_TOKEN_EXPIRE_MINUTES,
     // The default '' skips the custom rule, so it arrives as a string.
     corsAllowedOrigins: Array.isArray(raw.CORS_ALLOWED_ORIGINS) ? raw.CORS_ALLOWED_ORIGINS : [],
@@ -196,6 +253,8 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     statementTimeoutMs: s.db.statementTimeoutMs,
     migrationTimeoutMs: s.db.migrationTimeoutMs,
     startupWaitSeconds: s.db.startupWaitSeconds,
+    // Ids, never keys: which phase of a key rotation this process is in (README, "Rotating SECRET_KEY").
+    tokenKeyIds: { signing: keyId(s.secretKey), accepted: s.secretKeysAccepted.map(keyId) },
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     corsAllowedOrigins: s.corsAllowedOrigins,
     bcryptRounds: s.bcryptRounds,

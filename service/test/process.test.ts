@@ -5,7 +5,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { postgresServer } from '../../testing/postgres';
 import { Relay } from '../../testing/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../testing/service';
-import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
+import { freshDatabaseEnv, postgresConnection, TEST_SECRET, testEnv, usingPostgres } from './helpers';
 
 const baseEnv = (overrides: Record<string, string>) =>
   testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
@@ -16,6 +16,9 @@ describe('Start-up settings', () => {
     ['PORT', { PORT: 'eighty' }],
     ['SECRET_KEY', { NODE_ENV: 'production', SECRET_KEY: '' }],
     ['SECRET_KEY', { SECRET_KEY: 'too-short' }],
+    ['SECRET_KEYS_ACCEPTED', { SECRET_KEYS_ACCEPTED: 'an-accepted-key-long-enough-0123456789,' }],
+    ['SECRET_KEYS_ACCEPTED', { SECRET_KEYS_ACCEPTED: 'too-short' }],
+    ['SECRET_KEYS_ACCEPTED', { SECRET_KEYS_ACCEPTED: TEST_SECRET }],
     ['BCRYPT_ROUNDS', { NODE_ENV: 'production', BCRYPT_ROUNDS: '8' }],
     ['CORS_ALLOWED_ORIGINS', { CORS_ALLOWED_ORIGINS: '*' }],
     ['CORS_ALLOWED_ORIGINS', { CORS_ALLOWED_ORIGINS: 'https://ok.example.com,https://bad.example.com/path' }],

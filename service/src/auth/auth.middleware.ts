@@ -1,4 +1,3 @@
-import type { KeyObject } from 'node:crypto';
 import type { RequestHandler } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
@@ -7,7 +6,7 @@ import { errorFields } from '../db/errors';
 import { notAuthenticated } from '../http/errors';
 import { MAX_ID } from '../http/validation';
 import { findUserById, type User } from '../users/users.repository';
-import { claimsAcceptable, TOKEN_ALGORITHM } from './tokens';
+import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
 
 declare global {
   // passport types req.user as Express.User; ours is the API's user.
@@ -23,21 +22,27 @@ declare global {
 
 const NOT_AUTHENTICATED = 'Not authenticated';
 const INVALID = 'Could not validate credentials';
+const NO_KEY = new Error('the token names no key of this service');
 
 /**
- * Bearer-token authentication: signature (HS256 only), the registered claims (claimsAcceptable:
- * expiry, issue time, lifetime) and an existing user, checked on every request; nothing is kept
- * between requests. Answers 401 itself, before any body is read.
+ * Bearer-token authentication: signature (HS256 only, with the key the token's `kid` names:
+ * verificationKey), the registered claims (claimsAcceptable: expiry, issue time, lifetime) and an
+ * existing user, checked on every request; nothing is kept between requests. Answers 401 itself,
+ * before any body is read.
  */
-export function requireAuth(db: Database, key: KeyObject, accessTokenExpireMinutes: number): RequestHandler {
+export function requireAuth(db: Database, keys: TokenKeys, accessTokenExpireMinutes: number): RequestHandler {
   // Its own Passport instance, so apps built with different secrets (tests) never share state.
   const passport = new Passport();
   passport.use(
     new JwtStrategy(
       {
         jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(),
-        // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
-        secretOrKey: key as unknown as Buffer,
+        secretOrKeyProvider: (_req: unknown, token: string, done: (error: unknown, key?: Buffer) => void) => {
+          const key = verificationKey(keys, token);
+          // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
+          if (key) done(null, key as unknown as Buffer);
+          else done(NO_KEY);
+        },
         algorithms: [TOKEN_ALGORITHM],
       },
       (payload: Record<string, unknown>, done: (error: unknown, user?: User | false) => void) => {

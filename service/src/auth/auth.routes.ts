@@ -1,4 +1,4 @@
-import { randomBytes, type KeyObject } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
 import type { Database } from '../db/connection';
@@ -8,11 +8,11 @@ import { normaliseEmail } from '../users/email';
 import { findUserByEmail } from '../users/users.repository';
 import { bcryptComparable } from '../users/users.schemas';
 import { loginForm } from './auth.schemas';
-import { signAccessToken } from './tokens';
+import { signAccessToken, type TokenKey } from './tokens';
 
 export interface LoginOptions {
-  /** The signing key (tokenKey), shared with the authentication that verifies the tokens. */
-  key: KeyObject;
+  /** The signing key (SECRET_KEY's, tokenKeys), which the authentication verifies with too. */
+  signing: TokenKey;
   accessTokenExpireMinutes: number;
   bcryptRounds: number;
 }
@@ -35,7 +35,7 @@ export function authRoutes(router: Router, db: Database, options: LoginOptions):
       const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
       res.json({
-        access_token: signAccessToken(user.id, options.key, options.accessTokenExpireMinutes),
+        access_token: signAccessToken(user.id, options.signing, options.accessTokenExpireMinutes),
         token_type: 'bearer',
       });
     })

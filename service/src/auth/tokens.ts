@@ -1,24 +1,90 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
 import jwt from 'jsonwebtoken';
+import { keyId } from '../settings';
 
 export const TOKEN_ALGORITHM = 'HS256';
+
+/** An HMAC key and its id (keyId), which the tokens it signs carry as their `kid` header. */
+export interface TokenKey {
+  kid: string;
+  key: KeyObject;
+}
 
 /**
  * The HMAC key, built once. Handed a string, jsonwebtoken first tries to read it as a PEM key on
  * every sign and verify, and that failed parse (a thrown error) was over a quarter of the CPU of
  * an authenticated request under load.
  */
-export function tokenKey(secretKey: string): KeyObject {
-  return createSecretKey(Buffer.from(secretKey, 'utf8'));
+export function tokenKey(secretKey: string): TokenKey {
+  return { kid: keyId(secretKey), key: createSecretKey(Buffer.from(secretKey, 'utf8')) };
 }
 
-/** An HS256 token whose `sub` is the user id as a string, as JWT expects. */
-export function signAccessToken(userId: number, key: KeyObject, expireMinutes: number): string {
-  return jwt.sign({}, key, {
+/** The keys of one process, built once at start: one signs, all verify. */
+export interface TokenKeys {
+  /** SECRET_KEY: every token is signed with it. */
+  signing: TokenKey;
+  /** Every key a token is accepted from, by id: SECRET_KEY first, then SECRET_KEYS_ACCEPTED. */
+  byKid: ReadonlyMap<string, KeyObject>;
+}
+
+export function tokenKeys(secretKey: string, accepted: readonly string[]): TokenKeys {
+  const signing = tokenKey(secretKey);
+  const byKid = new Map([[signing.kid, signing.key]]);
+  for (const { kid, key } of accepted.map(tokenKey)) {
+    // Settings refuse a repeated key; two keys with one id (a 64-bit collision) must not pass unseen.
+    if (byKid.has(kid)) throw new Error(`two token keys share the id ${kid}`);
+    byKid.set(kid, key);
+  }
+  return { signing, byKid };
+}
+
+/** An HS256 token whose `sub` is the user id as a string, as JWT expects, and `kid` its key's id. */
+export function signAccessToken(userId: number, signing: TokenKey, expireMinutes: number): string {
+  return jwt.sign({}, signing.key, {
     algorithm: TOKEN_ALGORITHM,
+    keyid: signing.kid,
     subject: String(userId),
     expiresIn: expireMinutes * 60,
   });
+}
+
+/** The `kid` of a token's header: a string, absent (undefined), or null when the header is unreadable. */
+function headerKid(token: string): unknown {
+  const dot = token.indexOf('.');
+  if (dot < 0) return null;
+  try {
+    const header: unknown = JSON.parse(Buffer.from(token.slice(0, dot), 'base64url').toString('utf8'));
+    return typeof header === 'object' && header !== null ? (header as { kid?: unknown }).kid : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether `key` made the token's signature; expiry and the other claims are checked afterwards. */
+function signedWith(token: string, key: KeyObject): boolean {
+  try {
+    jwt.verify(token, key, { algorithms: [TOKEN_ALGORITHM], ignoreExpiration: true, ignoreNotBefore: true });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The one key a token is verified with, or undefined when none of ours may have signed it. A
+ * `kid` names its key: one Map lookup a request; an unknown or non-string `kid` has none. A token
+ * without `kid` was issued before tokens carried one: with only SECRET_KEY that key, otherwise the
+ * first key (SECRET_KEY, then the accepted ones) whose signature it bears. That costs one more
+ * verification per token, for such tokens alone and only while keys are being rotated; they are
+ * all gone ACCESS_TOKEN_EXPIRE_MINUTES after the release that added `kid`.
+ */
+export function verificationKey(keys: TokenKeys, token: string): KeyObject | undefined {
+  const kid = headerKid(token);
+  if (typeof kid === 'string') return keys.byKid.get(kid);
+  if (kid !== undefined) return undefined;
+  if (keys.byKid.size === 1) return keys.signing.key;
+  for (const key of keys.byKid.values()) if (signedWith(token, key)) return key;
+  return undefined;
 }
 
 /**

@@ -36,7 +36,7 @@ const definition = {
       '',
       '**Bodies**: JSON endpoints read `application/json`, `/login` reads `application/x-www-form-urlencoded`, both in UTF-8 only (a `charset` other than `utf-8` is 415), at most 100 kB after decompression. `Content-Encoding` may be `gzip`, `deflate` or `br` (one at most; anything else 415; a body that does not decompress 400). A declared `Content-Length` over 100 kB is 413 before the body is read (and any answer to such a request closes the connection), and `Expect: 100-continue` is answered `100 Continue` only when the body is about to be read; any other `Expect` is 417. A request without `Host`, or with two, is 400.',
       '',
-      '**Tokens** must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, not in the future; no `iss`, `aud` or `jti`. Otherwise 401.',
+      '**Tokens** are HS256 JWTs whose header `kid` names the key that signed them (a token naming a key the service does not accept is 401). They must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, not in the future; no `iss`, `aud` or `jti`. Otherwise 401.',
       '',
       '**E-mail addresses** are normalised (Unicode NFKC; domain per UTS #46) before the uniqueness check and at login; invisible or formatting characters and a local part or domain label mixing scripts are 422.',
       '',
@@ -74,7 +74,8 @@ const definition = {
         properties: {
           access_token: {
             type: 'string',
-            description: 'HS256 JWT; `sub` is the user id, `exp` is ACCESS_TOKEN_EXPIRE_MINUTES later.',
+            description:
+              'HS256 JWT; header `kid` is the id of the signing key (derived from it, not secret), `sub` the user id, `exp` ACCESS_TOKEN_EXPIRE_MINUTES later.',
           },
           token_type: { type: 'string', enum: ['bearer'] },
         },
