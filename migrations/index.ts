@@ -3,6 +3,7 @@ import * as createUsers from './20261121000001_create_users';
 import * as createPosts from './20261121000002_create_posts';
 import * as createVotes from './20261121000003_create_votes';
 import * as normaliseEmails from './20261123000004_normalise_emails';
+import * as postVoteCounts from './20261125000005_post_vote_counts';
 
 /**
  * The migrations, in order. They are imported rather than read from disk so the same list runs
@@ -13,4 +14,5 @@ export const migrations: Record<string, Knex.Migration> = {
   '20261121000002_create_posts': createPosts,
   '20261121000003_create_votes': createVotes,
   '20261123000004_normalise_emails': normaliseEmails,
+  '20261125000005_post_vote_counts': postVoteCounts,
 };

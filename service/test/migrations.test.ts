@@ -2,6 +2,7 @@ import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
+import * as postVoteCounts from '../../migrations/20261125000005_post_vote_counts';
 import { openDatabase, type Database } from '../src/db/connection';
 import { migrateDown, migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
@@ -45,8 +46,8 @@ const RACE_ROUNDS = 8;
       const replicas = await Promise.all([open(fresh.env), open(fresh.env), open(fresh.env)]);
       try {
         const applied = await Promise.all(replicas.map((db) => migrateToLatest(db, logger)));
-        // Exactly one replica applied the four migrations; the others found them done.
-        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, 4]);
+        // Exactly one replica applied every migration; the others found them done.
+        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, Object.keys(migrations).length]);
         const [first] = replicas;
         const runs = await first.knex<{ name: string }>('knex_migrations').select('name');
         expect(runs.map((r) => r.name).sort()).toEqual(applied.flat().sort());
@@ -96,15 +97,57 @@ test('When migrated, then the schema has the indexes the queries rely on', async
   }
 });
 
+test("When the vote-count migration meets votes cast before it, then each post's count is its number of votes, and later votes, withdrawals and deletions keep it", async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  const k = db.knex;
+  try {
+    await migrateToLatest(db, logger);
+    // The database as the previous release left it: no count, no trigger.
+    await postVoteCounts.down(k);
+    const [one, two, three] = await k('users')
+      .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
+      .returning<{ id: number }[]>('id');
+    const [a, b] = await k('posts')
+      .insert(['a', 'b'].map((title) => ({ title, content: 'c', published: true, user_id: one?.id })))
+      .returning<{ id: number }[]>('id');
+    await k('votes').insert([
+      { user_id: one?.id, post_id: a?.id },
+      { user_id: two?.id, post_id: a?.id },
+      { user_id: three?.id, post_id: a?.id },
+      { user_id: one?.id, post_id: b?.id },
+    ]);
+    await postVoteCounts.up(k);
+    const counts = async () =>
+      Object.fromEntries(
+        (await k('posts').select('id', 'vote_count').orderBy('id')).map(
+          (r: { id: number; vote_count: number }) => [r.id, r.vote_count],
+        ),
+      );
+    expect(await counts()).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 1 });
+    await k('votes').insert({ user_id: two?.id, post_id: b?.id });
+    await k('votes').where({ user_id: one?.id, post_id: a?.id }).delete();
+    expect(await counts()).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2 });
+    // A user's removal takes their votes (the cascade fires the trigger); a post's takes its own.
+    await k('users').where({ id: two?.id }).delete();
+    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1 });
+    await k('posts').where({ id: b?.id }).delete();
+    expect(await counts()).toEqual({ [String(a?.id)]: 1 });
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
 test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   try {
     await migrateToLatest(db, logger);
     const undone = await migrateDown(db, logger);
-    expect(undone).toHaveLength(4);
+    expect(undone).toHaveLength(Object.keys(migrations).length);
     expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
-    expect(await migrateToLatest(db, logger)).toHaveLength(4);
+    expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await tables(db)).toEqual(SCHEMA_TABLES);
   } finally {
     await db.close();

@@ -165,6 +165,16 @@ describe('Missing and invisible posts', () => {
     },
   );
 
+  test('When a post that has votes is deleted, then the deletion answers 204, the post is gone and votes elsewhere keep their totals', async () => {
+    const doomed = await freshPost();
+    const kept = await freshPost();
+    for (const voter of [bob, carol]) expect((await vote(voter, doomed.id, 1)).status).toBe(201);
+    expect((await vote(bob, kept.id, 1)).status).toBe(201);
+    expect((await api().delete(`/posts/${doomed.id}`).set(bearer(alice))).status).toBe(204);
+    expect((await api().get(`/posts/${doomed.id}`).set(bearer(alice))).status).toBe(404);
+    expect(await totalOf(kept)).toBe(1);
+  });
+
   test('When the post was deleted, then both directions answer the post-missing 404', async () => {
     const post = await freshPost();
     await api().delete(`/posts/${post.id}`).set(bearer(alice));

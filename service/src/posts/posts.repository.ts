@@ -14,6 +14,10 @@ interface PostRow {
   user_id: number;
 }
 
+/** The columns a post is read with: its row as the API shows it, and the count its votes keep. */
+const POST_COLUMNS = ['id', 'title', 'content', 'published', 'created_at', 'user_id'] as const;
+const PAGE_COLUMNS = [...POST_COLUMNS, 'vote_count'] as const;
+
 /** The one post shape every endpoint returns: the row with its owner and vote total. */
 export interface Post extends PostRow {
   owner: User;
@@ -88,8 +92,8 @@ function likeSubstring(search: string): string {
 }
 
 /**
- * Adds owner and vote count to a set of post rows. Votes are counted per post in the outer select,
- * so only the rows of the page are counted, never the whole votes table.
+ * Adds owner and vote count to a set of post rows. The count is the post's own `vote_count`, which
+ * a trigger on votes keeps (migration 20261125000005), so no vote is counted per request.
  */
 function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuilder {
   return knex
@@ -98,7 +102,7 @@ function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuild
       'page.*',
       'u.email as owner_email',
       'u.created_at as owner_created_at',
-      knex.raw('(SELECT count(*)::int FROM votes v WHERE v.post_id = page.id) AS votes'),
+      'page.vote_count as votes',
     )
     .from('page')
     .join('users as u', 'u.id', 'page.user_id');
@@ -146,7 +150,10 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
   const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
   return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
-      .select('*', knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'))
+      .select(
+        ...PAGE_COLUMNS,
+        knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'),
+      )
       .modify(visibleTo(viewerIn(kind, param)))
       .orderBy([...NEWEST_FIRST])
       .limit(param('read'))
@@ -203,7 +210,13 @@ export async function listPosts(db: Database, viewer: Viewer, query: ListQuery):
 }
 
 const postRows = perViewer<PostWithOwnerRow, { id: number }>('post', (knex, param, viewer) =>
-  withOwnerAndVotes(knex, knex('posts').select('*').where('id', param('id')).modify(visibleTo(viewer))),
+  withOwnerAndVotes(
+    knex,
+    knex('posts')
+      .select(...PAGE_COLUMNS)
+      .where('id', param('id'))
+      .modify(visibleTo(viewer)),
+  ),
 );
 
 /** A post the viewer may see, or undefined (missing and invisible look the same). */
@@ -233,7 +246,7 @@ export async function createPost(db: Database, owner: User, input: PostInput): P
   const [row] = await db
     .knex<PostRow>('posts')
     .insert({ title: input.title, content: input.content, published: input.published, user_id: owner.id })
-    .returning<PostRow[]>('*');
+    .returning<PostRow[]>([...POST_COLUMNS]);
   if (!row) throw new Error('insert returned no row');
   return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
 }
