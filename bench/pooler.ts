@@ -12,7 +12,7 @@
  * results/pooler.json and rebuilds docs/benchmarks.md with it.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
@@ -22,6 +22,7 @@ import { serverNode } from './node';
 import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
+import { migrations } from '../migrations';
 import { OwnPgBouncer } from '../testing/pgbouncer';
 import { ROOT } from '../testing/service';
 
@@ -73,6 +74,33 @@ function worktree(ref: string): { dir: string; commit: string; remove(): void } 
   };
 }
 
+/**
+ * A copy of the bench database with the schema an older checkout knows: the migrations it does
+ * not list are undone (newest first), so its service starts on the same data. Replaced each run.
+ */
+async function schemaAsOf(database: string, checkoutDir: string): Promise<string> {
+  const copy = `${database}_before`;
+  const admin = knex({ client: 'pg', connection: { ...pgConnection, database: 'postgres' } });
+  try {
+    await admin.raw(`DROP DATABASE IF EXISTS "${copy}" WITH (FORCE)`);
+    await admin.raw(`CREATE DATABASE "${copy}" TEMPLATE "${database}"`);
+  } finally {
+    await admin.destroy();
+  }
+  const known = readFileSync(path.join(checkoutDir, 'migrations', 'index.ts'), 'utf8');
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database: copy } });
+  try {
+    for (const [name, migration] of Object.entries(migrations).reverse()) {
+      if (known.includes(`'${name}'`)) continue;
+      await migration.down?.(k);
+      await k('knex_migrations').where({ name }).delete();
+    }
+  } finally {
+    await k.destroy();
+  }
+  return copy;
+}
+
 async function token(base: string): Promise<string> {
   const res = await fetch(`${base}/login`, {
     method: 'POST',
@@ -101,6 +129,8 @@ async function main(): Promise<void> {
   await bouncer.start();
   const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };
   const checkout = before ? worktree(before) : undefined;
+  // Copied before any server connects: a template must have no other session.
+  const beforeDatabase = checkout ? await schemaAsOf(info.database, checkout.dir) : undefined;
   const contenders: Contender[] = [];
   try {
     const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
@@ -123,7 +153,13 @@ async function main(): Promise<void> {
       ...viaBouncer,
       DB_PREPARED_STATEMENTS: 'false',
     });
-    if (checkout) await add('before', `before: ${checkout.commit}, direct to PostgreSQL`, {}, checkout.dir);
+    if (checkout)
+      await add(
+        'before',
+        `before: ${checkout.commit}, direct to PostgreSQL`,
+        beforeDatabase ? { DB_NAME: beforeDatabase } : {},
+        checkout.dir,
+      );
 
     const series: PoolerSeries[] = [];
     const lists = [

@@ -28,10 +28,16 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
  * page: the path the client asked for, its `limit` and `search` if it sent them, and a cursor (never
  * `skip`, so a walk started from an offset page continues by keyset).
  */
-function sendPage(req: Request, res: Response, query: ListQuery, page: ListPage): void {
+function sendPage(
+  req: Request,
+  res: Response,
+  asked: Request['query'],
+  query: ListQuery,
+  page: ListPage,
+): void {
   if (page.next) {
     const params = [
-      ...(req.query.limit === undefined ? [] : [`limit=${query.limit}`]),
+      ...(asked.limit === undefined ? [] : [`limit=${query.limit}`]),
       ...(query.search === undefined ? [] : [`search=${encodeURIComponent(query.search)}`]),
       `cursor=${encodeCursor(page.next)}`,
     ];
@@ -42,9 +48,11 @@ function sendPage(req: Request, res: Response, query: ListQuery, page: ListPage)
 
 /** The posts, added to the app's one API router (app.ts). */
 export function postsRoutes(router: Router, db: Database, auth: RequestHandler): void {
+  // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
-    const query = validate(listQuery, req.query, 'query');
-    sendPage(req, res, query, await listPosts(db, { userId: caller(req).id }, query));
+    const asked = req.query;
+    const query = validate(listQuery, asked, 'query');
+    sendPage(req, res, asked, query, await listPosts(db, { userId: caller(req).id }, query));
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
@@ -60,8 +68,9 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
   router
     .route('/posts/public')
     .get(async (req, res) => {
-      const query = validate(listQuery, req.query, 'query');
-      sendPage(req, res, query, await listPosts(db, 'public', query));
+      const asked = req.query;
+      const query = validate(listQuery, asked, 'query');
+      sendPage(req, res, asked, query, await listPosts(db, 'public', query));
     })
     .all(methodNotAllowed(['GET']));
 
