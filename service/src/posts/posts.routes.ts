@@ -46,12 +46,17 @@ function sendPage(
   res.json(page.posts);
 }
 
+/** A list asked for without parameters (most first pages) gets the defaults, which joi decides once. */
+const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'query'));
+const listQueryOf = (asked: Request['query']): ListQuery =>
+  Object.keys(asked).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, asked, 'query');
+
 /** The posts, added to the app's one API router (app.ts). */
 export function postsRoutes(router: Router, db: Database, auth: RequestHandler): void {
   // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
     const asked = req.query;
-    const query = validate(listQuery, asked, 'query');
+    const query = listQueryOf(asked);
     sendPage(req, res, asked, query, await listPosts(db, { userId: caller(req).id }, query));
   };
   const create: RequestHandler = async (req, res) => {
@@ -69,7 +74,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
     .route('/posts/public')
     .get(async (req, res) => {
       const asked = req.query;
-      const query = validate(listQuery, asked, 'query');
+      const query = listQueryOf(asked);
       sendPage(req, res, asked, query, await listPosts(db, 'public', query));
     })
     .all(methodNotAllowed(['GET']));
