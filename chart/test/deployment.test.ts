@@ -78,14 +78,17 @@ describe.each(environments)('The API Deployment of %s', (environment) => {
     });
     // Any other volume is a Secret's file mounted read-only (prod: the database CA).
     for (const volume of podSpec(objects).volumes ?? [])
-      if (volume.name !== 'tmp') expect(volume.secret?.items).toBeDefined();
+      if (volume.name !== 'tmp') expect(volume.secret?.items).toEqual([{ key: 'ca.crt', path: 'ca.crt' }]);
   });
 
   it(`When the ${environment} values are rendered, then the container requests CPU and memory and has a memory limit`, () => {
-    const resources = apiContainer(objects).resources;
-    expect(resources?.requests?.cpu).toBeDefined();
-    expect(resources?.requests?.memory).toBeDefined();
-    expect(resources?.limits?.memory).toBeDefined();
+    // What each values file asks for, as the pod carries it.
+    const expected = {
+      dev: { requests: { cpu: '50m', memory: '128Mi' }, limits: { memory: '320Mi' } },
+      staging: { requests: { cpu: '100m', memory: '192Mi' }, limits: { memory: '384Mi' } },
+      prod: { requests: { cpu: '250m', memory: '256Mi' }, limits: { memory: '512Mi' } },
+    }[environment];
+    expect(apiContainer(objects).resources).toEqual(expected);
   });
 
   it(`When the ${environment} values are rendered, then a rollout starts a new pod before an old one stops`, () => {

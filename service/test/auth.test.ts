@@ -41,8 +41,20 @@ describe('POST /login', () => {
     expect(payload.exp - payload.iat).toBe(30 * 60);
   });
 
-  test('When the username differs only in letter case, then login succeeds', async () => {
-    await login({ username: account.email.toUpperCase(), password: account.password }).expect(200);
+  test('When the username differs only in letter case, then login succeeds, and the token acts as that same account', async () => {
+    const res = await login({ username: account.email.toUpperCase(), password: account.password }).expect(
+      200,
+    );
+    const token = (res.body as { access_token: string }).access_token;
+    const created = await request(svc.app)
+      .post('/posts/')
+      .set('Authorization', `Bearer ${token}`)
+      .send({ title: 'Written after an upper-case login', content: 'c' })
+      .expect(201);
+    expect((created.body as { owner: { id: number; email: string } }).owner).toMatchObject({
+      id: account.user.id,
+      email: account.email,
+    });
   });
 
   test('When the password is wrong or the e-mail unknown, then both get the same 403', async () => {
