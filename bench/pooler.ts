@@ -1,5 +1,5 @@
 /**
- * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--only KEY,…] [--before REF] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:pooler -- [--posts 100000] [--duration 10] [--rounds 3] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH] [--out DIR]`
  *
  * The lists (public, authenticated, and the public list with a search) served by the bare
  * reference (bench/reference.ts: the service's own statements, prepared per shape, the caller
@@ -47,6 +47,13 @@ const only = option('only', '')
   .map((s) => s.trim())
   .filter(Boolean);
 const wanted = (key: string) => only.length === 0 || only.includes(key);
+/** More PgBouncer settings (pkt_buf=16384, say), to try one before a chart's Pooler carries it. */
+const pgbouncerSettings = Object.fromEntries(
+  option('pgbouncer-settings', '')
+    .split(',')
+    .filter((pair) => pair.includes('='))
+    .map((pair) => pair.split('=', 2).map((part) => part.trim()) as [string, string]),
+);
 const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duration >= 1)) {
@@ -125,6 +132,7 @@ async function main(): Promise<void> {
     version: '1.24',
     target: { host: pgConnection.host, port: pgConnection.port },
     poolSize: POOL,
+    overrides: { settings: pgbouncerSettings },
   });
   await bouncer.start();
   const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };

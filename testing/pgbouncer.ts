@@ -29,7 +29,7 @@ export interface PgBouncerOptions {
    * (name → password, as the auth_file holds them); lines of an auth_hba_file, which then decides
    * how each client authenticates.
    */
-  overrides?: { settings: Record<string, string>; users: Record<string, string>; hba: string[] };
+  overrides?: { settings?: Record<string, string>; users?: Record<string, string>; hba?: string[] };
 }
 
 export class OwnPgBouncer {
