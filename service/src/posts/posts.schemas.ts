@@ -16,9 +16,9 @@ function text(max: number): Joi.StringSchema {
     .description('Not blank; no NUL.');
 }
 
-// Each schema validates the request, names its OpenAPI component (`className`, read by docs/request-schemas.ts)
-// and is checked against its TypeScript type by the compiler (`Joi.object<T, true>` wants every
-// field of T, each with a schema of its type).
+// Each schema validates the request, names its OpenAPI component (`className`, read by
+// docs/request-schemas.ts) and is checked against its TypeScript type by the compiler
+// (`Joi.object<T, true>` wants every field of T, each with a schema of its type).
 
 export interface PostInput {
   title: string;
