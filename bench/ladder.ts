@@ -15,7 +15,7 @@ import { crossOrigin } from '../service/src/http/cors';
 import { requireHost } from '../service/src/http/protocol';
 import { requestLog } from '../service/src/http/request-log';
 import { apiHeaders } from '../service/src/http/security-headers';
-import { closeAfterOversizedBody } from '../service/src/http/validation';
+import { closeAfterOversizedBody } from '../service/src/http/body';
 import { createLogger } from '../service/src/logger';
 import { createMetrics } from '../service/src/metrics';
 import { listPosts } from '../service/src/posts/posts.repository';

@@ -1,23 +1,36 @@
 import express, { type Express } from 'express';
-import { requireAuth } from './auth/auth.middleware';
-import { authRoutes } from './auth/auth.routes';
-import { tokenKeys } from './auth/tokens';
 import type { Database } from './db/connection';
-import { healthRouter, type ShutdownState } from './health';
+import { openApiDocument as buildOpenApiDocument } from './docs/openapi';
+import { docsRouter } from './docs/page';
+import { healthDocs, healthRouter, type ShutdownState } from './health';
+import { requireAuth } from './http/auth';
+import { closeAfterOversizedBody } from './http/body';
 import { crossOrigin } from './http/cors';
-import { docsRouter } from './http/docs';
 import { errorHandler, notFound } from './http/errors';
 import { requireHost } from './http/protocol';
-import { closeAfterOversizedBody } from './http/validation';
 import { requestLog } from './http/request-log';
 import { exactRouter } from './http/router';
 import { apiHeaders } from './http/security-headers';
+import { tokenKeys } from './http/tokens';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
-import { postsRoutes } from './posts/posts.routes';
+import { visiblePostOwner } from './posts/posts.repository';
+import { postsDocs, postsRoutes } from './posts/posts.routes';
 import type { Settings } from './settings';
-import { usersRoutes } from './users/users.routes';
-import { votesRoutes } from './votes/votes.routes';
+import { findUserById } from './users/users.repository';
+import { usersDocs, usersRoutes } from './users/users.routes';
+import { votesDocs, votesRoutes } from './votes/votes.routes';
+
+let document: object | undefined;
+
+/**
+ * The OpenAPI document, collected here from what each feature exports, in the order of its tags
+ * and paths; built once (swagger-jsdoc reads the route files).
+ */
+export function openApiDocument(): object {
+  document ??= buildOpenApiDocument([usersDocs, postsDocs, votesDocs, healthDocs]);
+  return document;
+}
 
 export interface AppDeps {
   db: Database;
@@ -57,16 +70,21 @@ export function createApp({
 
   // SECRET_KEY signs; it and SECRET_KEYS_ACCEPTED verify. Built once (see tokenKey).
   const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
-  const auth = requireAuth(db, keys, settings.accessTokenExpireMinutes);
+  const auth = requireAuth((id) => findUserById(db, id), keys, settings.accessTokenExpireMinutes);
   // Every API route in one router, the busiest first: a request walks one route list, not one
   // router per module.
   const api = exactRouter();
   postsRoutes(api, db, auth);
-  votesRoutes(api, db, auth);
-  authRoutes(api, db, { ...settings, signing: keys.signing });
-  usersRoutes(api, db, settings.bcryptRounds);
+  // A post the voter cannot read cannot be voted on: the posts' visibility rule, handed to votes.
+  votesRoutes(
+    api,
+    db,
+    auth,
+    async (postId, userId) => (await visiblePostOwner(db, postId, { userId })) !== undefined,
+  );
+  usersRoutes(api, db, { ...settings, signing: keys.signing });
   app.use(api);
-  app.use(docsRouter());
+  app.use(docsRouter(openApiDocument()));
 
   app.use(notFound);
   app.use(errorHandler(logger));

@@ -75,6 +75,13 @@ export function healthRouter(
   return router;
 }
 
+/** The probes' OpenAPI part (the app hands it to docs/openapi.ts): the comment below. */
+export const healthDocs = {
+  tags: [{ name: 'Health' }],
+  // Both the TypeScript source (tests, tsx) and the compiled file keep the comment.
+  apis: [__filename],
+};
+
 /**
  * @openapi
  * /healthz/live:

@@ -1,5 +1,4 @@
-import pino, { type DestinationStream, type Logger } from 'pino';
-import type { Settings } from './settings';
+import pino, { type DestinationStream, type Level, type Logger } from 'pino';
 
 export type { Logger };
 
@@ -37,11 +36,7 @@ export const REDACTED_PATHS = [
  * everywhere but for a person at a terminal in development: not in production, not under CI
  * (CI set to anything but "false" or "0"), not when stdout is a pipe or a file.
  */
-export function logFormat(
-  nodeEnv: Settings['nodeEnv'],
-  ci: string | undefined,
-  isTTY: boolean,
-): 'pretty' | 'json' {
+export function logFormat(nodeEnv: string, ci: string | undefined, isTTY: boolean): 'pretty' | 'json' {
   const underCi = ci !== undefined && ci !== '' && ci !== 'false' && ci !== '0';
   return nodeEnv !== 'production' && !underCi && isTTY ? 'pretty' : 'json';
 }
@@ -54,7 +49,7 @@ const stdoutIsTerminal = (): boolean => (process.stdout as { isTTY?: boolean }).
  * pino-pretty is installed (a development dependency: the production image has none), otherwise
  * undefined, which is pino's JSON on stdout.
  */
-export function consoleDestination(nodeEnv: Settings['nodeEnv']): DestinationStream | undefined {
+export function consoleDestination(nodeEnv: string): DestinationStream | undefined {
   if (logFormat(nodeEnv, process.env.CI, stdoutIsTerminal()) !== 'pretty') return undefined;
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- optional, see above
@@ -68,7 +63,7 @@ export function consoleDestination(nodeEnv: Settings['nodeEnv']): DestinationStr
 }
 
 /** A logger writing to `destination` (consoleDestination, or a test's stream); stdout as JSON without one. */
-export function createLogger(level: Settings['logLevel'], destination?: DestinationStream): Logger {
+export function createLogger(level: Level | 'silent', destination?: DestinationStream): Logger {
   return pino(
     {
       level,

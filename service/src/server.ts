@@ -7,7 +7,7 @@ import { createApp } from './app';
 import type { Database } from './db/connection';
 import type { ShutdownState } from './health';
 import { clientErrorProblem, rawProblem, writeProblem } from './http/protocol';
-import { deferContinue } from './http/validation';
+import { deferContinue } from './http/body';
 import type { Logger } from './logger';
 import { createMetrics, createMetricsServer } from './metrics';
 import type { Settings } from './settings';

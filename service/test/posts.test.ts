@@ -10,6 +10,7 @@ import {
   type Account,
   type TestService,
 } from './helpers';
+import { MAX_ID } from '../src/db/limits';
 
 interface OwnerBody {
   id: number;
@@ -31,7 +32,8 @@ interface PostBody {
 const POST_KEYS = ['content', 'created_at', 'id', 'owner', 'published', 'title', 'user_id', 'votes'];
 const OWNER_KEYS = ['created_at', 'email', 'id'];
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
-const MISSING_ID = 2_147_483_647;
+/** The largest id a column holds: no test gets that far, so no post has it. */
+const MISSING_ID = MAX_ID;
 
 const token = (): string => uniqueToken('t');
 

@@ -10,6 +10,7 @@ import {
   type Account,
   type TestService,
 } from './helpers';
+import { MAX_ID } from '../src/db/limits';
 
 interface PostBody {
   id: number;
@@ -24,7 +25,8 @@ interface MessageBody {
 
 const ADDED = { message: 'successfully added vote' };
 const DELETED = { message: 'successfully deleted vote' };
-const MISSING_ID = 2_147_483_647;
+/** The largest id a column holds: no test gets that far, so no post has it. */
+const MISSING_ID = MAX_ID;
 
 const token = (): string => uniqueToken('v');
 

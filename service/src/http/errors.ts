@@ -19,6 +19,9 @@ export class ApiError extends Error {
 export const notAuthenticated = (detail: string): ApiError =>
   new ApiError(401, detail, {}, { 'WWW-Authenticate': 'Bearer' });
 
+/** A post missing, or another user's draft: the two are answered alike, by posts and by votes. */
+export const postNotFound = (id: number): ApiError => new ApiError(404, `post with id: ${id} was not found`);
+
 /** RFC 9457 problem details; `detail` is always present because clients read it. */
 export function problemBody(
   status: number,
@@ -35,18 +38,6 @@ export function sendProblem(res: Response, error: ApiError): void {
   res.send(JSON.stringify(problemBody(error.status, error.detail, error.extra)));
 }
 
-// body-parser tags its errors with a `type`; each is mapped on its own so that no foreign
-// error's status is trusted blindly.
-const BODY_ERRORS: Record<string, ApiError> = {
-  'entity.parse.failed': new ApiError(400, 'The request body is not valid JSON'),
-  'entity.too.large': new ApiError(413, 'The request body is larger than 100 kB'),
-  'parameters.too.many': new ApiError(413, 'The form has too many fields'),
-  'encoding.unsupported': new ApiError(415, 'The request body has an unsupported Content-Encoding'),
-  'charset.unsupported': new ApiError(415, 'The request body has an unsupported charset; use utf-8'),
-  'request.aborted': new ApiError(400, 'The request body was not received completely'),
-  'request.size.invalid': new ApiError(400, 'The request body does not match its Content-Length'),
-};
-
 export const databaseUnavailable = new ApiError(
   503,
   'The database is not available right now; try again shortly',
@@ -56,8 +47,6 @@ export const databaseUnavailable = new ApiError(
 
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
-  const type = (error as { type?: unknown } | null)?.type;
-  if (typeof type === 'string' && type in BODY_ERRORS) return BODY_ERRORS[type];
   if (errorFields(error).name === 'URIError')
     return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error)) return databaseUnavailable;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { MAX_ID } from '../http/validation';
+import { MAX_ID } from '../db/limits';
 
 /**
  * A place in the newest-first order: the exact `created_at` (microseconds since the Unix epoch, as
@@ -19,8 +19,12 @@ const VERSION = 1;
 const BODY_BYTES = 13;
 const CHECK_BYTES = 4;
 const BYTES = BODY_BYTES + CHECK_BYTES;
-/** base64url without padding of BYTES bytes. */
-export const CURSOR_LENGTH = Math.ceil((BYTES * 8) / 6);
+
+/**
+ * The longest cursor the API accepts (API.md: at most 64 characters): above the 23 of BYTES in
+ * base64url, so nothing long is ever decoded, with room for a later layout.
+ */
+export const CURSOR_MAX_LENGTH = 64;
 
 const checksum = (body: Buffer): Buffer =>
   createHash('sha256').update(body).digest().subarray(0, CHECK_BYTES);
@@ -39,7 +43,7 @@ export function encodeCursor(position: Position): string {
  * timestamp with float8 arithmetic, exact below 2^53 microseconds (the years 1685 to 2255).
  */
 export function decodeCursor(cursor: string): Position | undefined {
-  if (cursor.length !== CURSOR_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) return undefined;
+  if (cursor.length > CURSOR_MAX_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) return undefined;
   const bytes = Buffer.from(cursor, 'base64url');
   // Only the one canonical spelling (the last character's spare bits zero) is a cursor.
   if (bytes.length !== BYTES || bytes.toString('base64url') !== cursor) return undefined;

@@ -1,9 +1,9 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
-import { caller } from '../auth/auth.middleware';
 import type { Database } from '../db/connection';
-import { methodNotAllowed } from '../http/errors';
-import { jsonBody, validate } from '../http/validation';
-import { notYourPost, postNotFound } from './posts.errors';
+import { caller } from '../http/auth';
+import { jsonBody } from '../http/body';
+import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
+import { validate } from '../http/validation';
 import { encodeCursor } from './posts.cursor';
 import {
   createPost,
@@ -15,6 +15,9 @@ import {
   type ListPage,
 } from './posts.repository';
 import { listQuery, postIdParams, postInput, type ListQuery } from './posts.schemas';
+
+/** Visible to the caller but not theirs. */
+const notYourPost = (): ApiError => new ApiError(403, 'Not authorized to perform requested action');
 
 /** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
 async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
@@ -104,6 +107,49 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
 }
+
+/**
+ * The OpenAPI parts of the posts (the app hands them to docs/openapi.ts): the request body and
+ * parameters, generated from the schemas that validate them, the post, the paging header, and the
+ * comments below.
+ */
+export const postsDocs = {
+  tags: [{ name: 'Posts' }],
+  bodies: [postInput],
+  parameters: [
+    {
+      in: 'query' as const,
+      schema: listQuery,
+      names: { limit: 'limit', skip: 'skip', search: 'search', cursor: 'cursor' },
+    },
+    { in: 'path' as const, schema: postIdParams, names: { id: 'postId' } },
+  ],
+  schemas: {
+    Post: {
+      type: 'object',
+      required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
+      properties: {
+        id: { type: 'integer', example: 7 },
+        title: { type: 'string' },
+        content: { type: 'string' },
+        published: { type: 'boolean' },
+        created_at: { type: 'string', format: 'date-time' },
+        user_id: { type: 'integer' },
+        owner: { $ref: '#/components/schemas/User' },
+        votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
+      },
+    },
+  },
+  headers: {
+    NextLink: {
+      description:
+        'RFC 8288, only when more posts follow this page: `</posts/public?limit=20&search=hello&cursor=…>; rel="next"`. The path is the one requested; `limit` and `search` are kept when sent; `cursor` replaces `skip`.',
+      schema: { type: 'string' },
+    },
+  },
+  // Both the TypeScript source (tests, tsx) and the compiled file keep the comments.
+  apis: [__filename],
+};
 
 /**
  * @openapi

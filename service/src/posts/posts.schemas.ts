@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { idSchema, nulError } from '../http/validation';
-import { decodeCursor } from './posts.cursor';
+import { CURSOR_MAX_LENGTH, decodeCursor, type Position } from './posts.cursor';
 
 /** Text PostgreSQL can store (no NUL) and that is not only whitespace. */
 function text(max: number): Joi.StringSchema {
@@ -16,9 +16,9 @@ function text(max: number): Joi.StringSchema {
     .description('Not blank; no NUL.');
 }
 
-// Each schema validates the request, names its OpenAPI component (`className`, read by docs.ts)
-// and is checked against its TypeScript type by the compiler (`Joi.object<T, true>` wants every
-// field of T, each with a schema of its type).
+// Each schema validates the request, names its OpenAPI component (`className`, read by
+// docs/request-schemas.ts) and is checked against its TypeScript type by the compiler
+// (`Joi.object<T, true>` wants every field of T, each with a schema of its type).
 
 export interface PostInput {
   title: string;
@@ -39,12 +39,30 @@ export interface ListQuery {
   limit: number;
   skip: number;
   search?: string;
-  /** Checked to decode (decodeCursor); the position itself is read where the query is built. */
-  cursor?: string;
+  /** Sent as the opaque string; decoded here, once, into the position the list continues after. */
+  cursor?: Position;
 }
 
-/** Longer than any cursor the service writes; a bound, so nothing long is ever decoded. */
-const CURSOR_MAX_LENGTH = 64;
+/**
+ * The cursor as sent, and as the schema's value the position it carries (decodeCursor). joi types a
+ * field by the kind of its schema (an object position wants an object schema), hence the cast.
+ */
+const cursor = Joi.string()
+  .max(CURSOR_MAX_LENGTH)
+  .custom((value: string, helpers) => {
+    // An overlong one is reported by max alone, and never decoded.
+    if (value.length > CURSOR_MAX_LENGTH) return value;
+    return (
+      decodeCursor(value) ??
+      helpers.message({
+        custom: '{#label} is not a cursor this service wrote; start again from the first page',
+      })
+    );
+  })
+  .description(
+    'Opaque keyset position, taken from the `Link: rel="next"` header of the previous page: the page holds the posts after it. ' +
+      'It carries only a position, so it is valid on either list. Not with `skip`.',
+  ) as unknown as Joi.ObjectSchema<Position>;
 
 export const listQuery = Joi.object<ListQuery, true>({
   limit: Joi.number().integer().min(1).max(100).default(10).description('Page size.'),
@@ -66,20 +84,7 @@ export const listQuery = Joi.object<ListQuery, true>({
     .max(300)
     .custom((value: string, helpers) => nulError(value, helpers) ?? value)
     .description('Case-insensitive substring of the title; `%` and `_` match themselves.'),
-  cursor: Joi.string()
-    .max(CURSOR_MAX_LENGTH)
-    .custom((value: string, helpers) =>
-      // An overlong one is reported by max alone, and never decoded.
-      value.length <= CURSOR_MAX_LENGTH && decodeCursor(value) === undefined
-        ? helpers.message({
-            custom: '{#label} is not a cursor this service wrote; start again from the first page',
-          })
-        : value,
-    )
-    .description(
-      'Opaque keyset position, taken from the `Link: rel="next"` header of the previous page: the page holds the posts after it. ' +
-        'It carries only a position, so it is valid on either list. Not with `skip`.',
-    ),
+  cursor,
 });
 
 export const postIdParams = Joi.object<{ id: number }, true>({

@@ -1,14 +1,10 @@
 import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
-import { hasNul } from '../http/validation';
+import { hasNul } from '../db/limits';
 import { statement } from '../db/statements';
+import type { User } from '../http/auth';
 
-/** A user as the API returns it: never the password hash. */
-export interface User {
-  id: number;
-  email: string;
-  created_at: Date;
-}
+export type { User };
 
 export interface UserWithHash extends User {
   password: string;

@@ -1,24 +1,91 @@
+import { randomBytes } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
 import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
-import { jsonBody, validate } from '../http/validation';
-import { createUser } from './users.repository';
-import { userCreate } from './users.schemas';
+import { formBody, jsonBody } from '../http/body';
+import { signAccessToken, type TokenKey } from '../http/tokens';
+import { validate } from '../http/validation';
+import { normaliseEmail } from './email';
+import { createUser, findUserByEmail } from './users.repository';
+import { bcryptComparable, loginForm, userCreate } from './users.schemas';
 
-/** Registration, added to the app's one API router (app.ts). */
-export function usersRoutes(router: Router, db: Database, bcryptRounds: number): void {
+export interface UsersOptions {
+  bcryptRounds: number;
+  /** The signing key (SECRET_KEY's, tokenKeys), which the authentication verifies with too. */
+  signing: TokenKey;
+  accessTokenExpireMinutes: number;
+}
+
+/** Registration and the form login, added to the app's one API router (app.ts). */
+export function usersRoutes(router: Router, db: Database, options: UsersOptions): void {
   router
     .route('/users/')
     .post(...jsonBody, async (req, res) => {
       const input = validate(userCreate, req.body, 'body');
-      const hash = await bcrypt.hash(input.password, bcryptRounds);
+      const hash = await bcrypt.hash(input.password, options.bcryptRounds);
       const user = await createUser(db, input.email, hash);
       if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
       res.status(201).json(user);
     })
     .all(methodNotAllowed(['POST']));
+
+  // Compared against when the e-mail is unknown, at the same cost as a real hash.
+  const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
+
+  router
+    .route('/login')
+    .post(...formBody, async (req, res) => {
+      const form = validate(loginForm, req.body, 'body');
+      // The registration's normalisation, so any form of an address finds its one account; an
+      // address registration would refuse matches nobody, after the same work.
+      const address = normaliseEmail(form.username);
+      const user = address.ok ? await findUserByEmail(db, address.email) : undefined;
+      // Registration refuses what bcrypt would not compare in full, so such a password never matches.
+      const comparable = bcryptComparable(form.password);
+      const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
+      if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
+      res.json({
+        access_token: signAccessToken(user.id, options.signing, options.accessTokenExpireMinutes),
+        token_type: 'bearer',
+      });
+    })
+    .all(methodNotAllowed(['POST']));
 }
+
+/**
+ * The OpenAPI parts of registration and login (the app hands them to docs/openapi.ts): the request
+ * bodies, generated from the schemas that validate them, what the answers hold, and the comments below.
+ */
+export const usersDocs = {
+  tags: [{ name: 'Users' }, { name: 'Authentication' }],
+  bodies: [userCreate, loginForm],
+  schemas: {
+    User: {
+      type: 'object',
+      required: ['id', 'email', 'created_at'],
+      properties: {
+        id: { type: 'integer', example: 1 },
+        email: { type: 'string', format: 'email', example: 'a@b.io' },
+        created_at: { type: 'string', format: 'date-time' },
+      },
+    },
+    Token: {
+      type: 'object',
+      required: ['access_token', 'token_type'],
+      properties: {
+        access_token: {
+          type: 'string',
+          description:
+            'HS256 JWT; header `kid` is the id of the signing key (derived from it, not secret), `sub` the user id, `exp` ACCESS_TOKEN_EXPIRE_MINUTES later.',
+        },
+        token_type: { type: 'string', enum: ['bearer'] },
+      },
+    },
+  },
+  // Both the TypeScript source (tests, tsx) and the compiled file keep the comments.
+  apis: [__filename],
+};
 
 /**
  * @openapi
@@ -45,6 +112,38 @@ export function usersRoutes(router: Router, db: Database, bcryptRounds: number):
  *             schema: { $ref: '#/components/schemas/User' }
  *       400: { $ref: '#/components/responses/BadRequest' }
  *       409: { $ref: '#/components/responses/Conflict' }
+ *       413: { $ref: '#/components/responses/PayloadTooLarge' }
+ *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
+ *       422: { $ref: '#/components/responses/ValidationError' }
+ *       429: { $ref: '#/components/responses/TooManyRequests' }
+ *       503: { $ref: '#/components/responses/ServiceUnavailable' }
+ */
+
+/**
+ * @openapi
+ * /login:
+ *   post:
+ *     tags: [Authentication]
+ *     summary: Log in for an access token
+ *     description: >
+ *       OAuth2 password-style form login: `username` is the e-mail address, normalised as at
+ *       registration. The token comes only in this body (no cookie), which a foreign origin cannot
+ *       read. The form must be UTF-8 (no other charset). An unknown e-mail and a
+ *       wrong password get the same 403 after the same work, so e-mails cannot be probed. Only this
+ *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
+ *       `/users/`).
+ *     requestBody:
+ *       required: true
+ *       content:
+ *         application/x-www-form-urlencoded:
+ *           schema: { $ref: '#/components/schemas/LoginForm' }
+ *     responses:
+ *       200:
+ *         description: A bearer token.
+ *         content:
+ *           application/json:
+ *             schema: { $ref: '#/components/schemas/Token' }
+ *       403: { $ref: '#/components/responses/InvalidCredentials' }
  *       413: { $ref: '#/components/responses/PayloadTooLarge' }
  *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
  *       422: { $ref: '#/components/responses/ValidationError' }

@@ -1,5 +1,6 @@
 import Joi from 'joi';
-import { hasNul, nulError } from '../http/validation';
+import { hasNul } from '../db/limits';
+import { nulError } from '../http/validation';
 import { normaliseEmail } from './email';
 
 /** bcrypt reads this many bytes and ignores the rest. */
@@ -37,8 +38,26 @@ export const email = Joi.string()
   .email({ tlds: { allow: false } })
   .description('Stored normalised (Unicode NFKC, domain per UTS #46); unique ignoring letter case.');
 
-/** The OpenAPI component `UserCreate` is generated from this schema (see docs.ts). */
+/** The OpenAPI component `UserCreate` is generated from this schema (see docs/openapi.ts). */
 export const userCreate = Joi.object<UserCreate, true>({
   email: email.required(),
   password: password.required(),
 }).meta({ className: 'UserCreate' });
+
+export interface LoginForm {
+  username: string;
+  password: string;
+}
+
+/**
+ * Any string is accepted here: a malformed e-mail simply matches no user and gets the same 403.
+ * `username` is compared after the e-mail policy's normalisation (email.ts). The OpenAPI
+ * component `LoginForm` is generated from this schema (see docs/openapi.ts).
+ */
+export const loginForm = Joi.object<LoginForm, true>({
+  username: Joi.string().max(1000).required().description('The e-mail address.'),
+  password: Joi.string()
+    .max(1000)
+    .required()
+    .meta({ swagger: { format: 'password' } }),
+}).meta({ className: 'LoginForm' });

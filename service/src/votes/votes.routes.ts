@@ -1,23 +1,32 @@
 import type { RequestHandler, Router } from 'express';
-import { caller } from '../auth/auth.middleware';
 import type { Database } from '../db/connection';
-import { ApiError, methodNotAllowed } from '../http/errors';
-import { jsonBody, validate } from '../http/validation';
-import { postNotFound } from '../posts/posts.errors';
-import { visiblePostOwner } from '../posts/posts.repository';
+import { caller } from '../http/auth';
+import { jsonBody } from '../http/body';
+import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
+import { validate } from '../http/validation';
 import { addVote, removeVote } from './votes.repository';
 import { voteInput } from './votes.schemas';
 
+/**
+ * Whether the user may see the post: the posts' one visibility rule (posts.repository's
+ * visiblePostOwner), which the app hands in so that voting does not reach into the posts.
+ */
+export type PostVisible = (postId: number, userId: number) => Promise<boolean>;
+
 /** Voting, added to the app's one API router (app.ts). */
-export function votesRoutes(router: Router, db: Database, auth: RequestHandler): void {
+export function votesRoutes(
+  router: Router,
+  db: Database,
+  auth: RequestHandler,
+  postVisible: PostVisible,
+): void {
   router
     .route('/votes/')
     .post(auth, ...jsonBody, async (req, res) => {
       const vote = validate(voteInput, req.body, 'body');
       const user = caller(req);
       // A post the caller cannot read cannot be voted on either.
-      if ((await visiblePostOwner(db, vote.post_id, { userId: user.id })) === undefined)
-        throw postNotFound(vote.post_id);
+      if (!(await postVisible(vote.post_id, user.id))) throw postNotFound(vote.post_id);
 
       if (vote.dir === 1) {
         const outcome = await addVote(db, user.id, vote.post_id);
@@ -32,6 +41,20 @@ export function votesRoutes(router: Router, db: Database, auth: RequestHandler):
     })
     .all(methodNotAllowed(['POST']));
 }
+
+/**
+ * The OpenAPI parts of voting (the app hands them to docs/openapi.ts): the request body, generated
+ * from the schema that validates it, the answer, and the comment below.
+ */
+export const votesDocs = {
+  tags: [{ name: 'Votes' }],
+  bodies: [voteInput],
+  schemas: {
+    Message: { type: 'object', required: ['message'], properties: { message: { type: 'string' } } },
+  },
+  // Both the TypeScript source (tests, tsx) and the compiled file keep the comments.
+  apis: [__filename],
+};
 
 /**
  * @openapi

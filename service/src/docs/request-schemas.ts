@@ -1,33 +1,20 @@
 import type Joi from 'joi';
 import joiToSwagger from 'joi-to-swagger';
-import { loginForm } from '../auth/auth.schemas';
-import { listQuery, postIdParams, postInput } from '../posts/posts.schemas';
-import { userCreate } from '../users/users.schemas';
-import { voteInput } from '../votes/votes.schemas';
 
 /**
  * The OpenAPI side of the request schemas: generated from the joi schemas that validate the
- * requests, so the documentation and the validation cannot disagree.
+ * requests (each feature hands in its own), so the documentation and the validation cannot disagree.
  */
 
-type OpenApiSchema = Record<string, unknown>;
+export type OpenApiSchema = Record<string, unknown>;
 
-/** Request bodies, each documented as the component its `className` meta names. */
-export const bodySchemas: Joi.ObjectSchema[] = [userCreate, loginForm, postInput, voteInput];
-
-/** Query and path parameters: each field becomes `#/components/parameters/<name>`. */
-export const parameterSchemas: {
+/** Query or path parameters: each named field becomes `#/components/parameters/<name>`. */
+export interface ParameterSource {
   in: 'query' | 'path';
   schema: Joi.ObjectSchema;
+  /** Field name → component name. */
   names: Record<string, string>;
-}[] = [
-  {
-    in: 'query',
-    schema: listQuery,
-    names: { limit: 'limit', skip: 'skip', search: 'search', cursor: 'cursor' },
-  },
-  { in: 'path', schema: postIdParams, names: { id: 'postId' } },
-];
+}
 
 /**
  * joi-to-swagger 6.2 (Twipped/joi-to-swagger, index.js) converts the limits, formats, enums and
@@ -74,14 +61,20 @@ export function componentName(schema: Joi.ObjectSchema): string {
   return name;
 }
 
-/** `components.schemas` and `components.parameters` for the requests. */
-export function requestComponents(): {
+/**
+ * `components.schemas` and `components.parameters` for the requests: each body documented as the
+ * component its `className` meta names, each parameter under its component name.
+ */
+export function requestComponents(
+  bodySchemas: readonly Joi.ObjectSchema[],
+  parameterSources: readonly ParameterSource[],
+): {
   schemas: Record<string, OpenApiSchema>;
   parameters: Record<string, OpenApiSchema>;
 } {
   const schemas = Object.fromEntries(bodySchemas.map((schema) => [componentName(schema), openApiOf(schema)]));
   const parameters: Record<string, OpenApiSchema> = {};
-  for (const source of parameterSchemas) {
+  for (const source of parameterSources) {
     const object = openApiOf(source.schema);
     const properties = object.properties as Record<string, OpenApiSchema>;
     const required = (object.required as string[] | undefined) ?? [];

@@ -1,11 +1,9 @@
 import type { RequestHandler } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
-import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
-import { notAuthenticated } from '../http/errors';
-import { MAX_ID } from '../http/validation';
-import { findUserById, type User } from '../users/users.repository';
+import { MAX_ID } from '../db/limits';
+import { notAuthenticated } from './errors';
 import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
 
 declare global {
@@ -20,6 +18,12 @@ declare global {
   }
 }
 
+/** A user as the API shows one (never the password hash): the caller, a post's owner. */
+export type User = Express.User;
+
+/** The user a token's subject names, or undefined when there is none (users.repository's findUserById). */
+export type FindUser = (id: number) => Promise<User | undefined>;
+
 const NOT_AUTHENTICATED = 'Not authenticated';
 const INVALID = 'Could not validate credentials';
 const NO_KEY = new Error('the token names no key of this service');
@@ -27,10 +31,14 @@ const NO_KEY = new Error('the token names no key of this service');
 /**
  * Bearer-token authentication: signature (HS256 only, with the key the token's `kid` names:
  * verificationKey), the registered claims (claimsAcceptable: expiry, issue time, lifetime) and an
- * existing user, checked on every request; nothing is kept between requests. Answers 401 itself,
- * before any body is read.
+ * existing user (findUser, which the app hands in), checked on every request; nothing is kept
+ * between requests. Answers 401 itself, before any body is read.
  */
-export function requireAuth(db: Database, keys: TokenKeys, accessTokenExpireMinutes: number): RequestHandler {
+export function requireAuth(
+  findUser: FindUser,
+  keys: TokenKeys,
+  accessTokenExpireMinutes: number,
+): RequestHandler {
   // Its own Passport instance, so apps built with different secrets (tests) never share state.
   const passport = new Passport();
   passport.use(
@@ -55,7 +63,7 @@ export function requireAuth(db: Database, keys: TokenKeys, accessTokenExpireMinu
           done(null, false);
           return;
         }
-        findUserById(db, Number(sub)).then(
+        findUser(Number(sub)).then(
           (user) => {
             done(null, user ?? false);
           },
