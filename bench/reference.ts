@@ -17,23 +17,27 @@ import knex from 'knex';
 import pg from 'pg';
 import { definedStatement, type Compiled } from '../service/src/db/statements';
 import { encodeCursor } from '../service/src/posts/posts.cursor';
+import { loadSettings } from '../service/src/settings';
 // Loaded for the statements they define: the reference never calls them.
 import '../service/src/posts/posts.repository';
 import '../service/src/users/users.repository';
 import '../service/src/votes/votes.repository';
 
+// The service's settings, read from the same environment the bench gives the service.
+const settings = loadSettings();
 // A KeyObject, as the service uses: given a string, jsonwebtoken tries a PEM parse on every call.
-const secret = createSecretKey(Buffer.from(process.env.SECRET_KEY ?? '', 'utf8'));
+const secret = createSecretKey(Buffer.from(settings.secretKey, 'utf8'));
 const pool = new pg.Pool({
-  host: process.env.DB_HOSTNAME ?? '127.0.0.1',
-  port: Number(process.env.DB_PORT ?? 5432),
-  user: process.env.DB_USERNAME ?? 'postgres',
-  password: process.env.DB_PASSWORD ?? '',
-  database: process.env.DB_NAME ?? 'postgres',
-  max: Number(process.env.DB_POOL_MAX ?? 10),
-  statement_timeout: Number(process.env.DB_STATEMENT_TIMEOUT_MS ?? 2000),
+  // The reference has no embedded database: unset means the local server.
+  host: settings.db.hostname ?? '127.0.0.1',
+  port: settings.db.port,
+  user: settings.db.username,
+  password: settings.db.password,
+  database: settings.db.name,
+  max: settings.db.poolMax,
+  statement_timeout: settings.db.statementTimeoutMs,
 });
-const dummyHash = bcrypt.hash('not-a-password', Number(process.env.BCRYPT_ROUNDS ?? 12));
+const dummyHash = bcrypt.hash('not-a-password', settings.bcryptRounds);
 
 /** knex only compiles here (no connection is made): the SQL text and the order of its values. */
 const compiler = knex({ client: 'pg' });
@@ -210,6 +214,7 @@ const server = createServer((req, res) => {
     if (!res.headersSent) send(res, 503, { detail: 'unavailable' });
   });
 });
+// The bench always gives PORT; run by hand, an ephemeral one rather than the service's.
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   process.stdout.write(
     `${JSON.stringify({ port: (server.address() as AddressInfo).port, msg: 'reference listening' })}\n`,

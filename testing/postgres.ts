@@ -7,20 +7,25 @@ import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
 import { chownSync, existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import knex from 'knex';
+import { loadSettings } from '../service/src/settings';
+
+/** The service's own defaults for DB_* (service/src/settings.ts), where a variable is not set. */
+const defaults = loadSettings({}).db;
 
 /**
  * The PostgreSQL server the suites run against (service tests on PostgreSQL, reliability, bench):
  * the DB_* variables the service reads, else the local one on 127.0.0.1:5432 as postgres.
  */
 export const postgresServer = {
+  // Unset means the embedded database to the service; the suites' server is then the local one.
   host: process.env.DB_HOSTNAME ?? '127.0.0.1',
-  port: Number(process.env.DB_PORT ?? 5432),
-  user: process.env.DB_USERNAME ?? 'postgres',
-  password: process.env.DB_PASSWORD ?? '',
+  port: Number(process.env.DB_PORT ?? defaults.port),
+  user: process.env.DB_USERNAME ?? defaults.username,
+  password: process.env.DB_PASSWORD ?? defaults.password,
 };
 
 /** The database to connect to for CREATE and DROP DATABASE. */
-export const adminDatabase = process.env.DB_NAME ?? 'postgres';
+export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 
 /** A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it. */
 let scratchCounter = 0;

@@ -1,40 +1,74 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Joi from 'joi';
-import type { DatabaseConfig } from './db/connection';
-
-/** Every setting the service reads, typed and validated once at start-up. */
-export interface Settings {
-  nodeEnv: 'development' | 'production' | 'test';
-  port: number;
-  /** Port of the Prometheus metrics listener, kept apart from the API so no ingress can expose it. */
-  metricsPort: number;
-  db: DatabaseConfig;
-  secretKey: string;
-  /** True when SECRET_KEY was not set and a random one was made for this process. */
-  secretKeyGenerated: boolean;
-  /**
-   * Further keys whose tokens are accepted but never signed with: during a rotation the next key
-   * (before it signs) or the previous one (until its tokens have expired). Never SECRET_KEY itself.
-   */
-  secretKeysAccepted: string[];
-  accessTokenExpireMinutes: number;
-  corsAllowedOrigins: string[];
-  bcryptRounds: number;
-  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-  shutdownDelaySeconds: number;
-  shutdownTimeoutSeconds: number;
-}
 
 /** Raised for a bad setting; its message is the one line printed before the process exits. */
 export class SettingsError extends Error {
   override name = 'SettingsError';
 }
 
+/** The environment once the rules have checked it and put in the defaults, by variable name. */
+type Validated = Readonly<Record<string, unknown>>;
+
+/** What the README's table and .env.example say of a variable (scripts/settings-docs.ts writes both). */
+export interface SettingDocs {
+  /** The heading of the group this variable starts in .env.example. */
+  section?: string;
+  /** Markdown, one line: the README's Meaning column and the start of the .env.example comment. */
+  summary: string;
+  /** Further sentences for .env.example only: the why and the how that a table cell has no room for. */
+  detail?: string;
+  /** After the default, in brackets, when what it comes to depends on something else. */
+  defaultNote?: string;
+}
+
+interface Variable<T> {
+  env: string;
+  /** Validation and default: the rule start-up applies, the docs read the default from. */
+  rule: Joi.AnySchema<T>;
+  docs: SettingDocs;
+}
+
+/**
+ * One entry of the settings table: how its value in Settings is made from the validated
+ * environment, and, unless it is derived from other entries, the variable it comes from.
+ */
+class Setting<V> {
+  constructor(
+    readonly read: (validated: Validated) => V,
+    readonly variable?: { env: string; rule: Joi.Schema; docs: SettingDocs },
+  ) {}
+}
+
+/** A setting read from one variable: as validated, or through `read` (which may look at the others). */
+function variable<T>(spec: Variable<T>): Setting<T>;
+function variable<T, V>(spec: Variable<T> & { read: (value: T, validated: Validated) => V }): Setting<V>;
+function variable<T, V>(
+  spec: Variable<T> & { read?: (value: T, validated: Validated) => V },
+): Setting<T | V> {
+  const { env, rule, docs, read } = spec;
+  return new Setting(
+    (validated) => {
+      // The rule has checked it: its type is the rule's.
+      const value = validated[env] as T;
+      return read ? read(value, validated) : value;
+    },
+    { env, rule, docs },
+  );
+}
+
+/** A setting no variable sets, worked out from the others. */
+const derived = <V>(read: (validated: Validated) => V): Setting<V> => new Setting(read);
+
+interface Group {
+  readonly [key: string]: Setting<unknown> | Group;
+}
+
 const ORIGIN = /^https?:\/\/[^\s/?#*]+$/;
 
-const originList = Joi.string()
-  .allow('')
+/** A comma-separated list of origins; unset or empty: none. */
+const originList = Joi.string<string[]>()
+  .empty('')
   .custom((value: string, helpers) => {
     const origins = value
       .split(',')
@@ -48,13 +82,15 @@ const originList = Joi.string()
         });
     }
     return origins;
-  });
+  })
+  .default([]);
 
 /** SECRET_KEY's own rule, which each key of SECRET_KEYS_ACCEPTED meets too. */
 const SECRET_KEY_MIN_LENGTH = 32;
 
-const keyList = Joi.string()
-  .allow('')
+/** A comma-separated list of keys; unset or empty: none. */
+const keyList = Joi.string<string[]>()
+  .empty('')
   .custom((value: string, helpers) => {
     // A value of only blanks (an empty line in a Secret) is no key at all, like ''.
     if (value.trim() === '') return [];
@@ -72,89 +108,17 @@ const keyList = Joi.string()
         return helpers.message({ custom: `has the same key twice (entries ${first + 1} and ${i + 1})` });
     }
     return keys;
-  });
+  })
+  .default([]);
 
-const schema = Joi.object({
-  NODE_ENV: Joi.string().valid('development', 'production', 'test').default('development'),
-  PORT: Joi.number().port().default(8000),
-  METRICS_PORT: Joi.number()
-    .port()
-    .when('PORT', {
-      // An ephemeral API port (0, as tests use) takes an ephemeral metrics port too, so parallel
-      // processes never collide on the fixed default.
-      is: 0,
-      then: Joi.number().default(0),
-      otherwise: Joi.number().invalid(Joi.ref('PORT')).default(9464),
-    })
-    .messages({ 'any.invalid': 'METRICS_PORT must differ from PORT' }),
-  DB_HOSTNAME: Joi.string().hostname().empty(''),
-  DB_PORT: Joi.number().port().default(5432),
-  DB_USERNAME: Joi.string().default('postgres'),
-  DB_PASSWORD: Joi.string().allow('').default(''),
-  DB_NAME: Joi.string().default('postgres'),
-  DB_SSL: Joi.boolean().truthy('1').falsy('0').default(false),
-  DB_SSL_CA_FILE: Joi.string().empty(''),
-  DB_POOL_MAX: Joi.number().integer().min(1).max(100).default(10),
-  DB_STATEMENT_TIMEOUT_MS: Joi.number().integer().min(100).max(600_000).default(2000),
-  DB_PREPARED_STATEMENTS: Joi.boolean().truthy('1').falsy('0').default(true),
-  // A day at most: past that a migration wants a maintenance window, not a start-up.
-  DB_MIGRATION_TIMEOUT_MS: Joi.number().integer().min(1000).max(86_400_000).default(600_000),
-  DB_STARTUP_WAIT_SECONDS: Joi.number().integer().min(0).max(3600).default(60),
-  DB_EMBEDDED_DIR: Joi.string().default('.data/pglite'),
-  SECRET_KEY: Joi.string()
-    .min(SECRET_KEY_MIN_LENGTH)
-    .empty('')
-    .when('NODE_ENV', { is: 'production', then: Joi.required() }),
-  SECRET_KEYS_ACCEPTED: keyList.default(''),
-  ACCESS_TOKEN_EXPIRE_MINUTES: Joi.number()
-    .integer()
-    .min(1)
-    .max(60 * 24 * 30)
-    .default(30),
-  CORS_ALLOWED_ORIGINS: originList.default(''),
-  BCRYPT_ROUNDS: Joi.number()
-    .integer()
-    .max(15)
-    // Tests may lower the cost to keep suites fast; production never goes below 10.
-    .when('NODE_ENV', { is: 'production', then: Joi.number().min(10), otherwise: Joi.number().min(4) })
-    .default(12),
-  LOG_LEVEL: Joi.string().valid('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent').default('info'),
-  SHUTDOWN_DELAY_SECONDS: Joi.number().min(0).max(120).default(5),
-  SHUTDOWN_TIMEOUT_SECONDS: Joi.number().min(1).max(600).default(15),
-}).unknown(true);
-
-interface RawSettings {
-  NODE_ENV: Settings['nodeEnv'];
-  PORT: number;
-  METRICS_PORT: number;
-  DB_HOSTNAME?: string;
-  DB_PORT: number;
-  DB_USERNAME: string;
-  DB_PASSWORD: string;
-  DB_NAME: string;
-  DB_SSL: boolean;
-  DB_SSL_CA_FILE?: string;
-  DB_POOL_MAX: number;
-  DB_STATEMENT_TIMEOUT_MS: number;
-  DB_PREPARED_STATEMENTS: boolean;
-  DB_MIGRATION_TIMEOUT_MS: number;
-  DB_STARTUP_WAIT_SECONDS: number;
-  DB_EMBEDDED_DIR: string;
-  SECRET_KEY?: string;
-  SECRET_KEYS_ACCEPTED: string[] | string;
-  ACCESS_TOKEN_EXPIRE_MINUTES: number;
-  CORS_ALLOWED_ORIGINS: string[] | string;
-  BCRYPT_ROUNDS: number;
-  LOG_LEVEL: Settings['logLevel'];
-  SHUTDOWN_DELAY_SECONDS: number;
-  SHUTDOWN_TIMEOUT_SECONDS: number;
-}
+/** A boolean that also takes 1 and 0, as a Secret or a shell may write it. */
+const flag = () => Joi.boolean().truthy('1').falsy('0');
 
 /** The CA file, checked at start-up (the connection reads it again for each new connection). */
-function checkedCaFile(raw: RawSettings): string | undefined {
-  const file = raw.DB_SSL_CA_FILE;
+function checkedCaFile(file: string | undefined, validated: Validated): string | undefined {
   if (file === undefined) return undefined;
-  if (!raw.DB_SSL) throw new SettingsError('Invalid setting DB_SSL_CA_FILE: it needs DB_SSL=true');
+  if (validated.DB_SSL !== true)
+    throw new SettingsError('Invalid setting DB_SSL_CA_FILE: it needs DB_SSL=true');
   let pem: string;
   try {
     pem = readFileSync(file, 'utf8');
@@ -168,15 +132,273 @@ function checkedCaFile(raw: RawSettings): string | undefined {
 }
 
 /** The accepted keys, checked against SECRET_KEY, which signs and so is accepted anyway. */
-function checkedAcceptedKeys(raw: RawSettings): string[] {
-  // The default '' skips the custom rule, so it arrives as a string.
-  const keys = Array.isArray(raw.SECRET_KEYS_ACCEPTED) ? raw.SECRET_KEYS_ACCEPTED : [];
-  const same = keys.indexOf(raw.SECRET_KEY ?? '');
+function checkedAcceptedKeys(keys: string[], validated: Validated): string[] {
+  const signing = validated.SECRET_KEY;
+  const same = typeof signing === 'string' ? keys.indexOf(signing) : -1;
   if (same >= 0)
     throw new SettingsError(
       `Invalid setting SECRET_KEYS_ACCEPTED: entry ${same + 1} of ${keys.length} is SECRET_KEY itself; list only the other keys`,
     );
   return keys;
+}
+
+const NODE_ENVS = ['development', 'production', 'test'] as const;
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/**
+ * Every setting the service reads, each written once: where it lands in Settings (the key, `db`
+ * for the database's), the environment variable, its rule (validation and default) and its docs.
+ * Settings, the start-up validation and the docs all come from here. The order is the order of
+ * validation, which decides which of several bad settings is named.
+ */
+const table = {
+  nodeEnv: variable({
+    env: 'NODE_ENV',
+    rule: Joi.string<(typeof NODE_ENVS)[number]>()
+      .valid(...NODE_ENVS)
+      .default('development'),
+    docs: {
+      section: 'Process',
+      summary: '`production` requires `SECRET_KEY` and `BCRYPT_ROUNDS` ≥ 10',
+    },
+  }),
+  port: variable({
+    env: 'PORT',
+    rule: Joi.number().port().default(8000),
+    docs: { summary: 'Listening port of the API' },
+  }),
+  /** Port of the Prometheus metrics listener, kept apart from the API so no ingress can expose it. */
+  metricsPort: variable({
+    env: 'METRICS_PORT',
+    rule: Joi.number()
+      .port()
+      .when('PORT', {
+        // An ephemeral API port (0, as tests use) takes an ephemeral metrics port too, so parallel
+        // processes never collide on the fixed default.
+        is: 0,
+        then: Joi.number().default(0),
+        otherwise: Joi.number().invalid(Joi.ref('PORT')).default(9464),
+      })
+      .messages({ 'any.invalid': 'METRICS_PORT must differ from PORT' }),
+    docs: {
+      summary:
+        'Port of the Prometheus metrics listener (`GET /metrics`), apart from the API so the public ingress never exposes it; must differ from `PORT`',
+      defaultNote: '0, ephemeral, when `PORT` is 0',
+    },
+  }),
+  db: {
+    /** Undefined means the embedded PGlite database. */
+    hostname: variable({
+      env: 'DB_HOSTNAME',
+      rule: Joi.string<string | undefined>().hostname().empty(''),
+      docs: {
+        section: 'Database',
+        summary:
+          'PostgreSQL host; unset (or empty) means the embedded PGlite database instead, an optional dependency: `npm ci` installs it, the production image leaves it out and then requires this',
+      },
+    }),
+    port: variable({
+      env: 'DB_PORT',
+      rule: Joi.number().port().default(5432),
+      docs: { summary: 'PostgreSQL port' },
+    }),
+    username: variable({
+      env: 'DB_USERNAME',
+      rule: Joi.string().default('postgres'),
+      docs: { summary: 'PostgreSQL user' },
+    }),
+    password: variable({
+      env: 'DB_PASSWORD',
+      rule: Joi.string().allow('').default(''),
+      docs: { summary: "PostgreSQL user's password; a secret: never commit a real one" },
+    }),
+    name: variable({
+      env: 'DB_NAME',
+      rule: Joi.string().default('postgres'),
+      docs: { summary: 'PostgreSQL database' },
+    }),
+    ssl: variable({
+      env: 'DB_SSL',
+      rule: flag().default(false),
+      docs: {
+        summary:
+          '`true`: connect to PostgreSQL over TLS, the certificate verified (its chain, and that it names `DB_HOSTNAME`)',
+      },
+    }),
+    /** File of the CA(s) the server's certificate must chain to (DB_SSL_CA_FILE); unset: the public roots. */
+    sslCaFile: variable({
+      env: 'DB_SSL_CA_FILE',
+      rule: Joi.string<string | undefined>().empty(''),
+      read: checkedCaFile,
+      docs: {
+        summary:
+          "PEM file of a private CA the server's certificate must chain to, then the only CA trusted (CloudNativePG: `ca.crt` of the `<cluster>-ca` Secret; the chart mounts it); read again when it changes, so a renewed CA needs no restart; needs `DB_SSL=true`",
+        defaultNote: 'the public roots',
+        detail: 'It is read again at most every 2 s, when new connections open.',
+      },
+    }),
+    poolMax: variable({
+      env: 'DB_POOL_MAX',
+      rule: Joi.number().integer().min(1).max(100).default(10),
+      docs: { summary: 'Most connections one process opens to PostgreSQL' },
+    }),
+    statementTimeoutMs: variable({
+      env: 'DB_STATEMENT_TIMEOUT_MS',
+      rule: Joi.number().integer().min(100).max(600_000).default(2000),
+      docs: {
+        summary:
+          'A statement running longer than this is cancelled on the server and the request answers 503 (see [The data tier](#the-data-tier-poolers-failover-lost-nodes))',
+        detail:
+          "The cancel is a cancel request, which poolers pass on; a connection that does not answer it within 0.5 s more is dropped. 2000 + 500 stays below the proxy's 3 s upstream time-out, so the client gets a clear answer, not a gateway error.",
+      },
+    }),
+    /** Named prepared statements for the hot queries; off for poolers that do not track them. */
+    preparedStatements: variable({
+      env: 'DB_PREPARED_STATEMENTS',
+      rule: flag().default(true),
+      docs: {
+        summary:
+          'Named prepared statements for the hot queries (parsed once per connection); `false` behind a transaction-mode pooler that does not track them: PgBouncer before 1.21, or one with `max_prepared_statements = 0` (the default of 1.21 to 1.23); PgBouncer ≥ 1.24 works with `true`',
+      },
+    }),
+    /** The statement time-out of migrations, which may rightly run far longer than a request. */
+    migrationTimeoutMs: variable({
+      env: 'DB_MIGRATION_TIMEOUT_MS',
+      // A day at most: past that a migration wants a maintenance window, not a start-up.
+      rule: Joi.number().integer().min(1000).max(86_400_000).default(600_000),
+      docs: {
+        summary:
+          'Statement time-out of migrations (at start-up and `npm run migrate`), apart from the request one',
+        detail:
+          'Migrations may rightly run far longer than a request: a large CREATE INDEX, a rewrite of a big table.',
+      },
+    }),
+    /** How long the start-up waits for an unreachable database before it gives up. */
+    startupWaitSeconds: variable({
+      env: 'DB_STARTUP_WAIT_SECONDS',
+      rule: Joi.number().integer().min(0).max(3600).default(60),
+      docs: {
+        summary:
+          'At start-up, how long to keep retrying an unreachable database (refused, not resolvable, a pooler or TLS refusing the connection) before exiting 1; 0 gives up at once',
+      },
+    }),
+    embeddedDir: variable({
+      env: 'DB_EMBEDDED_DIR',
+      rule: Joi.string().default('.data/pglite'),
+      docs: {
+        summary: 'Embedded database files, used only when `DB_HOSTNAME` is unset; `memory://` keeps nothing',
+      },
+    }),
+  },
+  secretKey: variable({
+    env: 'SECRET_KEY',
+    rule: Joi.string<string | undefined>()
+      .min(SECRET_KEY_MIN_LENGTH)
+      .empty('')
+      .when('NODE_ENV', { is: 'production', then: Joi.required() }),
+    read: (key: string | undefined) => key ?? randomBytes(32).toString('base64url'),
+    docs: {
+      section: 'Tokens and passwords',
+      summary: `HS256 signing secret, at least ${SECRET_KEY_MIN_LENGTH} characters; required in production`,
+      defaultNote: 'a random key per process, with a warning, so tokens die with the process',
+      detail: 'Generate one: `openssl rand -hex 32`.',
+    },
+  }),
+  /** True when SECRET_KEY was not set and a random one was made for this process. */
+  secretKeyGenerated: derived((validated) => validated.SECRET_KEY === undefined),
+  /**
+   * Further keys whose tokens are accepted but never signed with: during a rotation the next key
+   * (before it signs) or the previous one (until its tokens have expired). Never SECRET_KEY itself.
+   */
+  secretKeysAccepted: variable({
+    env: 'SECRET_KEYS_ACCEPTED',
+    rule: keyList,
+    read: checkedAcceptedKeys,
+    docs: {
+      summary: `Further keys, comma-separated, whose tokens are accepted but never signed with: during a rotation the next key (before it signs) or the previous one (until its tokens expire); each at least ${SECRET_KEY_MIN_LENGTH} characters, none equal to \`SECRET_KEY\`, no repeats, no commas inside a key; see [Rotating SECRET_KEY](#rotating-secret_key)`,
+      detail:
+        'Tokens name their key in the `kid` header (derived from the key; logged at start, the keys never are).',
+    },
+  }),
+  accessTokenExpireMinutes: variable({
+    env: 'ACCESS_TOKEN_EXPIRE_MINUTES',
+    rule: Joi.number()
+      .integer()
+      .min(1)
+      .max(60 * 24 * 30)
+      .default(30),
+    docs: {
+      summary:
+        'Lifetime of an access token, and the longest `exp - iat` a token may carry: lowering it refuses tokens already issued for longer',
+    },
+  }),
+  corsAllowedOrigins: variable({
+    env: 'CORS_ALLOWED_ORIGINS',
+    rule: originList,
+    docs: {
+      section: 'HTTP',
+      summary:
+        'Comma-separated origins (`scheme://host[:port]`) allowed to call the API from a browser; never `*`',
+    },
+  }),
+  bcryptRounds: variable({
+    env: 'BCRYPT_ROUNDS',
+    rule: Joi.number()
+      .integer()
+      .max(15)
+      // Tests may lower the cost to keep suites fast; production never goes below 10.
+      .when('NODE_ENV', { is: 'production', then: Joi.number().min(10), otherwise: Joi.number().min(4) })
+      .default(12),
+    docs: {
+      section: 'Passwords',
+      summary: 'bcrypt cost of password hashes: tests may use 4, production never below 10',
+    },
+  }),
+  logLevel: variable({
+    env: 'LOG_LEVEL',
+    rule: Joi.string<(typeof LOG_LEVELS)[number]>()
+      .valid(...LOG_LEVELS)
+      .default('info'),
+    docs: { section: 'Logs', summary: 'The least severe level written' },
+  }),
+  shutdownDelaySeconds: variable({
+    env: 'SHUTDOWN_DELAY_SECONDS',
+    rule: Joi.number().min(0).max(120).default(5),
+    docs: {
+      section: 'Shutdown',
+      summary:
+        'After SIGTERM, readiness answers 503 and the listener keeps serving this long, so the proxy takes the pod out of rotation before connections are refused',
+    },
+  }),
+  shutdownTimeoutSeconds: variable({
+    env: 'SHUTDOWN_TIMEOUT_SECONDS',
+    rule: Joi.number().min(1).max(600).default(15),
+    docs: { summary: 'Then in-flight requests get at most this long to finish before sockets are closed' },
+  }),
+} satisfies Group;
+
+/** The values of a table's entries, groups kept as nested objects. */
+type ValuesOf<G> = { [K in keyof G]: G[K] extends Setting<infer V> ? V : ValuesOf<G[K]> };
+
+/** Every setting the service reads, typed and validated once at start-up. */
+export type Settings = ValuesOf<typeof table>;
+
+const variables = (group: Group): { env: string; rule: Joi.Schema; docs: SettingDocs }[] =>
+  Object.values(group).flatMap((entry) =>
+    entry instanceof Setting ? (entry.variable ? [entry.variable] : []) : variables(entry),
+  );
+
+const schema = Joi.object(Object.fromEntries(variables(table).map(({ env, rule }) => [env, rule]))).unknown(
+  true,
+);
+
+function valuesOf(group: Group, validated: Validated): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(group).map(([key, entry]) => [
+      key,
+      entry instanceof Setting ? entry.read(validated) : valuesOf(entry, validated),
+    ]),
+  );
 }
 
 /**
@@ -197,37 +419,32 @@ export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     const name = String(detail?.path[0] ?? 'settings');
     throw new SettingsError(`Invalid setting ${name}: ${result.error.message}`);
   }
-  const raw = result.value as RawSettings;
-  return {
-    nodeEnv: raw.NODE_ENV,
-    port: raw.PORT,
-    metricsPort: raw.METRICS_PORT,
-    db: {
-      hostname: raw.DB_HOSTNAME,
-      port: raw.DB_PORT,
-      username: raw.DB_USERNAME,
-      password: raw.DB_PASSWORD,
-      name: raw.DB_NAME,
-      ssl: raw.DB_SSL,
-      sslCaFile: checkedCaFile(raw),
-      poolMax: raw.DB_POOL_MAX,
-      statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
-      preparedStatements: raw.DB_PREPARED_STATEMENTS,
-      migrationTimeoutMs: raw.DB_MIGRATION_TIMEOUT_MS,
-      startupWaitSeconds: raw.DB_STARTUP_WAIT_SECONDS,
-      embeddedDir: raw.DB_EMBEDDED_DIR,
-    },
-    secretKey: raw.SECRET_KEY ?? randomBytes(32).toString('base64url'),
-    secretKeyGenerated: raw.SECRET_KEY === undefined,
-    secretKeysAccepted: checkedAcceptedKeys(raw),
-    accessTokenExpireMinutes: raw.ACCESS_TOKEN_EXPIRE_MINUTES,
-    // The default '' skips the custom rule, so it arrives as a string.
-    corsAllowedOrigins: Array.isArray(raw.CORS_ALLOWED_ORIGINS) ? raw.CORS_ALLOWED_ORIGINS : [],
-    bcryptRounds: raw.BCRYPT_ROUNDS,
-    logLevel: raw.LOG_LEVEL,
-    shutdownDelaySeconds: raw.SHUTDOWN_DELAY_SECONDS,
-    shutdownTimeoutSeconds: raw.SHUTDOWN_TIMEOUT_SECONDS,
-  };
+  // Built entry by entry from the table that Settings is the type of.
+  return valuesOf(table, result.value as Validated) as Settings;
+}
+
+/** A variable as the docs show it: its default is what an empty environment comes to. */
+export interface DocumentedVariable {
+  name: string;
+  /** Undefined when unset is a meaning of its own (see the docs' defaultNote). */
+  default: unknown;
+  /** The values it takes, when the rule lists them. */
+  values: unknown[] | undefined;
+  docs: SettingDocs;
+}
+
+/** Every variable of the table, in its order, for scripts/settings-docs.ts. */
+export function documentedVariables(): DocumentedVariable[] {
+  const defaults = (schema.validate({}).value ?? {}) as Validated;
+  return variables(table).map(({ env, rule, docs }) => {
+    const described = rule.describe() as { flags?: { only?: boolean }; allow?: unknown[] };
+    return {
+      name: env,
+      default: defaults[env],
+      values: described.flags?.only ? described.allow : undefined,
+      docs,
+    };
+  });
 }
 
 /** The settings as they may be logged: secrets left out. */

@@ -1,31 +1,13 @@
 import { readFileSync } from 'node:fs';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
+import type { Settings } from '../settings';
 import { withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
 import type { Statement } from './statements';
 
 /** What the database settings (settings.ts, DB_*) hold. */
-export interface DatabaseConfig {
-  /** Undefined means the embedded PGlite database. */
-  hostname: string | undefined;
-  port: number;
-  username: string;
-  password: string;
-  name: string;
-  ssl: boolean;
-  /** File of the CA(s) the server's certificate must chain to (DB_SSL_CA_FILE); unset: the public roots. */
-  sslCaFile: string | undefined;
-  poolMax: number;
-  statementTimeoutMs: number;
-  /** Named prepared statements for the hot queries; off for poolers that do not track them. */
-  preparedStatements: boolean;
-  /** The statement time-out of migrations, which may rightly run far longer than a request. */
-  migrationTimeoutMs: number;
-  /** How long the start-up waits for an unreachable database before it gives up. */
-  startupWaitSeconds: number;
-  embeddedDir: string;
-}
+export type DatabaseConfig = Settings['db'];
 
 /** What migrations run on: a connection of their own with their own statement time-out. */
 export interface MigrationConnection {
