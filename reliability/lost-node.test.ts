@@ -32,12 +32,7 @@ test('When the primary node vanishes (connections stall without closing) and a n
   pair.promoteStandby();
   relay().retarget(pair.standbyPort);
   const movedAt = Date.now();
-  const deadline = movedAt + WRITES_BACK_WITHIN_MS + 5000;
-  while (
-    Date.now() < deadline &&
-    !load.answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > movedAt)
-  )
-    await sleep(100);
+  await load.writeAcknowledgedAfter(movedAt, WRITES_BACK_WITHIN_MS + 5000);
   await sleep(1000);
   await load.stop();
 

@@ -1,3 +1,4 @@
+import { pollUntil } from '../testing/poll';
 import { call, isProblem, type Answer } from './support';
 
 /** One answer of the traffic, with when it came back (ms since the epoch). */
@@ -15,6 +16,8 @@ export interface Traffic {
   answers: Recorded[];
   /** Transport failures (a hang past the call's own time-out included), with their time. */
   failures: { at: number; message: string }[];
+  /** Waits, at most `withinMs`, for a create acknowledged after the moment `after`. */
+  writeAcknowledgedAfter(after: number, withinMs: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -65,6 +68,13 @@ export function traffic(base: string, token: string, workers: number): Traffic {
   return {
     answers,
     failures,
+    writeAcknowledgedAfter: async (after, withinMs) => {
+      await pollUntil(
+        () => answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > after),
+        (seen) => seen,
+        { withinMs },
+      );
+    },
     stop: async () => {
       running = false;
       await all;

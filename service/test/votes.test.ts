@@ -1,15 +1,5 @@
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  newPost,
-  startTestService,
-  uniqueToken,
-  uniqueEmail,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
 
 interface PostBody {
   id: number;
@@ -28,21 +18,7 @@ const MISSING_ID = 2_147_483_647;
 
 const token = (): string => uniqueToken('v');
 
-let service: TestService;
-let alice: Account;
-let bob: Account;
-let carol: Account;
-
-beforeAll(async () => {
-  service = await startTestService();
-  alice = await newAccount(service.app, uniqueEmail('alice'));
-  bob = await newAccount(service.app, uniqueEmail('bob'));
-  carol = await newAccount(service.app, uniqueEmail('carol'));
-});
-
-afterAll(async () => {
-  await service.close();
-});
+const { service, alice, bob, carol } = postsFixture(['alice', 'bob', 'carol']);
 
 const api = () => request(service.app);
 
