@@ -1,5 +1,5 @@
 import { pollUntil } from '../testing/poll';
-import { call, isProblem, type Answer } from './support';
+import { account, call, isProblem, sleep, type Answer, type ServiceProcess } from './support';
 
 /** One answer of the traffic, with when it came back (ms since the epoch). */
 export interface Recorded {
@@ -80,4 +80,19 @@ export function traffic(base: string, token: string, workers: number): Traffic {
       await all;
     },
   };
+}
+
+/**
+ * Starts the service, signs `email` up and runs `workers` of traffic for 1.5 s, so the pool is
+ * busy and the record has a steady start before the case breaks anything.
+ */
+export async function startUnderTraffic(
+  start: () => Promise<ServiceProcess>,
+  email: string,
+  workers: number,
+): Promise<{ svc: ServiceProcess; load: Traffic }> {
+  const svc = await start();
+  const load = traffic(svc.base, await account(svc.base, email), workers);
+  await sleep(1500);
+  return { svc, load };
 }

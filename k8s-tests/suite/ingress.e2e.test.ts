@@ -80,6 +80,14 @@ async function inOrder(requests: ((onWritten: () => void) => Promise<Answer>)[])
   return Promise.all(answers);
 }
 
+/** Asks /healthz/ready, each time on a new connection, until it answers `status` or time runs out. */
+const readyAnswers = (status: number, withinMs: number, everyMs: number) =>
+  pollUntil(
+    () => send('GET', '/healthz/ready', { fresh: true }),
+    (answer) => answer.status === status,
+    { withinMs, everyMs },
+  );
+
 test('When /healthz/live and /healthz/ready are asked through the ingress, then both answer 200 and another host gets 404 (case 1)', async () => {
   for (const path of ['/healthz/live', '/healthz/ready']) {
     const answer = await send('GET', path);
@@ -245,11 +253,7 @@ test('When the database stops, then ready is 503 while live stays 200 and the AP
   const restartsBefore = await driver.restarts();
   await driver.stopDatabase();
 
-  const readyDown = await pollUntil(
-    () => send('GET', '/healthz/ready', { fresh: true }),
-    (answer) => answer.status === 503,
-    { withinMs: probeWindowMs, everyMs: 250 },
-  );
+  const readyDown = await readyAnswers(503, probeWindowMs, 250);
   expect(readyDown.value.status).toBe(503);
   // Right away, while the replicas are still endpoints: alive, and the API says 503 in its own words.
   const live = await send('GET', '/healthz/live', { fresh: true });
@@ -276,11 +280,7 @@ test('When the database stops, then ready is 503 while live stays 200 and the AP
   }
 
   await driver.startDatabase();
-  const readyBack = await pollUntil(
-    () => send('GET', '/healthz/ready', { fresh: true }),
-    (answer) => answer.status === 200,
-    { withinMs: recoveryMs, everyMs: 500 },
-  );
+  const readyBack = await readyAnswers(200, recoveryMs, 500);
   expect(readyBack.value.status).toBe(200);
   // The emulation reloads nginx for an endpoint change; the ready answer may have come from the new
   // workers while an old one still accepts for a moment. Wait until the change is everywhere.
