@@ -1,14 +1,6 @@
 import type { Page, Request, Response } from 'playwright-core';
-import {
-  eventually,
-  launchBrowser,
-  servePage,
-  startService,
-  type Browser,
-  type PageServer,
-  type RequestLine,
-  type Service,
-} from './support';
+import { pollUntil } from '../testing/poll';
+import { servePage, serviceAndBrowser, type PageServer, type RequestLine } from './support';
 
 /**
  * A client of the API as a web front end would be: each step is one fetch from the page's own
@@ -57,8 +49,6 @@ interface StepResult {
 
 let allowed: PageServer;
 let listed: PageServer;
-let service: Service;
-let browser: Browser;
 /** Every API answer the browser received, to check headers the page itself cannot read. */
 const answers: Response[] = [];
 /** API requests the browser gave up on (CORS refusals among them). */
@@ -67,8 +57,11 @@ const failures: Request[] = [];
 beforeAll(async () => {
   allowed = await servePage(CLIENT_PAGE);
   listed = await servePage(CLIENT_PAGE); // served the same way, but its origin is not on the list
-  service = await startService({ CORS_ALLOWED_ORIGINS: allowed.origin });
-  browser = await launchBrowser();
+});
+
+const { service, browser } = serviceAndBrowser(() => ({ CORS_ALLOWED_ORIGINS: allowed.origin }));
+
+beforeAll(() => {
   browser.context.on('response', (response) => {
     if (response.url().startsWith(service.url)) answers.push(response);
   });
@@ -78,8 +71,6 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await browser.close();
-  await service.stop();
   await allowed.close();
   await listed.close();
 });
@@ -118,13 +109,14 @@ async function stepSeenByServer(
   const result = await run();
   // The log line is written when the response is finished, possibly after the page saw it.
   // Calls this test makes itself, outside the browser, are told apart by their request id.
-  const lines = await eventually(
+  const { value: lines } = await pollUntil(
     () =>
       service
         .requests()
         .slice(before)
         .filter((line) => !line.id.startsWith(DIRECT)),
     (seen) => seen.length >= expectedLines,
+    { withinMs: 5000, everyMs: 50 },
   );
   return { result, lines: lines.map(({ method, path, status }) => ({ method, path, status })) };
 }

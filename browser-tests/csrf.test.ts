@@ -1,12 +1,5 @@
-import {
-  eventually,
-  launchBrowser,
-  servePage,
-  startService,
-  type Browser,
-  type PageServer,
-  type Service,
-} from './support';
+import { pollUntil } from '../testing/poll';
+import { servePage, serviceAndBrowser, type PageServer } from './support';
 
 /**
  * Cross-site request forgery, as a browser really sends it: a page on a foreign origin submits
@@ -81,9 +74,9 @@ interface WebStorage {
   setItem(key: string, value: string): void;
 }
 
-let service: Service;
+// No origin is allowed cross-origin calls: the attacker's origin is as foreign as any.
+const { service, browser } = serviceAndBrowser(() => ({ CORS_ALLOWED_ORIGINS: '' }));
 let attacker: PageServer;
-let browser: Browser;
 let victimToken: string;
 
 async function api(path: string, init: RequestInit = {}): Promise<globalThis.Response> {
@@ -105,18 +98,13 @@ async function register(email: string): Promise<string> {
 }
 
 beforeAll(async () => {
-  // No origin is allowed cross-origin calls: the attacker's origin is as foreign as any.
-  service = await startService({ CORS_ALLOWED_ORIGINS: '' });
   victimToken = await register(VICTIM);
   await register(ATTACKER);
   attacker = await servePage(attackerPage(service.url));
-  browser = await launchBrowser();
 });
 
 afterAll(async () => {
-  await browser.close();
   await attacker.close();
-  await service.stop();
 });
 
 test('When a foreign page auto-submits forms to /login, /posts/ and /votes/, then nothing is created, no cookie is set and the attacker reads nothing', async () => {
@@ -147,13 +135,14 @@ test('When a foreign page auto-submits forms to /login, /posts/ and /votes/, the
   });
 
   // The forms did reach the service: the browser sent them, and the service refused what it had to.
-  const lines = await eventually(
+  const { value: lines } = await pollUntil(
     () =>
       service
         .requests()
         .slice(before)
         .filter((line) => line.method === 'POST'),
     (found) => found.length >= 6,
+    { withinMs: 5000, everyMs: 50 },
   );
   const statuses = lines.map(({ path, status }) => `${path} ${String(status)}`).sort();
   expect(statuses).toEqual([

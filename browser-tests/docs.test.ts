@@ -1,22 +1,11 @@
 import type { Page } from 'playwright-core';
-import { artifactPath, launchBrowser, startService, type Browser, type Service } from './support';
+import { artifactPath, serviceAndBrowser } from './support';
 import { CONTRACT_OPERATIONS } from '../testing/contract';
 
 const SCREENSHOT = 'docs-try-it-out.png';
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
 
-let service: Service;
-let browser: Browser;
-
-beforeAll(async () => {
-  service = await startService({});
-  browser = await launchBrowser();
-});
-
-afterAll(async () => {
-  await browser.close();
-  await service.stop();
-});
+const { service, browser } = serviceAndBrowser();
 
 /** Every operation of the OpenAPI document, as Swagger UI labels it: "GET /posts/{id}". */
 async function documentedOperations(): Promise<string[]> {

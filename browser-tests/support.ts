@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium, type BrowserContext } from 'playwright-core';
+import { serviceEnv } from '../testing/env';
 import { ROOT, startService as startServiceProcess } from '../testing/service';
 
 export const ARTIFACTS = path.join(ROOT, 'test-artifacts');
@@ -72,20 +73,11 @@ export interface Service {
  * in-memory database, with the given extra settings.
  */
 export async function startService(settings: Record<string, string>): Promise<Service> {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    NODE_ENV: 'test',
-    PORT: '0',
-    METRICS_PORT: '0',
-    DB_EMBEDDED_DIR: 'memory://',
-    SECRET_KEY: 'browser-test-signing-secret-0123456789abcdef',
-    BCRYPT_ROUNDS: '4',
-    LOG_LEVEL: 'info',
-    SHUTDOWN_DELAY_SECONDS: '0',
-    ...settings,
-  };
   // Always the embedded database: these tests are about the browser, not about PostgreSQL.
-  delete env.DB_HOSTNAME;
+  const env = serviceEnv(
+    { PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'info', SHUTDOWN_DELAY_SECONDS: '0', ...settings },
+    'embedded',
+  );
   const service = await startServiceProcess(env);
   return {
     url: service.base,
@@ -102,6 +94,29 @@ export async function startService(settings: Record<string, string>): Promise<Se
       if (code !== 0) throw new Error(`the service exited with ${String(code)}:\n${service.stderr()}`);
     },
   };
+}
+
+/**
+ * For a file's cases: the service with `settings` (read when it starts, so they may name what an
+ * earlier hook made) and a browser, started before the first case and stopped after the last. The
+ * objects are returned at once and filled in when they start.
+ */
+export function serviceAndBrowser(settings: () => Record<string, string> = () => ({})): {
+  service: Service;
+  browser: Browser;
+} {
+  const service = {} as Service;
+  const browser = {} as Browser;
+  beforeAll(async () => {
+    Object.assign(service, await startService(settings()));
+    Object.assign(browser, await launchBrowser());
+  });
+  afterAll(async () => {
+    // Only what started is stopped: a failed start has already said why.
+    if ('close' in browser) await browser.close();
+    if ('stop' in service) await service.stop();
+  });
+  return { service, browser };
 }
 
 export interface PageServer {
@@ -126,16 +141,6 @@ export async function servePage(html: string): Promise<PageServer> {
         });
       }),
   };
-}
-
-/** Polls (a bounded number of times) until `check` holds; returns its last result. */
-export async function eventually<T>(read: () => T, check: (value: T) => boolean, tries = 100): Promise<T> {
-  let value = read();
-  for (let i = 0; i < tries && !check(value); i++) {
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    value = read();
-  }
-  return value;
 }
 
 export function artifactPath(name: string): string {

@@ -1,7 +1,6 @@
 import {
-  account,
   call,
-  createPosts,
+  author,
   isProblem,
   OwnPostgres,
   report,
@@ -26,14 +25,16 @@ afterAll(async () => {
   own.destroy();
 });
 
-test('Database loss and return: ready 503 within 2 s, live 200, API 503 problem+json, ready again within 5 s in the same process', async () => {
+test('When the database goes away and comes back, then ready is 503 within 2 s while live stays 200 and the API answers 503 problem+json, and ready is 200 again within 5 s in the same process', async () => {
   const svc = await startService({
     DB_HOSTNAME: '127.0.0.1',
     DB_PORT: String(own.port),
     DB_NAME: 'postgres',
   });
-  const token = await account(svc.base, 'loss@example.com');
-  const [postId] = await createPosts(svc.base, token, 3);
+  const {
+    token,
+    posts: [postId],
+  } = await author(svc.base, 'loss@example.com', 3);
   const calls: [string, () => Promise<Answer>][] = [
     ['public list', () => call(svc.base, '/posts/public', { timeoutMs: 20_000 })],
     ['list', () => call(svc.base, '/posts/', { token, timeoutMs: 20_000 })],

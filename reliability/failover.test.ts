@@ -1,5 +1,5 @@
-import { account, replicatedBehindRelay, report, sleep, statusCounts } from './support';
-import { traffic } from './traffic';
+import { replicatedBehindRelay, report, sleep, statusCounts } from './support';
+import { startUnderTraffic } from './traffic';
 
 /**
  * A failover as CloudNativePG runs one: the primary lost under write load, the synchronous standby
@@ -14,10 +14,7 @@ const WRITES_BACK_WITHIN_MS = 15_000;
 const { pair, relay, start } = replicatedBehindRelay();
 
 test('When the primary is lost under write load and the synchronous standby is promoted, then every acknowledged write is on the new primary, meanwhile only 503s answer, within budget, and writes succeed again within 15 s with no restart', async () => {
-  const svc = await start(STATEMENT_TIMEOUT_MS);
-  const token = await account(svc.base, 'failover@example.com');
-  const load = traffic(svc.base, token, 6);
-  await sleep(1500);
+  const { svc, load } = await startUnderTraffic(() => start(STATEMENT_TIMEOUT_MS), 'failover@example.com', 6);
 
   const lostAt = Date.now();
   pair.killPrimary();
@@ -27,12 +24,7 @@ test('When the primary is lost under write load and the synchronous standby is p
   await sleep(1000);
   pair.promoteStandby();
   const promotedAt = Date.now();
-  const deadline = promotedAt + WRITES_BACK_WITHIN_MS + 5000;
-  while (
-    Date.now() < deadline &&
-    !load.answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > promotedAt + 1000)
-  )
-    await sleep(100);
+  await load.writeAcknowledgedAfter(promotedAt + 1000, WRITES_BACK_WITHIN_MS + 5000);
   await sleep(1000);
   await load.stop();
 

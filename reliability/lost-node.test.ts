@@ -1,5 +1,5 @@
-import { account, replicatedBehindRelay, report, sleep, statusCounts } from './support';
-import { traffic } from './traffic';
+import { replicatedBehindRelay, report, sleep, statusCounts } from './support';
+import { startUnderTraffic } from './traffic';
 
 /**
  * The primary's node vanishes from the network: its connections stall (nothing answers, nothing
@@ -19,11 +19,12 @@ const WRITES_BACK_WITHIN_MS = 15_000;
 const { pair, relay, start } = replicatedBehindRelay();
 
 test('When the primary node vanishes (connections stall without closing) and a new primary appears at the address, then no request runs past its budget, each answer is a success or a 503, and writes are back within 15 s with no restart', async () => {
-  const svc = await start(STATEMENT_TIMEOUT_MS);
-  const token = await account(svc.base, 'lost-node@example.com');
   // Enough workers that the pool holds many connections when they stall.
-  const load = traffic(svc.base, token, 12);
-  await sleep(1500);
+  const { svc, load } = await startUnderTraffic(
+    () => start(STATEMENT_TIMEOUT_MS),
+    'lost-node@example.com',
+    12,
+  );
 
   const stalledAt = Date.now();
   const heldWhenStalled = relay().connections;
@@ -32,12 +33,7 @@ test('When the primary node vanishes (connections stall without closing) and a n
   pair.promoteStandby();
   relay().retarget(pair.standbyPort);
   const movedAt = Date.now();
-  const deadline = movedAt + WRITES_BACK_WITHIN_MS + 5000;
-  while (
-    Date.now() < deadline &&
-    !load.answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > movedAt)
-  )
-    await sleep(100);
+  await load.writeAcknowledgedAfter(movedAt, WRITES_BACK_WITHIN_MS + 5000);
   await sleep(1000);
   await load.stop();
 

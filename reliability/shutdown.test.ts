@@ -1,7 +1,7 @@
 import {
   account,
   call,
-  createPosts,
+  author,
   load,
   report,
   sleep,
@@ -50,7 +50,7 @@ function pollReadiness(base: string): { probes: Probe[]; stop(): Promise<void> }
   };
 }
 
-test('Graceful shutdown under load: in-flight requests complete, readiness turns 503 first, exit 0 within the grace, no failure before the listener closes', async () => {
+test('When the service gets SIGTERM under load, then in-flight requests complete, readiness turns 503 first, it exits 0 within the grace and no request fails before the listener closes', async () => {
   // Slow in-flight calls wait on a row lock for longer than the shutdown delay; the statement
   // time-out is raised so that it, not the lock, is not what ends them.
   const svc: ServiceProcess = await startService({
@@ -59,13 +59,12 @@ test('Graceful shutdown under load: in-flight requests complete, readiness turns
     SHUTDOWN_TIMEOUT_SECONDS: String(TIMEOUT_S),
     DB_STATEMENT_TIMEOUT_MS: '30000',
   });
-  const author = await account(svc.base, 'author@example.com');
-  const posts = await createPosts(svc.base, author, 40);
+  const { token: writer, posts } = await author(svc.base, 'author@example.com', 40);
   const voters = await Promise.all(
     Array.from({ length: IN_FLIGHT }, (_, i) => account(svc.base, `late${i}@example.com`)),
   );
   const lockedPost = posts[0] as number;
-  const authHeader = { authorization: `Bearer ${author}` };
+  const authHeader = { authorization: `Bearer ${writer}` };
 
   const readiness = pollReadiness(svc.base);
   const lists = load(

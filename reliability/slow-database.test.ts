@@ -1,7 +1,6 @@
 import {
-  account,
   call,
-  createPosts,
+  author,
   isProblem,
   report,
   sleep,
@@ -34,14 +33,13 @@ const serviceQueries = async (state?: string): Promise<number> => {
   return rows[0]?.n ?? 0;
 };
 
-test('Slow database: a query past the statement time-out answers 503 promptly; more requests than connections never deadlock the pool', async () => {
+test('When the database is slow (a query past the statement time-out, more requests than connections), then 503 comes promptly and the pool never deadlocks', async () => {
   const svc = await startService({
     DB_NAME: database.name,
     DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
     DB_POOL_MAX: String(POOL_MAX),
   });
-  const token = await account(svc.base, 'slow@example.com');
-  const posts = await createPosts(svc.base, token, 5);
+  const { token, posts } = await author(svc.base, 'slow@example.com', 5);
   const mixed = (i: number): Promise<Answer> => {
     const postId = posts[i % posts.length] as number;
     const options = { token, timeoutMs: 30_000 };

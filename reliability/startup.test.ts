@@ -40,7 +40,7 @@ async function schemaOf(database: string): Promise<string[]> {
   }
 }
 
-test('Concurrent start-up: three processes on an empty database all become ready, the migrations ran once, the schema is whole', async () => {
+test('When three processes start at once on an empty database, then all become ready, the migrations ran once and the schema is whole', async () => {
   // The reference: the same migrations applied by a single process, with nobody racing it.
   const single = await startService({ DB_NAME: reference.name });
   single.child.kill('SIGKILL');

@@ -21,8 +21,12 @@ import {
   type ServiceProcess,
 } from '../testing/service';
 
+import { serviceEnv } from '../testing/env';
+import { pollUntil } from '../testing/poll';
+
 export { freePort } from '../testing/service';
-export const SECRET = 'reliability-signing-secret-long-enough-0123456789';
+export { TEST_SECRET as SECRET } from '../testing/env';
+export { isProblem } from '../testing/problem';
 
 /** The PostgreSQL server the suite runs against (testing/postgres.ts). */
 export const pg = { ...postgresServer, adminDatabase };
@@ -86,19 +90,7 @@ const notable = (line: LogLine): boolean => (line.level ?? 0) >= 40 || LIFECYCLE
 
 /** The service as operators run it (its own process, real signals, real exit codes), on this suite's PostgreSQL. */
 export function startService(env: Record<string, string>, withinMs = 90_000): Promise<ServiceProcess> {
-  const childEnv: NodeJS.ProcessEnv = {
-    ...process.env,
-    NODE_ENV: 'test',
-    PORT: '0',
-    LOG_LEVEL: 'info',
-    BCRYPT_ROUNDS: '4',
-    SECRET_KEY: SECRET,
-    DB_HOSTNAME: pg.host,
-    DB_PORT: String(pg.port),
-    DB_USERNAME: pg.user,
-    DB_PASSWORD: pg.password,
-    ...env,
-  };
+  const childEnv = serviceEnv({ PORT: '0', LOG_LEVEL: 'info', ...env }, 'postgres');
   // The port is read from the info-level "listening" line.
   if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
   return startServiceProcess(childEnv, { keep: notable, withinMs });
@@ -162,12 +154,6 @@ export const statusCounts = (answers: { status: number }[]): string =>
     .map(([s, n]) => `${s}x${String(n)}`)
     .join(',');
 
-/** A problem+json refusal with a non-empty detail, as every error must be. */
-export function isProblem(a: Answer): boolean {
-  const detail = (a.body as { detail?: unknown } | null)?.detail;
-  return a.contentType.startsWith('application/problem+json') && typeof detail === 'string' && detail !== '';
-}
-
 /** Registers and logs in through the API; returns the token. */
 export async function account(
   base: string,
@@ -181,19 +167,20 @@ export async function account(
   return (login.body as { access_token: string }).access_token;
 }
 
-export async function createPosts(
+/** Registers and logs in `email` through the API, then publishes `count` posts as it. */
+export async function author(
   base: string,
-  token: string,
+  email: string,
   count: number,
-  prefix = 'post',
-): Promise<number[]> {
-  const ids: number[] = [];
+): Promise<{ token: string; posts: number[] }> {
+  const token = await account(base, email);
+  const posts: number[] = [];
   for (let i = 0; i < count; i++) {
-    const res = await call(base, '/posts/', { token, json: { title: `${prefix} ${i}`, content: 'content' } });
+    const res = await call(base, '/posts/', { token, json: { title: `post ${i}`, content: 'content' } });
     if (res.status !== 201) throw new Error(`create post: ${res.status}`);
-    ids.push((res.body as { id: number }).id);
+    posts.push((res.body as { id: number }).id);
   }
-  return ids;
+  return { token, posts };
 }
 
 /** Polls until the path answers with the status or the time runs out; returns the last status. */
@@ -203,17 +190,17 @@ export async function waitForStatus(
   status: number,
   withinMs: number,
 ): Promise<number> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    let got: number;
-    try {
-      got = (await call(base, p, { timeoutMs: 2000 })).status;
-    } catch {
-      got = 0;
-    }
-    if (got === status || Date.now() > deadline) return got;
-    await sleep(50);
-  }
+  const polled = await pollUntil(
+    // No answer at all (refused, timed out) counts as status 0.
+    () =>
+      call(base, p, { timeoutMs: 2000 }).then(
+        (a) => a.status,
+        () => 0,
+      ),
+    (got) => got === status,
+    { withinMs, everyMs: 50 },
+  );
+  return polled.value;
 }
 
 /**

@@ -1,4 +1,5 @@
-import { call, isProblem, type Answer } from './support';
+import { pollUntil } from '../testing/poll';
+import { account, call, isProblem, sleep, type Answer, type ServiceProcess } from './support';
 
 /** One answer of the traffic, with when it came back (ms since the epoch). */
 export interface Recorded {
@@ -15,6 +16,8 @@ export interface Traffic {
   answers: Recorded[];
   /** Transport failures (a hang past the call's own time-out included), with their time. */
   failures: { at: number; message: string }[];
+  /** Waits, at most `withinMs`, for a create acknowledged after the moment `after`. */
+  writeAcknowledgedAfter(after: number, withinMs: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -65,9 +68,31 @@ export function traffic(base: string, token: string, workers: number): Traffic {
   return {
     answers,
     failures,
+    writeAcknowledgedAfter: async (after, withinMs) => {
+      await pollUntil(
+        () => answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > after),
+        (seen) => seen,
+        { withinMs },
+      );
+    },
     stop: async () => {
       running = false;
       await all;
     },
   };
+}
+
+/**
+ * Starts the service, signs `email` up and runs `workers` of traffic for 1.5 s, so the pool is
+ * busy and the record has a steady start before the case breaks anything.
+ */
+export async function startUnderTraffic(
+  start: () => Promise<ServiceProcess>,
+  email: string,
+  workers: number,
+): Promise<{ svc: ServiceProcess; load: Traffic }> {
+  const svc = await start();
+  const load = traffic(svc.base, await account(svc.base, email), workers);
+  await sleep(1500);
+  return { svc, load };
 }

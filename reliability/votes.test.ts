@@ -1,12 +1,4 @@
-import {
-  account,
-  call,
-  createPosts,
-  report,
-  startService,
-  type ServiceProcess,
-  scratchDatabase,
-} from './support';
+import { account, call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
 
 const SIMULTANEOUS = 100;
 const ROUNDS = 3;
@@ -31,10 +23,9 @@ async function storedVotes(postId: number): Promise<number> {
   return rows[0]?.n ?? -1;
 }
 
-test('Concurrent votes: 100 identical votes give one 201 and 99 409, 100 withdrawals one 201 and 99 404; the total follows', async () => {
-  const author = await account(svc.base, 'author@example.com');
+test('When 100 identical votes and then 100 identical withdrawals arrive at once, then one vote gets 201 and 99 get 409, one withdrawal 201 and 99 404, and the post shows the total that follows', async () => {
+  const { posts } = await author(svc.base, 'author@example.com', ROUNDS);
   const voter = await account(svc.base, 'voter@example.com');
-  const posts = await createPosts(svc.base, author, ROUNDS);
   const figures: Record<string, string> = {};
 
   for (const postId of posts) {

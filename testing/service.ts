@@ -7,6 +7,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
+import { pollUntil } from './poll';
 
 export const ROOT = path.join(__dirname, '..');
 
@@ -181,19 +182,20 @@ export async function startService(
 
 /** Polls until `url` answers HTTP at all (any status); throws if the process exits or time runs out. */
 export async function waitForAnswer(url: string, proc: ScriptProcess, withinMs: number): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    if (proc.child.exitCode !== null)
-      throw new Error(`the process exited with ${String(proc.child.exitCode)}: ${proc.stderr()}`);
-    if (Date.now() > deadline)
-      throw new Error(`${url} did not answer within ${withinMs} ms: ${proc.stderr()}`);
-    try {
-      await fetch(url, { signal: AbortSignal.timeout(2000) });
-      return;
-    } catch {
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-  }
+  const { value } = await pollUntil(
+    () =>
+      proc.child.exitCode !== null
+        ? 'exited'
+        : fetch(url, { signal: AbortSignal.timeout(2000) }).then(
+            () => 'answered',
+            () => 'silent',
+          ),
+    (seen) => seen !== 'silent',
+    { withinMs, everyMs: 200 },
+  );
+  if (value === 'exited')
+    throw new Error(`the process exited with ${String(proc.child.exitCode)}: ${proc.stderr()}`);
+  if (value === 'silent') throw new Error(`${url} did not answer within ${withinMs} ms: ${proc.stderr()}`);
 }
 
 /** Kills every process started here that is still running (by pid, never by name). */

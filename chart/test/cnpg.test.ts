@@ -8,16 +8,18 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { crdProblems, crdValidator } from './crd-schemas';
 import {
+  apiContainer,
   chartDir,
   configMapData,
   environments,
   findAll,
   findOne,
   must,
+  podSpec,
   render,
   renderEnvironment,
+  renderRefused,
   repoRoot,
-  template,
   type KubeObject,
   type RenderOptions,
 } from './helm';
@@ -68,13 +70,6 @@ function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): Custo
   const matches = objects.filter((object) => object.kind === kind);
   if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
   return matches[0] as CustomKinds[K];
-}
-
-/** The one line helm prints for a failed render (the template's fail message). */
-async function renderError(options: RenderOptions): Promise<string> {
-  const result = await template(options);
-  expect(result.code).not.toBe(0);
-  return result.stderr.trim();
 }
 
 describe('CloudNativePG: what prod renders', () => {
@@ -143,7 +138,7 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it("When the prod values are rendered, then only ca.crt of the cluster's CA Secret is mounted, read-only, where DB_SSL_CA_FILE points", () => {
-    const pod = must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+    const pod = podSpec(objects);
     const volume = must(
       pod.volumes?.find((v) => v.secret?.secretName === 'social-posts-db-ca'),
       'CA volume',
@@ -159,7 +154,7 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it("When the prod values are rendered, then DB_PASSWORD is the password of CloudNativePG's <cluster>-app Secret and the chart makes no database password", () => {
-    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    const container = apiContainer(objects);
     const password = container.env?.find((e) => e.name === 'DB_PASSWORD');
     expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-app', key: 'password' });
     // prod's own Secret (existingSecret) needs SECRET_KEY only: the chart makes none.
@@ -220,7 +215,7 @@ describe('CloudNativePG: options', () => {
   it("When the operator manages the owner's password (cnpg.cluster.appSecret), then initdb and the pods use that basic-auth Secret", async () => {
     const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.appSecret': 'db-owner' } });
     expect(one(objects, 'Cluster').spec.bootstrap.initdb.secret).toEqual({ name: 'db-owner' });
-    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    const container = apiContainer(objects);
     expect(container.env?.find((e) => e.name === 'DB_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
       name: 'db-owner',
       key: 'password',
@@ -312,7 +307,10 @@ describe('CloudNativePG: values that cannot work fail the render with one line',
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     // Free-form parameters are strings (the CRD's type), hence --set-string for them.
-    const error = await renderError({ set: { ...cnpgOn.set, ...options.set }, setString: options.setString });
+    const error = await renderRefused({
+      set: { ...cnpgOn.set, ...options.set },
+      setString: options.setString,
+    });
     expect(error).toContain(message);
   });
 });
@@ -345,7 +343,7 @@ describe('The connection budget, checked at render', () => {
   ])(
     'When %s, then helm template fails with one line naming the numbers',
     async (_case, options, message) => {
-      const error = await renderError(options);
+      const error = await renderRefused(options);
       // helm's own hint (--debug) follows on later lines; the template's message is one line.
       expect(error.split('\n')[0]).toContain(message);
     },

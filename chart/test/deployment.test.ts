@@ -1,14 +1,13 @@
-import type { IContainer } from 'kubernetes-models/v1/Container';
-import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
-import { environments, findOne, must, render, renderEnvironment, type KubeObject } from './helm';
-
-function podSpec(objects: KubeObject[]): IPodSpec {
-  return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
-}
-
-function apiContainer(objects: KubeObject[]): IContainer {
-  return must(podSpec(objects).containers[0], 'API container');
-}
+import {
+  apiContainer,
+  environments,
+  findOne,
+  must,
+  podSpec,
+  render,
+  renderEnvironment,
+  type KubeObject,
+} from './helm';
 
 describe.each(environments)('The API Deployment of %s', (environment) => {
   let objects: KubeObject[];

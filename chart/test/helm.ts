@@ -9,7 +9,9 @@ import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
 import type { INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
 import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPod } from 'kubernetes-models/v1/Pod';
+import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import type { IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
@@ -169,6 +171,23 @@ export function findOne<K extends keyof RenderedKinds>(
 /** The API's settings as the pod reads them: the release ConfigMap's data. */
 export function configMapData(objects: KubeObject[]): Record<string, string> {
   return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+}
+
+/** Renders with `options`, expects helm to refuse, and returns what it said (the template's fail message first). */
+export async function renderRefused(options: RenderOptions): Promise<string> {
+  const result = await template(options);
+  expect(result.code).not.toBe(0);
+  return result.stderr.trim();
+}
+
+/** The API pods' spec: the Deployment's pod template. */
+export function podSpec(objects: KubeObject[]): IPodSpec {
+  return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+}
+
+/** The API container of the Deployment's pods. */
+export function apiContainer(objects: KubeObject[]): IContainer {
+  return must(podSpec(objects).containers[0], 'API container');
 }
 
 /** Narrows an optional field the test expects to be there. */

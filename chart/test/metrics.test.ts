@@ -1,11 +1,12 @@
 import {
+  apiContainer,
   environments,
   findAll,
   findOne,
   must,
   render,
   renderEnvironment,
-  template,
+  renderRefused,
   type KubeObject,
 } from './helm';
 
@@ -40,7 +41,7 @@ describe.each(environments)('Metrics wiring of %s', (environment) => {
     const data = must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
     expect(data.METRICS_PORT).toBe('9464');
     expect(data.METRICS_PORT).not.toBe(data.PORT);
-    const container = must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'container');
+    const container = apiContainer(objects);
     expect(container.ports).toContainEqual({ name: 'metrics', containerPort: 9464, protocol: 'TCP' });
     const service = findOne(objects, 'Service', 'social-posts');
     expect(service.spec?.ports).toContainEqual({
@@ -102,12 +103,12 @@ describe('ServiceMonitor', () => {
   });
 
   it('When the interval is not a Prometheus duration, then helm template refuses it', async () => {
-    const rendered = await template({
-      values: ['values-dev.yaml'],
-      set: { 'metrics.serviceMonitor.enabled': 'true', 'metrics.serviceMonitor.interval': 'often' },
-    });
-    expect(rendered.code).not.toBe(0);
-    expect(rendered.stderr).toContain('/metrics/serviceMonitor/interval');
+    expect(
+      await renderRefused({
+        values: ['values-dev.yaml'],
+        set: { 'metrics.serviceMonitor.enabled': 'true', 'metrics.serviceMonitor.interval': 'often' },
+      }),
+    ).toContain('/metrics/serviceMonitor/interval');
   });
 });
 
@@ -130,7 +131,7 @@ describe('Scrape annotations', () => {
       set: { 'metrics.port': '9100', 'metrics.scrapeAnnotations': 'true' },
     });
     expect(findOne(objects, 'ConfigMap', 'social-posts').data?.METRICS_PORT).toBe('9100');
-    expect(findOne(objects, 'Deployment').spec?.template.spec?.containers[0]?.ports).toContainEqual({
+    expect(apiContainer(objects).ports).toContainEqual({
       name: 'metrics',
       containerPort: 9100,
       protocol: 'TCP',
@@ -145,9 +146,9 @@ describe('Scrape annotations', () => {
   });
 
   it('When metrics.port equals containerPort, then rendering fails (metrics must never share the API port)', async () => {
-    const rendered = await template({ values: ['values-dev.yaml'], set: { 'metrics.port': '8000' } });
-    expect(rendered.code).not.toBe(0);
-    expect(rendered.stderr).toContain('metrics.port must differ from containerPort');
+    expect(await renderRefused({ values: ['values-dev.yaml'], set: { 'metrics.port': '8000' } })).toContain(
+      'metrics.port must differ from containerPort',
+    );
   });
 });
 

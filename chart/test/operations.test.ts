@@ -1,6 +1,7 @@
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { startFakeKubeApi, type FakeKubeApi } from './fake-kube-api';
 import {
+  apiContainer,
   environmentOptions,
   environments,
   findAll,
@@ -9,6 +10,7 @@ import {
   parseManifests,
   render,
   renderEnvironment,
+  renderRefused,
   template,
   type KubeObject,
   type RenderOptions,
@@ -33,15 +35,6 @@ function podSpecs(objects: KubeObject[]): [string, IPodSpec][] {
   ];
 }
 
-const apiContainer = (objects: KubeObject[]) =>
-  must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0], 'API container');
-
-async function renderFails(options: RenderOptions): Promise<string> {
-  const result = await template(options);
-  expect(result.code).not.toBe(0);
-  return result.stderr;
-}
-
 describe('Renders that GitOps can keep', () => {
   it.each(environments.filter((environment) => environment !== 'dev'))(
     'When the %s values are rendered twice without a cluster (as Argo CD does), then both renders are byte for byte the same',
@@ -54,7 +47,7 @@ describe('Renders that GitOps can keep', () => {
   );
 
   it('When no key is given, none is kept and generation is off, then rendering fails with one line saying why instead of making a key that changes every render', async () => {
-    const stderr = await renderFails({ values: ['values-dev.yaml'], set: { 'secret.generate': 'false' } });
+    const stderr = await renderRefused({ values: ['values-dev.yaml'], set: { 'secret.generate': 'false' } });
     expect(stderr).toContain(
       'secret.secretKey is empty and the release has no Secret to keep one from: set secret.secretKey or secret.existingSecret, or secret.generate=true with helm install/upgrade',
     );
@@ -62,7 +55,7 @@ describe('Renders that GitOps can keep', () => {
   });
 
   it('When the in-chart PostgreSQL has no password given or kept and generation is off, then rendering fails naming secret.dbPassword', async () => {
-    const stderr = await renderFails({
+    const stderr = await renderRefused({
       values: ['values-dev.yaml'],
       set: { 'secret.generate': 'false', 'secret.secretKey': 'an-operator-chosen-signing-key-0123456789' },
     });
@@ -199,7 +192,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       '/networkPolicy/extraEgress/0',
     ],
   ])('When the values carry %s, then rendering fails naming the value', async (_case, setJson, path) => {
-    expect(await renderFails({ values: ['values-prod.yaml'], setJson })).toContain(path);
+    expect(await renderRefused({ values: ['values-prod.yaml'], setJson })).toContain(path);
   });
 });
 
@@ -291,7 +284,7 @@ describe('Extension points', () => {
   it.each(['DB_HOSTNAME', 'SECRET_KEY', 'DB_POOL_MAX'])(
     'When extraEnvVars names %s, which the chart sets, then rendering fails with one line pointing at the value',
     async (name) => {
-      const stderr = await renderFails({
+      const stderr = await renderRefused({
         values: ['values-prod.yaml'],
         setJson: { extraEnvVars: [{ name, value: 'x' }] },
       });
@@ -315,7 +308,7 @@ describe('Extension points', () => {
     ],
     ['a sidecar without an image', { sidecars: [{ name: 'x' }] }, '/sidecars/0'],
   ])('When the values carry %s, then rendering fails naming the value', async (_case, setJson, path) => {
-    expect(await renderFails({ values: ['values-prod.yaml'], setJson })).toContain(path);
+    expect(await renderRefused({ values: ['values-prod.yaml'], setJson })).toContain(path);
   });
 });
 

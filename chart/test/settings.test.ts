@@ -1,6 +1,7 @@
 import type { IEnvVar } from 'kubernetes-models/v1/EnvVar';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import {
+  apiContainer,
   configMapData,
   environments,
   findAll,
@@ -45,7 +46,7 @@ const databases: Record<Environment, Record<string, string>> = {
 };
 
 function containerEnv(objects: KubeObject[]): IEnvVar[] {
-  return must(findOne(objects, 'Deployment').spec?.template.spec?.containers[0]?.env, 'env');
+  return must(apiContainer(objects).env, 'env');
 }
 
 function decode(secret: ISecret, key: string): string {

@@ -4,6 +4,7 @@
  * (`//login`, `/%6Cogin`) and its own Host header.
  */
 import { Agent, request, type IncomingHttpHeaders } from 'node:http';
+import { parsedBody, problemFaults } from '../../testing/problem';
 
 export interface Answer {
   status: number;
@@ -100,9 +101,16 @@ export function postJson(path: string, value: unknown, options: SendOptions = {}
   });
 }
 
-export function isProblem(answer: Answer): boolean {
-  return (answer.headers['content-type'] ?? '').startsWith('application/problem+json');
+/** What keeps the answer from being the service's problem+json (testing/problem.ts); empty when it is one. */
+export function problemFaultsOf(answer: Answer): string[] {
+  return problemFaults({
+    status: answer.status,
+    contentType: answer.headers['content-type'],
+    body: parsedBody(answer.body),
+  });
 }
+
+export const isProblem = (answer: Answer): boolean => problemFaultsOf(answer).length === 0;
 
 /**
  * Whether the service produced the answer. Every response of the Express app carries X-Request-Id;

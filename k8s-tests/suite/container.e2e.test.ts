@@ -21,7 +21,7 @@ const expected = {
 const containerTest = inContainers ? test : test.skip;
 
 containerTest(
-  '8. inside the container: the securityContext user, writes only to the writable mounts, no capabilities, node as PID 1',
+  'When a replica is looked at from inside its container, then it runs as the securityContext user, writes only to the writable mounts, has no capabilities and node is PID 1 (case 8)',
   async () => {
     const seen = JSON.parse(await driver.inspectReplica()) as Inspection;
     expect({ uid: seen.uid, gid: seen.gid }).toEqual({ uid: expected.uid, gid: expected.gid });
@@ -53,7 +53,7 @@ containerTest(
 );
 
 containerTest(
-  '9. the image without DB_HOSTNAME: no embedded database in it; the start stops with a clear line',
+  'When the image starts without DB_HOSTNAME, then it stops with a clear line: it holds no embedded database (case 9)',
   async () => {
     const { status, output } = JSON.parse(await driver.imageWithoutDatabase()) as {
       status: number | null;

@@ -78,7 +78,7 @@ describeLocal(
       await broken.close();
     });
 
-    test('a replica that is gone but still listed (connection refused): every method is retried and answered by a replica', async () => {
+    test('When a replica is gone but still listed (connection refused), then every method is retried and answered by a replica', async () => {
       await broken.open('refuse');
       const results = await sendEach(['GET', 'PUT', 'DELETE', 'POST'], 6);
       // Nothing was sent to the refused endpoint, so even a POST may go to another replica.
@@ -90,7 +90,7 @@ describeLocal(
         expect({ method, refused: (tries[method] ?? 0) > 0 }).toEqual({ method, refused: true });
     }, 60_000);
 
-    test('a replica that dies after reading the request: GET, PUT and DELETE are retried, a POST is not (502)', async () => {
+    test('When a replica dies after reading the request, then GET, PUT and DELETE are retried and a POST is not (502)', async () => {
       await broken.open('reset');
       const results = await sendEach(['GET', 'PUT', 'DELETE', 'POST'], 6);
       const tries = await failedTries();
@@ -107,7 +107,7 @@ describeLocal(
       expect(tries.POST).toBe(failedPosts.length);
     }, 60_000);
 
-    test('a replica that does not answer: no retry after the 3 s read time-out, one 504 and no second copy elsewhere', async () => {
+    test('When a replica does not answer, then after the 3 s read time-out there is no retry: one 504 and no second copy elsewhere', async () => {
       await broken.open('hang');
       // Round robin over three endpoints: one of every three tries goes to the silent one.
       const results = await sendEach(['GET', 'PUT', 'DELETE'], 3);

@@ -1,25 +1,8 @@
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  startTestService,
-  TEST_SECRET,
-  uniqueEmail,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newAccount, TEST_SECRET, uniqueEmail, postsFixture } from './helpers';
 
-let svc: TestService;
-let account: Account;
-beforeAll(async () => {
-  svc = await startTestService();
-  account = await newAccount(svc.app);
-});
-afterAll(async () => {
-  await svc.close();
-});
+const { service: svc, user: account } = postsFixture(['user']);
 
 const login = (body: Record<string, string>) => request(svc.app).post('/login').type('form').send(body);
 

@@ -7,6 +7,7 @@ import { createLogger } from '../src/logger';
 import { startServer } from '../src/server';
 import { loadSettings } from '../src/settings';
 import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { pollUntil } from '../../testing/poll';
 
 /** A TCP relay in front of PostgreSQL: closing it is, to the service, the database going away. */
 class DatabaseSwitch {
@@ -81,12 +82,13 @@ const get = (path: string) => fetch(`${base}${path}`);
 
 /** Polls until the answer has the wanted status or the time runs out; returns the last answer. */
 async function waitForStatus(path: string, status: number, withinMs: number): Promise<Response> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    const res = await get(path);
-    if (res.status === status || Date.now() > deadline) return res;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+  return (
+    await pollUntil(
+      () => get(path),
+      (res) => res.status === status,
+      { withinMs },
+    )
+  ).value;
 }
 
 /** Sends raw bytes and returns everything the server answers before it closes. */

@@ -10,23 +10,16 @@ import { startServer, type RunningServer } from '../src/server';
 import { loadSettings, type Settings } from '../src/settings';
 import type { Post } from '../src/posts/posts.repository';
 import type { User } from '../src/users/users.repository';
+import { serviceEnv } from '../../testing/env';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../testing/postgres';
+import { problemFaults } from '../../testing/problem';
 
-export const TEST_SECRET = 'test-signing-secret-that-is-long-enough-0123456789';
+export { TEST_SECRET } from '../../testing/env';
 
 /** Environment for the service under test: PostgreSQL when DB_HOSTNAME is set, else embedded in memory. */
 export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    NODE_ENV: 'test',
-    BCRYPT_ROUNDS: '4',
-    LOG_LEVEL: process.env.LOG_LEVEL ?? 'silent',
-    DB_EMBEDDED_DIR: 'memory://',
-    SECRET_KEY: TEST_SECRET,
-    // A test that meets an unreachable database wants the failure now; the wait has cases of its own.
-    DB_STARTUP_WAIT_SECONDS: '0',
-    ...overrides,
-  };
+  // A test that meets an unreachable database wants the failure now; the wait has cases of its own.
+  return serviceEnv({ DB_STARTUP_WAIT_SECONDS: '0', ...overrides });
 }
 
 export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
@@ -136,6 +129,28 @@ export async function newAccount(app: Express, email = uniqueEmail()): Promise<A
   };
 }
 
+/**
+ * A file's app on a fresh, migrated database and the named accounts, registered and logged in
+ * through the API (each e-mail begins with its name). The objects are returned at once and filled
+ * in before the file's first case, so a table may name them; the database goes after the last case.
+ */
+export function postsFixture<Name extends string = never>(
+  accounts: readonly Name[] = [],
+  settings: Record<string, string> = {},
+): { service: TestService } & Record<Name, Account> {
+  const service = {} as TestService;
+  const made = Object.fromEntries(accounts.map((name) => [name, {} as Account])) as Record<Name, Account>;
+  beforeAll(async () => {
+    Object.assign(service, await startTestService(settings));
+    for (const name of accounts) Object.assign(made[name], await newAccount(service.app, uniqueEmail(name)));
+  });
+  afterAll(async () => {
+    // Only what was started is closed: a failed start has already said why.
+    if ('close' in service) await service.close();
+  });
+  return { service, ...made };
+}
+
 export const bearer = (account: Account | string): { Authorization: string } => ({
   Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
 });
@@ -169,11 +184,6 @@ export function expectProblem(
   status: number,
 ): { detail: string; errors?: { field: string; message: string }[] } {
   expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-  const body = res.body as { type: string; title: string; status: number; detail: string };
-  expect(body).toMatchObject({ type: 'about:blank', status });
-  expect(typeof body.title).toBe('string');
-  expect(typeof body.detail).toBe('string');
-  expect(body.detail.length).toBeGreaterThan(0);
+  expect(problemFaults({ status, contentType: res.headers['content-type'], body: res.body })).toEqual([]);
   return res.body as { detail: string };
 }

@@ -1,26 +1,12 @@
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  newPost,
-  startTestService,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newPost, postsFixture } from './helpers';
 import { CONTRACT_OPERATIONS } from '../../testing/contract';
 
 const ALLOWED = 'https://app.example.com';
 const FOREIGN = 'https://evil.example.net';
 
-let svc: TestService;
-let account: Account;
-beforeAll(async () => {
-  svc = await startTestService({ CORS_ALLOWED_ORIGINS: `${ALLOWED}, http://localhost:5173` });
-  account = await newAccount(svc.app);
-});
-afterAll(async () => {
-  await svc.close();
+const { service: svc, user: account } = postsFixture(['user'], {
+  CORS_ALLOWED_ORIGINS: `${ALLOWED}, http://localhost:5173`,
 });
 
 const preflight = (path: string, origin: string, method = 'POST', headers = 'authorization,content-type') =>

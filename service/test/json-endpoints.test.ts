@@ -3,12 +3,10 @@ import {
   bearer,
   databaseSnapshot,
   expectProblem,
-  newAccount,
   newPost,
-  startTestService,
   uniqueEmail,
   type Account,
-  type TestService,
+  postsFixture,
 } from './helpers';
 
 /**
@@ -18,18 +16,11 @@ import {
  * changes nothing.
  */
 
-let svc: TestService;
-let alice: Account;
+const { service: svc, table: alice } = postsFixture(['table']);
 let post: { id: number };
 
 beforeAll(async () => {
-  svc = await startTestService();
-  alice = await newAccount(svc.app, uniqueEmail('table'));
   post = await newPost(svc.app, alice);
-});
-
-afterAll(async () => {
-  await svc.close();
 });
 
 interface JsonEndpoint {

@@ -1,15 +1,5 @@
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  newPost,
-  startTestService,
-  uniqueToken,
-  uniqueEmail,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
 
 /**
  * Keyset paging of both lists: `Link: <…>; rel="next"` on every page that has more after it, and
@@ -24,19 +14,7 @@ interface PostBody {
   user_id: number;
 }
 
-let service: TestService;
-let alice: Account;
-let bob: Account;
-
-beforeAll(async () => {
-  service = await startTestService();
-  alice = await newAccount(service.app, uniqueEmail('alice'));
-  bob = await newAccount(service.app, uniqueEmail('bob'));
-});
-
-afterAll(async () => {
-  await service.close();
-});
+const { service, alice, bob } = postsFixture(['alice', 'bob']);
 
 const api = () => request(service.app);
 

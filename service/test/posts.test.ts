@@ -1,15 +1,5 @@
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  newPost,
-  startTestService,
-  uniqueToken,
-  uniqueEmail,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
 import { MAX_ID } from '../src/db/limits';
 
 interface OwnerBody {
@@ -37,19 +27,7 @@ const MISSING_ID = MAX_ID;
 
 const token = (): string => uniqueToken('t');
 
-let service: TestService;
-let alice: Account;
-let bob: Account;
-
-beforeAll(async () => {
-  service = await startTestService();
-  alice = await newAccount(service.app, uniqueEmail('alice'));
-  bob = await newAccount(service.app, uniqueEmail('bob'));
-});
-
-afterAll(async () => {
-  await service.close();
-});
+const { service, alice, bob } = postsFixture(['alice', 'bob']);
 
 const api = () => request(service.app);
 

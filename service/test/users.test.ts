@@ -1,13 +1,7 @@
 import request from 'supertest';
-import { expectProblem, startTestService, uniqueEmail, type TestService } from './helpers';
+import { expectProblem, uniqueEmail, postsFixture } from './helpers';
 
-let svc: TestService;
-beforeAll(async () => {
-  svc = await startTestService();
-});
-afterAll(async () => {
-  await svc.close();
-});
+const { service: svc } = postsFixture();
 
 describe('POST /users/', () => {
   test('When a new e-mail registers, then 201 returns the user without any password', async () => {

@@ -1,15 +1,5 @@
 import request from 'supertest';
-import {
-  bearer,
-  expectProblem,
-  newAccount,
-  newPost,
-  startTestService,
-  uniqueToken,
-  uniqueEmail,
-  type Account,
-  type TestService,
-} from './helpers';
+import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
 import { MAX_ID } from '../src/db/limits';
 
 interface PostBody {
@@ -30,21 +20,7 @@ const MISSING_ID = MAX_ID;
 
 const token = (): string => uniqueToken('v');
 
-let service: TestService;
-let alice: Account;
-let bob: Account;
-let carol: Account;
-
-beforeAll(async () => {
-  service = await startTestService();
-  alice = await newAccount(service.app, uniqueEmail('alice'));
-  bob = await newAccount(service.app, uniqueEmail('bob'));
-  carol = await newAccount(service.app, uniqueEmail('carol'));
-});
-
-afterAll(async () => {
-  await service.close();
-});
+const { service, alice, bob, carol } = postsFixture(['alice', 'bob', 'carol']);
 
 const api = () => request(service.app);
 
