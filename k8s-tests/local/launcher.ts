@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext';
-import { engine, IMAGE, runLimits } from '../../scripts/image';
+import { engine, IMAGE, runLimits } from '../../scripts/container';
 import { start, stop, type Managed } from './processes';
 
 export interface ReplicaSpec {

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
-import { engine, IMAGE, imageFacts, mb } from '../../scripts/image';
+import { engine, IMAGE, imageFacts, mb } from '../../scripts/container';
 import { formatReport, readReport, type Report } from '../report';
 import { INSPECT_SCRIPT } from '../suite/inspect';
 import { Cluster } from './cluster';
