@@ -7,6 +7,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
+import { track } from './processes';
 
 export const ROOT = path.join(__dirname, '..');
 
@@ -50,7 +51,6 @@ export interface SpawnOptions {
 }
 
 const STDERR_TAIL = 64 * 1024;
-const running = new Set<ChildProcessWithoutNullStreams>();
 
 /** Starts `node [nodeArgs] --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
 export function spawnScript(
@@ -68,7 +68,7 @@ export function spawnScript(
       env: childEnv,
     },
   );
-  running.add(child);
+  const managed = track(script, child);
   const lines: LogLine[] = [];
   const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
   let out = '';
@@ -101,12 +101,7 @@ export function spawnScript(
   child.stderr.on('data', (chunk: Buffer) => {
     err = (err + chunk.toString()).slice(-STDERR_TAIL);
   });
-  const exited = new Promise<number | null>((resolve) => {
-    child.on('exit', (code) => {
-      running.delete(child);
-      resolve(code);
-    });
-  });
+  const exited = managed.exited.then(() => child.exitCode);
 
   const waitForLog = (pattern: RegExp, withinMs: number): Promise<LogLine> => {
     const seen = lines.find((l) => pattern.test(l.msg ?? ''));
@@ -196,16 +191,8 @@ export async function waitForAnswer(url: string, proc: ScriptProcess, withinMs: 
   }
 }
 
-/** Kills every process started here that is still running (by pid, never by name). */
-export async function stopAll(): Promise<void> {
-  const children = [...running];
-  for (const child of children) child.kill('SIGKILL');
-  await Promise.all(
-    children
-      .filter((child) => child.exitCode === null && child.signalCode === null)
-      .map((child) => new Promise((resolve) => child.once('exit', resolve))),
-  );
-}
+// Kills every process a harness started that is still running (by pid, never by name).
+export { stopAll } from './processes';
 
 /** A port nothing listens on at the moment of asking. */
 export async function freePort(): Promise<number> {

@@ -38,7 +38,8 @@ import { postgresBin } from '../../testing/postgres';
 import { Postgres } from './postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
-import { freePort, stillRunning, stop } from './processes';
+import { stillRunning, stop } from '../../testing/processes';
+import { freePort } from '../../testing/service';
 import {
   namespace,
   readRelease,
