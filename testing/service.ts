@@ -8,6 +8,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { pollUntil } from './poll';
+import { track } from './processes';
 
 export const ROOT = path.join(__dirname, '..');
 
@@ -51,7 +52,6 @@ export interface SpawnOptions {
 }
 
 const STDERR_TAIL = 64 * 1024;
-const running = new Set<ChildProcessWithoutNullStreams>();
 
 /** Starts `node [nodeArgs] --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
 export function spawnScript(
@@ -69,7 +69,7 @@ export function spawnScript(
       env: childEnv,
     },
   );
-  running.add(child);
+  const managed = track(script, child);
   const lines: LogLine[] = [];
   const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
   let out = '';
@@ -102,12 +102,7 @@ export function spawnScript(
   child.stderr.on('data', (chunk: Buffer) => {
     err = (err + chunk.toString()).slice(-STDERR_TAIL);
   });
-  const exited = new Promise<number | null>((resolve) => {
-    child.on('exit', (code) => {
-      running.delete(child);
-      resolve(code);
-    });
-  });
+  const exited = managed.exited.then(() => child.exitCode);
 
   const waitForLog = (pattern: RegExp, withinMs: number): Promise<LogLine> => {
     const seen = lines.find((l) => pattern.test(l.msg ?? ''));
@@ -198,16 +193,8 @@ export async function waitForAnswer(url: string, proc: ScriptProcess, withinMs: 
   if (value === 'silent') throw new Error(`${url} did not answer within ${withinMs} ms: ${proc.stderr()}`);
 }
 
-/** Kills every process started here that is still running (by pid, never by name). */
-export async function stopAll(): Promise<void> {
-  const children = [...running];
-  for (const child of children) child.kill('SIGKILL');
-  await Promise.all(
-    children
-      .filter((child) => child.exitCode === null && child.signalCode === null)
-      .map((child) => new Promise((resolve) => child.once('exit', resolve))),
-  );
-}
+// Kills every process a harness started that is still running (by pid, never by name).
+export { stopAll } from './processes';
 
 /** A port nothing listens on at the moment of asking. */
 export async function freePort(): Promise<number> {

@@ -1,5 +1,5 @@
 /**
- * Validators for the custom resources the chart renders for a Gateway API implementation, for
+ * Validators for the custom resources the chart renders for the Gateway API and its implementations, for
  * CloudNativePG and for the Prometheus Operator, built from their own CRDs vendored in chart/test/schemas/ (see its README for the
  * repository, path and commit of each). The API server prunes fields a structural CRD schema does
  * not declare, so a misspelt field would silently vanish: every object schema without
@@ -15,6 +15,9 @@ import { parse } from 'yaml';
 import type { KubeObject } from './helm';
 
 export const crdFiles = [
+  // Gateway API v1.5.1, standard channel (kubernetes-sigs/gateway-api,
+  // config/crd/standard/, commit e7677b70ae75d14a4448fba94870e7deea6cf0ad).
+  'gateway.networking.k8s.io_httproutes.yaml',
   'gateway.nginx.org_ratelimitpolicies.yaml',
   'gateway.nginx.org_proxysettingspolicies.yaml',
   'gateway.envoyproxy.io_backendtrafficpolicies.yaml',

@@ -285,8 +285,17 @@ describe('Gateway switches and refusals', () => {
       spec: { rules: [{ matches: [{ path: { type: 'Prefix', value: '/' } }] }] },
     };
     expect(schemaProblems([badRoute as KubeObject])).toEqual([expect.stringContaining('path/type')]);
-    expect(unknownFieldProblems([{ ...badRoute, spec: { hostname: ['a'] } } as KubeObject])).toEqual([
-      expect.stringContaining('\'"hostname"\' does not exist'),
+    // The HTTPRoute CRD is closed against unknown fields: a misspelt field is named.
+    expect(schemaProblems([{ ...badRoute, spec: { hostname: ['a'] } } as KubeObject])).toEqual([
+      expect.stringContaining('(hostname)'),
     ]);
+    expect(
+      schemaProblems([
+        { ...badRoute, metadata: { name: 'y', labels: 'a' }, spec: {} } as unknown as KubeObject,
+      ]),
+    ).toEqual([expect.stringContaining('metadata')]);
+    expect(
+      unknownFieldProblems([{ ...badRoute, metadata: { name: 'y', label: {} }, spec: {} } as KubeObject]),
+    ).toEqual([expect.stringContaining('\'"label"\' does not exist')]);
   });
 });

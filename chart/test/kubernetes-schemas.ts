@@ -7,57 +7,22 @@
  *   would pass them while the API server drops it. Each object becomes an object literal typed with
  *   the model's interface, and TypeScript's excess-property check names keys the API type lacks.
  *
- * Gateway API objects (gateway.networking.k8s.io) use @kubernetes-models/gateway-api the same way;
- * the implementations' policies use their vendored CRD schemas (crd-schemas.ts), which also catch
- * unknown fields.
+ * Custom resources, the Gateway API's HTTPRoute among them, use their vendored CRD schemas
+ * (crd-schemas.ts), which also catch unknown fields; their metadata, which a CRD leaves to the API
+ * server, is checked as ObjectMeta both ways.
  */
-import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import ts from 'typescript';
 import { crdProblems, crdValidator } from './crd-schemas';
-import { repoRoot, type KubeObject } from './helm';
+import type { KubeObject } from './helm';
 
 const load = createRequire(__filename);
-const GATEWAY_API_GROUP = 'gateway.networking.k8s.io/';
-const gatewayApiPackage = '@kubernetes-models/gateway-api';
-
-function isGatewayApi(object: KubeObject): boolean {
-  return object.apiVersion.startsWith(GATEWAY_API_GROUP);
-}
+// ObjectMeta's model from the apimachinery package kubernetes-models itself is built on.
+const loadBesideModels = createRequire(load.resolve('kubernetes-models/package.json'));
 
 function modelPath(object: KubeObject): string {
-  if (isGatewayApi(object)) return `${gatewayApiPackage}/${object.apiVersion}/${object.kind}`;
   return `kubernetes-models/${object.apiVersion}/${object.kind}`;
-}
-
-/**
- * @kubernetes-models/gateway-api ships ES modules only, which jest's CommonJS loader cannot
- * require: its validators run in a node child process instead, one per call.
- */
-function gatewayApiProblems(objects: KubeObject[]): string[] {
-  if (objects.length === 0) return [];
-  const root = `${pathToFileURL(resolve(repoRoot, 'node_modules', gatewayApiPackage)).href}/`;
-  const script = `
-    let text = '';
-    for await (const chunk of process.stdin) text += chunk;
-    const problems = [];
-    for (const object of JSON.parse(text)) {
-      const name = object.apiVersion + '/' + object.kind + ' ' + object.metadata.name;
-      let Model;
-      try {
-        Model = (await import(new URL(object.apiVersion + '/' + object.kind + '.js', ${JSON.stringify(root)})))[object.kind];
-      } catch {}
-      if (!Model) { problems.push(name + ': ${gatewayApiPackage} has no schema for this kind'); continue; }
-      try { new Model(object).validate(); } catch (error) { problems.push(name + ': ' + error.message); }
-    }
-    process.stdout.write(JSON.stringify(problems));`;
-  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
-    input: JSON.stringify(objects),
-    encoding: 'utf8',
-  });
-  return JSON.parse(out) as string[];
 }
 
 function nameOf(object: KubeObject): string {
@@ -67,7 +32,6 @@ function nameOf(object: KubeObject): string {
 type Model = new (data: unknown) => { validate(): void };
 
 function loadModel(object: KubeObject): Model | undefined {
-  if (isGatewayApi(object)) return undefined;
   try {
     const exports = load(modelPath(object)) as Record<string, Model | undefined>;
     return exports[object.kind];
@@ -76,22 +40,36 @@ function loadModel(object: KubeObject): Model | undefined {
   }
 }
 
-export function schemaProblems(objects: KubeObject[]): string[] {
-  const gatewayApi = gatewayApiProblems(objects.filter(isGatewayApi));
-  return gatewayApi.concat(objects.filter((object) => !isGatewayApi(object)).flatMap(otherProblems));
-}
-
-function otherProblems(object: KubeObject): string[] {
-  const crd = crdValidator(object);
-  if (crd) return crdProblems(object, crd);
-  const Model = loadModel(object);
-  if (!Model) return [`${nameOf(object)}: kubernetes-models has no schema for this kind`];
+function modelProblems(name: string, Model: Model, data: unknown): string[] {
   try {
-    new Model(object).validate();
+    new Model(data).validate();
     return [];
   } catch (error) {
-    return [`${nameOf(object)}: ${error instanceof Error ? error.message : String(error)}`];
+    return [`${name}: ${error instanceof Error ? error.message : String(error)}`];
   }
+}
+
+let objectMeta: Model | undefined;
+
+function objectMetaModel(): Model {
+  objectMeta ??= (
+    loadBesideModels('@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta') as { ObjectMeta: Model }
+  ).ObjectMeta;
+  return objectMeta;
+}
+
+export function schemaProblems(objects: KubeObject[]): string[] {
+  return objects.flatMap((object) => {
+    const crd = crdValidator(object);
+    if (crd)
+      return [
+        ...crdProblems(object, crd),
+        ...modelProblems(`${nameOf(object)} metadata`, objectMetaModel(), object.metadata),
+      ];
+    const Model = loadModel(object);
+    if (!Model) return [`${nameOf(object)}: kubernetes-models has no schema for this kind`];
+    return modelProblems(nameOf(object), Model, object);
+  });
 }
 
 const options: ts.CompilerOptions = {
@@ -113,9 +91,16 @@ export function unknownFieldProblems(objects: KubeObject[]): string[] {
   const problems: string[] = [];
   const lines: string[] = [];
   objects.forEach((object, index) => {
-    // Custom resources: their CRD schema is closed against unknown fields (schemaProblems).
-    if (crdValidator(object)) return;
-    if (!isGatewayApi(object) && !loadModel(object)) {
+    // Custom resources: their CRD schema is closed against unknown fields (schemaProblems); their
+    // metadata is a Pod's (ObjectMeta), which kubernetes-models types.
+    if (crdValidator(object)) {
+      lines.push(`// ${nameOf(object)} metadata`);
+      lines.push(
+        `export const object${index}: NonNullable<import('kubernetes-models/v1/Pod').IPod['metadata']> = ${JSON.stringify(object.metadata, null, 1)};`,
+      );
+      return;
+    }
+    if (!loadModel(object)) {
       problems.push(`${nameOf(object)}: kubernetes-models has no type for this kind`);
       return;
     }

@@ -6,7 +6,7 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { freePort } from './processes';
+import { freePort } from '../../testing/service';
 
 export type BrokenMode = 'refuse' | 'reset' | 'hang';
 export const brokenModes: readonly BrokenMode[] = ['refuse', 'reset', 'hang'];

@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Launched, Launcher, MemoryUse } from './launcher';
 import type { Release } from './release';
-import { freePort, probe, waitFor } from './processes';
+import { freePort } from '../../testing/service';
+import { probe, waitFor } from './wait';
 
 const ENDPOINT_LAG_MS = 1000;
 

@@ -61,12 +61,15 @@ test('maps the rendered HTTPRoutes and policies the way NGINX Gateway Fabric 2.6
     /location = \/users \{\n\s+limit_req zone=social-posts-dev_rl_social-posts-auth_rule0 burst=10 nodelay;\n(\s+.*\n){4}\s+rewrite \^ \/users\/;\n\s+return 308 "\$scheme:\/\/\$host:80\$uri\$is_args\$args";/,
   );
   expect(conf.match(/limit_req zone=/g)).toHaveLength(3);
-  expect(conf).toContain('server_name social-posts.localtest.me;');
-  expect(conf).toContain('upstream social-posts-dev_social-posts_80 {\n    random two least_conn;');
-  expect(conf).toContain('server 127.0.0.1:9002;');
-  expect(conf).toContain('keepalive 16;');
-  expect(conf).toContain('proxy_set_header Host "$gw_api_compliant_host";');
-  expect(conf).toContain('proxy_pass http://social-posts-dev_social-posts_80;');
+  for (const fragment of [
+    'server_name social-posts.localtest.me;',
+    'upstream social-posts-dev_social-posts_80 {\n    random two least_conn;',
+    'server 127.0.0.1:9002;',
+    'keepalive 16;',
+    'proxy_set_header Host "$gw_api_compliant_host";',
+    'proxy_pass http://social-posts-dev_social-posts_80;',
+  ])
+    expect(conf).toContain(fragment);
   expect(conf).toMatch(/default_server;\n\s+default_type text\/html;\n\s+return 404;/);
   // A rule for "/" exists, so NGF adds no "= /" 404 location.
   expect(conf).not.toContain('location = / {');

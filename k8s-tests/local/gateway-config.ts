@@ -28,10 +28,11 @@
  *   timeouts and retry are accepted with a warning and ignored, so the emulation refuses them.
  * The mapping and its gaps are listed in k8s-tests/README.md.
  */
-import { emulationHead, emulationTail, type NginxSettings as IngressNginxSettings } from './nginx-config';
+import { checkPath, defaultServer, emulatedConf, HostLocations, hostServer, refusal } from './proxy-config';
+import type { EmulationSettings, Refuse } from './proxy-config';
 
 /** NGF's templates clear no header (no headers-more module): `server_tokens off` leaves `Server: nginx`. */
-export type NginxSettings = Omit<IngressNginxSettings, 'headersMoreModule'>;
+export type NginxSettings = EmulationSettings;
 
 /** A rendered object, as read from helm template or k8s-tests/gateway.yaml. */
 export interface GatewayObject {
@@ -53,13 +54,7 @@ const NGF_API = 'gateway.nginx.org/v1alpha1';
 /** Upstream answering 503 when a backend has no ready endpoint (NGF: nginx-503-server.sock). */
 const NO_ENDPOINTS_SOCKET = 'nginx-503-server.sock';
 
-class Unmodelled extends Error {
-  override name = 'UnmodelledGatewayFeature';
-}
-
-function refuse(message: string): never {
-  throw new Unmodelled(`not modelled by the local Gateway emulation: ${message}`);
-}
+const refuse: Refuse = refusal('UnmodelledGatewayFeature', 'Gateway');
 
 type Fields = Record<string, unknown>;
 
@@ -248,9 +243,8 @@ interface RouteInfo {
 }
 
 function locationsFor(type: string, path: string, what: string): string[] {
-  if (!path.startsWith('/')) refuse(`${what}: path "${path}" does not start with /`);
   // Characters nginx would read as syntax (NGF's validator refuses most of them too).
-  if (/[\s;{}"'\\^$*+?()[\]|~#]/.test(path)) refuse(`${what}: path "${path}" has special characters`);
+  checkPath(path, /[\s;{}"'\\^$*+?()[\]|~#]/, what, refuse);
   switch (type) {
     case 'Exact':
       return [`= ${path}`];
@@ -506,25 +500,17 @@ export function translateGateway(
   }
 
   // One server per host name: the locations of every route on that host.
-  const servers = new Map<string, Map<string, PathRule>>();
-  for (const route of routes) {
+  // NGF merges two routes' rules for one location or prefers one by route age: not modelled.
+  const servers = new HostLocations<PathRule>(refuse, (rule) => rule.route);
+  for (const route of routes)
     for (const host of route.hosts) {
-      const locations = servers.get(host) ?? new Map<string, PathRule>();
-      servers.set(host, locations);
-      for (const rule of route.rules) {
-        for (const location of rule.locations) {
-          const existing = locations.get(location);
-          // NGF merges or prefers one of them by route age: not modelled.
-          if (existing) refuse(`location ${location} of ${host} in both ${existing.route} and ${rule.route}`);
-          locations.set(location, rule);
-        }
-      }
+      servers.host(host);
+      for (const rule of route.rules)
+        for (const location of rule.locations) servers.add(host, location, rule);
     }
-  }
 
   const p = settings.prefix;
   const lines: string[] = [
-    ...emulationHead('k8s-tests/local/gateway-config.ts', settings),
     '  # NGINX Gateway Fabric: base http configuration.',
     '  server_tokens off;',
     "  map $http_host $gw_api_compliant_host { '' $host; default $http_host; }",
@@ -540,15 +526,9 @@ export function translateGateway(
     for (const endpoint of endpoints) lines.push(`    server ${endpoint};`);
     lines.push('    keepalive 16;', '  }');
   }
-  lines.push(
-    '  server {',
-    `    listen 127.0.0.1:${settings.listenPort} default_server;`,
-    '    default_type text/html;',
-    '    return 404;',
-    '  }',
-  );
-  for (const [host, locations] of servers) {
-    lines.push('  server {', `    listen 127.0.0.1:${settings.listenPort};`, `    server_name ${host};`);
+  lines.push(...defaultServer(settings, ['    default_type text/html;', '    return 404;']));
+  for (const [host, locations] of servers.byHost) {
+    lines.push(...hostServer(settings, host));
     for (const [location, rule] of locations) {
       const { rateLimit, proxy } = directives.get(rule.route) ?? {};
       lines.push(`    location ${location} {`);
@@ -602,7 +582,6 @@ export function translateGateway(
     '    access_log off;',
     '    return 503;',
     '  }',
-    ...emulationTail(settings),
   );
-  return lines.join('\n');
+  return emulatedConf('k8s-tests/local/gateway-config.ts', settings, lines);
 }

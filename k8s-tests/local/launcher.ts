@@ -20,8 +20,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext';
-import { engine, IMAGE, runLimits } from '../../scripts/image';
-import { start, stop, type Managed } from './processes';
+import { engine, IMAGE, runLimits } from '../../scripts/container';
+import { startLogged, stop, type Managed } from '../../testing/processes';
 
 export interface ReplicaSpec {
   name: string;
@@ -93,7 +93,7 @@ export class ProcessLauncher implements Launcher {
   }
 
   launch(spec: ReplicaSpec): Promise<Launched> {
-    const child: Managed = start(spec.name, process.execPath, [this.main], spec.logFile, {
+    const child: Managed = startLogged(spec.name, process.execPath, [this.main], spec.logFile, {
       env: { ...this.hostEnv(spec.env), PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_PATH: this.nodePath },
       cwd: this.cwd,
     });
@@ -279,7 +279,7 @@ export class ContainerLauncher implements Launcher {
     this.names.add(name);
     const [command, rest] = this.engineArgs(this.runArgs(name, spec.env));
     // The engine's client stays attached: the container's output goes to the replica's log.
-    const client = start(spec.name, command, rest, spec.logFile);
+    const client = startLogged(spec.name, command, rest, spec.logFile);
     const inspect = (format: string): string | undefined => {
       const [cmd, args] = this.engineArgs(['inspect', '--format', format, name]);
       const result = spawnSync(cmd, args, { encoding: 'utf8' });

@@ -7,7 +7,8 @@
 import { execFileSync } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { probe, start, stop, waitFor, type Managed } from './processes';
+import { startLogged, stop, type Managed } from '../../testing/processes';
+import { probe, waitFor } from './wait';
 
 const NGINX = process.env.NGINX_BIN ?? '/usr/sbin/nginx';
 /** The headers-more module ingress-nginx's nginx is built with (Server header); Debian ships it apart. */
@@ -49,7 +50,7 @@ export class Nginx {
     mkdirSync(this.prefix, { recursive: true });
     chownSync(this.prefix, NOBODY.uid, NOBODY.gid);
     this.write(config);
-    this.server = start(
+    this.server = startLogged(
       'nginx',
       NGINX,
       ['-p', this.prefix, '-c', this.conf, '-e', this.errorLog, '-g', 'daemon off;'],

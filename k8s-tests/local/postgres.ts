@@ -13,7 +13,8 @@ import {
   postgresBin,
   runPostgresTool,
 } from '../../testing/postgres';
-import { start, stop, waitFor, type Managed } from './processes';
+import { startLogged, stop, type Managed } from '../../testing/processes';
+import { waitFor } from './wait';
 
 export interface PostgresOptions {
   dir: string;
@@ -71,7 +72,7 @@ export class Postgres {
   async start(): Promise<void> {
     if (this.server && !this.server.hasExited()) return;
     const { dir, port, user } = this.options;
-    this.server = start(
+    this.server = startLogged(
       'postgres',
       postgresBin('postgres'),
       ['-D', this.data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1'],

@@ -13,7 +13,9 @@ import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { freePort, start, stop, waitFor, type Managed } from './processes';
+import { startLogged, stop, type Managed } from '../../testing/processes';
+import { freePort } from '../../testing/service';
+import { waitFor } from './wait';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
 export const SCRAPE_INTERVAL_SECONDS = 1;
@@ -154,7 +156,7 @@ export class Prometheus {
     const configFile = join(this.dir, 'prometheus.yml');
     writeFileSync(configFile, stringify(config));
     this.port = await freePort();
-    this.server = start(
+    this.server = startLogged(
       'prometheus',
       PROMETHEUS_BIN,
       [

@@ -20,16 +20,16 @@
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
-import { engine, IMAGE, imageFacts, mb } from '../../scripts/image';
+import { engine, IMAGE, imageFacts, mb } from '../../scripts/container';
 import { formatReport, readReport, type Report } from '../report';
-import { INSPECT_SCRIPT } from '../suite/inspect';
 import { Cluster } from './cluster';
-import { BrokenEndpoint, brokenModes } from './broken-endpoint';
+import { BrokenEndpoint } from './broken-endpoint';
+import { startControlServer, type DatabaseControl } from './control';
 import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
@@ -38,7 +38,8 @@ import { postgresBin } from '../../testing/postgres';
 import { Postgres } from './postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
-import { freePort, stillRunning, stop } from './processes';
+import { stillRunning, stop } from '../../testing/processes';
+import { freePort } from '../../testing/service';
 import {
   namespace,
   readRelease,
@@ -115,93 +116,6 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     void tearDown().finally(() => {
       step(`interrupted; logs kept in ${state.tmp}`);
       process.exit(130);
-    });
-  });
-}
-
-/** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
-interface DatabaseControl {
-  stop(): Promise<void>;
-  start(): Promise<void>;
-  failover?: () => Promise<{ promotedAfterMs: number }>;
-}
-
-function controlServer(
-  database: DatabaseControl,
-  cluster: Cluster,
-  launcher: Launcher,
-  onceEnv: Record<string, string>,
-  more: Record<string, () => Promise<string>>,
-): Promise<{ server: Server; url: string }> {
-  const routes: Record<string, () => Promise<string>> = {
-    ...more,
-    // The container case: what the service's own process sees inside a running replica.
-    'POST /replica/inspect': () => {
-      const replica = cluster.replicas.find((r) => r.ready && !r.terminating);
-      if (!replica) throw new Error('no ready replica');
-      step(`inspect: node -e … inside ${replica.name}`);
-      return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
-    },
-    // The image as an operator might misconfigure it: no DB_HOSTNAME, so the embedded database.
-    'POST /image/without-database': () => {
-      if (!(launcher instanceof ContainerLauncher))
-        throw new Error('no image: the replicas run as processes');
-      const env = { ...onceEnv };
-      delete env.DB_HOSTNAME;
-      step('a container of the image without DB_HOSTNAME');
-      return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
-    },
-    'POST /database/stop': async () => {
-      await database.stop();
-      step('PostgreSQL stopped (fast shutdown)');
-      return 'stopped';
-    },
-    'POST /database/start': async () => {
-      await database.start();
-      step('PostgreSQL started');
-      return 'started';
-    },
-    'POST /database/failover': async () => {
-      if (!database.failover) throw new Error('no standby: the in-chart database is one instance');
-      step(`failover: primary killed; the standby promoted ${FAILOVER_DETECTION_MS} ms later`);
-      const result = await database.failover();
-      step(`failover: standby promoted and -rw moved to it ${result.promotedAfterMs} ms after the kill`);
-      return JSON.stringify(result);
-    },
-    'POST /rollout': async () => {
-      step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
-      const { replaced } = await cluster.rollout();
-      const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
-      step(`rollout done: ${text}`);
-      // A replica that did not end its graceful shutdown with 0 was killed or crashed.
-      if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
-      // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
-      for (const { name } of replaced) {
-        const log = readFileSync(join(state.tmp, 'replicas', `${name}.log`), 'utf8');
-        if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
-          throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
-      }
-      return `replaced ${text}`;
-    },
-    'GET /restarts': () =>
-      Promise.resolve(JSON.stringify({ restarts: cluster.restarts + cluster.unexpectedExits.length })),
-  };
-  const server = createServer((req, res) => {
-    const route = routes[`${req.method ?? ''} ${req.url ?? ''}`];
-    if (!route) {
-      res.writeHead(404).end();
-      return;
-    }
-    route().then(
-      (body) => res.writeHead(200).end(body),
-      (error: unknown) => res.writeHead(500).end(String(error)),
-    );
-  });
-  return new Promise((resolvePromise) => {
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      resolvePromise({ server, url: `http://127.0.0.1:${port}` });
     });
   });
 }
@@ -476,35 +390,19 @@ async function main(): Promise<number> {
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
 
-  const endpointRoutes: Record<string, () => Promise<string>> = {
-    // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
-    // lets a new connection land on an old worker for a moment, which the real controller (no
-    // reload for endpoints) never does, so case 6 waits for it before its next request.
-    'GET /endpoints/settled': async () => {
-      await reloads;
-      return 'settled';
-    },
-    'GET /broken-endpoint': () => Promise.resolve(JSON.stringify({ failures: broken.failures() })),
-    'DELETE /broken-endpoint': async () => {
-      await broken.close();
-      await reload();
-      return 'closed';
-    },
-  };
-  for (const mode of brokenModes)
-    endpointRoutes[`POST /broken-endpoint/${mode}`] = async () => {
-      await broken.open(mode);
-      await reload();
-      step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${ready.join(', ')}]`);
-      return broken.endpoints().join('');
-    };
-  const control = await controlServer(
+  const control = await startControlServer({
     database,
+    failoverDetectionMs: FAILOVER_DETECTION_MS,
     cluster,
     launcher,
-    { ...release.env, DB_HOSTNAME: dbAddress.host, DB_PORT: String(dbAddress.port) },
-    endpointRoutes,
-  );
+    logDir,
+    onceEnv: { ...release.env, DB_HOSTNAME: dbAddress.host, DB_PORT: String(dbAddress.port) },
+    broken,
+    reload,
+    settled: () => reloads,
+    ready: () => ready,
+    step,
+  });
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
   const metricsReportFile = join(tmp, 'metrics-report.json');

@@ -1,0 +1,145 @@
+/**
+ * The runner's control endpoint (K8S_CONTROL_URL): what suite/drivers.ts asks of the emulated
+ * cluster that a kind run would ask of kubectl — stop, start or fail over the database, roll the
+ * replicas out, count restarts, look inside a replica, run the image once without a database, and
+ * put a misbehaving endpoint beside the ready ones. Plain HTTP on 127.0.0.1, one route a verb.
+ */
+import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { INSPECT_SCRIPT } from '../suite/inspect';
+import { brokenModes, type BrokenEndpoint } from './broken-endpoint';
+import type { Cluster } from './cluster';
+import { ContainerLauncher, type Launcher } from './launcher';
+
+/** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
+export interface DatabaseControl {
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  failover?: () => Promise<{ promotedAfterMs: number }>;
+}
+
+export interface Controlled {
+  database: DatabaseControl;
+  /** How long after the primary's loss the stand-in promotes the standby; for the log. */
+  failoverDetectionMs: number;
+  cluster: Cluster;
+  launcher: Launcher;
+  /** The replicas' log folder: a rolled-out replica's log must show its graceful shutdown. */
+  logDir: string;
+  /** A replica's environment, for a single container of the image. */
+  onceEnv: Record<string, string>;
+  broken: BrokenEndpoint;
+  /** Puts the ready endpoints and the broken one into nginx. */
+  reload: () => Promise<void>;
+  /** Resolves once every endpoint change so far is in nginx. */
+  settled: () => Promise<void>;
+  /** The ready endpoints, for the log. */
+  ready: () => string[];
+  step: (message: string) => void;
+}
+
+type Routes = Record<string, () => Promise<string>>;
+
+function routes(c: Controlled): Routes {
+  const { cluster, database, launcher, broken, step } = c;
+  const table: Routes = {
+    // The container case: what the service's own process sees inside a running replica.
+    'POST /replica/inspect': () => {
+      const replica = cluster.replicas.find((r) => r.ready && !r.terminating);
+      if (!replica) throw new Error('no ready replica');
+      step(`inspect: node -e … inside ${replica.name}`);
+      return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
+    },
+    // The image as an operator might misconfigure it: no DB_HOSTNAME, so the embedded database.
+    'POST /image/without-database': () => {
+      if (!(launcher instanceof ContainerLauncher))
+        throw new Error('no image: the replicas run as processes');
+      const env = { ...c.onceEnv };
+      delete env.DB_HOSTNAME;
+      step('a container of the image without DB_HOSTNAME');
+      return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
+    },
+    'POST /database/stop': async () => {
+      await database.stop();
+      step('PostgreSQL stopped (fast shutdown)');
+      return 'stopped';
+    },
+    'POST /database/start': async () => {
+      await database.start();
+      step('PostgreSQL started');
+      return 'started';
+    },
+    'POST /database/failover': async () => {
+      if (!database.failover) throw new Error('no standby: the in-chart database is one instance');
+      step(`failover: primary killed; the standby promoted ${c.failoverDetectionMs} ms later`);
+      const result = await database.failover();
+      step(`failover: standby promoted and -rw moved to it ${result.promotedAfterMs} ms after the kill`);
+      return JSON.stringify(result);
+    },
+    'POST /rollout': async () => {
+      step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
+      const { replaced } = await cluster.rollout();
+      const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
+      step(`rollout done: ${text}`);
+      // A replica that did not end its graceful shutdown with 0 was killed or crashed.
+      if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
+      // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
+      for (const { name } of replaced) {
+        const log = readFileSync(join(c.logDir, `${name}.log`), 'utf8');
+        if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
+          throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
+      }
+      return `replaced ${text}`;
+    },
+    'GET /restarts': () =>
+      Promise.resolve(JSON.stringify({ restarts: cluster.restarts + cluster.unexpectedExits.length })),
+    // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
+    // lets a new connection land on an old worker for a moment, which the real controller (no
+    // reload for endpoints) never does, so case 6 waits for it before its next request.
+    'GET /endpoints/settled': async () => {
+      await c.settled();
+      return 'settled';
+    },
+    'GET /broken-endpoint': () => Promise.resolve(JSON.stringify({ failures: broken.failures() })),
+    'DELETE /broken-endpoint': async () => {
+      await broken.close();
+      await c.reload();
+      return 'closed';
+    },
+  };
+  for (const mode of brokenModes)
+    table[`POST /broken-endpoint/${mode}`] = async () => {
+      await broken.open(mode);
+      await c.reload();
+      step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.ready().join(', ')}]`);
+      return broken.endpoints().join('');
+    };
+  return table;
+}
+
+/** Listens on a free port of 127.0.0.1; a route's failure answers 500 with its message. */
+export function startControlServer(controlled: Controlled): Promise<{ server: Server; url: string }> {
+  const table = routes(controlled);
+  const server = createServer((req, res) => {
+    const route = table[`${req.method ?? ''} ${req.url ?? ''}`];
+    if (!route) {
+      res.writeHead(404).end();
+      return;
+    }
+    // A route that throws before its first await still answers 500.
+    Promise.resolve()
+      .then(route)
+      .then(
+        (body) => res.writeHead(200).end(body),
+        (error: unknown) => res.writeHead(500).end(String(error)),
+      );
+  });
+  return new Promise((resolvePromise) => {
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      resolvePromise({ server, url: `http://127.0.0.1:${port}` });
+    });
+  });
+}
