@@ -6,6 +6,7 @@ import iconv from 'iconv-lite';
 import request from 'supertest';
 import type { Database } from '../src/db/connection';
 import { databaseSnapshot, expectProblem, startTestServer, TEST_SECRET, uniqueEmail } from './helpers';
+import { parsedBody, problemFaults } from '../../testing/problem';
 
 /**
  * The families of hostile input an independent attack run found (issue 11), over real HTTP on the
@@ -88,12 +89,10 @@ async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
 function rawProblem(answer: RawAnswer): { status: number; detail: string; headers: string } {
   const [head = '', body = ''] = answer.text.split('\r\n\r\n', 2);
   const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]);
-  expect(head).toMatch(/\r\ncontent-type: application\/problem\+json/i);
-  const parsed = JSON.parse(body) as { status: number; detail: string };
-  expect(parsed.status).toBe(status);
-  expect(typeof parsed.detail).toBe('string');
-  expect(parsed.detail.length).toBeGreaterThan(0);
-  return { status, detail: parsed.detail, headers: head };
+  const contentType = /\r\ncontent-type: ([^\r]*)/i.exec(head)?.[1];
+  const parsed = parsedBody(body);
+  expect(problemFaults({ status, contentType, body: parsed })).toEqual([]);
+  return { status, detail: (parsed as { detail: string }).detail, headers: head };
 }
 
 /**
