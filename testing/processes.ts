@@ -20,7 +20,11 @@ const running = new Set<Managed>();
 
 /** Tracks a child just spawned until it exits; throws if it did not start (no pid). */
 export function track(name: string, child: ChildProcess): Managed {
-  if (child.pid === undefined) throw new Error(`${name}: could not start ${child.spawnfile}`);
+  if (child.pid === undefined) {
+    // Its 'error' event (ENOENT, say) follows; this throw reports it instead of a crash.
+    child.once('error', () => undefined);
+    throw new Error(`${name}: could not start ${child.spawnfile}`);
+  }
   let done = false;
   const exited = new Promise<number | string>((resolvePromise) => {
     child.once('exit', (code, signal) => {
