@@ -52,7 +52,10 @@ function parseRaw(text: string): (Answer & { complete: boolean }) | undefined {
   let complete = false;
   const length = headers['content-length'];
   if (length !== undefined) {
-    complete = Buffer.byteLength(body) >= Number(length);
+    // The text is latin1, one character a byte. Bytes past the length are a further answer on the
+    // same connection (a pipelined remainder refused with its own 400), not part of this body.
+    complete = body.length >= Number(length);
+    body = body.slice(0, Number(length));
   } else if (headers['transfer-encoding'] === 'chunked') {
     complete = body.endsWith('0\r\n\r\n');
     let decoded = '';

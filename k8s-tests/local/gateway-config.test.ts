@@ -44,7 +44,7 @@ function authRule(spec: Spec): Spec {
   return (spec.rules as Spec[])[0] as Spec;
 }
 
-test('maps the rendered HTTPRoutes and policies the way NGINX Gateway Fabric 2.6.7 writes nginx.conf', () => {
+test('When the rendered HTTPRoutes and policies are translated, then nginx.conf is what NGINX Gateway Fabric 2.6.7 writes', () => {
   const conf = translateGateway(rendered, gateway, values, settings);
   // RateLimitPolicy: the zone in the http context, limit_req and 429 in both auth locations only.
   expect(conf).toContain(
@@ -77,7 +77,7 @@ test('maps the rendered HTTPRoutes and policies the way NGINX Gateway Fabric 2.6
   expect(conf.match(/proxy_pass /g)).toHaveLength(3);
 });
 
-test('a PathPrefix without trailing slash gets "/p/" and "= /p"; no rule for "/" means "= /" answers 404', () => {
+test('When a PathPrefix has no trailing slash, then it gets "/p/" and "= /p"; when no rule matches "/", then "= /" answers 404', () => {
   const objects = withSpec('HTTPRoute', (spec) => {
     (authRule(spec).matches as Spec[]).push({ path: { type: 'PathPrefix', value: '/docs' } });
     return spec;
@@ -96,7 +96,7 @@ test('a PathPrefix without trailing slash gets "/p/" and "= /p"; no rule for "/"
   expect(conf).toMatch(/location = \/ \{\n\s+return 404;/);
 });
 
-test('with no ready endpoint the upstream is the 503 server, as in NGINX Gateway Fabric', () => {
+test('When no endpoint is ready, then the upstream is the 503 server, as in NGINX Gateway Fabric', () => {
   const conf = translateGateway(rendered, gateway, values, { ...settings, endpoints: () => [] });
   expect(conf).toContain('server unix:/tmp/x/nginx-503-server.sock;');
   expect(conf).toMatch(/listen unix:\/tmp\/x\/nginx-503-server.sock;\n\s+access_log off;\n\s+return 503;/);
@@ -206,13 +206,13 @@ test.each<[string, () => GatewayObject[], string]>([
     () => [...rendered, { apiVersion: 'networking.k8s.io/v1', kind: 'Ingress', metadata: { name: 'x' } }],
     'Ingress x next to the HTTPRoutes',
   ],
-])('refuses %s', (_what, objects, expected) => {
+])('When the values ask for %s, then the translation refuses it', (_what, objects, expected) => {
   expect(() => translateGateway(objects(), gateway, values, settings)).toThrow(
     new RegExp(`not modelled by the local Gateway emulation: .*${expected}`),
   );
 });
 
-test('refuses an HTTPS listener, NginxProxy settings, several nginx replicas and snippets', () => {
+test('When the values ask for an HTTPS listener, NginxProxy settings, several nginx replicas or snippets, then the translation refuses them', () => {
   const https = {
     ...gateway,
     spec: {

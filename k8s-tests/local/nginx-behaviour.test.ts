@@ -121,7 +121,7 @@ afterAll(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-test('no ready endpoint: 503 before limit_req, so those requests do not use up the limit', async () => {
+test('When no endpoint is ready, then nginx answers 503 before limit_req, so those requests do not use up the limit', async () => {
   await configure([]);
   // 15 > 1 + burst 10: had they been counted, the last four would be 429.
   const withoutEndpoints: number[] = [];
@@ -135,7 +135,7 @@ test('no ready endpoint: 503 before limit_req, so those requests do not use up t
   expect(withEndpoints).toEqual([...Array<number>(11).fill(200), 429]);
 });
 
-test('no Server header on any answer: proxied, redirect, 404 of the default server, 429', async () => {
+test('When nginx answers (proxied, redirect, 404 of the default server, 429), then no answer carries a Server header', async () => {
   const answers = [
     await call('GET', '/posts/public'),
     await call('POST', '/users'),
@@ -146,7 +146,7 @@ test('no Server header on any answer: proxied, redirect, 404 of the default serv
   for (const answer of answers) expect(answer.headers.server).toBeUndefined();
 });
 
-test("a redirect names no port: /users and a Prefix /docs/'s /docs get 301 to the path with the slash", async () => {
+test("When a path lacks its slash (/users, a Prefix /docs/'s /docs), then nginx answers 301 to the path with the slash, naming no port", async () => {
   const users = await call('POST', '/users');
   expect(users.status).toBe(301);
   expect(users.headers.location).toBe(`http://${HOST}/users/`);
@@ -159,7 +159,7 @@ test("a redirect names no port: /users and a Prefix /docs/'s /docs get 301 to th
   expect(seen.map((s) => s.path)).toEqual(['/docs/']);
 });
 
-test("the client's X-Request-ID reaches the backend; without one, nginx's own 32-hex id", async () => {
+test("When a client sends X-Request-ID, then it reaches the backend; when it sends none, then nginx's own 32-hex id does", async () => {
   seen.length = 0;
   await call('GET', '/posts/public', { 'X-Request-ID': 'client-chosen-id.1' });
   await call('GET', '/posts/public');

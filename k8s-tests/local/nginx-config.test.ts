@@ -26,7 +26,7 @@ const auth = ingress(
   },
 );
 
-test('maps Exact, Prefix, the limit and the time-outs the way ingress-nginx does', () => {
+test('When the rendered Ingresses are translated, then Exact, Prefix, the limit and the time-outs map the way ingress-nginx does', () => {
   const conf = translate(
     [
       auth,
@@ -52,7 +52,7 @@ test('maps Exact, Prefix, the limit and the time-outs the way ingress-nginx does
     expect(conf).toContain(fragment);
 });
 
-test('the default burst multiplier is ingress-nginx 5', () => {
+test("When no burst multiplier is set, then the burst is ingress-nginx's default multiplier 5", () => {
   const conf = translate(
     [ingress('a', [{ path: '/a', pathType: 'Exact' }], { 'nginx.ingress.kubernetes.io/limit-rpm': '10' })],
     controller,
@@ -73,11 +73,11 @@ test.each([
   ['a snippet', { 'nginx.ingress.kubernetes.io/configuration-snippet': 'return 200;' }],
   ['limit-rps', { 'nginx.ingress.kubernetes.io/limit-rps': '1' }],
   ['the legacy class annotation', { 'kubernetes.io/ingress.class': 'nginx' }],
-])('refuses %s', (_what, annotations) => {
+])('When an Ingress asks for %s, then the translation refuses it', (_what, annotations) => {
   expect(oneExactPath(annotations)).toThrow(/not modelled/);
 });
 
-test('refuses ImplementationSpecific paths, TLS, other classes, duplicate paths and unknown controller settings', () => {
+test('When an Ingress has ImplementationSpecific paths, TLS, another class, a duplicate path or an unknown controller setting, then the translation refuses it', () => {
   const plain = ingress('x', [{ path: '/x', pathType: 'Exact' }]);
   const cases: [IIngress[], ControllerValues][] = [
     [[ingress('x', [{ path: '/x', pathType: 'ImplementationSpecific' }])], controller],
@@ -102,7 +102,7 @@ function locationBody(conf: string, match: string): string {
 // Behaviour each one follows, in kubernetes/ingress-nginx at controller-v1.14.5
 // (0a6fadc01bd4706bc77ceaf91487345a8d03d9c0); nginx-behaviour.test.ts runs the same on real nginx.
 
-test('with no ready endpoint the location answers 503 itself, before limit_req (balancer.lua rewrite())', () => {
+test('When no endpoint is ready, then the location answers 503 itself, before limit_req (balancer.lua rewrite())', () => {
   // The Lua balancer's rewrite phase answers 503 when the backend has no endpoints; limit_req runs
   // later (preaccess), so those requests are not counted. `return` ends the rewrite phase the same way.
   const conf = translate([auth], controller, { ...settings, endpoints: () => [] });
@@ -114,7 +114,7 @@ test('with no ready endpoint the location answers 503 itself, before limit_req (
   expect(locationBody(translate([auth], controller, settings), '= /login')).not.toContain('return 503;');
 });
 
-test('retries: the controller defaults "error timeout" and 3 tries (config.go), written per location', () => {
+test('When nothing sets retries, then each location carries the controller defaults "error timeout" and 3 tries (config.go)', () => {
   const conf = translate([ingress('a', [{ path: '/a', pathType: 'Exact' }])], controller, settings);
   const body = locationBody(conf, '= /a');
   expect(body).toContain('proxy_next_upstream error timeout;');
@@ -124,7 +124,7 @@ test('retries: the controller defaults "error timeout" and 3 tries (config.go), 
   expect(conf).not.toContain('proxy_next_upstream off;');
 });
 
-test('retries: proxy-next-upstream and proxy-next-upstream-tries set the locations of their Ingress only', () => {
+test('When an Ingress sets proxy-next-upstream and proxy-next-upstream-tries, then only its own locations change', () => {
   const conf = translate(
     [
       ingress('a', [{ path: '/a', pathType: 'Exact' }], {
@@ -142,7 +142,7 @@ test('retries: proxy-next-upstream and proxy-next-upstream-tries set the locatio
   expect(locationBody(conf, '= /b')).toContain('proxy_next_upstream_tries 3;');
 });
 
-test('retries: non_idempotent goes last, as buildNextUpstream writes it', () => {
+test('When retries include non_idempotent, then it goes last, as buildNextUpstream writes it', () => {
   const conf = translate(
     [
       ingress('a', [{ path: '/a', pathType: 'Exact' }], {
@@ -159,18 +159,23 @@ test.each([
   ['a condition nginx does not know', 'error retry'],
   ['a comma list', 'error,timeout'],
   ['an empty value', ''],
-])('retries: refuses proxy-next-upstream with %s (the controller would drop it silently)', (_what, value) => {
-  expect(oneExactPath({ 'nginx.ingress.kubernetes.io/proxy-next-upstream': value })).toThrow(/not modelled/);
-});
+])(
+  'When proxy-next-upstream is %s, then the translation refuses it (the controller would drop it silently)',
+  (_what, value) => {
+    expect(oneExactPath({ 'nginx.ingress.kubernetes.io/proxy-next-upstream': value })).toThrow(
+      /not modelled/,
+    );
+  },
+);
 
-test('retries: refuses a proxy-next-upstream-tries that is not a whole number', () => {
+test('When proxy-next-upstream-tries is not a whole number, then the translation refuses it', () => {
   for (const value of ['-1', 'three', '1.5'])
     expect(oneExactPath({ 'nginx.ingress.kubernetes.io/proxy-next-upstream-tries': value })).toThrow(
       /not modelled/,
     );
 });
 
-test('a Prefix path ending in "/" gets an exact location for the path as written (location.go)', () => {
+test('When a Prefix path ends in "/", then it also gets an exact location for the path as written (location.go)', () => {
   const conf = translate(
     [
       ingress('general', [{ path: '/', pathType: 'Prefix' }]),
@@ -190,7 +195,7 @@ test('a Prefix path ending in "/" gets an exact location for the path as written
   expect(conf).toContain('location = /api {');
 });
 
-test('redirects carry no port, the Server header is cleared, a client X-Request-ID goes through (nginx.tmpl)', () => {
+test('When nginx redirects or proxies, then redirects carry no port, the Server header is cleared and a client X-Request-ID goes through (nginx.tmpl)', () => {
   const conf = translate([auth], controller, settings);
   expect(conf.split('\n')[1]).toBe('load_module /mods/ngx_http_headers_more_filter_module.so;');
   expect(conf).toContain('  server_tokens off;\n  more_clear_headers Server;');
