@@ -1,6 +1,7 @@
 import http from 'node:http';
 import net from 'node:net';
 import fc from 'fast-check';
+import { parsedBody, problemFaults } from '../testing/problem';
 import { call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
 import {
   claimTokens,
@@ -396,17 +397,14 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
       if (res.headers['set-cookie']) problems.push('Set-Cookie');
       if (/\n\s+at |node_modules|knex|syntax error at/i.test(res.body)) problems.push('internals leaked');
       if (res.status >= 400) {
-        let detail: unknown;
-        let status: unknown;
-        try {
-          ({ detail, status } = JSON.parse(res.body) as { detail?: unknown; status?: unknown });
-        } catch {
-          detail = undefined;
-        }
-        if (!String(res.headers['content-type']).startsWith('application/problem+json'))
-          problems.push('not problem+json');
-        if (typeof detail !== 'string' || detail === '') problems.push('no detail');
-        if (status !== res.status) problems.push('status field differs');
+        // The one problem+json check of every suite (content type, type, status, title, detail).
+        problems.push(
+          ...problemFaults({
+            status: res.status,
+            contentType: res.headers['content-type'],
+            body: parsedBody(res.body),
+          }),
+        );
         if (after !== before) problems.push('a refused request changed the database');
       }
       if (problems.length > 0 && violations.length < 50)
