@@ -1,6 +1,6 @@
 /** Waiting on what the runner started: an HTTP probe and a bounded poll. */
 import { request } from 'node:http';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { pollUntil } from '../../testing/poll';
 
 /** GET on 127.0.0.1 with a fresh connection; the status, or 0 when there is no answer in time. */
 export function probe(
@@ -28,17 +28,13 @@ export function probe(
   });
 }
 
-/** Polls until check() is true; bounded by timeoutMs. */
+/** Polls until check() is true (testing/poll's pollUntil); throws once timeoutMs has passed. */
 export async function waitFor(
   what: string,
   timeoutMs: number,
   check: () => Promise<boolean>,
   everyMs = 200,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+  const { held } = await pollUntil(check, (ok) => ok, { withinMs: timeoutMs, everyMs });
+  if (!held) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
 }
