@@ -3,7 +3,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { median } from './measure';
 
-export const POOLER_RESULT = 'pooler.json';
+/** The run with everything sharing the machine, and the one with the pooler on CPU of its own. */
+export const poolerResultFile = (split: boolean): string => (split ? 'pooler-split.json' : 'pooler.json');
 
 /** One contender on one list at one connection count, over the rounds. */
 export interface PoolerSeries {
@@ -28,7 +29,15 @@ export interface PoolerResult {
   duration: number;
   rounds: number;
   pool: number;
-  machine: { cpus: string; memoryGb: number; node: string; postgres: string; pgbouncer: string };
+  machine: {
+    cpus: string;
+    memoryGb: number;
+    node: string;
+    postgres: string;
+    pgbouncer: string;
+    /** Cores of CPU time PgBouncer had to itself and the rest had (`--pooler-cpu`), when split. */
+    cpuSplit?: { pooler: number; rest: number };
+  };
   series: PoolerSeries[];
 }
 
@@ -53,8 +62,9 @@ export function poolerLines(r: PoolerResult): string[] {
     const y = find(b, list, connections)?.median;
     return x !== undefined && y ? fmt(x / y, 2) : '—';
   };
+  const split = r.machine.cpuSplit;
   const lines = [
-    `${fmt(r.posts)} posts, list of 10, ${String(r.rounds)} rounds of ${String(r.duration)} s per cell (median, and the rounds' range, in req/s). Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB; service on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}, ${r.machine.pgbouncer} in transaction mode with a server pool of ${String(r.pool)} (the service's \`DB_POOL_MAX\` too), everything on the one machine.`,
+    `${fmt(r.posts)} posts, list of 10, ${String(r.rounds)} rounds of ${String(r.duration)} s per cell (median, and the rounds' range, in req/s). Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB; service on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}, ${r.machine.pgbouncer} in transaction mode with a server pool of ${String(r.pool)} (the service's \`DB_POOL_MAX\` too), ${split ? `PgBouncer limited to ${fmt(split.pooler, 1)} core of CPU time and everything else (the servers, PostgreSQL, the load generator) to the other ${fmt(split.rest, 1)} (Linux CPU quotas, \`--pooler-cpu ${fmt(split.pooler, 1)}\`): the pooler on CPU of its own, as in a cluster, and every contender on the same smaller share.` : 'everything on the one machine.'}`,
     '',
     ...keys.map((k) => `- **${k}**: ${names.get(k) ?? k}`),
     '',
@@ -67,8 +77,12 @@ export function poolerLines(r: PoolerResult): string[] {
     }),
     '',
     'CPU time per request (µs, median of the rounds): the service process, and PgBouncer where it is in the path.',
-    'On this machine the pooler takes its share of the same two cores as the service, PostgreSQL and the load',
-    'generator, so its own CPU comes out of the throughput; where it runs on nodes of its own, it does not.',
+    ...(split
+      ? ['The pooler spends its CPU from its own quota here, not from the servers\'.']
+      : [
+          'On this machine the pooler takes its share of the same two cores as the service, PostgreSQL and the load',
+          'generator, so its own CPU comes out of the throughput; where it runs on nodes of its own, it does not.',
+        ]),
     '',
     `| list | connections | ${keys.map((k) => `${k} service`).join(' | ')} | ${poolerKeys.map((k) => `${k} pooler`).join(' | ')} |`,
     `|---|---|${keys.map(() => '---|').join('')}${poolerKeys.map(() => '---|').join('')}`,
@@ -84,9 +98,13 @@ export function poolerLines(r: PoolerResult): string[] {
 
 /** The section for docs/benchmarks.md, when the results folder holds a pooler run. */
 export function poolerSection(resultsDir: string): string[] {
-  const file = path.join(resultsDir, POOLER_RESULT);
-  if (!existsSync(file)) return [];
-  const r = JSON.parse(readFileSync(file, 'utf8')) as PoolerResult;
+  const read = (split: boolean): PoolerResult | undefined => {
+    const file = path.join(resultsDir, poolerResultFile(split));
+    return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as PoolerResult) : undefined;
+  };
+  const shared = read(false);
+  const split = read(true);
+  if (!shared && !split) return [];
   return [
     '## Behind PgBouncer',
     '',
@@ -96,7 +114,20 @@ export function poolerSection(resultsDir: string): string[] {
     'connections), by the service direct to PostgreSQL and through PgBouncer in transaction mode, and by an older',
     'commit of the service (`before`, direct), all on the same data and measured in the same alternating rounds.',
     '',
-    ...poolerLines(r),
+    ...(shared ? poolerLines(shared) : []),
     '',
+    ...(split
+      ? [
+          '### With the pooler on CPU of its own',
+          '',
+          'In a cluster PgBouncer runs in pods of its own (the Pooler), so what it spends is not taken from the',
+          "service. `--pooler-cpu 0.5` (as root, Linux only) reproduces that on one machine: the pooler gets half a core",
+          'to itself through a CPU quota, and the servers, PostgreSQL and the load generator share the rest, direct',
+          'contenders too.',
+          '',
+          ...poolerLines(split),
+          '',
+        ]
+      : []),
   ];
 }

@@ -19,7 +19,8 @@ import knex from 'knex';
 import * as prettier from 'prettier';
 import { cpuMsOf, measure, median, startServer, type Server } from './measure';
 import { serverNode } from './node';
-import { POOLER_RESULT, poolerLines, type PoolerResult, type PoolerSeries } from './pooler-report';
+import { CpuSplit } from './cpu-split';
+import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
 import { migrations } from '../migrations';
@@ -54,6 +55,11 @@ const pgbouncerSettings = Object.fromEntries(
     .filter((pair) => pair.includes('='))
     .map((pair) => pair.split('=', 2).map((part) => part.trim()) as [string, string]),
 );
+/**
+ * Cores of CPU for PgBouncer alone, the rest for everything else (bench/cpu-split.ts): the pooler
+ * as it runs in a cluster, on CPU of its own. Unset, everything shares the machine.
+ */
+const poolerCpu = option('pooler-cpu', '');
 const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duration >= 1)) {
@@ -134,7 +140,15 @@ async function main(): Promise<void> {
     poolSize: POOL,
     overrides: { settings: pgbouncerSettings },
   });
-  await bouncer.start();
+  const split = poolerCpu ? new CpuSplit(Number(poolerCpu)) : undefined;
+  try {
+    split?.enterRest(await postgresSetting(info.database, 'data_directory'));
+    await bouncer.start();
+    if (split && bouncer.pid !== undefined) split.placePooler(bouncer.pid);
+  } catch (error) {
+    split?.restore();
+    throw error;
+  }
   const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };
   const checkout = before ? worktree(before) : undefined;
   // Copied before any server connects: a template must have no other session.
@@ -230,17 +244,7 @@ async function main(): Promise<void> {
       }
     }
 
-    const pgVersion = await (async () => {
-      const k = knex({ client: 'pg', connection: { ...pgConnection, database: info.database } });
-      try {
-        return (
-          (await k.raw<{ rows: { v: string }[] }>("SELECT current_setting('server_version') AS v")).rows[0]
-            ?.v ?? '?'
-        );
-      } finally {
-        await k.destroy();
-      }
-    })();
+    const pgVersion = await postgresSetting(info.database, 'server_version');
     const result: PoolerResult = {
       measuredAt: new Date().toISOString(),
       posts,
@@ -253,12 +257,13 @@ async function main(): Promise<void> {
         node: node.version,
         postgres: pgVersion,
         pgbouncer: bouncer.version,
+        ...(split ? { cpuSplit: split.shares } : {}),
       },
       series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
     };
     const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'bench', 'results');
     mkdirSync(resultsDir, { recursive: true });
-    const file = path.join(resultsDir, POOLER_RESULT);
+    const file = path.join(resultsDir, poolerResultFile(split !== undefined));
     writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
     const written = renderDocs(
       readResults(resultsDir, log),
@@ -272,6 +277,19 @@ async function main(): Promise<void> {
     await Promise.all(contenders.map((c) => c.server.stop()));
     await bouncer.destroy();
     checkout?.remove();
+    split?.restore();
+  }
+}
+
+/** One of the PostgreSQL server's settings (server_version, data_directory). */
+async function postgresSetting(database: string, name: string): Promise<string> {
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database } });
+  try {
+    return (
+      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
+    );
+  } finally {
+    await k.destroy();
   }
 }
 

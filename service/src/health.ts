@@ -3,6 +3,7 @@ import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/conn
 import { errorWithHint } from './db/errors';
 import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
 import type { Logger } from './logger';
+import { sendJson } from './http/json';
 import { exactRouter } from './http/router';
 
 /** Set by the server when shutdown starts (terminus's beforeShutdown); readiness then answers 503. */
@@ -23,7 +24,7 @@ export function healthRouter(
 ): Router {
   const router = exactRouter();
   const answer = (res: Response, status: number, body: object) => {
-    res.status(status).set('Cache-Control', 'no-store').json(body);
+    sendJson(res.status(status).set('Cache-Control', 'no-store'), body);
   };
   // problem+json like every other error (terminus, which served the probes before, sent it as
   // application/json).

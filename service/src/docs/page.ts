@@ -1,5 +1,6 @@
 import { type RequestHandler, type Router } from 'express';
 import swaggerUi from 'swagger-ui-express';
+import { sendJson } from '../http/json';
 import { exactRouter } from '../http/router';
 import { pageHeaders } from '../http/security-headers';
 
@@ -13,7 +14,7 @@ const leaveForPackageJson: RequestHandler = (req, _res, next) => {
 export function docsRouter(document: object): Router {
   const router = exactRouter();
   router.get('/openapi.json', (_req, res) => {
-    res.json(document);
+    sendJson(res, document);
   });
   const uiOptions = {
     customSiteTitle: 'Social Posts API',

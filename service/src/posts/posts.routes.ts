@@ -3,6 +3,7 @@ import type { Database } from '../db/connection';
 import { caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
+import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { encodeCursor } from './posts.cursor';
 import {
@@ -46,7 +47,7 @@ function sendPage(
     ];
     res.set('Link', `<${req.baseUrl}${req.path}?${params.join('&')}>; rel="next"`);
   }
-  res.json(page.posts);
+  sendJson(res, page.posts);
 }
 
 /** A list asked for without parameters (most first pages) gets the defaults, which joi decides once. */
@@ -64,7 +65,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
-    res.status(201).json(await createPost(db, caller(req), input));
+    sendJson(res.status(201), await createPost(db, caller(req), input));
   };
   // Both spellings answer alike (the contract's list path is /posts/).
   router
@@ -88,7 +89,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
       const { id } = validate(postIdParams, req.params, 'path');
       const post = await getPost(db, id, { userId: caller(req).id });
       if (!post) throw postNotFound(id);
-      res.json(post);
+      sendJson(res, post);
     })
     .put(auth, ...jsonBody, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
@@ -97,7 +98,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
       await assertOwnPost(db, id, userId);
       const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
       if (!post) throw postNotFound(id);
-      res.json(post);
+      sendJson(res, post);
     })
     .delete(auth, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');

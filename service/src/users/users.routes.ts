@@ -4,6 +4,7 @@ import type { Router } from 'express';
 import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, jsonBody } from '../http/body';
+import { sendJson } from '../http/json';
 import { signAccessToken, type TokenKey } from '../http/tokens';
 import { validate } from '../http/validation';
 import { normaliseEmail } from './email';
@@ -26,7 +27,7 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       const hash = await bcrypt.hash(input.password, options.bcryptRounds);
       const user = await createUser(db, input.email, hash);
       if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
-      res.status(201).json(user);
+      sendJson(res.status(201), user);
     })
     .all(methodNotAllowed(['POST']));
 
@@ -45,7 +46,7 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       const comparable = bcryptComparable(form.password);
       const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
-      res.json({
+      sendJson(res, {
         access_token: signAccessToken(user.id, options.signing, options.accessTokenExpireMinutes),
         token_type: 'bearer',
       });

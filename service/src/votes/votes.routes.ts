@@ -3,6 +3,7 @@ import type { Database } from '../db/connection';
 import { caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
+import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { addVote, removeVote } from './votes.repository';
 import { voteInput } from './votes.schemas';
@@ -33,11 +34,11 @@ export function votesRoutes(
         if (outcome === 'no-post') throw postNotFound(vote.post_id);
         if (outcome === 'exists')
           throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
-        res.status(201).json({ message: 'successfully added vote' });
+        sendJson(res.status(201), { message: 'successfully added vote' });
         return;
       }
       if (!(await removeVote(db, user.id, vote.post_id))) throw new ApiError(404, 'Vote does not exist');
-      res.status(201).json({ message: 'successfully deleted vote' });
+      sendJson(res.status(201), { message: 'successfully deleted vote' });
     })
     .all(methodNotAllowed(['POST']));
 }
