@@ -30,7 +30,10 @@ function hierarchy(): Hierarchy {
     return {
       root: v2,
       setQuota: (group, cores) => {
-        writeFileSync(path.join(group, 'cpu.max'), `${String(Math.round(cores * PERIOD_US))} ${String(PERIOD_US)}`);
+        writeFileSync(
+          path.join(group, 'cpu.max'),
+          `${String(Math.round(cores * PERIOD_US))} ${String(PERIOD_US)}`,
+        );
       },
     };
   }
@@ -43,7 +46,9 @@ function hierarchy(): Hierarchy {
         writeFileSync(path.join(group, 'cpu.cfs_quota_us'), String(Math.round(cores * PERIOD_US)));
       },
     };
-  throw new Error('--pooler-cpu needs Linux control groups with the cpu controller (v2, or v1 at /sys/fs/cgroup/cpu)');
+  throw new Error(
+    '--pooler-cpu needs Linux control groups with the cpu controller (v2, or v1 at /sys/fs/cgroup/cpu)',
+  );
 }
 
 /** The PostgreSQL server's processes: its postmaster (from postmaster.pid) and all its children. */

@@ -78,7 +78,7 @@ export function poolerLines(r: PoolerResult): string[] {
     '',
     'CPU time per request (µs, median of the rounds): the service process, and PgBouncer where it is in the path.',
     ...(split
-      ? ['The pooler spends its CPU from its own quota here, not from the servers\'.']
+      ? ["The pooler spends its CPU from its own quota here, not from the servers'."]
       : [
           'On this machine the pooler takes its share of the same two cores as the service, PostgreSQL and the load',
           'generator, so its own CPU comes out of the throughput; where it runs on nodes of its own, it does not.',
@@ -121,7 +121,7 @@ export function poolerSection(resultsDir: string): string[] {
           '### With the pooler on CPU of its own',
           '',
           'In a cluster PgBouncer runs in pods of its own (the Pooler), so what it spends is not taken from the',
-          "service. `--pooler-cpu 0.5` (as root, Linux only) reproduces that on one machine: the pooler gets half a core",
+          'service. `--pooler-cpu 0.5` (as root, Linux only) reproduces that on one machine: the pooler gets half a core',
           'to itself through a CPU quota, and the servers, PostgreSQL and the load generator share the rest, direct',
           'contenders too.',
           '',
