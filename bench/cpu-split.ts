@@ -7,7 +7,8 @@
  * too, then runs on the same smaller share, so the ratios compare like with like.
  *
  * The quota is the CFS bandwidth limit: cgroup v2's `cpu.max` or v1's `cpu.cfs_quota_us`. Needs
- * root. PostgreSQL's processes are moved back to where they were by restore().
+ * root. restore() moves PostgreSQL's processes back to the root group; a run killed before it
+ * leaves them in `sp-bench-rest`, on the smaller share, until moved back or restarted.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
