@@ -42,7 +42,13 @@ const connectionCounts = option('connections', '10,64')
   .split(',')
   .map((s) => Number(s.trim()));
 const before = option('before', '');
-/** Only these contenders (reference, direct, pgbouncer, pgbouncer-unnamed, before): a quicker A/B. */
+/**
+ * With a number: one more contender, `pgbouncer-wide`, the service behind PgBouncer with this many
+ * client connections (DB_POOL_MAX) on the same server pool: connections to the pooler are cheap, and
+ * more of them keep queries waiting in PgBouncer rather than in the service while the hop adds latency.
+ */
+const widePool = Number(option('pooler-client-pool', '0'));
+/** Only these contenders (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before). */
 const only = option('only', '')
   .split(',')
   .map((s) => s.trim())
@@ -171,6 +177,15 @@ async function main(): Promise<void> {
     }
     await add('direct', 'the service, direct to PostgreSQL', {});
     await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
+    if (widePool > 0)
+      await add(
+        'pgbouncer-wide',
+        `${bouncer.version}, prepared statements, the service's pool ${String(widePool)}`,
+        {
+          ...viaBouncer,
+          DB_POOL_MAX: String(widePool),
+        },
+      );
     await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
       ...viaBouncer,
       DB_PREPARED_STATEMENTS: 'false',
