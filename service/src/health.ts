@@ -2,9 +2,9 @@ import { Router, type RequestHandler, type Response } from 'express';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { errorWithHint } from './db/errors';
 import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
-import type { Logger } from './logger';
 import { sendJson } from './http/json';
 import { exactRouter } from './http/router';
+import type { Logger } from './logger';
 
 /** Set by the server when shutdown starts (terminus's beforeShutdown); readiness then answers 503. */
 export interface ShutdownState {
