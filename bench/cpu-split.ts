@@ -67,26 +67,24 @@ export class CpuSplit {
   private readonly rest: string;
   private readonly pooler: string;
   private dataDirectory = '';
+  /** Cores each side may use. */
+  readonly shares: { pooler: number; rest: number };
 
-  constructor(readonly poolerCores: number) {
+  constructor(poolerCores: number) {
     const cpus = os.cpus().length;
     if (!(poolerCores > 0 && poolerCores < cpus))
       throw new Error(`--pooler-cpu takes a share of a core between 0 and ${String(cpus)}`);
+    this.shares = { pooler: poolerCores, rest: cpus - poolerCores };
     this.h = hierarchy();
     this.rest = path.join(this.h.root, 'sp-bench-rest');
     this.pooler = path.join(this.h.root, 'sp-bench-pooler');
     for (const [group, cores] of [
-      [this.rest, cpus - poolerCores],
-      [this.pooler, poolerCores],
+      [this.rest, this.shares.rest],
+      [this.pooler, this.shares.pooler],
     ] as const) {
       mkdirSync(group, { recursive: true });
       this.h.setQuota(group, cores);
     }
-  }
-
-  /** Cores each side may use. */
-  get shares(): { pooler: number; rest: number } {
-    return { pooler: this.poolerCores, rest: os.cpus().length - this.poolerCores };
   }
 
   /** This process (and so every server it starts from now on) and PostgreSQL go to the rest. */

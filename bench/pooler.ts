@@ -68,8 +68,16 @@ const pgbouncerSettings = Object.fromEntries(
 const poolerCpu = option('pooler-cpu', '');
 const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
-if (![10_000, 100_000, 1_000_000].includes(posts) || !(rounds >= 1) || !(duration >= 1)) {
-  process.stderr.write('--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1\n');
+if (
+  ![10_000, 100_000, 1_000_000].includes(posts) ||
+  !(rounds >= 1) ||
+  !(duration >= 1) ||
+  !Number.isInteger(widePool) ||
+  widePool < 0
+) {
+  process.stderr.write(
+    '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number\n',
+  );
   process.exit(2);
 }
 

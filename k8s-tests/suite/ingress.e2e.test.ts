@@ -88,6 +88,23 @@ const readyAnswers = (status: number, withinMs: number, everyMs: number) =>
     { withinMs, everyMs },
   );
 
+/**
+ * Signed-in GETs of `paths` in turn, each on a new connection, until the last `count` statuses
+ * are all 200 (or recoveryMs passes); `value` is those last statuses.
+ */
+const okInARow = (count: number, paths: string[], everyMs: number) => {
+  const statuses: number[] = [];
+  return pollUntil(
+    async () => {
+      const path = paths[statuses.length % paths.length] ?? '/';
+      statuses.push((await send('GET', path, { headers: auth(), fresh: true })).status);
+      return statuses.slice(-count);
+    },
+    (last) => last.length === count && last.every((status) => status === 200),
+    { withinMs: recoveryMs, everyMs },
+  );
+};
+
 test('When /healthz/live and /healthz/ready are asked through the ingress, then both answer 200 and another host gets 404 (case 1)', async () => {
   for (const path of ['/healthz/live', '/healthz/ready']) {
     const answer = await send('GET', path);
@@ -288,15 +305,7 @@ test('When the database stops, then ready is 503 while live stays 200 and the AP
   // The same processes serve again: the token issued before the outage still works. Behind a
   // pooler, requests that reach it inside its server_login_retry window after the database
   // returns may still wait out the statement deadline (503): wait for ten answers in a row.
-  const lastStatuses: number[] = [];
-  const servingBack = await pollUntil(
-    async () => {
-      lastStatuses.push((await send('GET', '/posts/', { headers: auth(), fresh: true })).status);
-      return lastStatuses.slice(-10);
-    },
-    (last) => last.length === 10 && last.every((status) => status === 200),
-    { withinMs: recoveryMs, everyMs: 100 },
-  );
+  const servingBack = await okInARow(10, ['/posts/'], 100);
   expect(servingBack.value).toEqual(new Array<number>(10).fill(200));
   const restarts = await driver.restarts();
   expect(restarts).toBe(restartsBefore);
@@ -319,16 +328,7 @@ test('When the replicas are replaced under a steady stream of requests, then non
   // stream's own requests answered 200 twenty times in a row, as case 6 asks ten, spread over at
   // least five seconds (the failure above came 5.4 s after the database was back).
   await driver.endpointsSettled();
-  const steadyStatuses: number[] = [];
-  const steady = await pollUntil(
-    async () => {
-      const path = steadyStatuses.length % 2 === 0 ? '/posts/public' : '/posts/?limit=1';
-      steadyStatuses.push((await send('GET', path, { headers: auth(), fresh: true })).status);
-      return steadyStatuses.slice(-20);
-    },
-    (last) => last.length === 20 && last.every((status) => status === 200),
-    { withinMs: recoveryMs, everyMs: 250 },
-  );
+  const steady = await okInARow(20, ['/posts/public', '/posts/?limit=1'], 250);
   expect(steady.value).toEqual(new Array<number>(20).fill(200));
   const MAX_REQUESTS = 20_000;
   let done = false;
