@@ -145,6 +145,31 @@ interface Contender {
   token: string;
 }
 
+/**
+ * Every contender answers each measured list with the same status, body and Link header as the
+ * first one (the reference when it runs): a ratio between servers that answer differently would
+ * compare different work.
+ */
+async function sameAnswers(
+  contenders: Contender[],
+  lists: { list: string; path: string; signedIn: boolean }[],
+): Promise<void> {
+  for (const { list, path: listPath, signedIn } of lists) {
+    let first: { key: string; answer: string } | undefined;
+    for (const c of contenders) {
+      const res = await fetch(`${c.server.base}${listPath}`, {
+        headers: signedIn ? { authorization: `Bearer ${c.token}` } : {},
+      });
+      const answer = `${String(res.status)} ${res.headers.get('link') ?? '-'}\n${await res.text()}`;
+      first ??= { key: c.key, answer };
+      if (res.status !== 200 || answer !== first.answer)
+        throw new Error(
+          `${list}: ${c.key} answers differently from ${first.key}:\n${answer.slice(0, 300)}\n${first.answer.slice(0, 300)}`,
+        );
+    }
+  }
+}
+
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
   const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
@@ -216,6 +241,7 @@ async function main(): Promise<void> {
         signedIn: false,
       },
     ];
+    await sameAnswers(contenders, lists);
     for (let round = 0; round < rounds; round++) {
       for (const connections of connectionCounts) {
         for (const { list, path: listPath, signedIn } of lists) {

@@ -79,7 +79,7 @@ export function createApp({
   votesRoutes(
     api,
     db,
-    auth,
+    auth.user,
     async (postId, userId) => (await visiblePostOwner(db, postId, { userId })) !== undefined,
   );
   usersRoutes(api, db, { ...settings, signing: keys.signing });

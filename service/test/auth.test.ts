@@ -140,12 +140,48 @@ describe('Bearer tokens on protected endpoints', () => {
     },
   );
 
-  test('When the token belongs to a deleted user, then 401 Could not validate credentials', async () => {
+  test('When the token belongs to a deleted user, then every authenticated route answers 401 Could not validate credentials', async () => {
     const doomed = await newAccount(svc.app);
     await request(svc.app).get('/posts/').set(bearer(doomed)).expect(200);
+    const post = await request(svc.app)
+      .post('/posts/')
+      .set(bearer(account))
+      .send({ title: 't', content: 'c' })
+      .expect(201);
+    const postId = (post.body as { id: number }).id;
     await svc.db.knex('users').where({ id: doomed.user.id }).delete();
-    const res = await request(svc.app).get('/posts/').set(bearer(doomed));
-    expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
+    const asked = [
+      request(svc.app).get('/posts/'),
+      request(svc.app).get('/posts'),
+      request(svc.app).get('/posts/?search=nothing-matches-this&limit=3'),
+      // 401 before 422 (API.md), also for a query the list would refuse.
+      request(svc.app).get('/posts/?limit=0'),
+      request(svc.app).post('/posts/').send({ title: 't', content: 'c' }),
+      request(svc.app).get(`/posts/${String(postId)}`),
+      request(svc.app)
+        .put(`/posts/${String(postId)}`)
+        .send({ title: 't', content: 'c' }),
+      request(svc.app).delete(`/posts/${String(postId)}`),
+      request(svc.app).post('/votes/').send({ post_id: postId, dir: 1 }),
+    ];
+    for (const res of await Promise.all(asked.map((r) => r.set(bearer(doomed))))) {
+      expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
+      expect(res.headers['www-authenticate']).toBe('Bearer');
+    }
+    await request(svc.app)
+      .get(`/posts/${String(postId)}`)
+      .set(bearer(account))
+      .expect(200);
+  });
+
+  test('When a signed-in caller has nothing to see on a page, then 200 with an empty list, not 401', async () => {
+    const fresh = await newAccount(svc.app);
+    const res = await request(svc.app)
+      .get('/posts/?search=nothing-matches-this-search')
+      .set(bearer(fresh))
+      .expect(200);
+    expect(res.body).toEqual([]);
+    expect(res.headers.link).toBeUndefined();
   });
 
   test('When the token lifetime passes, then the same token is refused', async () => {

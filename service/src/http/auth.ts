@@ -3,7 +3,7 @@ import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields } from '../db/errors';
 import { MAX_ID } from '../db/limits';
-import { notAuthenticated } from './errors';
+import { notAuthenticated, type ApiError } from './errors';
 import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
 
 declare global {
@@ -28,17 +28,39 @@ const NOT_AUTHENTICATED = 'Not authenticated';
 const INVALID = 'Could not validate credentials';
 const NO_KEY = new Error('the token names no key of this service');
 
+/** 401 for a token that is valid but whose user does not exist (any more). */
+export const unknownCaller = (): ApiError => notAuthenticated(INVALID);
+
+/** Bearer-token authentication for the routes; nothing is kept between requests. */
+export interface Authentication {
+  /** Before a route: the token, then its user (one query); the route reads caller(req). */
+  user: RequestHandler;
+  /**
+   * Before a route that looks its caller up in its own statement (one round trip, not two): the
+   * token only. The route reads callerId(req) and answers unknownCaller() when that user is gone.
+   */
+  token: RequestHandler;
+  /**
+   * Behind `token`, for a route about to answer without its statement (a bad query): 401 comes
+   * before 422 (API.md), so the caller's user is confirmed first. Throws unknownCaller().
+   */
+  confirm(req: Express.Request): Promise<void>;
+}
+
+/** The user ids `token` has let through, per request (req.user is only ever a confirmed user). */
+const tokenSubjects = new WeakMap<Express.Request, number>();
+
 /**
- * Bearer-token authentication: signature (HS256 only, with the key the token's `kid` names:
- * verificationKey), the registered claims (claimsAcceptable: expiry, issue time, lifetime) and an
- * existing user (findUser, which the app hands in), checked on every request; nothing is kept
- * between requests. Answers 401 itself, before any body is read.
+ * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
+ * registered claims (claimsAcceptable: expiry, issue time, lifetime) on every request, and, as
+ * each route asks, that the user exists (findUser, which the app hands in). Answers 401 itself,
+ * before any body is read.
  */
 export function requireAuth(
   findUser: FindUser,
   keys: TokenKeys,
   accessTokenExpireMinutes: number,
-): RequestHandler {
+): Authentication {
   // Its own Passport instance, so apps built with different secrets (tests) never share state.
   const passport = new Passport();
   passport.use(
@@ -53,7 +75,11 @@ export function requireAuth(
         },
         algorithms: [TOKEN_ALGORITHM],
       },
-      (payload: Record<string, unknown>, done: (error: unknown, user?: User | false) => void) => {
+      // The verified "user" is only the subject's id, in an object (passport wants it truthy).
+      (
+        payload: Record<string, unknown>,
+        done: (error: unknown, subject?: { id: number } | false) => void,
+      ) => {
         if (!claimsAcceptable(payload, Date.now() / 1000, accessTokenExpireMinutes * 60)) {
           done(null, false);
           return;
@@ -63,41 +89,63 @@ export function requireAuth(
           done(null, false);
           return;
         }
-        findUser(Number(sub)).then(
-          (user) => {
-            done(null, user ?? false);
-          },
-          (error: unknown) => {
-            done(error);
-          },
-        );
+        done(null, { id: Number(sub) });
       },
     ),
   );
 
-  return (req, res, next) => {
-    const authenticate = passport.authenticate(
-      'jwt',
-      { session: false },
-      (error: unknown, user: User | false, info: unknown) => {
-        if (error) {
-          next(error);
-          return;
-        }
+  /** Runs passport's check, then `verified` with the token's user id; 401 for any bad token. */
+  const checkToken =
+    (verified: (req: Express.Request, id: number, next: (error?: unknown) => void) => void): RequestHandler =>
+    (req, res, next) => {
+      const authenticate = passport.authenticate(
+        'jwt',
+        { session: false },
+        (error: unknown, subject: { id: number } | false, info: unknown) => {
+          if (error) {
+            next(error);
+            return;
+          }
+          if (!subject) {
+            const missing = errorFields(info).message === 'No auth token';
+            next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
+            return;
+          }
+          verified(req, subject.id, next);
+        },
+      ) as RequestHandler;
+      authenticate(req, res, next);
+    };
+
+  return {
+    user: checkToken((req, id, next) => {
+      findUser(id).then((user) => {
         if (!user) {
-          const missing = errorFields(info).message === 'No auth token';
-          next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
+          next(unknownCaller());
           return;
         }
         req.user = user;
         next();
-      },
-    ) as RequestHandler;
-    authenticate(req, res, next);
+      }, next);
+    }),
+    token: checkToken((req, id, next) => {
+      tokenSubjects.set(req, id);
+      next();
+    }),
+    async confirm(req) {
+      if (!(await findUser(callerId(req)))) throw unknownCaller();
+    },
   };
 }
 
-/** The authenticated caller; only valid behind requireAuth. */
+/** The user id of a request `token` let through; its user is the route's to confirm. */
+export function callerId(req: Express.Request): number {
+  const id = tokenSubjects.get(req);
+  if (id === undefined) throw notAuthenticated(NOT_AUTHENTICATED);
+  return id;
+}
+
+/** The authenticated caller; only valid behind Authentication.user. */
 export function caller(req: Express.Request): User {
   if (!req.user) throw notAuthenticated(NOT_AUTHENTICATED);
   return req.user;

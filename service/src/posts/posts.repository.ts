@@ -127,6 +127,12 @@ export interface ListPage {
   next?: Position;
 }
 
+/** A post of a list page, with its place in the order and whether more follow the page. */
+type PageRow = PostWithOwnerRow & { position_micros: string; has_more: boolean };
+/** A list statement's row: a signed-in viewer's adds their id, and is all nulls but that without a post. */
+type ListRow = PageRow | { [K in keyof PageRow]: null };
+const isPost = (row: ListRow): row is PageRow => row.id !== null;
+
 /** The values of one list query; which of them are present picks its statement. */
 interface ListParams extends ViewerParams {
   search?: string;
@@ -141,8 +147,8 @@ interface ListParams extends ViewerParams {
 /**
  * The one place the list SQL is built, once per shape: the viewer's kind (public or signed in),
  * with or without a search, with or without a cursor; all else is a bound value. The page CTE
- * reads limit + 1 rows; the outer query keeps `limit` of them, so votes are counted for the page's
- * posts only (PostgreSQL evaluates the vote subquery after the sort and limit). A cursor is a
+ * reads limit + 1 rows; the outer query keeps `limit` of them with their owners, and tells from
+ * the extra row whether another page follows. A cursor is a
  * row-value comparison on (created_at, id), which the newest-first indexes answer as an index
  * condition; its timestamp is rebuilt from integer microseconds exactly.
  */
@@ -164,10 +170,20 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
         `(created_at, id) < (timestamptz 'epoch' + ?::bigint * interval '1 microsecond', ?::int)`,
         [param('afterMicros'), param('afterId')],
       );
-    return withOwnerAndVotes(knex, page)
+    const listed = withOwnerAndVotes(knex, page)
       .select(knex.raw('(SELECT count(*) FROM page) > ? AS has_more', [param('limit')]))
       .orderBy(NEWEST_FIRST.map((o) => ({ column: `page.${o.column}`, order: o.order })))
       .limit(param('limit'));
+    if (kind === 'public') return listed;
+    // The signed-in viewer's own row, with the page joined to it: a viewer whose user is gone gets
+    // no row at all, one with nothing to see gets one row without a post. So the caller's check
+    // (auth.ts, tokenOnly) and the page are one statement, one round trip.
+    return knex
+      .with('viewer', knex('users').select('id').where('id', param('userId')))
+      .select('viewer.id as viewer_id', 'listed.*')
+      .from('viewer')
+      .leftJoin(listed.as('listed'), knex.raw('true'))
+      .orderBy(NEWEST_FIRST.map((o) => ({ column: `listed.${o.column}`, order: o.order })));
   });
 }
 
@@ -182,7 +198,21 @@ const LIST_STATEMENTS = new Map(
   ),
 );
 
-export async function listPosts(db: Database, viewer: Viewer, query: ListQuery): Promise<ListPage> {
+/**
+ * A page of the posts the viewer may see. For a signed-in viewer, undefined when their user does
+ * not exist (any more): the statement looks the viewer up with the page.
+ */
+export async function listPosts(db: Database, viewer: 'public', query: ListQuery): Promise<ListPage>;
+export async function listPosts(
+  db: Database,
+  viewer: Viewer,
+  query: ListQuery,
+): Promise<ListPage | undefined>;
+export async function listPosts(
+  db: Database,
+  viewer: Viewer,
+  query: ListQuery,
+): Promise<ListPage | undefined> {
   const after = query.cursor;
   // An empty search filters nothing, as before the cursor.
   const search = query.search ? likeSubstring(query.search) : undefined;
@@ -190,20 +220,20 @@ export async function listPosts(db: Database, viewer: Viewer, query: ListQuery):
     `${kindOf(viewer)}/${String(search !== undefined)}/${String(after !== undefined)}`,
   );
   if (!shape) throw new Error('no list statement for this shape');
-  const rows = await db.run<PostWithOwnerRow & { position_micros: string; has_more: boolean }, ListParams>(
-    shape,
-    {
-      ...viewerParams(viewer),
-      ...(search === undefined ? {} : { search }),
-      ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
-      read: query.limit + 1,
-      limit: query.limit,
-      offset: query.skip,
-    },
-  );
-  const last = rows.at(-1);
+  const rows = await db.run<ListRow, ListParams>(shape, {
+    ...viewerParams(viewer),
+    ...(search === undefined ? {} : { search }),
+    ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
+    read: query.limit + 1,
+    limit: query.limit,
+    offset: query.skip,
+  });
+  if (viewer !== 'public' && rows.length === 0) return undefined;
+  // A signed-in viewer with an empty page still gets their own row, without a post.
+  const posts = rows.filter(isPost);
+  const last = posts.at(-1);
   return {
-    posts: rows.map(toPost),
+    posts: posts.map(toPost),
     next: last?.has_more ? { micros: last.position_micros, id: last.id } : undefined,
   };
 }

@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Database } from '../db/connection';
-import { caller } from '../http/auth';
+import { caller, callerId, unknownCaller, type Authentication } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
@@ -56,12 +56,21 @@ const listQueryOf = (asked: Request['query']): ListQuery =>
   Object.keys(asked).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, asked, 'query');
 
 /** The posts, added to the app's one API router (app.ts). */
-export function postsRoutes(router: Router, db: Database, auth: RequestHandler): void {
+export function postsRoutes(router: Router, db: Database, auth: Authentication): void {
   // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
     const asked = req.query;
-    const query = listQueryOf(asked);
-    sendPage(req, res, asked, query, await listPosts(db, { userId: caller(req).id }, query));
+    let query: ListQuery;
+    try {
+      query = listQueryOf(asked);
+    } catch (invalid) {
+      await auth.confirm(req);
+      throw invalid;
+    }
+    // The caller's user is looked up by the list's own statement (auth.token).
+    const page = await listPosts(db, { userId: callerId(req) }, query);
+    if (!page) throw unknownCaller();
+    sendPage(req, res, asked, query, page);
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
@@ -70,8 +79,8 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
   // Both spellings answer alike (the contract's list path is /posts/).
   router
     .route(['/posts/', '/posts'])
-    .get(auth, list)
-    .post(auth, ...jsonBody, create)
+    .get(auth.token, list)
+    .post(auth.user, ...jsonBody, create)
     .all(methodNotAllowed(['GET', 'POST']));
 
   router
@@ -85,13 +94,13 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
 
   router
     .route('/posts/:id')
-    .get(auth, async (req, res) => {
+    .get(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       const post = await getPost(db, id, { userId: caller(req).id });
       if (!post) throw postNotFound(id);
       sendJson(res, post);
     })
-    .put(auth, ...jsonBody, async (req, res) => {
+    .put(auth.user, ...jsonBody, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const { id: userId } = caller(req);
@@ -100,7 +109,7 @@ export function postsRoutes(router: Router, db: Database, auth: RequestHandler):
       if (!post) throw postNotFound(id);
       sendJson(res, post);
     })
-    .delete(auth, async (req, res) => {
+    .delete(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       await assertOwnPost(db, id, caller(req).id);
       if (!(await deletePost(db, id))) throw postNotFound(id);
