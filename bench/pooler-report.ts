@@ -57,14 +57,21 @@ export function poolerLines(r: PoolerResult): string[] {
     s
       ? `${fmt(s.median ?? 0)} (${fmt(Math.min(...s.rps))}–${fmt(Math.max(...s.rps))})${s.errors + s.non2xx > 0 ? ` ⚠ ${String(s.errors + s.non2xx)} failed` : ''}`
       : '—';
+  // Each round measures a cell's contenders back to back, so a round's own ratio is little moved by
+  // the machine's speed drifting between rounds (seen here at ±30 % on a shared host), which the
+  // ratio of two medians taken from different rounds is not.
   const ratio = (a: string, b: string, list: string, connections: number) => {
-    const x = find(a, list, connections)?.median;
-    const y = find(b, list, connections)?.median;
-    return x !== undefined && y ? fmt(x / y, 2) : '—';
+    const x = find(a, list, connections)?.rps ?? [];
+    const y = find(b, list, connections)?.rps ?? [];
+    const perRound = x.flatMap((v, i) => (y[i] ? [v / (y[i] ?? 1)] : []));
+    if (perRound.length === 0) return '—';
+    const spread =
+      perRound.length > 1 ? ` (${fmt(Math.min(...perRound), 2)}–${fmt(Math.max(...perRound), 2)})` : '';
+    return `${fmt(median(perRound), 2)}${spread}`;
   };
   const split = r.machine.cpuSplit;
   const lines = [
-    `${fmt(r.posts)} posts, list of 10, ${String(r.rounds)} rounds of ${String(r.duration)} s per cell (median, and the rounds' range, in req/s). Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB; service on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}, ${r.machine.pgbouncer} in transaction mode with a server pool of ${String(r.pool)} (the service's \`DB_POOL_MAX\` too), ${split ? `PgBouncer limited to ${fmt(split.pooler, 1)} core of CPU time and everything else (the servers, PostgreSQL, the load generator) to the other ${fmt(split.rest, 1)} (Linux CPU quotas, \`--pooler-cpu ${fmt(split.pooler, 1)}\`): the pooler on CPU of its own, as in a cluster, and every contender on the same smaller share.` : 'everything on the one machine.'}`,
+    `${fmt(r.posts)} posts, list of 10, ${String(r.rounds)} rounds of ${String(r.duration)} s per cell (median, and the rounds' range, in req/s; a ratio is the median of the rounds' own ratios, and their range). Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB; service on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}, ${r.machine.pgbouncer} in transaction mode with a server pool of ${String(r.pool)} (the service's \`DB_POOL_MAX\` too), ${split ? `PgBouncer limited to ${fmt(split.pooler, 1)} core of CPU time and everything else (the servers, PostgreSQL, the load generator) to the other ${fmt(split.rest, 1)} (Linux CPU quotas, \`--pooler-cpu ${fmt(split.pooler, 1)}\`): the pooler on CPU of its own, as in a cluster, and every contender on the same smaller share.` : 'everything on the one machine.'}`,
     '',
     ...keys.map((k) => `- **${k}**: ${names.get(k) ?? k}`),
     '',
