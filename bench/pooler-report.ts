@@ -115,7 +115,7 @@ export function poolerSection(resultsDir: string): string[] {
   return [
     '## Behind PgBouncer',
     '',
-    'Reproduce: `npm run bench:pooler -- --posts 100000 --rounds 3 --before <commit>` (PgBouncer 1.24.1 built by',
+    'Reproduce: `npm run bench:pooler -- --posts 100000 --before <commit>` (PgBouncer 1.24.1 built by',
     '`scripts/pgbouncer.ts`). The lists, public, signed in and searched, served by the bare reference (the',
     "service's own statements, prepared per shape, the caller looked up on every request, the same pool of",
     'connections), by the service direct to PostgreSQL and through PgBouncer in transaction mode, and by an older',
