@@ -148,9 +148,9 @@ interface ListParams extends ViewerParams {
  * The one place the list SQL is built, once per shape: the viewer's kind (public or signed in),
  * with or without a search, with or without a cursor; all else is a bound value. The page CTE
  * reads limit + 1 rows; the outer query keeps `limit` of them with their owners, and tells from
- * the extra row whether another page follows. A cursor is a
- * row-value comparison on (created_at, id), which the newest-first indexes answer as an index
- * condition; its timestamp is rebuilt from integer microseconds exactly.
+ * the extra row whether another page follows. A cursor is a row-value comparison on
+ * (created_at, id), which the newest-first indexes answer as an index condition; its timestamp is
+ * rebuilt from integer microseconds exactly.
  */
 function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
   const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
@@ -177,7 +177,7 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
     if (kind === 'public') return listed;
     // The signed-in viewer's own row, with the page joined to it: a viewer whose user is gone gets
     // no row at all, one with nothing to see gets one row without a post. So the caller's check
-    // (auth.ts, tokenOnly) and the page are one statement, one round trip.
+    // (auth.ts, `token`) and the page are one statement, one round trip.
     return knex
       .with('viewer', knex('users').select('id').where('id', param('userId')))
       .select('viewer.id as viewer_id', 'listed.*')

@@ -64,6 +64,7 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication):
     try {
       query = listQueryOf(asked);
     } catch (invalid) {
+      // A caller whose user is gone gets 401, not this 422 (API.md: authentication first).
       await auth.confirm(req);
       throw invalid;
     }
