@@ -63,7 +63,10 @@ export function poolerLines(r: PoolerResult): string[] {
   const ratio = (a: string, b: string, list: string, connections: number) => {
     const x = find(a, list, connections)?.rps ?? [];
     const y = find(b, list, connections)?.rps ?? [];
-    const perRound = x.flatMap((v, i) => (y[i] ? [v / (y[i] ?? 1)] : []));
+    const perRound = x.flatMap((v, i) => {
+      const base = y[i];
+      return base ? [v / base] : [];
+    });
     if (perRound.length === 0) return '—';
     const spread =
       perRound.length > 1 ? ` (${fmt(Math.min(...perRound), 2)}–${fmt(Math.max(...perRound), 2)})` : '';

@@ -140,6 +140,13 @@ async function token(base: string): Promise<string> {
   return body.access_token;
 }
 
+/** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
+interface MeasuredList {
+  list: string;
+  path: string;
+  signedIn: boolean;
+}
+
 interface Contender {
   key: string;
   name: string;
@@ -152,10 +159,7 @@ interface Contender {
  * first one (the reference when it runs): a ratio between servers that answer differently would
  * compare different work.
  */
-async function sameAnswers(
-  contenders: Contender[],
-  lists: { list: string; path: string; signedIn: boolean }[],
-): Promise<void> {
+async function sameAnswers(contenders: Contender[], lists: MeasuredList[]): Promise<void> {
   for (const { list, path: listPath, signedIn } of lists) {
     let first: { key: string; answer: string } | undefined;
     for (const c of contenders) {
@@ -234,7 +238,7 @@ async function main(): Promise<void> {
       );
 
     const series: PoolerSeries[] = [];
-    const lists = [
+    const lists: MeasuredList[] = [
       { list: 'public list', path: '/posts/public', signedIn: false },
       { list: 'authenticated list', path: '/posts/', signedIn: true },
       {
