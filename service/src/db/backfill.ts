@@ -35,28 +35,36 @@ export interface BackfillRunner {
   stop(): Promise<void>;
 }
 
-/**
- * One batch in its own transaction: the progress row (locked), the rows after `last_id`, the
- * progress written back. Returns false once the backfill is finished.
- */
-async function runBatch(db: Database, backfill: Backfill, counted: { rows: number }): Promise<boolean> {
+/** Where a backfill stands after a batch: the last id it has passed, and the id it walks to. */
+interface Position {
+  lastId: number;
+  targetId: number;
+  finished: boolean;
+}
+
+/** Records the backfill's target, the table's last id now, unless a replica already has. */
+async function begin(db: Database, backfill: Backfill): Promise<void> {
+  await db.knex.raw(
+    `INSERT INTO schema_backfills (name, target_id, started_at)
+     SELECT ?, (SELECT coalesce(max(id), 0) FROM ??), now()
+     ON CONFLICT (name) DO NOTHING`,
+    [backfill.name, backfill.table],
+  );
+}
+
+/** One batch in its own transaction: the progress row (locked), the rows after it, the progress written back. */
+async function runBatch(db: Database, backfill: Backfill, counted: { rows: number }): Promise<Position> {
   return db.knex.transaction(async (trx) => {
-    // The first replica to get here fixes the target: the table's last row now.
-    await trx.raw(
-      `INSERT INTO schema_backfills (name, target_id, started_at)
-       SELECT ?, (SELECT coalesce(max(id), 0) FROM ??), now()
-       ON CONFLICT (name) DO NOTHING`,
-      [backfill.name, backfill.table],
-    );
     const progress = await trx<Progress>('schema_backfills')
       .select('last_id', 'target_id', 'finished_at')
       .where('name', backfill.name)
       .forUpdate()
       .first();
-    if (!progress || progress.finished_at) return false;
+    if (!progress) throw new Error(`backfill ${backfill.name} has no progress row`);
     const from = Number(progress.last_id);
-    const target = Number(progress.target_id ?? 0);
-    const to = Math.min(from + BACKFILL_BATCH_IDS, target);
+    const targetId = Number(progress.target_id ?? 0);
+    if (progress.finished_at) return { lastId: from, targetId, finished: true };
+    const to = Math.min(from + BACKFILL_BATCH_IDS, targetId);
     const rows = to > from ? await backfill.batch(trx, from, to) : 0;
     counted.rows += rows;
     await trx('schema_backfills')
@@ -64,9 +72,9 @@ async function runBatch(db: Database, backfill: Backfill, counted: { rows: numbe
       .update({
         last_id: to,
         rows_done: trx.raw('rows_done + ?', [rows]),
-        finished_at: to >= target ? trx.fn.now() : null,
+        finished_at: to >= targetId ? trx.fn.now() : null,
       });
-    return to < target;
+    return { lastId: to, targetId, finished: to >= targetId };
   });
 }
 
@@ -93,10 +101,13 @@ export function startBackfills(
     const counted = { rows: 0 };
     let reported = started;
     let retryMs = RETRY_MS;
+    let begun = false;
     while (!run.stopped) {
-      let more: boolean;
+      let position: Position;
       try {
-        more = await runBatch(db, backfill, counted);
+        if (!begun) await begin(db, backfill);
+        begun = true;
+        position = await runBatch(db, backfill, counted);
         retryMs = RETRY_MS;
       } catch (error) {
         logger.warn({ ...errorWithHint(error), backfill: backfill.name }, 'backfill batch failed; retrying');
@@ -104,7 +115,7 @@ export function startBackfills(
         retryMs = Math.min(retryMs * 2, RETRY_CAP_MS);
         continue;
       }
-      if (!more) {
+      if (position.finished) {
         logger.info(
           { backfill: backfill.name, rows: counted.rows, durationMs: Date.now() - started },
           'backfill finished',
@@ -113,7 +124,15 @@ export function startBackfills(
       }
       if (Date.now() - reported >= PROGRESS_EVERY_MS) {
         reported = Date.now();
-        logger.info({ backfill: backfill.name, rows: counted.rows }, 'backfill progress');
+        logger.info(
+          {
+            backfill: backfill.name,
+            rows: counted.rows,
+            lastId: position.lastId,
+            targetId: position.targetId,
+          },
+          'backfill progress',
+        );
       }
       await pause(PAUSE_MS);
     }
