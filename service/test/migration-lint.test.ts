@@ -1,11 +1,14 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { Knex } from 'knex';
-import { lintMigrations } from '../../scripts/migration-sql';
+import { lintMigrations, runSquawk, writeSqlFiles } from '../../scripts/migration-sql';
 import { usingPostgres } from './helpers';
 
 /**
  * The migration lint (scripts/migration-sql.ts, `npm run migrations:lint`): squawk over the SQL a
- * real migrator run sends. It captures on PostgreSQL only (the scratch database and the
- * migrations' own connection), so on the embedded database these cases are skipped.
+ * real migrator run sends. The capture runs on PostgreSQL only (a scratch database on its server),
+ * so on the embedded database only the case without a capture runs.
  */
 const onPostgres = usingPostgres() ? describe : describe.skip;
 
@@ -80,4 +83,40 @@ onPostgres('Migration lint', () => {
       'require-lock-timeout',
     ]);
   });
+});
+
+test('When statements run outside a transaction (a step of their own, a background batch), then squawk lints them without assuming one', () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
+  try {
+    const step = [
+      "SET lock_timeout = '1s'",
+      'SET statement_timeout = 60000',
+      'CREATE INDEX CONCURRENTLY IF NOT EXISTS posts_lint_probe ON posts (title)',
+    ];
+    const sent = (inTransaction: boolean) => step.map((sql) => ({ sql, bindings: [], inTransaction }));
+    const files = writeSqlFiles(
+      {
+        preamble: [],
+        migrations: [
+          { name: '29990101000004_lint_probe_inside', statements: sent(true) },
+          { name: '29990101000005_lint_probe_outside', statements: sent(false) },
+        ],
+      },
+      dir,
+      [{ name: 'lint_probe', sql: 'UPDATE posts SET title = title WHERE id = $1', inTransaction: false }],
+    );
+    expect(files).toEqual({
+      inTransaction: ['29990101000004_lint_probe_inside.sql'],
+      outside: ['29990101000005_lint_probe_outside.outside-transaction.sql', 'background_lint_probe.sql'],
+    });
+    const result = runSquawk(dir, files, { reporter: 'json' });
+    // CONCURRENTLY cannot run in a transaction: squawk says so only where it assumes one.
+    expect(result.runs.map((run) => rulesByFile(run.output))).toEqual([
+      { '29990101000004_lint_probe_inside.sql': ['ban-concurrent-index-creation-in-transaction'] },
+      {},
+    ]);
+    expect(result.status).not.toBe(0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
