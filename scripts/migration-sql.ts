@@ -37,7 +37,7 @@ import { createScratchDatabase } from '../testing/postgres';
 export interface SentStatement {
   sql: string;
   bindings: readonly unknown[];
-  /** Sent inside a transaction (knex gives such a query its transaction's id). */
+  /** Sent inside a transaction: its connection had sent BEGIN and no COMMIT or ROLLBACK since. */
   inTransaction: boolean;
 }
 
@@ -61,9 +61,12 @@ export const BACKGROUND_STATEMENTS: readonly BackgroundStatement[] = [];
  * `squawk-ignore-file` comment at the top of that migration's file. Everything else, and every
  * rule for any other migration, stays as .squawk.toml has it. The first three migrations are the
  * released initial schema: their tables exist everywhere, and changing a column type or key now
- * would itself be the table rewrite the rules guard against.
+ * would itself be the table rewrite the rules guard against. An exception whose rule squawk no
+ * longer reports for its migration fails the lint too, so none outlives its reason.
  */
-export const MIGRATION_EXCEPTIONS: Readonly<Record<string, readonly { rule: string; why: string }[]>> = {
+export type Exceptions = Readonly<Record<string, readonly { rule: string; why: string }[]>>;
+
+export const MIGRATION_EXCEPTIONS: Exceptions = {
   '20261121000001_create_users': [
     {
       rule: 'prefer-bigint-over-int',
@@ -143,17 +146,23 @@ export async function captureMigrationSql(
     const logger = createLogger('silent');
     const db = await openDatabase(loadSettings(serviceEnv({ DB_NAME: scratch.name }, 'postgres')), logger);
     const open = db.forMigrations.bind(db);
+    // Followed from the statements themselves: knex drops a query's transaction id once a nested
+    // transaction (a savepoint) on the same connection has ended, though the outer one goes on.
+    const inTransaction = new Map<string | undefined, boolean>();
     db.forMigrations = () => {
       const connection = open();
-      connection.knex.on('query', (query: { sql: string; bindings?: unknown[]; __knexTxId?: string }) => {
+      connection.knex.on('query', (query: { sql: string; bindings?: unknown[]; __knexUid?: string }) => {
+        const sql = query.sql.trim();
+        if (/^(begin|start\s+transaction)\b/i.test(sql)) inTransaction.set(query.__knexUid, true);
         sent.push({
           migration: running,
           statement: {
             sql: query.sql,
             bindings: query.bindings ?? [],
-            inTransaction: query.__knexTxId !== undefined,
+            inTransaction: inTransaction.get(query.__knexUid) ?? false,
           },
         });
+        if (/^(commit|end|rollback)\b(?!\s+to\b)/i.test(sql)) inTransaction.set(query.__knexUid, false);
       });
       return connection;
     };
@@ -215,6 +224,7 @@ export function writeSqlFiles(
   capture: CapturedMigrations,
   dir: string,
   background: readonly BackgroundStatement[] = BACKGROUND_STATEMENTS,
+  exceptions: Exceptions = MIGRATION_EXCEPTIONS,
 ): SqlFiles {
   mkdirSync(dir, { recursive: true });
   const files: SqlFiles = { inTransaction: [], outside: [] };
@@ -224,12 +234,12 @@ export function writeSqlFiles(
   for (const { name, statements } of capture.migrations) {
     const inside = statements.filter((s) => s.inTransaction);
     const outside = statements.filter((s) => !s.inTransaction);
-    const exceptions = MIGRATION_EXCEPTIONS[name] ?? [];
+    const own = exceptions[name] ?? [];
     const ignore =
-      exceptions.length === 0
+      own.length === 0
         ? ''
-        : `\n${exceptions.map((e) => `-- ${e.rule}: ${e.why}\n`).join('')}` +
-          `-- squawk-ignore-file ${exceptions.map((e) => e.rule).join(', ')}`;
+        : `\n${own.map((e) => `-- ${e.rule}: ${e.why}\n`).join('')}` +
+          `-- squawk-ignore-file ${own.map((e) => e.rule).join(', ')}`;
     if (inside.length > 0) {
       write(
         `${name}.sql`,
@@ -301,6 +311,32 @@ export function runSquawk(
   };
 }
 
+/**
+ * The exceptions squawk would not need: `<migration>: <rule>` for each whose rule it does not
+ * report on that migration's statements when linted without any exception.
+ */
+export function staleExceptions(
+  capture: CapturedMigrations,
+  exceptions: Exceptions,
+  config: string = DEFAULT_CONFIG,
+): string[] {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-sql-bare-'));
+  try {
+    const files = writeSqlFiles(capture, dir, [], {});
+    const reported = new Set<string>();
+    for (const run of runSquawk(dir, files, { config, reporter: 'json' }).runs) {
+      for (const finding of JSON.parse(run.output) as { file: string; rule_name: string }[]) {
+        reported.add(`${finding.file.replace(/(\.outside-transaction)?\.sql$/, '')}: ${finding.rule_name}`);
+      }
+    }
+    return Object.entries(exceptions)
+      .flatMap(([name, own]) => own.map((e) => `${name}: ${e.rule}`))
+      .filter((exception) => !reported.has(exception));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Captures, writes into `out` (a temporary folder when not given) and lints. */
 export async function lintMigrations(
   options: {
@@ -308,12 +344,26 @@ export async function lintMigrations(
     config?: string;
     reporter?: 'tty' | 'gcc' | 'json';
     extra?: Record<string, Knex.Migration>;
+    exceptions?: Exceptions;
   } = {},
-): Promise<SquawkResult & { files: SqlFiles }> {
+): Promise<SquawkResult & { files: SqlFiles; stale: string[] }> {
+  const exceptions = options.exceptions ?? MIGRATION_EXCEPTIONS;
   const dir = options.out ?? mkdtempSync(path.join(os.tmpdir(), 'migration-sql-'));
   try {
-    const files = writeSqlFiles(await captureMigrationSql(options.extra), dir);
-    return { ...runSquawk(dir, files, options), files };
+    const capture = await captureMigrationSql(options.extra);
+    const files = writeSqlFiles(capture, dir, BACKGROUND_STATEMENTS, exceptions);
+    const result = runSquawk(dir, files, options);
+    const stale = staleExceptions(capture, exceptions, options.config);
+    if (stale.length === 0) return { ...result, files, stale };
+    return {
+      ...result,
+      status: Math.max(result.status, 1),
+      report: `${result.report}\nMIGRATION_EXCEPTIONS that squawk no longer needs (remove them):\n${stale
+        .map((e) => `  ${e}\n`)
+        .join('')}`,
+      files,
+      stale,
+    };
   } finally {
     if (!options.out) rmSync(dir, { recursive: true, force: true });
   }
