@@ -17,7 +17,8 @@
  * Statements a migration sends outside any transaction go to a file of their own, linted without
  * `--assume-in-transaction`; so do the background statements of BACKGROUND_STATEMENTS below.
  * Statements that depend on rows (e.g. 20261123000004's per-address UPDATE) are not sent on an
- * empty database and so are not linted. Exits 1 when squawk reports anything, with its report.
+ * empty database and so are not linted. Exits 1, with squawk's report, when squawk reports
+ * anything or an exception of MIGRATION_EXCEPTIONS is no longer needed; 2 when the capture fails.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
