@@ -28,6 +28,7 @@ import { stripVTControlCharacters } from 'node:util';
 import type { Knex } from 'knex';
 import { migrations } from '../migrations';
 import { openDatabase } from '../service/src/db/connection';
+import { startBackfills } from '../service/src/db/backfill';
 import { migrateToLatest } from '../service/src/db/migrator';
 import { createLogger } from '../service/src/logger';
 import { loadSettings } from '../service/src/settings';
@@ -74,26 +75,14 @@ export const MIGRATION_EXCEPTIONS: Exceptions = {
       why: 'users.id is a released serial key that posts and votes reference',
     },
     { rule: 'prefer-identity', why: "users.id is knex's increments (serial), released" },
-    {
-      rule: 'require-lock-timeout',
-      why: 'its index is on the table it creates in the same transaction: no one else can hold that lock',
-    },
   ],
   '20261121000002_create_posts': [
     { rule: 'prefer-bigint-over-int', why: 'posts.id and posts.user_id are released integer keys' },
     { rule: 'prefer-identity', why: "posts.id is knex's increments (serial), released" },
     { rule: 'prefer-text-field', why: "posts.title is a released varchar(300), the API's length limit" },
-    {
-      rule: 'require-lock-timeout',
-      why: 'released initial schema: CREATE EXTENSION and a table and indexes of its own, before any traffic to them',
-    },
   ],
   '20261121000003_create_votes': [
     { rule: 'prefer-bigint-over-int', why: 'votes reference the released integer keys of users and posts' },
-    {
-      rule: 'require-lock-timeout',
-      why: 'released initial schema: its foreign keys were added while users and posts were new',
-    },
   ],
   '20261125000005_post_vote_counts': [
     {
@@ -108,6 +97,27 @@ export interface CapturedMigrations {
   preamble: SentStatement[];
   /** Each migration that ran, in order, with what it sent. */
   migrations: { name: string; statements: SentStatement[] }[];
+  /** What the migrations' background backfills sent, run over one row each needs. */
+  background: BackgroundStatement[];
+}
+
+/**
+ * Records what `knex` sends into `sent`, each statement marked as inside a transaction or not.
+ * Followed from the statements themselves: knex drops a query's transaction id once a nested
+ * transaction (a savepoint) on the same connection has ended, though the outer one goes on.
+ */
+function recordQueries(knex: Knex, record: (statement: SentStatement) => void): void {
+  const inTransaction = new Map<string | undefined, boolean>();
+  knex.on('query', (query: { sql: string; bindings?: unknown[]; __knexUid?: string }) => {
+    const sql = query.sql.trim();
+    if (/^(begin|start\s+transaction)\b/i.test(sql)) inTransaction.set(query.__knexUid, true);
+    record({
+      sql: query.sql,
+      bindings: query.bindings ?? [],
+      inTransaction: inTransaction.get(query.__knexUid) ?? false,
+    });
+    if (/^(commit|end|rollback)\b(?!\s+to\b)/i.test(sql)) inTransaction.set(query.__knexUid, false);
+  });
 }
 
 /** knex's own machinery, not a migration's: its tables and the transaction it wraps them in. */
@@ -126,6 +136,7 @@ export async function captureMigrationSql(
 ): Promise<CapturedMigrations> {
   const shipped = { ...migrations };
   const sent: { migration: string | undefined; statement: SentStatement }[] = [];
+  const background: BackgroundStatement[] = [];
   let running: string | undefined;
   // The migrator looks each migration up in this record when it runs it, so wrapping the entries
   // tells which migration a statement came from without touching the migrator.
@@ -147,28 +158,34 @@ export async function captureMigrationSql(
     const logger = createLogger('silent');
     const db = await openDatabase(loadSettings(serviceEnv({ DB_NAME: scratch.name }, 'postgres')), logger);
     const open = db.forMigrations.bind(db);
-    // Followed from the statements themselves: knex drops a query's transaction id once a nested
-    // transaction (a savepoint) on the same connection has ended, though the outer one goes on.
-    const inTransaction = new Map<string | undefined, boolean>();
     db.forMigrations = () => {
       const connection = open();
-      connection.knex.on('query', (query: { sql: string; bindings?: unknown[]; __knexUid?: string }) => {
-        const sql = query.sql.trim();
-        if (/^(begin|start\s+transaction)\b/i.test(sql)) inTransaction.set(query.__knexUid, true);
-        sent.push({
-          migration: running,
-          statement: {
-            sql: query.sql,
-            bindings: query.bindings ?? [],
-            inTransaction: inTransaction.get(query.__knexUid) ?? false,
-          },
-        });
-        if (/^(commit|end|rollback)\b(?!\s+to\b)/i.test(sql)) inTransaction.set(query.__knexUid, false);
-      });
+      recordQueries(connection.knex, (statement) => sent.push({ migration: running, statement }));
       return connection;
     };
     try {
       await migrateToLatest(db, logger);
+      // A post not counted yet, so each backfill's batch has a row to fill and sends all it sends.
+      // An extra migration may make posts refuse such a row (the test's NOT NULL probe): then the
+      // backfills are not captured, as that schema is not one they run on.
+      const seeded = await db.knex
+        .transaction(async (trx) => {
+          const [user] = await trx('users')
+            .insert({ email: 'lint@example.com', password: 'x' })
+            .returning<{ id: number }[]>('id');
+          await trx('posts').insert({ title: 't', content: 'c', user_id: user?.id, vote_count: null });
+          await trx('schema_backfills').delete();
+        })
+        .then(
+          () => true,
+          () => false,
+        );
+      if (seeded)
+        recordQueries(db.knex, (statement) => {
+          if (!isBookkeeping(statement))
+            background.push({ ...statement, name: `backfills_${String(background.length + 1)}` });
+        });
+      if (seeded) await startBackfills(db, logger).done;
     } finally {
       await db.close();
     }
@@ -192,6 +209,7 @@ export async function captureMigrationSql(
   return {
     preamble,
     migrations: ran.map((name) => ({ name, statements: byMigration.get(name) ?? [] })),
+    background,
   };
 }
 
@@ -352,7 +370,7 @@ export async function lintMigrations(
   const dir = options.out ?? mkdtempSync(path.join(os.tmpdir(), 'migration-sql-'));
   try {
     const capture = await captureMigrationSql(options.extra);
-    const files = writeSqlFiles(capture, dir, BACKGROUND_STATEMENTS, exceptions);
+    const files = writeSqlFiles(capture, dir, [...BACKGROUND_STATEMENTS, ...capture.background], exceptions);
     const result = runSquawk(dir, files, options);
     const stale = staleExceptions(capture, exceptions, options.config);
     if (stale.length === 0) return { ...result, files, stale };

@@ -2,7 +2,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Knex } from 'knex';
-import { lintMigrations, MIGRATION_EXCEPTIONS, runSquawk, writeSqlFiles } from '../../scripts/migration-sql';
+import {
+  captureMigrationSql,
+  lintMigrations,
+  MIGRATION_EXCEPTIONS,
+  runSquawk,
+  writeSqlFiles,
+} from '../../scripts/migration-sql';
 import { usingPostgres } from './helpers';
 
 /**
@@ -46,9 +52,7 @@ const probe = (sql: string, retried = false): Knex.Migration => ({
  * transaction on posts queues every read behind it: the finding this lint exists for. Its online
  * rewrite (a lock time-out first, a nullable column, the count in the background) empties this.
  */
-const SHIPPED_FINDINGS: Record<string, string[]> = {
-  '20261125000005_post_vote_counts.sql': ['require-lock-timeout'],
-};
+const SHIPPED_FINDINGS: Record<string, string[]> = {};
 
 onPostgres('Migration lint', () => {
   test('When migrations lock a live table badly, then squawk reports each one under its migration, and the shipped ones only as known', async () => {
@@ -75,26 +79,44 @@ onPostgres('Migration lint', () => {
     expect(result.stale).toEqual([]);
   });
 
-  test('When a migration sets no lock time-out, then squawk reports it (the migrator sets only the statement time-out), and an exception nothing needs fails the lint', async () => {
+  test("When a migration sets no lock time-out of its own, then the migrator's captured time-outs cover it, squawk reports both once they are left out, and an exception nothing needs fails the lint", async () => {
+    const extra = {
+      '29990101000003_lint_probe_bare': {
+        up: (knex: Knex) => knex.raw('ALTER TABLE votes ADD COLUMN lint_probe text'),
+        down: () => Promise.resolve(),
+      },
+    };
     const result = await lintMigrations({
       reporter: 'json',
       exceptions: {
         ...MIGRATION_EXCEPTIONS,
         '29990101000003_lint_probe_bare': [{ rule: 'ban-drop-column', why: 'it drops no column' }],
       },
-      extra: {
-        '29990101000003_lint_probe_bare': {
-          up: (knex) => knex.raw('ALTER TABLE votes ADD COLUMN lint_probe text'),
-          down: () => Promise.resolve(),
-        },
-      },
+      extra,
     });
     expect(result.status).not.toBe(0);
-    expect(rulesByFile(result.runs[0]?.output ?? '')['29990101000003_lint_probe_bare.sql']).toEqual([
-      'require-lock-timeout',
-    ]);
+    expect(rulesByFile(result.runs[0]?.output ?? '')['29990101000003_lint_probe_bare.sql']).toBeUndefined();
     expect(result.stale).toEqual(['29990101000003_lint_probe_bare: ban-drop-column']);
     expect(result.report).toContain('no longer needs');
+
+    // The same capture without the migrator's own statements: the ALTER has no time-out at all.
+    const capture = await captureMigrationSql(extra);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
+    try {
+      const files = writeSqlFiles(
+        { ...capture, preamble: [], background: [] },
+        dir,
+        [],
+        MIGRATION_EXCEPTIONS,
+      );
+      const bare = runSquawk(dir, files, { reporter: 'json' });
+      expect(rulesByFile(bare.runs[0]?.output ?? '')['29990101000003_lint_probe_bare.sql']?.sort()).toEqual([
+        'require-lock-timeout',
+        'require-statement-timeout',
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
@@ -114,6 +136,7 @@ test('When statements run outside a transaction (a step of their own, a backgrou
           { name: '29990101000004_lint_probe_inside', statements: sent(true) },
           { name: '29990101000005_lint_probe_outside', statements: sent(false) },
         ],
+        background: [],
       },
       dir,
       [{ name: 'lint_probe', sql: 'UPDATE posts SET title = title WHERE id = $1', inTransaction: false }],
