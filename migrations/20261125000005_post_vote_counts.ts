@@ -1,70 +1,102 @@
 import type { Knex } from 'knex';
 
 /**
- * Each post carries its number of votes (`posts.vote_count`), kept by a trigger on `votes`, so a
- * list reads ten counts instead of counting every vote of ten posts per request. The trigger is the
- * one place that keeps it: votes cast and withdrawn, and votes removed with their user or post.
+ * Each post's number of votes, in a table of its own (`post_vote_counts`) kept by triggers, so a
+ * list reads ten counts instead of counting every vote of ten posts per request. A trigger on
+ * `posts` gives each new post its row (0); one on `votes` adds or takes one for each vote cast or
+ * withdrawn, also those removed with their user or post.
  *
- * Online (docs/migrations.md): the column is added without a value for the posts that exist, so
- * no row is rewritten under the table's lock; new posts start at 0; NULL means "not counted yet",
- * and readers count those posts' votes themselves. The background backfill `posts.vote_count`
- * (service/src/db/backfill.ts) counts the existing posts in small batches once the release serves.
- * The trigger leaves NULL as NULL (NULL + 1), so a count is only ever set from the votes themselves.
+ * Online (docs/migrations.md): no row of `posts` is written or rewritten, and its row type stays
+ * as it was, so the previous release's prepared `posts.*` statements keep their result type. The
+ * posts that existed before have no row: they are "not counted yet", readers count their votes
+ * themselves, and the background backfill `posts.vote_count` (below) counts them in batches once
+ * the release serves. A vote on such a post changes no count (there is no row to change).
  *
- * Databases that applied the first form of this migration (one transaction counting every post)
- * keep it: knex runs a migration once, by name.
+ * Databases that applied the first form of this migration (a `posts.vote_count` column counted in
+ * the migration transaction) keep it; migration 20261126000006 gives them this table beside it.
  */
-/** Sets every post's count from `votes` (the bench's seed reuses it after a bulk insert). */
-export const RECOUNT_VOTES = `
-  UPDATE posts p SET vote_count = c.n
-  FROM (SELECT post_id, count(*)::int AS n FROM votes GROUP BY post_id) c
-  WHERE p.id = c.post_id`;
-
 export async function up(knex: Knex): Promise<void> {
-  await knex.raw('ALTER TABLE posts ADD COLUMN vote_count integer');
-  // Only rows inserted from now on take the default: the existing ones stay NULL, unrewritten.
-  await knex.raw('ALTER TABLE posts ALTER COLUMN vote_count SET DEFAULT 0');
+  await createVoteCounts(knex);
+}
+
+export async function down(knex: Knex): Promise<void> {
+  await knex.raw('DROP TRIGGER posts_start_count ON posts');
+  await knex.raw('DROP TRIGGER votes_keep_count ON votes');
+  await knex.raw('DROP FUNCTION post_vote_counts_start()');
+  await knex.raw('DROP FUNCTION post_vote_counts_keep()');
+  await knex.raw('DROP TABLE post_vote_counts');
+}
+
+/** The table, its functions and triggers; also what 20261126000006 runs where this did not. */
+export async function createVoteCounts(knex: Knex): Promise<void> {
   await knex.raw(`
-    CREATE FUNCTION posts_vote_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE TABLE post_vote_counts (
+      post_id integer PRIMARY KEY REFERENCES posts (id) ON DELETE CASCADE,
+      votes integer NOT NULL
+    )`);
+  await knex.raw(`
+    CREATE FUNCTION post_vote_counts_start() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO post_vote_counts (post_id, votes) VALUES (NEW.id, 0);
+      RETURN NULL;
+    END
+    $$`);
+  // The post's row is locked (FOR KEY SHARE, as the foreign key's own check does on an insert)
+  // before its count changes, so a backfill batch that holds its posts FOR UPDATE counts each
+  // vote once: one committed before the batch's lock is in its count, one after it waits here.
+  await knex.raw(`
+    CREATE FUNCTION post_vote_counts_keep() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF TG_OP = 'INSERT' THEN
-        UPDATE posts SET vote_count = vote_count + 1 WHERE id = NEW.post_id;
+        PERFORM 1 FROM posts WHERE id = NEW.post_id FOR KEY SHARE;
+        UPDATE post_vote_counts SET votes = votes + 1 WHERE post_id = NEW.post_id;
       ELSE
-        UPDATE posts SET vote_count = vote_count - 1 WHERE id = OLD.post_id;
+        PERFORM 1 FROM posts WHERE id = OLD.post_id FOR KEY SHARE;
+        UPDATE post_vote_counts SET votes = votes - 1 WHERE post_id = OLD.post_id;
       END IF;
       RETURN NULL;
     END
     $$`);
   await knex.raw(`
-    CREATE TRIGGER votes_count AFTER INSERT OR DELETE ON votes
-    FOR EACH ROW EXECUTE FUNCTION posts_vote_count()`);
-}
-
-export async function down(knex: Knex): Promise<void> {
-  await knex.raw('DROP TRIGGER votes_count ON votes');
-  await knex.raw('DROP FUNCTION posts_vote_count()');
-  await knex.raw('ALTER TABLE posts DROP COLUMN vote_count');
+    CREATE TRIGGER posts_start_count AFTER INSERT ON posts
+    FOR EACH ROW EXECUTE FUNCTION post_vote_counts_start()`);
+  await knex.raw(`
+    CREATE TRIGGER votes_keep_count AFTER INSERT OR DELETE ON votes
+    FOR EACH ROW EXECUTE FUNCTION post_vote_counts_keep()`);
 }
 
 /**
- * Counts the votes of the posts in (from, to] not yet counted. Their rows are locked first, in a
- * statement of their own: a vote committed before the lock is then seen by the count (READ
- * COMMITTED takes a new snapshot per statement), and one cast after it waits in the trigger and
- * adds itself to the count once this batch commits. Counting in the UPDATE alone would miss a vote
- * committed between its snapshot and its lock on the row.
+ * Every post's count from `votes`, for a bulk load with both triggers disabled (the bench's seed):
+ * one statement instead of a trigger call per row.
+ */
+export const RECOUNT_VOTES = `
+  INSERT INTO post_vote_counts (post_id, votes)
+  SELECT p.id, count(v.post_id)::int FROM posts p LEFT JOIN votes v ON v.post_id = p.id GROUP BY p.id
+  ON CONFLICT (post_id) DO UPDATE SET votes = EXCLUDED.votes`;
+
+/**
+ * Counts the posts in (from, to] not counted yet. Their rows are locked first, in a statement of
+ * their own: a vote committed before the lock is then seen by the count (READ COMMITTED takes a new
+ * snapshot per statement), and one cast or withdrawn after it waits in the trigger, which locks the
+ * post too, and changes the count once this batch commits. Counting in one statement alone would
+ * miss a vote committed between its snapshot and its insert.
  */
 export const backfill = {
   name: 'posts.vote_count',
   table: 'posts',
   async batch(trx: Knex.Transaction, from: number, to: number): Promise<number> {
-    await trx.raw(
-      'SELECT count(*) FROM (SELECT 1 FROM posts WHERE id > ? AND id <= ? AND vote_count IS NULL FOR UPDATE) locked',
-      [from, to],
-    );
+    await trx.raw('SELECT count(*) FROM (SELECT 1 FROM posts WHERE id > ? AND id <= ? FOR UPDATE) locked', [
+      from,
+      to,
+    ]);
     const { rows } = await trx.raw<{ rows: { counted: number }[] }>(
       `WITH counted AS (
-         UPDATE posts p SET vote_count = (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)
-         WHERE p.id > ? AND p.id <= ? AND p.vote_count IS NULL
+         INSERT INTO post_vote_counts (post_id, votes)
+         SELECT p.id, (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)
+         FROM posts p
+         WHERE p.id > ? AND p.id <= ?
+           AND NOT EXISTS (SELECT 1 FROM post_vote_counts c WHERE c.post_id = p.id)
+         ON CONFLICT (post_id) DO NOTHING
          RETURNING 1)
        SELECT count(*)::int AS counted FROM counted`,
       [from, to],

@@ -1,10 +1,12 @@
 import type { Knex } from 'knex';
+import { createVoteCounts } from './20261125000005_post_vote_counts';
 
 /**
  * Where background backfills (service/src/db/backfill.ts) keep their progress, so a restarted or
- * second replica carries on from the last batch instead of starting over. A database whose vote
- * counts were set by the first form of migration 20261125000005 (its column is NOT NULL) has
- * nothing to count: its backfill is recorded as finished here, read from the catalogue, no scan.
+ * second replica carries on from the last batch instead of starting over. A database that applied
+ * the first form of migration 20261125000005 (a `posts.vote_count` column with its own trigger,
+ * kept as it is while a release that reads it may still run) gets the vote count table here; its
+ * backfill then counts every post.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.createTable('schema_backfills', (t) => {
@@ -16,11 +18,7 @@ export async function up(knex: Knex): Promise<void> {
     t.timestamp('started_at', { useTz: true });
     t.timestamp('finished_at', { useTz: true });
   });
-  await knex.raw(`
-    INSERT INTO schema_backfills (name, started_at, finished_at)
-    SELECT 'posts.vote_count', now(), now()
-    FROM pg_attribute
-    WHERE attrelid = 'posts'::regclass AND attname = 'vote_count' AND attnotnull`);
+  if (!(await knex.schema.hasTable('post_vote_counts'))) await createVoteCounts(knex);
 }
 
 export async function down(knex: Knex): Promise<void> {

@@ -32,6 +32,7 @@ async function indexes(db: Database): Promise<string[]> {
 const SCHEMA_TABLES = [
   'knex_migrations',
   'knex_migrations_lock',
+  'post_vote_counts',
   'posts',
   'schema_backfills',
   'users',
@@ -107,15 +108,28 @@ test('When migrated, then the schema has the indexes the queries rely on', async
   }
 });
 
-test("When the vote-count migration meets votes cast before it, then it counts none of them itself, readers count them until the backfill has, and then each post's count is its number of votes, kept by later votes, withdrawals and deletions", async () => {
+/** Each post's stored count, or null where the post has none yet (not counted). */
+async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
+  const rows = await k('posts as p')
+    .leftJoin('post_vote_counts as c', 'c.post_id', 'p.id')
+    .select<{ id: number; votes: number | null }[]>('p.id', 'c.votes')
+    .orderBy('p.id');
+  return Object.fromEntries(rows.map((r) => [String(r.id), r.votes]));
+}
+
+/** The database as the previous release left it: no counts, no triggers, no backfill progress. */
+async function asPreviousRelease(k: Knex): Promise<void> {
+  await backfillProgress.down(k);
+  await postVoteCounts.down(k);
+}
+
+test("When the vote-count migration meets votes cast before it, then it writes no post's row, readers count those posts' votes until the backfill has, and then each post's count is its number of votes, kept by later votes, withdrawals and deletions", async () => {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   const k = db.knex;
   try {
     await migrateToLatest(db, logger);
-    // The database as the previous release left it: no count, no trigger, no backfill progress.
-    await backfillProgress.down(k);
-    await postVoteCounts.down(k);
+    await asPreviousRelease(k);
     const [one, two, three] = await k('users')
       .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
       .returning<{ id: number }[]>('id');
@@ -128,37 +142,38 @@ test("When the vote-count migration meets votes cast before it, then it counts n
       { user_id: three?.id, post_id: a?.id },
       { user_id: one?.id, post_id: b?.id },
     ]);
+    const columnsBefore = await k('posts').columnInfo();
     await postVoteCounts.up(k);
     await backfillProgress.up(k);
-    const counts = async () =>
-      Object.fromEntries(
-        (await k('posts').select('id', 'vote_count').orderBy('id')).map(
-          (r: { id: number; vote_count: number | null }) => [r.id, r.vote_count],
-        ),
-      );
-    // No row was rewritten: the existing posts wait for the backfill; a new one starts at 0.
-    expect(await counts()).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null });
+    // The posts' row type is untouched: the previous release's prepared statements keep theirs.
+    expect(await k('posts').columnInfo()).toEqual(columnsBefore);
+    // The existing posts wait for the backfill; a new one starts at 0.
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null });
     const [c] = await k('posts')
       .insert({ title: 'c', content: 'c', published: true, user_id: one?.id })
       .returning<{ id: number }[]>('id');
     // A vote before the backfill leaves "not counted" as it is; what a reader sees is still right.
     await k('votes').insert({ user_id: two?.id, post_id: b?.id });
-    expect(await counts()).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null, [String(c?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({
+      [String(a?.id)]: null,
+      [String(b?.id)]: null,
+      [String(c?.id)]: 0,
+    });
     const shown = await getPost(db, Number(b?.id), 'public');
     expect(shown?.votes).toBe(2);
     expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
 
     await startBackfills(db, logger).done;
-    expect(await counts()).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 2, [String(c?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 2, [String(c?.id)]: 0 });
     expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 2 }]);
     await k('votes').insert({ user_id: two?.id, post_id: c?.id });
     await k('votes').where({ user_id: one?.id, post_id: a?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2, [String(c?.id)]: 1 });
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2, [String(c?.id)]: 1 });
     // A user's removal takes their votes (the cascade fires the trigger); a post's takes its own.
     await k('users').where({ id: two?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
     await k('posts').where({ id: b?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
   } finally {
     await db.close();
     await fresh.drop();
@@ -174,13 +189,12 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
     const [user] = await k('users')
       .insert({ email: 'many@example.com', password: 'x' })
       .returning<{ id: number }[]>('id');
-    // Enough posts for several batches, each with as many votes as its position modulo 3.
+    // Enough posts for several batches, each with as many votes as its id modulo 3.
     const posts = 2 * BACKFILL_BATCH_IDS + 10;
-    await k.raw(
-      `INSERT INTO posts (title, content, user_id, vote_count) SELECT 't', 'c', ?, NULL FROM generate_series(1, ?)`,
-      [Number(user?.id), posts],
-    );
-    await k.raw('ALTER TABLE votes DISABLE TRIGGER votes_count');
+    await k.raw(`INSERT INTO posts (title, content, user_id) SELECT 't', 'c', ? FROM generate_series(1, ?)`, [
+      Number(user?.id),
+      posts,
+    ]);
     await k.raw(
       `INSERT INTO users (email, password) SELECT 'voter' || g || '@example.com', 'x' FROM generate_series(1, 2) g`,
     );
@@ -189,7 +203,8 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
        SELECT u.id, p.id FROM posts p JOIN users u ON u.email LIKE 'voter%'
        WHERE (SELECT count(*) FROM users u2 WHERE u2.email LIKE 'voter%' AND u2.id <= u.id) <= p.id % 3`,
     );
-    await k.raw('ALTER TABLE votes ENABLE TRIGGER votes_count');
+    // As if they were posted before the migration: not counted.
+    await k('post_vote_counts').delete();
     await k('schema_backfills').delete();
 
     const first = startBackfills(db, logger);
@@ -206,7 +221,8 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
     await startBackfills(db, logger).done;
 
     const wrong = await k.raw<{ rows: unknown[] }>(
-      `SELECT p.id FROM posts p WHERE p.vote_count IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
+      `SELECT p.id FROM posts p LEFT JOIN post_vote_counts c ON c.post_id = p.id
+       WHERE c.votes IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
     );
     expect(wrong.rows).toEqual([]);
     const [done] = await k<{ rows_done: string; finished_at: Date | null }>('schema_backfills').select(
@@ -221,17 +237,39 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
   }
 });
 
-test('When a database applied the first form of the vote-count migration (its counts complete), then the backfill is recorded as finished and changes nothing', async () => {
+test('When a database applied the first form of the vote-count migration (a posts.vote_count column), then it gets the count table beside it, its backfill counts every post, and the column keeps being kept', async () => {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   const k = db.knex;
   try {
     await migrateToLatest(db, logger);
-    await backfillProgress.down(k);
-    // The first form left the column NOT NULL, every count set.
-    await k.raw('ALTER TABLE posts ALTER COLUMN vote_count SET NOT NULL');
+    await asPreviousRelease(k);
+    // The first form: a counted column and its own trigger.
+    await k.raw('ALTER TABLE posts ADD COLUMN vote_count integer NOT NULL DEFAULT 0');
+    await k.raw(`
+      CREATE FUNCTION posts_vote_count() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF TG_OP = 'INSERT' THEN UPDATE posts SET vote_count = vote_count + 1 WHERE id = NEW.post_id;
+        ELSE UPDATE posts SET vote_count = vote_count - 1 WHERE id = OLD.post_id; END IF;
+        RETURN NULL;
+      END $$`);
+    await k.raw(
+      'CREATE TRIGGER votes_count AFTER INSERT OR DELETE ON votes FOR EACH ROW EXECUTE FUNCTION posts_vote_count()',
+    );
+    const [user] = await k('users')
+      .insert({ email: 'first@example.com', password: 'x' })
+      .returning<{ id: number }[]>('id');
+    const [post] = await k('posts')
+      .insert({ title: 't', content: 'c', user_id: user?.id })
+      .returning<{ id: number }[]>('id');
+    await k('votes').insert({ user_id: user?.id, post_id: post?.id });
     await backfillProgress.up(k);
-    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 0 }]);
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
+    await startBackfills(db, logger).done;
+    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 1 });
+    await k('votes').where({ user_id: user?.id }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 0 });
+    expect(await k('posts').select('vote_count')).toEqual([{ vote_count: 0 }]);
   } finally {
     await db.close();
     await fresh.drop();
@@ -254,7 +292,7 @@ test('When the database holds a migration this release does not know (a newer re
 });
 
 (usingPostgres() ? test : test.skip)(
-  'When a table a migration alters is held by a long transaction, then the migration waits no longer than its lock time-out each try, lets other statements through between tries, and applies once the table is free',
+  'When a table a migration alters is held by a long write transaction, then the migration waits no longer than its lock time-out each try, lets writes through between tries, and applies once the table is free',
   async () => {
     const fresh = await freshDatabaseEnv();
     const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
@@ -262,24 +300,23 @@ test('When the database holds a migration this release does not know (a newer re
     const k = db.knex;
     try {
       await migrateToLatest(db, logger);
-      await backfillProgress.down(k);
-      await postVoteCounts.down(k);
+      await asPreviousRelease(k);
       await k('knex_migrations')
         .whereIn('name', ['20261125000005_post_vote_counts', '20261126000006_backfills'])
         .delete();
-      // A reader holding posts for 1.5 s, as a slow request in a transaction would.
+      // A writer holding posts for 1.5 s, as a slow request's transaction would.
       const held = holder.knex.transaction(async (trx) => {
-        await trx.raw('LOCK TABLE posts IN ACCESS SHARE MODE');
+        await trx.raw('LOCK TABLE posts IN ROW EXCLUSIVE MODE');
         await new Promise((resolve) => setTimeout(resolve, 1500));
       });
       await new Promise((resolve) => setTimeout(resolve, 100));
       const lines: string[] = [];
       const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
       const migrating = migrateToLatest(db, recording);
-      // While the migration waits between tries, a plain read of posts is not queued behind it.
+      // While the migration waits between tries, another write to posts is not queued behind it.
       await new Promise((resolve) => setTimeout(resolve, 400));
       const started = Date.now();
-      await holder.knex.raw('SELECT count(*) FROM posts');
+      await holder.knex.raw('UPDATE posts SET title = title WHERE false');
       expect(Date.now() - started).toBeLessThan(300);
       await held;
       expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);

@@ -14,9 +14,8 @@ interface PostRow {
   user_id: number;
 }
 
-/** The columns a post is read with: its row as the API shows it, and the count its votes keep. */
+/** The columns a post is read with: its row as the API shows it. */
 const POST_COLUMNS = ['id', 'title', 'content', 'published', 'created_at', 'user_id'] as const;
-const PAGE_COLUMNS = [...POST_COLUMNS, 'vote_count'] as const;
 
 /** The one post shape every endpoint returns: the row with its owner and vote total. */
 export interface Post extends PostRow {
@@ -92,9 +91,9 @@ function likeSubstring(search: string): string {
 }
 
 /**
- * Adds owner and vote count to a set of post rows. The count is the post's own `vote_count`, which
- * a trigger on votes keeps (migration 20261125000005), so no vote is counted per request; a post
- * the background backfill has not reached yet (NULL) has its votes counted here instead.
+ * Adds owner and vote count to a set of post rows. The count is the post's row in
+ * `post_vote_counts`, which triggers keep (migration 20261125000005), so no vote is counted per
+ * request; a post the background backfill has not reached yet (no row) has its votes counted here.
  */
 function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuilder {
   return knex
@@ -103,12 +102,11 @@ function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuild
       'page.*',
       'u.email as owner_email',
       'u.created_at as owner_created_at',
-      knex.raw(
-        'coalesce(page.vote_count, (SELECT count(*)::int FROM votes v WHERE v.post_id = page.id)) AS votes',
-      ),
+      knex.raw('coalesce(c.votes, (SELECT count(*)::int FROM votes v WHERE v.post_id = page.id)) AS votes'),
     )
     .from('page')
-    .join('users as u', 'u.id', 'page.user_id');
+    .join('users as u', 'u.id', 'page.user_id')
+    .leftJoin('post_vote_counts as c', 'c.post_id', 'page.id');
 }
 
 function toPost(row: PostWithOwnerRow): Post {
@@ -160,7 +158,7 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
   return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
       .select(
-        ...PAGE_COLUMNS,
+        ...POST_COLUMNS,
         knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'),
       )
       .modify(visibleTo(viewerIn(kind, param)))
@@ -245,7 +243,7 @@ const postRows = perViewer<PostWithOwnerRow, { id: number }>('post', (knex, para
   withOwnerAndVotes(
     knex,
     knex('posts')
-      .select(...PAGE_COLUMNS)
+      .select(...POST_COLUMNS)
       .where('id', param('id'))
       .modify(visibleTo(viewer)),
   ),
