@@ -7,10 +7,13 @@
  */
 import { serviceEnv } from '../testing/env';
 import { report } from './support';
-import { ANSWER_BUDGET_MS, READY_BUDGET_MS, runUpgrade, summary } from './upgrade';
+import { ANSWER_BUDGET_MS, READY_BUDGET_MS, runOldOnNewSchema, runUpgrade, summary } from './upgrade';
 
 const POSTS = Number(process.env.UPGRADE_POSTS ?? 200_000);
 const RATE = Number(process.env.UPGRADE_RATE ?? 90);
+
+const log = (line: string) =>
+  process.stderr.write(`[upgrade ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 
 const env = (database: string) =>
   serviceEnv(
@@ -50,4 +53,17 @@ describe('a rolling upgrade from the previous release', () => {
     expect(findings.apiMismatches.slice(0, 5)).toEqual([]);
     expect(findings.columnMismatches.slice(0, 5)).toEqual([]);
   }, 600_000);
+
+  it('leaves the previous release serving right on the migrated schema', async () => {
+    const result = await runOldOnNewSchema({ posts: 2000, env, passwordRounds: 4, log });
+    report('old release on the new schema', {
+      answered: result.answered,
+      wrong: result.wrong.length,
+      firstWrong: result.wrong[0] ?? '',
+      mismatches: result.mismatches.length,
+    });
+    expect(result.wrong.slice(0, 5)).toEqual([]);
+    expect(result.checked).toBe(20);
+    expect(result.mismatches).toEqual([]);
+  }, 300_000);
 });

@@ -18,7 +18,7 @@ import { pollUntil } from '../testing/poll';
 import { previousRelease, type Release } from '../testing/releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from '../testing/service';
 import { steadyTraffic, API_STATUSES, type Instance, type MixedAnswer, type SignedIn } from './traffic';
-import { call, sleep } from './support';
+import { call, sleep, type Answer } from './support';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
 export const STATEMENT_BUDGET_MS = 2000;
@@ -125,6 +125,8 @@ export interface Figures {
   outsideApi: MixedAnswer[];
   overBudget: number;
   slowest: MixedAnswer | undefined;
+  /** The slowest answer in each phase. */
+  slowestByPhase: Partial<Record<Phase, number>>;
   /** 5xx or no answer, per phase of the upgrade. */
   failedByPhase: Record<Phase, number>;
   /** Failed answers by status, release and detail. */
@@ -375,6 +377,17 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     });
     const oldInstance: Instance = { name: `old ${release.version}`, base: old.base };
     let rotation: Instance[] = [oldInstance];
+    // Unrecorded: a release that has served for days has its code compiled and every statement
+    // prepared on every connection; a cold one would blame its own first seconds on the upgrade.
+    const warm = steadyTraffic({
+      rotation: () => rotation,
+      perSecond: options.perSecond ?? 90,
+      users: signedIn,
+      hotPosts,
+      maxPostId: options.posts,
+    });
+    await sleep(5000);
+    await warm.stop();
     const marks: { phase: Phase; at: number }[] = [{ phase: 'old alone', at: Date.now() }];
     const load = steadyTraffic({
       rotation: () => rotation,
@@ -429,6 +442,11 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       'new alone': 0,
     };
     for (const a of failed) failedByPhase[phaseOf(a.at)] += 1;
+    const slowestByPhase: Partial<Record<Phase, number>> = {};
+    for (const a of load.answers) {
+      const phase = phaseOf(a.at);
+      slowestByPhase[phase] = Math.round(Math.max(slowestByPhase[phase] ?? 0, a.ms));
+    }
     const tally = (key: (a: MixedAnswer) => string) =>
       load.answers.reduce<Record<string, number>>(
         (acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }),
@@ -448,6 +466,7 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
       slowest: load.answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
       failedByPhase,
+      slowestByPhase,
       failures: failed.reduce<Record<string, number>>((acc, a) => {
         const key = `${String(a.status)} ${a.instance}: ${a.error ?? ''}`;
         return { ...acc, [key]: (acc[key] ?? 0) + 1 };
@@ -490,10 +509,145 @@ export function summary(result: UpgradeResult): Record<string, unknown> {
     oldExit: f.oldExit,
     backfill: f.backfill,
     failedByPhase: f.failedByPhase,
+    slowestByPhase: f.slowestByPhase,
     failures: f.failures,
     logged: f.logged,
     statuses: f.statuses,
     byInstance: f.byInstance,
     seedSeconds: f.seedSeconds,
   };
+}
+
+export interface OldOnNewResult {
+  release: Release;
+  /** Answers of the previous release, after this one migrated, that were not a success. */
+  wrong: { call: string; status: number; detail: string }[];
+  answered: number;
+  /** Posts whose votes through either release, or whose `posts.vote_count`, differ from their rows. */
+  mismatches: {
+    id: number;
+    old: number | string;
+    new: number | string;
+    column: number | null;
+    rows: number;
+  }[];
+  checked: number;
+}
+
+/**
+ * The previous release keeps serving on the schema this release migrated to: it reads, lists and
+ * takes votes (and their withdrawals), and every count either release shows, and the column, is
+ * the rows in `votes`. Before the migration it serves concurrently for a while, so every pooled
+ * connection holds its prepared statements, as after days of service.
+ */
+export async function runOldOnNewSchema(options: {
+  posts: number;
+  env: (database: string) => NodeJS.ProcessEnv;
+  passwordRounds: number;
+  log?: (line: string) => void;
+}): Promise<OldOnNewResult> {
+  const log = options.log ?? (() => undefined);
+  const release = previousRelease();
+  const dir = buildRelease(release);
+  const database = await createScratchDatabase('sp_upgrade_old');
+  const k = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: database.name },
+    pool: { min: 0, max: 2 },
+  });
+  const started: ServiceProcess[] = [];
+  try {
+    const upgrade: UpgradeOptions = { ...options, votes: options.posts };
+    const seeded = await seedPrevious(dir, upgrade, database.name, k, log);
+    const old = seeded.old.svc;
+    started.push(old);
+    const tokens: string[] = [];
+    for (let id = 1; id <= 4; id++) tokens.push(await login(old.base, `user${String(id)}@bench.example`));
+    const token = (i: number) => tokens[i % tokens.length] ?? '';
+    const hot = (
+      await k.raw<{ rows: { id: number }[] }>(
+        'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 40',
+      )
+    ).rows.map((r) => r.id);
+    const reads = (base: string, i: number) => [
+      call(base, '/posts/public', {}),
+      call(base, '/posts/', { token: token(i) }),
+      call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
+    ];
+    // Ten at once, more than once: the statements get prepared on every connection of its pool.
+    for (let round = 0; round < 5; round++)
+      await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat());
+    await Promise.all(
+      hot
+        .slice(20, 30)
+        .map((id, i) =>
+          call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(() =>
+            call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }),
+          ),
+        ),
+    );
+
+    log('starting this release beside it');
+    const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
+    started.push(fresh.svc);
+
+    const wrong: OldOnNewResult['wrong'] = [];
+    let answered = 0;
+    const expect = (what: string, ok: readonly number[]) => (answer: Answer) => {
+      answered += 1;
+      if (!ok.includes(answer.status))
+        wrong.push({ call: what, status: answer.status, detail: JSON.stringify(answer.body).slice(0, 200) });
+      return answer;
+    };
+    const votedOn = hot.slice(0, 20);
+    // Votes through the previous release: cast (409 when the seed had one), then half withdrawn.
+    const cast = await Promise.all(
+      votedOn.map((id, i) =>
+        call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
+          expect('cast a vote', [201, 409]),
+        ),
+      ),
+    );
+    await Promise.all(
+      votedOn.map((id, i) =>
+        i % 2 === 0 && cast[i]?.status === 201
+          ? call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
+              expect('withdraw a vote', [201]),
+            )
+          : Promise.resolve(),
+      ),
+    );
+    for (let round = 0; round < 3; round++)
+      (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat())).forEach(
+        expect('read', [200]),
+      );
+
+    const shown = async (base: string, id: number): Promise<number | string> => {
+      const answer = await call(base, `/posts/${String(id)}`, { token: token(0) });
+      return answer.status === 200
+        ? (answer.body as { votes: number }).votes
+        : `status ${String(answer.status)}`;
+    };
+    const rows = await voteRows(k, votedOn);
+    const columns = new Map(
+      (
+        await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
+          'SELECT id, vote_count FROM posts WHERE id = ANY(?::int[])',
+          [votedOn],
+        )
+      ).rows.map((r) => [r.id, r.vote_count]),
+    );
+    const mismatches: OldOnNewResult['mismatches'] = [];
+    for (const id of votedOn) {
+      const seen = { old: await shown(old.base, id), new: await shown(fresh.svc.base, id) };
+      const n = rows.get(id) ?? 0;
+      const column = columns.get(id) ?? null;
+      if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
+    }
+    return { release, wrong, answered, mismatches, checked: votedOn.length };
+  } finally {
+    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
+    await k.destroy();
+    await database.drop();
+  }
 }
