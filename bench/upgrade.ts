@@ -97,7 +97,17 @@ async function main(): Promise<void> {
   log(
     `${String(f.requests)} requests at ${String(perSecond)}/s: ${JSON.stringify(f.statuses)}; by release ${JSON.stringify(f.byInstance)}`,
   );
-  log(`failed by phase: ${JSON.stringify(f.failedByPhase)}`);
+  log(
+    `failed by phase: ${JSON.stringify(f.failedByPhase)}; slowest by phase (ms): ${JSON.stringify(f.slowestByPhase)}`,
+  );
+  // The yardstick: what the previous release alone gave before anything was upgraded.
+  const baselineOk =
+    f.failedByPhase['old alone'] === 0 && (f.slowestByPhase['old alone'] ?? 0) <= ANSWER_BUDGET_MS;
+  log(
+    baselineOk
+      ? 'the previous release alone kept the budget: what follows is the upgrade'
+      : 'the previous release alone already missed the budget: this host is too busy for this rate (--rate)',
+  );
   for (const [what, n] of Object.entries(f.failures)) log(`  ${String(n)} × ${what}`);
   for (const [what, n] of Object.entries(f.logged)) log(`  logged ${String(n)} × ${what}`);
   log(`this release: listening after ${String(f.newListeningMs)} ms, ready after ${String(f.newReadyMs)} ms`);
