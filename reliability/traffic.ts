@@ -120,6 +120,8 @@ export const API_STATUSES: Record<CallKind, readonly number[]> = {
 export interface MixedAnswer {
   kind: CallKind;
   instance: string;
+  /** What the caller's `phase` said when it was sent. */
+  phase: string;
   /** When it was sent (ms since the epoch). */
   at: number;
   /** 0 when no answer came (refused, reset, or the client's own time-out). */
@@ -162,6 +164,8 @@ export interface SteadyOptions {
   maxPostId: number;
   /** The client's own time-out; latency beyond any budget is still measured up to it. */
   timeoutMs?: number;
+  /** A label for what is going on, recorded with each request as it is sent. */
+  phase?: () => string;
 }
 
 /** An error's message with its cause's, as fetch puts the reason (reset, refused, time-out) in the cause. */
@@ -205,6 +209,7 @@ export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
     const live = options.rotation();
     if (live.length === 0) return;
     const instance = live[turn++ % live.length] as Instance;
+    const phase = options.phase?.() ?? '';
     const at = Date.now();
     const started = performance.now();
     const request = run(instance.base).then(
@@ -219,6 +224,7 @@ export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
         answers.push({
           kind,
           instance: instance.name,
+          phase,
           at,
           status: answer.status,
           ms: answer.ms,
@@ -230,6 +236,7 @@ export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
         answers.push({
           kind,
           instance: instance.name,
+          phase,
           at,
           status: 0,
           ms: performance.now() - started,

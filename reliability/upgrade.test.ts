@@ -6,7 +6,7 @@
  * large enough that a migration holding a lock for its whole length shows.
  */
 import { serviceEnv } from '../testing/env';
-import { report } from './support';
+import { report, stopAllServices } from './support';
 import { ANSWER_BUDGET_MS, READY_BUDGET_MS, runOldOnNewSchema, runUpgrade, summary } from './upgrade';
 
 const POSTS = Number(process.env.UPGRADE_POSTS ?? 200_000);
@@ -22,6 +22,8 @@ const env = (database: string) =>
   );
 
 describe('a rolling upgrade from the previous release', () => {
+  afterAll(() => stopAllServices());
+
   it('is invisible to clients and leaves every write and every count right', async () => {
     const result = await runUpgrade({
       posts: POSTS,

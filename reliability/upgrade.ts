@@ -352,6 +352,9 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     pool: { min: 0, max: 2 },
   });
   const started: ServiceProcess[] = [];
+  // Whatever fails, no traffic outlives the case.
+  const running: { stop(): Promise<void> }[] = [];
+  let progress: NodeJS.Timeout | undefined;
   try {
     const seeded = await seedPrevious(dir, options, database.name, k, log);
     const old = seeded.old.svc;
@@ -386,17 +389,20 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       hotPosts,
       maxPostId: options.posts,
     });
+    running.push(warm);
     await sleep(5000);
     await warm.stop();
-    const marks: { phase: Phase; at: number }[] = [{ phase: 'old alone', at: Date.now() }];
+    let phase: Phase = 'old alone';
     const load = steadyTraffic({
       rotation: () => rotation,
       perSecond: options.perSecond ?? 90,
       users: signedIn,
       hotPosts,
       maxPostId: options.posts,
+      phase: () => phase,
     });
-    const progress = setInterval(() => {
+    running.push(load);
+    progress = setInterval(() => {
       const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
       log(
         `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
@@ -405,17 +411,18 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     await sleep(options.warmMs ?? 5000);
 
     log('starting this release beside it');
-    marks.push({ phase: 'new starting', at: Date.now() });
+    phase = 'new starting';
     const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
     started.push(fresh.svc);
     log(`this release ready after ${String(fresh.readyMs)} ms`);
     rotation = [oldInstance, { name: 'new', base: fresh.svc.base }];
-    marks.push({ phase: 'both', at: Date.now() });
+    phase = 'both';
+    const readyAt = Date.now();
     await sleep(options.bothMs ?? 8000);
 
     // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
     rotation = [{ name: 'new', base: fresh.svc.base }];
-    marks.push({ phase: 'new alone', at: Date.now() });
+    phase = 'new alone';
     log('the previous release out of rotation; SIGTERM');
     const oldExit = await Promise.race([old.stop('SIGTERM'), sleep(60_000).then(() => old.stop('SIGKILL'))]);
     log(`the previous release exited with ${String(oldExit)}`);
@@ -424,16 +431,11 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     clearInterval(progress);
     log(`traffic stopped after ${String(load.answers.length)} requests`);
 
-    const backfill = await backfillEnd(
-      fresh.svc,
-      k,
-      marks[2]?.at ?? Date.now(),
-      options.backfillWithinMs ?? 120_000,
-    );
+    const backfill = await backfillEnd(fresh.svc, k, readyAt, options.backfillWithinMs ?? 120_000);
     log(`backfill: ${JSON.stringify(backfill)}; checking writes and counts`);
     const findings = await check(k, fresh.svc.base, signedIn[0]?.token ?? '', load, hotPosts);
 
-    const phaseOf = (at: number): Phase => [...marks].reverse().find((m) => m.at <= at)?.phase ?? 'old alone';
+    const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
     const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500);
     const failedByPhase: Record<Phase, number> = {
       'old alone': 0,
@@ -441,11 +443,11 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       both: 0,
       'new alone': 0,
     };
-    for (const a of failed) failedByPhase[phaseOf(a.at)] += 1;
+    for (const a of failed) failedByPhase[phaseOf(a)] += 1;
     const slowestByPhase: Partial<Record<Phase, number>> = {};
     for (const a of load.answers) {
-      const phase = phaseOf(a.at);
-      slowestByPhase[phase] = Math.round(Math.max(slowestByPhase[phase] ?? 0, a.ms));
+      const at = phaseOf(a);
+      slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
     }
     const tally = (key: (a: MixedAnswer) => string) =>
       load.answers.reduce<Record<string, number>>(
@@ -483,6 +485,8 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     };
     return { release, figures, findings };
   } finally {
+    clearInterval(progress);
+    await Promise.all(running.map((traffic) => traffic.stop()));
     await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
     await k.destroy();
     await database.drop();
@@ -593,7 +597,7 @@ export async function runOldOnNewSchema(options: {
 
     const wrong: OldOnNewResult['wrong'] = [];
     let answered = 0;
-    const expect = (what: string, ok: readonly number[]) => (answer: Answer) => {
+    const judge = (what: string, ok: readonly number[]) => (answer: Answer) => {
       answered += 1;
       if (!ok.includes(answer.status))
         wrong.push({ call: what, status: answer.status, detail: JSON.stringify(answer.body).slice(0, 200) });
@@ -604,7 +608,7 @@ export async function runOldOnNewSchema(options: {
     const cast = await Promise.all(
       votedOn.map((id, i) =>
         call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
-          expect('cast a vote', [201, 409]),
+          judge('cast a vote', [201, 409]),
         ),
       ),
     );
@@ -612,14 +616,14 @@ export async function runOldOnNewSchema(options: {
       votedOn.map((id, i) =>
         i % 2 === 0 && cast[i]?.status === 201
           ? call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
-              expect('withdraw a vote', [201]),
+              judge('withdraw a vote', [201]),
             )
           : Promise.resolve(),
       ),
     );
     for (let round = 0; round < 3; round++)
       (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat())).forEach(
-        expect('read', [200]),
+        judge('read', [200]),
       );
 
     const shown = async (base: string, id: number): Promise<number | string> => {
