@@ -4,6 +4,21 @@ import * as createPosts from './20261121000002_create_posts';
 import * as createVotes from './20261121000003_create_votes';
 import * as normaliseEmails from './20261123000004_normalise_emails';
 import * as postVoteCounts from './20261125000005_post_vote_counts';
+import * as backfillProgress from './20261126000006_backfills';
+
+/**
+ * A migration's data change, run in the background once the release serves (service/src/db/
+ * backfill.ts): `batch` fills the rows of `table` whose id is in (from, to], idempotently, inside
+ * the transaction it is given, and says how many it changed.
+ */
+export interface Backfill {
+  name: string;
+  table: string;
+  batch(trx: Knex.Transaction, from: number, to: number): Promise<number>;
+}
+
+/** The backfills of the migrations, in the order they run. */
+export const backfills: Backfill[] = [postVoteCounts.backfill];
 
 /**
  * The migrations, in order. They are imported rather than read from disk so the same list runs
@@ -15,4 +30,5 @@ export const migrations: Record<string, Knex.Migration> = {
   '20261121000003_create_votes': createVotes,
   '20261123000004_normalise_emails': normaliseEmails,
   '20261125000005_post_vote_counts': postVoteCounts,
+  '20261126000006_backfills': backfillProgress,
 };

@@ -8,6 +8,7 @@ import {
   renderEnvironment,
   type KubeObject,
 } from './helm';
+import { treeVersions } from '../../testing/releases';
 
 describe.each(environments)('The API Deployment of %s', (environment) => {
   let objects: KubeObject[];
@@ -115,9 +116,9 @@ describe('Replicas per environment', () => {
 });
 
 describe('Image reference', () => {
-  it('When no tag is given, then the image uses the chart appVersion', async () => {
+  it('When no tag is given, then the image is the release of this tree (the chart appVersion)', async () => {
     expect(apiContainer(await renderEnvironment('dev')).image).toBe(
-      'ghcr.io/social-posts/social-posts:1.0.0',
+      `ghcr.io/social-posts/social-posts:${treeVersions().app}`,
     );
   });
 

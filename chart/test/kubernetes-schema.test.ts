@@ -1,5 +1,6 @@
 import { ciValuesFiles, environments, render, renderEnvironment, type KubeObject } from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
+import { treeVersions } from '../../testing/releases';
 
 const renderings: [string, () => Promise<KubeObject[]>][] = [
   ...environments.map((environment): [string, () => Promise<KubeObject[]>] => [
@@ -64,8 +65,8 @@ describe('Labels', () => {
           'app.kubernetes.io/name': 'social-posts',
           'app.kubernetes.io/instance': 'social-posts',
           'app.kubernetes.io/managed-by': 'Helm',
-          'app.kubernetes.io/version': '1.0.0',
-          'helm.sh/chart': 'social-posts-0.2.0',
+          'app.kubernetes.io/version': treeVersions().app,
+          'helm.sh/chart': `social-posts-${treeVersions().chart}`,
         });
       }
     },

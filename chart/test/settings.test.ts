@@ -80,6 +80,7 @@ describe.each(environments)('Settings of %s', (environment) => {
       DB_STATEMENT_TIMEOUT_MS: '2000',
       DB_PREPARED_STATEMENTS: 'true',
       DB_MIGRATION_TIMEOUT_MS: '240000',
+      DB_MIGRATION_LOCK_TIMEOUT_MS: '500',
       DB_STARTUP_WAIT_SECONDS: '120',
     });
     expect(Number(configMapData(objects).BCRYPT_ROUNDS)).toBeGreaterThanOrEqual(10);

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { Request, RequestHandler } from 'express';
 import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { backfillState, type BackfillState } from './db/backfill';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './db/migrator';
 import type { Logger } from './logger';
@@ -87,19 +88,45 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
   );
 
   // One query per scrape, shared by the gauges below (the registry collects them concurrently).
-  let reading: Promise<MigrationState | undefined> | undefined;
-  const migrationState = () => {
-    // A scrape must not hang on a database that does not answer.
-    reading ??= withTimeout(readMigrationState(db), DATABASE_CHECK_TIMEOUT_MS, 'the database did not answer')
-      .catch((error: unknown) => {
-        logger.debug({ err: error }, 'metrics: migration state not readable');
-        return undefined;
-      })
-      .finally(() => {
-        reading = undefined;
-      });
-    return reading;
+  const perScrape = <T>(what: string, read: () => Promise<T>) => {
+    let reading: Promise<T | undefined> | undefined;
+    return () => {
+      // A scrape must not hang on a database that does not answer.
+      reading ??= withTimeout(read(), DATABASE_CHECK_TIMEOUT_MS, 'the database did not answer')
+        .catch((error: unknown) => {
+          logger.debug({ err: error }, `metrics: ${what} not readable`);
+          return undefined;
+        })
+        .finally(() => {
+          reading = undefined;
+        });
+      return reading;
+    };
   };
+  const migrationState = perScrape('migration state', () => readMigrationState(db));
+  const backfills = perScrape('backfill state', () => backfillState(db));
+  const backfillGauge = (name: string, help: string, read: (state: BackfillState) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['backfill'] as const,
+      registers: [registry],
+      async collect() {
+        // As with the migrations: when the database does not answer, the last values stay.
+        for (const state of (await backfills()) ?? []) this.set({ backfill: state.name }, read(state));
+      },
+    });
+  backfillGauge(
+    'db_backfill_pending',
+    "1 while a migration's background backfill has rows left to fill, 0 once it has finished.",
+    (s) => (s.pending ? 1 : 0),
+  );
+  backfillGauge(
+    'db_backfill_rows_done',
+    "Rows a migration's background backfill has filled so far, by every replica.",
+    (s) => s.rowsDone,
+  );
+
   const migrationGauge = (name: string, help: string, read: (state: MigrationState) => number) =>
     new Gauge({
       name,

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createTerminus } from '@godaddy/terminus';
 import { createApp } from './app';
+import { startBackfills, type BackfillRunner } from './db/backfill';
 import type { Database } from './db/connection';
 import type { ShutdownState } from './health';
 import { clientErrorProblem, rawProblem, writeProblem } from './http/protocol';
@@ -52,6 +53,8 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   // It must never be what keeps a process alive: the API listener decides that.
   metricsServer.unref();
   const shutdown: ShutdownState = { started: false };
+  // Started once the API listens: a migration's data change waits for the release to serve.
+  const background: { backfills?: BackfillRunner } = {};
   // requireHostHeader off: the app answers a missing (or doubled) Host as problem+json (requireHost).
   const server = createServer(
     { requireHostHeader: false },
@@ -79,6 +82,7 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       );
     },
     onSignal: async () => {
+      await background.backfills?.stop();
       await close(metricsServer);
       await db.close();
       logger.info('metrics listener and database closed');
@@ -131,6 +135,7 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   // Whoever closes the API listener (terminus, a test) closes the metrics one with it.
   server.once('close', () => {
     void close(metricsServer);
+    void background.backfills?.stop();
   });
   let port: number;
   try {
@@ -139,5 +144,6 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     await close(metricsServer);
     throw error;
   }
+  background.backfills = startBackfills(db, logger);
   return { server, port, metricsServer, metricsPort };
 }

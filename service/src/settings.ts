@@ -273,6 +273,17 @@ const table = {
           'Migrations may rightly run far longer than a request: a large CREATE INDEX, a rewrite of a big table.',
       },
     }),
+    /** How long one migration statement waits for a table lock before the migration is tried again. */
+    migrationLockTimeoutMs: variable({
+      env: 'DB_MIGRATION_LOCK_TIMEOUT_MS',
+      rule: Joi.number().integer().min(50).max(60_000).default(500),
+      docs: {
+        summary:
+          'How long a migration statement waits for a lock on a table that requests use; past it the migration rolls back and is tried again after a pause, until DB_MIGRATION_TIMEOUT_MS has passed',
+        detail:
+          'Requests queue behind a lock that is waited for, so this is the most a migration adds to a request waiting on the same table (docs/migrations.md).',
+      },
+    }),
     /** How long the start-up waits for an unreachable database before it gives up. */
     startupWaitSeconds: variable({
       env: 'DB_STARTUP_WAIT_SECONDS',
@@ -469,6 +480,7 @@ export function describeSettings(s: Settings): Record<string, unknown> {
       : { kind: 'embedded', dir: s.db.embeddedDir },
     statementTimeoutMs: s.db.statementTimeoutMs,
     migrationTimeoutMs: s.db.migrationTimeoutMs,
+    migrationLockTimeoutMs: s.db.migrationLockTimeoutMs,
     startupWaitSeconds: s.db.startupWaitSeconds,
     // Ids, never keys: which phase of a key rotation this process is in (README, "Rotating SECRET_KEY").
     tokenKeyIds: { signing: keyId(s.secretKey), accepted: s.secretKeysAccepted.map(keyId) },

@@ -3,9 +3,12 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
 import * as postVoteCounts from '../../migrations/20261125000005_post_vote_counts';
+import * as backfillProgress from '../../migrations/20261126000006_backfills';
+import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../src/db/backfill';
 import { openDatabase, type Database } from '../src/db/connection';
 import { migrateDown, migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
+import { getPost } from '../src/posts/posts.repository';
 import { loadSettings } from '../src/settings';
 import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
 
@@ -26,7 +29,14 @@ async function indexes(db: Database): Promise<string[]> {
   return result.rows.map((r) => r.indexname);
 }
 
-const SCHEMA_TABLES = ['knex_migrations', 'knex_migrations_lock', 'posts', 'users', 'votes'];
+const SCHEMA_TABLES = [
+  'knex_migrations',
+  'knex_migrations_lock',
+  'posts',
+  'schema_backfills',
+  'users',
+  'votes',
+];
 
 async function sequences(db: Database): Promise<string[]> {
   const result = await db.knex.raw<{ rows: { relname: string }[] }>(
@@ -97,13 +107,14 @@ test('When migrated, then the schema has the indexes the queries rely on', async
   }
 });
 
-test("When the vote-count migration meets votes cast before it, then each post's count is its number of votes, and later votes, withdrawals and deletions keep it", async () => {
+test("When the vote-count migration meets votes cast before it, then it counts none of them itself, readers count them until the backfill has, and then each post's count is its number of votes, kept by later votes, withdrawals and deletions", async () => {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   const k = db.knex;
   try {
     await migrateToLatest(db, logger);
-    // The database as the previous release left it: no count, no trigger.
+    // The database as the previous release left it: no count, no trigger, no backfill progress.
+    await backfillProgress.down(k);
     await postVoteCounts.down(k);
     const [one, two, three] = await k('users')
       .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
@@ -118,26 +129,168 @@ test("When the vote-count migration meets votes cast before it, then each post's
       { user_id: one?.id, post_id: b?.id },
     ]);
     await postVoteCounts.up(k);
+    await backfillProgress.up(k);
     const counts = async () =>
       Object.fromEntries(
         (await k('posts').select('id', 'vote_count').orderBy('id')).map(
-          (r: { id: number; vote_count: number }) => [r.id, r.vote_count],
+          (r: { id: number; vote_count: number | null }) => [r.id, r.vote_count],
         ),
       );
-    expect(await counts()).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 1 });
+    // No row was rewritten: the existing posts wait for the backfill; a new one starts at 0.
+    expect(await counts()).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null });
+    const [c] = await k('posts')
+      .insert({ title: 'c', content: 'c', published: true, user_id: one?.id })
+      .returning<{ id: number }[]>('id');
+    // A vote before the backfill leaves "not counted" as it is; what a reader sees is still right.
     await k('votes').insert({ user_id: two?.id, post_id: b?.id });
+    expect(await counts()).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null, [String(c?.id)]: 0 });
+    const shown = await getPost(db, Number(b?.id), 'public');
+    expect(shown?.votes).toBe(2);
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
+
+    await startBackfills(db, logger).done;
+    expect(await counts()).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 2, [String(c?.id)]: 0 });
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 2 }]);
+    await k('votes').insert({ user_id: two?.id, post_id: c?.id });
     await k('votes').where({ user_id: one?.id, post_id: a?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2 });
+    expect(await counts()).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2, [String(c?.id)]: 1 });
     // A user's removal takes their votes (the cascade fires the trigger); a post's takes its own.
     await k('users').where({ id: two?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1 });
+    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
     await k('posts').where({ id: b?.id }).delete();
-    expect(await counts()).toEqual({ [String(a?.id)]: 1 });
+    expect(await counts()).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
   } finally {
     await db.close();
     await fresh.drop();
   }
 });
+
+test('When the backfill runs in batches, stops half-way and starts again, then it carries on where it stopped and counts every post once', async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  const k = db.knex;
+  try {
+    await migrateToLatest(db, logger);
+    const [user] = await k('users')
+      .insert({ email: 'many@example.com', password: 'x' })
+      .returning<{ id: number }[]>('id');
+    // Enough posts for several batches, each with as many votes as its position modulo 3.
+    const posts = 2 * BACKFILL_BATCH_IDS + 10;
+    await k.raw(
+      `INSERT INTO posts (title, content, user_id, vote_count) SELECT 't', 'c', ?, NULL FROM generate_series(1, ?)`,
+      [Number(user?.id), posts],
+    );
+    await k.raw('ALTER TABLE votes DISABLE TRIGGER votes_count');
+    await k.raw(
+      `INSERT INTO users (email, password) SELECT 'voter' || g || '@example.com', 'x' FROM generate_series(1, 2) g`,
+    );
+    await k.raw(
+      `INSERT INTO votes (user_id, post_id)
+       SELECT u.id, p.id FROM posts p JOIN users u ON u.email LIKE 'voter%'
+       WHERE (SELECT count(*) FROM users u2 WHERE u2.email LIKE 'voter%' AND u2.id <= u.id) <= p.id % 3`,
+    );
+    await k.raw('ALTER TABLE votes ENABLE TRIGGER votes_count');
+    await k('schema_backfills').delete();
+
+    const first = startBackfills(db, logger);
+    // Stopped after its first batch or so: the progress row keeps where it got to.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await first.stop();
+    const [mid] = await k<{ last_id: string; finished_at: Date | null }>('schema_backfills').select(
+      'last_id',
+      'finished_at',
+    );
+    expect(Number(mid?.last_id)).toBeGreaterThan(0);
+    expect(Number(mid?.last_id)).toBeLessThan(posts);
+    expect(mid?.finished_at).toBeNull();
+    await startBackfills(db, logger).done;
+
+    const wrong = await k.raw<{ rows: unknown[] }>(
+      `SELECT p.id FROM posts p WHERE p.vote_count IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
+    );
+    expect(wrong.rows).toEqual([]);
+    const [done] = await k<{ rows_done: string; finished_at: Date | null }>('schema_backfills').select(
+      'rows_done',
+      'finished_at',
+    );
+    expect(Number(done?.rows_done)).toBe(posts);
+    expect(done?.finished_at).not.toBeNull();
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
+test('When a database applied the first form of the vote-count migration (its counts complete), then the backfill is recorded as finished and changes nothing', async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  const k = db.knex;
+  try {
+    await migrateToLatest(db, logger);
+    await backfillProgress.down(k);
+    // The first form left the column NOT NULL, every count set.
+    await k.raw('ALTER TABLE posts ALTER COLUMN vote_count SET NOT NULL');
+    await backfillProgress.up(k);
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 0 }]);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
+test('When the database holds a migration this release does not know (a newer release ran it), then this release still starts and applies nothing', async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    await migrateToLatest(db, logger);
+    await db
+      .knex('knex_migrations')
+      .insert({ name: '29991231000099_from_a_newer_release', batch: 99, migration_time: new Date() });
+    expect(await migrateToLatest(db, logger)).toEqual([]);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
+(usingPostgres() ? test : test.skip)(
+  'When a table a migration alters is held by a long transaction, then the migration waits no longer than its lock time-out each try, lets other statements through between tries, and applies once the table is free',
+  async () => {
+    const fresh = await freshDatabaseEnv();
+    const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
+    const holder = await open(fresh.env);
+    const k = db.knex;
+    try {
+      await migrateToLatest(db, logger);
+      await backfillProgress.down(k);
+      await postVoteCounts.down(k);
+      await k('knex_migrations')
+        .whereIn('name', ['20261125000005_post_vote_counts', '20261126000006_backfills'])
+        .delete();
+      // A reader holding posts for 1.5 s, as a slow request in a transaction would.
+      const held = holder.knex.transaction(async (trx) => {
+        await trx.raw('LOCK TABLE posts IN ACCESS SHARE MODE');
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+      });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const lines: string[] = [];
+      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
+      const migrating = migrateToLatest(db, recording);
+      // While the migration waits between tries, a plain read of posts is not queued behind it.
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const started = Date.now();
+      await holder.knex.raw('SELECT count(*) FROM posts');
+      expect(Date.now() - started).toBeLessThan(300);
+      await held;
+      expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);
+      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+    } finally {
+      await holder.close();
+      await db.close();
+      await fresh.drop();
+    }
+  },
+);
 
 test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
   const fresh = await freshDatabaseEnv();

@@ -14,6 +14,8 @@ export interface MigrationConnection {
   knex: Knex;
   /** The longest one migration statement may run, on the server and on the client. */
   timeoutMs: number;
+  /** The longest one migration statement may wait for a lock (PostgreSQL's lock_timeout). */
+  lockTimeoutMs: number;
   close(): Promise<void>;
 }
 
@@ -174,7 +176,12 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
       forMigrations: () => {
         // One connection, opened for the migrations and closed after them.
         const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
-        return { knex: migrations, timeoutMs: db.migrationTimeoutMs, close: () => migrations.destroy() };
+        return {
+          knex: migrations,
+          timeoutMs: db.migrationTimeoutMs,
+          lockTimeoutMs: db.migrationLockTimeoutMs,
+          close: () => migrations.destroy(),
+        };
       },
       close: () => instance.destroy(),
     };
@@ -196,6 +203,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     forMigrations: () => ({
       knex: instance,
       timeoutMs: db.migrationTimeoutMs,
+      lockTimeoutMs: db.migrationLockTimeoutMs,
       close: () => Promise.resolve(),
     }),
     close: async () => {

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { migrations } from '../../../migrations';
-import type { Database } from './connection';
+import type { Database, MigrationConnection } from './connection';
 import { errorFields, errorWithHint, isDatabaseUnavailable } from './errors';
 import { exclusively } from './lock';
 
@@ -26,7 +26,19 @@ const migrationSource: Knex.MigrationSource<string> = {
   },
 };
 
-const migratorConfig: Knex.MigratorConfig = { migrationSource };
+const migratorConfig: Knex.MigratorConfig = {
+  migrationSource,
+  // A release rolled back after a newer one migrated still starts: migrations only expand the
+  // schema (docs/migrations.md), so the ones it does not know are the newer release's, not lost.
+  disableMigrationsListValidation: true,
+};
+
+/** The first pause before a migration that could not take its lock is tried again, doubled up to the cap. */
+const LOCK_RETRY_MS = 500;
+const LOCK_RETRY_CAP_MS = 5000;
+
+/** PostgreSQL's lock_not_available: a statement waited lock_timeout for its lock. */
+const isLockTimeout = (error: unknown): boolean => errorFields(error).code === '55P03';
 
 /**
  * Knex's lock taken by a process outside the advisory lock (an older release, a knex CLI): wait
@@ -42,23 +54,33 @@ function isLockedByAnother(error: unknown): boolean {
  * transaction). A replica waits as long for another one's migrations.
  */
 async function underLock<T>(
-  db: Database,
+  connection: MigrationConnection,
   logger: Logger,
   work: (trx: Knex.Transaction) => Promise<T>,
 ): Promise<T> {
+  return exclusively(
+    connection.knex,
+    async (trx) => {
+      await trx.raw(`SET LOCAL statement_timeout = ${String(connection.timeoutMs)}`);
+      // Traffic on a table queues behind a lock this transaction waits for: bound that wait.
+      await trx.raw(`SET LOCAL lock_timeout = ${String(connection.lockTimeoutMs)}`);
+      return work(trx);
+    },
+    connection.timeoutMs,
+    () => {
+      logger.info('another replica is migrating; waiting');
+    },
+  );
+}
+
+/** Runs `use` with the migrations' connection, closed after it. */
+async function withMigrationConnection<T>(
+  db: Database,
+  use: (connection: MigrationConnection) => Promise<T>,
+): Promise<T> {
   const connection = db.forMigrations();
   try {
-    return await exclusively(
-      connection.knex,
-      async (trx) => {
-        await trx.raw(`SET LOCAL statement_timeout = ${String(connection.timeoutMs)}`);
-        return work(trx);
-      },
-      connection.timeoutMs,
-      () => {
-        logger.info('another replica is migrating; waiting');
-      },
-    );
+    return await use(connection);
   } finally {
     await connection.close();
   }
@@ -66,19 +88,35 @@ async function underLock<T>(
 
 /**
  * Brings the schema up to date, all pending migrations in one transaction (a failure leaves the
- * schema as it was); returns the names it applied.
+ * schema as it was); returns the names it applied. A statement that waits past lock_timeout for a
+ * table rolls the whole transaction back, releasing the locks it took, and it is tried again after
+ * a growing pause (with jitter, so replicas do not retry in step) until DB_MIGRATION_TIMEOUT_MS.
  */
-export async function migrateToLatest(db: Database, logger: Logger): Promise<string[]> {
+export function migrateToLatest(db: Database, logger: Logger): Promise<string[]> {
+  return withMigrationConnection(db, (connection) => latest(connection, logger));
+}
+
+async function latest(connection: MigrationConnection, logger: Logger): Promise<string[]> {
   const started = Date.now();
-  for (;;) {
+  let lockRetryMs = LOCK_RETRY_MS;
+  for (let attempt = 1; ; attempt++) {
     try {
-      return await underLock(db, logger, async (trx) => {
+      return await underLock(connection, logger, async (trx) => {
         const [, applied] = (await trx.migrate.latest(migratorConfig)) as [number, string[]];
-        if (applied.length > 0) logger.info({ migrations: applied }, 'migrations applied');
+        if (applied.length > 0) logger.info({ migrations: applied, attempt }, 'migrations applied');
         else logger.info('schema up to date');
         return applied;
       });
     } catch (error) {
+      if (isLockTimeout(error) && Date.now() - started < connection.timeoutMs) {
+        logger.warn(
+          { attempt, retryInMs: lockRetryMs },
+          'a migration waited lock_timeout for a table in use; rolled back, trying again',
+        );
+        await sleep(lockRetryMs * (0.5 + Math.random()));
+        lockRetryMs = Math.min(lockRetryMs * 2, LOCK_RETRY_CAP_MS);
+        continue;
+      }
       if (!isLockedByAnother(error) || Date.now() - started > KNEX_LOCK_WAIT_MS) throw error;
       logger.info('the migration lock is taken; waiting');
       await sleep(250 + Math.random() * 500);
@@ -112,10 +150,9 @@ export async function migrateWhenReachable(db: Database, logger: Logger, waitMs:
 
 /** Rolls back the last batch of migrations (operators' `npm run migrate:down`). */
 export async function migrateDown(db: Database, logger: Logger): Promise<string[]> {
-  const [, undone] = (await underLock(db, logger, (trx) => trx.migrate.rollback(migratorConfig))) as [
-    number,
-    string[],
-  ];
+  const [, undone] = (await withMigrationConnection(db, (connection) =>
+    underLock(connection, logger, (trx) => trx.migrate.rollback(migratorConfig)),
+  )) as [number, string[]];
   return undone;
 }
 

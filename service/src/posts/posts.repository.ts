@@ -93,7 +93,8 @@ function likeSubstring(search: string): string {
 
 /**
  * Adds owner and vote count to a set of post rows. The count is the post's own `vote_count`, which
- * a trigger on votes keeps (migration 20261125000005), so no vote is counted per request.
+ * a trigger on votes keeps (migration 20261125000005), so no vote is counted per request; a post
+ * the background backfill has not reached yet (NULL) has its votes counted here instead.
  */
 function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuilder {
   return knex
@@ -102,7 +103,9 @@ function withOwnerAndVotes(knex: Knex, rows: Knex.QueryBuilder): Knex.QueryBuild
       'page.*',
       'u.email as owner_email',
       'u.created_at as owner_created_at',
-      'page.vote_count as votes',
+      knex.raw(
+        'coalesce(page.vote_count, (SELECT count(*)::int FROM votes v WHERE v.post_id = page.id)) AS votes',
+      ),
     )
     .from('page')
     .join('users as u', 'u.id', 'page.user_id');
