@@ -31,29 +31,60 @@ describe('a rolling upgrade from the previous release', () => {
       env,
       passwordRounds: 4,
       perSecond: RATE,
-      log: (line) => process.stderr.write(`[upgrade ${new Date().toISOString().slice(11, 19)}] ${line}\n`),
+      log,
     });
     report('upgrade', summary(result));
     const { figures, findings } = result;
 
-    expect(figures.outsideApi.slice(0, 5)).toEqual([]);
-    expect({ serverErrors: figures.serverErrors, noAnswer: figures.noAnswer }).toEqual({
+    report('upgrade findings', {
+      lostPosts: findings.lostPosts.length,
+      lostVotes: findings.lostVotes.length,
+      undeadVotes: findings.undeadVotes.length,
+      apiMismatches: `${String(findings.apiMismatches.length)}/${String(findings.apiChecked)}`,
+      columnMismatches: findings.columnMismatches.length,
+    });
+    // The yardstick: before anything is upgraded, the previous release alone carries the traffic.
+    // If it does not, this host is too busy to tell what the upgrade costs.
+    const baseline = {
+      failed: figures.failedByPhase['old alone'],
+      slowestMs: figures.slowestByPhase['old alone'] ?? 0,
+    };
+    if (baseline.failed > 0 || baseline.slowestMs > ANSWER_BUDGET_MS)
+      throw new Error(
+        `the previous release alone already missed the budget at ${String(RATE)} requests/s (${JSON.stringify(baseline)}): the host is too busy to judge the upgrade`,
+      );
+    // One comparison, so a failure shows every broken promise at once.
+    expect({
+      outsideApi: figures.outsideApi.slice(0, 3),
+      serverErrors: figures.serverErrors,
+      noAnswer: figures.noAnswer,
+      overBudget: figures.overBudget,
+      readyWithinBudget: figures.newReadyMs <= READY_BUDGET_MS,
+      // Both served (the upgrade really was rolling), and the old one drained and exited cleanly.
+      served: Object.keys(figures.byInstance).sort(),
+      oldExit: figures.oldExit,
+      backfillFinished: figures.backfill.how !== 'not finished',
+      lostPosts: findings.lostPosts,
+      lostVotes: findings.lostVotes,
+      undeadVotes: findings.undeadVotes,
+      apiMismatches: findings.apiMismatches.slice(0, 5),
+      columnMismatches: findings.columnMismatches.slice(0, 5),
+    }).toEqual({
+      outsideApi: [],
       serverErrors: 0,
       noAnswer: 0,
+      overBudget: 0,
+      readyWithinBudget: true,
+      served: ['new', `old ${result.release.version}`],
+      oldExit: 0,
+      backfillFinished: true,
+      lostPosts: [],
+      lostVotes: [],
+      undeadVotes: [],
+      apiMismatches: [],
+      columnMismatches: [],
     });
-    expect(figures.slowest?.ms ?? 0).toBeLessThanOrEqual(ANSWER_BUDGET_MS);
-    expect(figures.newReadyMs).toBeLessThanOrEqual(READY_BUDGET_MS);
-    // Both releases served: the upgrade really was rolling.
-    expect(Object.keys(figures.byInstance).sort()).toEqual(['new', `old ${result.release.version}`]);
-    expect(figures.oldExit).toBe(0);
-
-    expect(figures.backfill.how).not.toBe('not finished');
-    expect(findings.lostPosts).toEqual([]);
-    expect(findings.lostVotes).toEqual([]);
-    expect(findings.undeadVotes).toEqual([]);
     expect(findings.apiChecked).toBeGreaterThan(1000);
-    expect(findings.apiMismatches.slice(0, 5)).toEqual([]);
-    expect(findings.columnMismatches.slice(0, 5)).toEqual([]);
   }, 600_000);
 
   it('leaves the previous release serving right on the migrated schema', async () => {

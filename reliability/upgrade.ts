@@ -7,7 +7,7 @@
  * (reliability/upgrade.test.ts) and the benchmark prints (bench/upgrade.ts).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, renameSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import bcrypt from 'bcrypt';
@@ -124,6 +124,8 @@ export interface Figures {
   noAnswer: number;
   outsideApi: MixedAnswer[];
   overBudget: number;
+  /** Answers past the budget, by phase and release. */
+  overBudgetBy: Record<string, number>;
   slowest: MixedAnswer | undefined;
   /** The slowest answer in each phase. */
   slowestByPhase: Partial<Record<Phase, number>>;
@@ -359,9 +361,11 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     const seeded = await seedPrevious(dir, options, database.name, k, log);
     const old = seeded.old.svc;
     started.push(old);
-    if (seeded.migrations.length !== 4)
+    // Its migrations are the files of its own migrations/ folder (index.ts lists them).
+    const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
+    if (seeded.migrations.length !== own.length || own.length === 0)
       throw new Error(
-        `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its 4 migrations`,
+        `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its ${String(own.length)} migrations`,
       );
     const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
     log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
@@ -466,6 +470,12 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       noAnswer: load.answers.filter((a) => a.status === 0).length,
       outsideApi: load.answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
       overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
+      overBudgetBy: load.answers
+        .filter((a) => a.ms > ANSWER_BUDGET_MS)
+        .reduce<Record<string, number>>((acc, a) => {
+          const key = `${a.phase} @${a.instance}`;
+          return { ...acc, [key]: (acc[key] ?? 0) + 1 };
+        }, {}),
       slowest: load.answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
       failedByPhase,
       slowestByPhase,
@@ -506,6 +516,7 @@ export function summary(result: UpgradeResult): Record<string, unknown> {
     noAnswer: f.noAnswer,
     outsideApi: f.outsideApi.length,
     overBudget: f.overBudget,
+    overBudgetBy: f.overBudgetBy,
     slowestMs: Math.round(f.slowest?.ms ?? 0),
     slowest: f.slowest ? `${f.slowest.kind}@${f.slowest.instance}:${String(f.slowest.status)}` : '',
     readyMs: f.newReadyMs,
