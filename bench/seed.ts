@@ -103,6 +103,70 @@ const WORDS = [
   'day',
 ];
 
+export interface Rows {
+  users: number;
+  posts: number;
+  /** Votes drawn; duplicates (same user, same post) are dropped, so a few fewer are stored. */
+  votes: number;
+  /** The bcrypt hash every user gets (BENCH_PASSWORD's, at the cost the caller chose). */
+  passwordHash: string;
+  /**
+   * Whether the schema keeps `posts.vote_count` (migration 0005 on): the counts are then set once
+   * after the votes. The previous release's schema has no such column (the upgrade suite seeds it).
+   */
+  voteCounts: boolean;
+}
+
+/**
+ * Fills empty `users`, `posts` and `votes` set-based in SQL (generate_series): users
+ * `user<n>@bench.example`, titles of common words with the search words at their frequencies.
+ */
+export async function insertRows(k: Knex, rows: Rows): Promise<void> {
+  const { users, posts, votes, passwordHash, voteCounts } = rows;
+  await k.raw('SELECT setseed(0.42)');
+  await k.raw(
+    `INSERT INTO users (email, password, created_at)
+     SELECT 'user' || g || '@bench.example', ?, timestamptz '2023-01-01' + g * interval '1 minute'
+     FROM generate_series(1, ?) g`,
+    [passwordHash, users],
+  );
+  // Titles of 3 to 8 common words, some with the common or the rare search word; creation
+  // times rise with the id, with some jitter; nine in ten published.
+  await k.raw(
+    `INSERT INTO posts (title, content, published, created_at, user_id)
+     SELECT t.title, repeat(t.title || '. ', 6), random() < 0.9,
+            timestamptz '2024-01-01' + g * interval '30 seconds' + random() * interval '25 seconds',
+            1 + floor(random() * ?)::int
+     FROM generate_series(1, ?) g
+     CROSS JOIN LATERAL (
+       SELECT initcap(string_agg((?::text[])[1 + floor(random() * ?)::int], ' '))
+              || CASE WHEN random() < 0.1 THEN ' ${COMMON_WORD}' ELSE '' END
+              || CASE WHEN random() < 0.0001 THEN ' ${RARE_WORD}' ELSE '' END AS title
+       FROM generate_series(1, 3 + g % 6)
+     ) t`,
+    [users, posts, WORDS, WORDS.length],
+  );
+  // Newer posts draw more votes; duplicates (same user, same post) are dropped. Counted once
+  // afterwards rather than by the trigger row by row (two million updates at the largest size).
+  if (voteCounts) await k.raw('ALTER TABLE votes DISABLE TRIGGER votes_count');
+  await k.raw(
+    `INSERT INTO votes (user_id, post_id)
+     SELECT DISTINCT 1 + floor(random() * ?)::int, ? - floor(? * power(random(), 2))::int
+     FROM generate_series(1, ?)
+     ON CONFLICT DO NOTHING`,
+    [users, posts, posts, votes],
+  );
+  if (voteCounts) {
+    await k.raw(RECOUNT_VOTES);
+    await k.raw('ALTER TABLE votes ENABLE TRIGGER votes_count');
+  }
+}
+
+/** After a bulk insert: the planner's statistics and the visibility map, as a long-lived database has them. */
+export async function vacuumAnalyze(k: Knex): Promise<void> {
+  for (const table of ['users', 'posts', 'votes']) await k.raw('VACUUM ANALYZE ??', [table]);
+}
+
 export interface SeedInfo {
   database: string;
   posts: number;
@@ -153,45 +217,9 @@ export async function seed(posts: number, reseed: boolean, log: (line: string) =
     log(`seeding ${database}: ${String(users)} users, ${String(posts)} posts, ~${String(2 * posts)} votes`);
     await k.raw('TRUNCATE votes, posts, users RESTART IDENTITY');
     // One bcrypt hash (cost 12) shared by all: hashing each user's would take hours, and logins cost the same.
-    const hash = await bcrypt.hash(BENCH_PASSWORD, 12);
-    await k.raw('SELECT setseed(0.42)');
-    await k.raw(
-      `INSERT INTO users (email, password, created_at)
-       SELECT 'user' || g || '@bench.example', ?, timestamptz '2023-01-01' + g * interval '1 minute'
-       FROM generate_series(1, ?) g`,
-      [hash, users],
-    );
-    // Titles of 3 to 8 common words, some with the common or the rare search word; creation
-    // times rise with the id, with some jitter; nine in ten published.
-    await k.raw(
-      `INSERT INTO posts (title, content, published, created_at, user_id)
-       SELECT t.title, repeat(t.title || '. ', 6), random() < 0.9,
-              timestamptz '2024-01-01' + g * interval '30 seconds' + random() * interval '25 seconds',
-              1 + floor(random() * ?)::int
-       FROM generate_series(1, ?) g
-       CROSS JOIN LATERAL (
-         SELECT initcap(string_agg((?::text[])[1 + floor(random() * ?)::int], ' '))
-                || CASE WHEN random() < 0.1 THEN ' ${COMMON_WORD}' ELSE '' END
-                || CASE WHEN random() < 0.0001 THEN ' ${RARE_WORD}' ELSE '' END AS title
-         FROM generate_series(1, 3 + g % 6)
-       ) t`,
-      [users, posts, WORDS, WORDS.length],
-    );
-    // Newer posts draw more votes; duplicates (same user, same post) are dropped. Counted once
-    // afterwards rather than by the trigger row by row (two million updates at the largest size).
-    await k.raw('ALTER TABLE votes DISABLE TRIGGER votes_count');
-    await k.raw(
-      `INSERT INTO votes (user_id, post_id)
-       SELECT DISTINCT 1 + floor(random() * ?)::int, ? - floor(? * power(random(), 2))::int
-       FROM generate_series(1, ?)
-       ON CONFLICT DO NOTHING`,
-      [users, posts, posts, 2 * posts],
-    );
-    await k.raw(RECOUNT_VOTES);
-    await k.raw('ALTER TABLE votes ENABLE TRIGGER votes_count');
-    await k.raw('VACUUM ANALYZE users');
-    await k.raw('VACUUM ANALYZE posts');
-    await k.raw('VACUUM ANALYZE votes');
+    const passwordHash = await bcrypt.hash(BENCH_PASSWORD, 12);
+    await insertRows(k, { users, posts, votes: 2 * posts, passwordHash, voteCounts: true });
+    await vacuumAnalyze(k);
   }
   const votes = await count('votes');
   await db.close();
