@@ -66,7 +66,11 @@ function verdicts(result: UpgradeResult): [string, boolean, string][] {
       x.apiMismatches.length === 0,
       `${String(x.apiMismatches.length)} of ${String(x.apiChecked)} wrong`,
     ],
-    ['posts.vote_count', x.columnMismatches.length === 0, `${String(x.columnMismatches.length)} rows wrong`],
+    [
+      'stored vote counts',
+      x.columnMismatches.length === 0,
+      `${String(x.columnMismatches.length)} rows wrong`,
+    ],
   ];
 }
 

@@ -160,7 +160,7 @@ export interface Findings {
   /** Posts whose `votes` through the new release differs from their rows in `votes`. */
   apiMismatches: { id: number; api: number | string; rows: number }[];
   apiChecked: number;
-  /** Rows whose `posts.vote_count` differs from their rows in `votes` (null before the column exists). */
+  /** Posts whose stored count (`post_vote_counts`) differs from their rows in `votes` (null: none stored). */
   columnMismatches: { id: number; column: number | null; rows: number }[];
 }
 
@@ -169,6 +169,10 @@ export interface UpgradeResult {
   figures: Figures;
   findings: Findings;
 }
+
+/** Posts without a stored count: not counted yet. */
+const UNCOUNTED =
+  'SELECT count(*) AS n FROM posts p WHERE NOT EXISTS (SELECT 1 FROM post_vote_counts c WHERE c.post_id = p.id)';
 
 const count = async (k: Knex, sql: string, bindings: readonly Knex.Value[] = []): Promise<number> =>
   Number((await k.raw<{ rows: { n: string }[] }>(sql, bindings)).rows[0]?.n ?? 0);
@@ -207,13 +211,13 @@ async function backfillEnd(
     svc.lines.some((l) => /backfill/.test(l.msg ?? '')) || (await pendingGauges(svc)).length > 0;
   await sleep(Math.max(0, readyAt + 5000 - Date.now()));
   if (!finished() && !(await backgrounded())) {
-    const nulls = await count(k, 'SELECT count(*) AS n FROM posts WHERE vote_count IS NULL');
+    const nulls = await count(k, UNCOUNTED);
     return nulls === 0 ? { how: 'in migration' } : { how: 'not finished', pendingNullCounts: nulls };
   }
   try {
     await svc.waitForLog(/^backfill finished$/, withinMs);
   } catch {
-    const nulls = await count(k, 'SELECT count(*) AS n FROM posts WHERE vote_count IS NULL');
+    const nulls = await count(k, UNCOUNTED);
     return { how: 'not finished', pendingNullCounts: nulls };
   }
   const line = finished() as LogLine;
@@ -306,9 +310,10 @@ async function check(
 
   const columnMismatches = (
     await k.raw<{ rows: { id: number; column: number | null; n: string }[] }>(
-      `SELECT p.id, p.vote_count AS column, coalesce(c.n, 0) AS n
-       FROM posts p LEFT JOIN (SELECT post_id, count(*) AS n FROM votes GROUP BY post_id) c ON c.post_id = p.id
-       WHERE p.vote_count IS DISTINCT FROM coalesce(c.n, 0)
+      `SELECT p.id, s.votes AS column, coalesce(c.n, 0) AS n
+       FROM posts p LEFT JOIN post_vote_counts s ON s.post_id = p.id
+       LEFT JOIN (SELECT post_id, count(*) AS n FROM votes GROUP BY post_id) c ON c.post_id = p.id
+       WHERE s.votes IS DISTINCT FROM coalesce(c.n, 0)
        ORDER BY p.id LIMIT 1000`,
     )
   ).rows.map((r) => ({ id: r.id, column: r.column, rows: Number(r.n) }));
@@ -538,7 +543,7 @@ export interface OldOnNewResult {
   /** Answers of the previous release, after this one migrated, that were not a success. */
   wrong: { call: string; status: number; detail: string }[];
   answered: number;
-  /** Posts whose votes through either release, or whose `posts.vote_count`, differ from their rows. */
+  /** Posts whose votes through either release, or whose stored count, differ from their rows. */
   mismatches: {
     id: number;
     old: number | string;
@@ -551,7 +556,7 @@ export interface OldOnNewResult {
 
 /**
  * The previous release keeps serving on the schema this release migrated to: it reads, lists and
- * takes votes (and their withdrawals), and every count either release shows, and the column, is
+ * takes votes (and their withdrawals), and every count either release shows, and the stored one, is
  * the rows in `votes`. Before the migration it serves concurrently for a while, so every pooled
  * connection holds its prepared statements, as after days of service.
  */
@@ -647,7 +652,7 @@ export async function runOldOnNewSchema(options: {
     const columns = new Map(
       (
         await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
-          'SELECT id, vote_count FROM posts WHERE id = ANY(?::int[])',
+          'SELECT post_id AS id, votes AS vote_count FROM post_vote_counts WHERE post_id = ANY(?::int[])',
           [votedOn],
         )
       ).rows.map((r) => [r.id, r.vote_count]),
