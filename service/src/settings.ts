@@ -385,7 +385,7 @@ const table = {
       summary:
         'Most list searches without three letters or digits in a row (`a`, `zz`, `%%`), which no index serves, one process runs at once; another is 503 with `Retry-After: 1` at once, never queued',
       detail:
-        'Such a search walks the newest-first order until it has a page: at once for a common term, the whole table for a rare one (docs/search.md).',
+        'The database answers such a search by walking the newest-first order until it has a page (a common term: at once) or by reading the whole table (a rare one): docs/search.md.',
     },
   }),
   logLevel: variable({

@@ -96,15 +96,14 @@ function likeSubstring(search: string): string {
  * Whether the title's trigram index (pg_trgm) can serve a search: pg_trgm finds rows by the
  * trigrams of the term's words, and a word it can use here is a run of at least three letters or
  * digits (between the pattern's wildcards, a shorter word gives none). Anything else (`a`, `zz`,
- * `%%%%`, `_`, `a b`) would be a scan of every title. Only ASCII letters and digits count: which
- * other characters pg_trgm takes for letters depends on the database's locale (none under C).
+ * `%%%%`, `_`, `a b`) the planner answers by walking the newest-first index with the filter, which
+ * stops after a page (a common term), or by reading the whole table (a rare one): see
+ * docs/search.md. Only ASCII letters and digits count: which other characters pg_trgm takes for
+ * letters depends on the database's locale (none under C).
  */
 export function searchIsIndexed(search: string): boolean {
   return /[A-Za-z0-9]{3}/.test(search);
 }
-
-/** How a list filters by title: not at all, through the trigram index, or by walking the order. */
-type SearchPlan = 'none' | 'indexed' | 'walk';
 
 /**
  * Adds owner and vote count to a set of post rows. The count is the post's own `vote_count`, which
@@ -164,15 +163,14 @@ interface ListParams extends ViewerParams {
 
 /**
  * The one place the list SQL is built, once per shape: the viewer's kind (public or signed in),
- * how the search is served, with or without a cursor; all else is a bound value. The page CTE
+ * with or without a search, with or without a cursor; all else is a bound value. The page CTE
  * reads limit + 1 rows; the outer query keeps `limit` of them with their owners, and tells from
  * the extra row whether another page follows. A cursor is a row-value comparison on
  * (created_at, id), which the newest-first indexes answer as an index condition; its timestamp is
  * rebuilt from integer microseconds exactly.
  */
-function listStatement(kind: ViewerKind, search: SearchPlan, cursor: boolean) {
-  const searchName = { none: '', indexed: '_search', walk: '_search_walk' }[search];
-  const name = `posts_${kind}${searchName}${cursor ? '_after' : ''}`;
+function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
+  const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
   return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
       .select(
@@ -183,12 +181,7 @@ function listStatement(kind: ViewerKind, search: SearchPlan, cursor: boolean) {
       .orderBy([...NEWEST_FIRST])
       .limit(param('read'))
       .offset(param('offset'));
-    if (search === 'indexed') void page.whereILike('title', knex.raw('?', [param('search')]));
-    // A term without a trigram cannot use the title index, whose "match every row" would be a scan
-    // of the whole table and a sort. Written as an expression no index holds, the filter is applied
-    // while walking the newest-first index instead, which stops after `read` matches: at once for a
-    // common term, a walk of every visible post only for a term hardly any title holds.
-    if (search === 'walk') void page.whereRaw(`(title || '') ILIKE ?`, [param('search')]);
+    if (search) void page.whereILike('title', knex.raw('?', [param('search')]));
     if (cursor)
       void page.whereRaw(
         `(created_at, id) < (timestamptz 'epoch' + ?::bigint * interval '1 microsecond', ?::int)`,
@@ -213,9 +206,10 @@ function listStatement(kind: ViewerKind, search: SearchPlan, cursor: boolean) {
 
 const LIST_STATEMENTS = new Map(
   (['public', 'user'] as const).flatMap((kind) =>
-    (['none', 'indexed', 'walk'] as const).flatMap((search) =>
+    [false, true].flatMap((search) =>
       [false, true].map(
-        (cursor) => [`${kind}/${search}/${String(cursor)}`, listStatement(kind, search, cursor)] as const,
+        (cursor) =>
+          [`${kind}/${String(search)}/${String(cursor)}`, listStatement(kind, search, cursor)] as const,
       ),
     ),
   ),
@@ -239,8 +233,9 @@ export async function listPosts(
   const after = query.cursor;
   // An empty search filters nothing, as before the cursor.
   const search = query.search ? likeSubstring(query.search) : undefined;
-  const plan: SearchPlan = query.search ? (searchIsIndexed(query.search) ? 'indexed' : 'walk') : 'none';
-  const shape = LIST_STATEMENTS.get(`${kindOf(viewer)}/${plan}/${String(after !== undefined)}`);
+  const shape = LIST_STATEMENTS.get(
+    `${kindOf(viewer)}/${String(search !== undefined)}/${String(after !== undefined)}`,
+  );
   if (!shape) throw new Error('no list statement for this shape');
   const rows = await db.run<ListRow, ListParams>(shape, {
     ...viewerParams(viewer),
