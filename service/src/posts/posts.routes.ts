@@ -82,8 +82,8 @@ export interface PostsOptions {
 
 /** The posts, added to the app's one API router (app.ts). */
 export function postsRoutes(router: Router, db: Database, auth: Authentication, options: PostsOptions): void {
-  // Per process: such a search walks the posts until it has a page, so a few at once are all a
-  // replica gives them; one more is refused at once rather than queued behind them.
+  // Per process: such a search may read the whole table (docs/search.md), so a few at once are all
+  // a replica gives them; one more is refused at once rather than queued behind them.
   const unindexed = new Slots(options.searchUnindexedConcurrency);
   /**
    * Why a post the caller would change is not there: their user deleted since the request's look-up
