@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { EndpointFigures } from './measure';
+import { loginSection } from './login-report';
 import { poolerSection } from './pooler-report';
 
 export type { EndpointFigures };
@@ -482,7 +483,7 @@ export function readResults(resultsDir: string, log: (line: string) => void): Si
 
 /**
  * Rebuilds docs/benchmarks.md and docs/benchmarks.svg from every result in the folder, with the
- * pooler run's section when `resultsDir` holds one.
+ * pooler run's and the login run's sections when `resultsDir` holds them.
  */
 export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: string): string[] {
   mkdirSync(docsDir, { recursive: true });
@@ -537,7 +538,7 @@ export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: 
     if (deep.length > 0) md.push(...deep, '');
   }
   md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '');
-  if (resultsDir) md.push(...poolerSection(resultsDir));
+  if (resultsDir) md.push(...poolerSection(resultsDir), ...loginSection(resultsDir));
   md.push(...why(results));
   const mdPath = path.join(docsDir, 'benchmarks.md');
   const svgPath = path.join(docsDir, 'benchmarks.svg');

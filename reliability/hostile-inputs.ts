@@ -278,6 +278,12 @@ export function queryString(params: Parameter[]): fc.Arbitrary<string> {
           `${p.name}=1e2`,
           `${p.name}=-0`,
           `${p.name}=%00`,
+          // Past a documented ceiling (skip's 10000) and the largest safe integer (issue 29).
+          `${p.name}=10001`,
+          `${p.name}=9007199254740991`,
+          // Searches no index serves: answered, or at worst refused with 503 while others run.
+          `${p.name}=%25%25`,
+          `${p.name}=_`,
         ),
       ),
     );

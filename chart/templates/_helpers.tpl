@@ -183,8 +183,8 @@ the pooler (transaction mode) instead of opening server connections.
 
 {{/*
 The connection budget, checked at render. Every pod the Deployment may run at once (the most
-replicas plus the rollout's surge of one) opens up to poolMax connections plus one for migrations at
-start. They must fit what answers them: PgBouncer's max_client_conn per pooler instance (the
+replicas plus the rollout's surge of one) opens up to poolMax connections plus one more: for the
+migrations at start, then (once those have closed it) for the readiness probe. They must fit what answers them: PgBouncer's max_client_conn per pooler instance (the
 Service may send every client to one instance), or the server's max_connections less its 3
 superuser-reserved ones. Behind the pooler, its server pools must fit the cluster as well.
 */}}

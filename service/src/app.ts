@@ -74,7 +74,7 @@ export function createApp({
   // Every API route in one router, the busiest first: a request walks one route list, not one
   // router per module.
   const api = exactRouter();
-  postsRoutes(api, db, auth);
+  postsRoutes(api, db, auth, settings);
   // A post the voter cannot read cannot be voted on: the posts' visibility rule, handed to votes.
   votesRoutes(
     api,

@@ -49,9 +49,11 @@ export function healthRouter(
         return;
       }
       let standby: boolean;
+      // On a connection of its own (Database.readiness): requests filling the pool are load, not a
+      // database that has gone, and load alone must not take every replica out of rotation.
       try {
         const { rows } = await withTimeout(
-          db.knex.raw<{ rows: { standby: boolean }[] }>('SELECT pg_is_in_recovery() AS standby'),
+          db.readiness.raw<{ rows: { standby: boolean }[] }>('SELECT pg_is_in_recovery() AS standby'),
           DATABASE_CHECK_TIMEOUT_MS,
           `the database did not answer within ${DATABASE_CHECK_TIMEOUT_MS} ms`,
         );
@@ -100,6 +102,6 @@ export const healthDocs = {
  *     description: HEAD answers alike, without a body; a query string is ignored; other methods are 405.
  *     responses:
  *       405: { description: 'Not GET or HEAD; `Allow: GET, HEAD`.' }
- *       200: { description: 'The database answered within 1 s, and it is a primary (it takes writes).' }
+ *       200: { description: 'The database answered within 1 s, on a connection kept for the probe (a pool busy with requests does not delay it), and it is a primary (it takes writes).' }
  *       503: { description: 'The database did not answer in time, or it is a read-only standby (during a failover), or the process is shutting down.' }
  */

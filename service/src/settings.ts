@@ -365,6 +365,29 @@ const table = {
       summary: 'bcrypt cost of password hashes: tests may use 4, production never below 10',
     },
   }),
+  /** How many password hashes or checks run at once; the rest wait (users.routes.ts). */
+  passwordHashConcurrency: variable({
+    env: 'PASSWORD_HASH_CONCURRENCY',
+    rule: Joi.number().integer().min(1).max(64).default(2),
+    docs: {
+      summary:
+        "Most bcrypt hashes (registration) and checks (login) one process runs at once; the others wait their turn. Keep it below libuv's threadpool (`UV_THREADPOOL_SIZE`, 4 by default), which request decompression also needs",
+      detail:
+        'bcrypt runs on the same four threads as zlib: without a bound, a handful of logins would make every gzip-bodied request wait behind them (docs/benchmarks.md, "Login and the threadpool").',
+    },
+  }),
+  /** How many searches the title index cannot serve run at once; the rest are 503 at once (posts.routes.ts). */
+  searchUnindexedConcurrency: variable({
+    env: 'SEARCH_UNINDEXED_CONCURRENCY',
+    rule: Joi.number().integer().min(1).max(64).default(2),
+    docs: {
+      section: 'Load',
+      summary:
+        'Most list searches without three letters or digits in a row (`a`, `zz`, `%%`), which no index serves, one process runs at once; another is 503 with `Retry-After: 1` at once, never queued',
+      detail:
+        'The database answers such a search by walking the newest-first order until it has a page (a common term: at once) or by reading the whole table (a rare one): docs/search.md.',
+    },
+  }),
   logLevel: variable({
     env: 'LOG_LEVEL',
     rule: Joi.string<(typeof LOG_LEVELS)[number]>()
@@ -487,6 +510,8 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     corsAllowedOrigins: s.corsAllowedOrigins,
     bcryptRounds: s.bcryptRounds,
+    passwordHashConcurrency: s.passwordHashConcurrency,
+    searchUnindexedConcurrency: s.searchUnindexedConcurrency,
     logLevel: s.logLevel,
     shutdownDelaySeconds: s.shutdownDelaySeconds,
     shutdownTimeoutSeconds: s.shutdownTimeoutSeconds,

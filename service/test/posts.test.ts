@@ -461,6 +461,20 @@ describe('List query rules', () => {
     expectProblem(await api().get(`/posts/public?${query}`), 422);
   });
 
+  test.each(['/posts/', '/posts/public'])(
+    'When %s is asked to skip past the ceiling (10,000), then 422 naming skip and pointing to the cursor; at the ceiling, 200',
+    async (path) => {
+      for (const skip of ['10001', '9007199254740991']) {
+        const res = await api().get(`${path}?skip=${skip}`).set(bearer(alice));
+        const problem = expectProblem(res, 422);
+        expect(problem.errors).toEqual([
+          { field: 'skip', message: expect.stringMatching(/10000.*cursor/) as string },
+        ]);
+      }
+      expect((await api().get(`${path}?skip=10000`).set(bearer(alice))).status).toBe(200);
+    },
+  );
+
   test('When the query names a field, then the 422 errors name it too', async () => {
     const res = await api().get('/posts/?limit=0&skip=-1').set(bearer(alice));
     const fields = expectProblem(res, 422).errors?.map((e) => e.field);
@@ -621,6 +635,43 @@ describe('Search', () => {
     );
     expect(await listIds(`/posts?limit=2&skip=3&search=${t}`, alice)).toEqual(newestFirst.slice(3, 5));
     expect(await listIds(searchPath('/posts/public', t, '&skip=4&limit=10'))).toEqual(newestFirst.slice(4));
+  });
+
+  test('When the search is shorter than three letters (one, two), then it is still a case-insensitive substring of titles, drafts only for their owner', async () => {
+    // "zq" and "ǂ" appear in no other title of this file: a short term can carry no unique token.
+    const t = token();
+    const published = await newPost(service.app, alice, { title: `${t} ZQuiet ǂ` });
+    const draft = await newPost(service.app, alice, { title: `${t} lazq`, published: false });
+    await newPost(service.app, alice, { title: `${t} z q` });
+    expect(await listIds(searchPath('/posts/', 'zq'), alice)).toEqual([draft.id, published.id]);
+    expect(await listIds(searchPath('/posts/', 'Zq'), bob)).toEqual([published.id]);
+    expect(await listIds(searchPath('/posts/public', 'zQ'))).toEqual([published.id]);
+    expect(await listIds(searchPath('/posts/public', 'ǂ'))).toEqual([published.id]);
+  });
+
+  test('When the search holds only wildcard characters ("%%", "_%"), then they match themselves, however few', async () => {
+    const t = token();
+    const twoPercent = await newPost(service.app, bob, { title: `${t} 50%% off` });
+    const underscorePercent = await newPost(service.app, bob, { title: `${t} 9_%` });
+    expect(await listIds(searchPath('/posts/public', '%%'))).toEqual([twoPercent.id]);
+    expect(await listIds(searchPath('/posts/', '_%'), alice)).toEqual([underscorePercent.id]);
+  });
+
+  test('When a short search is paged by skip and by cursor, then the pages are its matches, newest first, without overlap', async () => {
+    const t = token();
+    const ids: number[] = [];
+    for (let i = 0; i < 5; i += 1) ids.push((await newPost(service.app, bob, { title: `${t} qj${i}` })).id);
+    const newestFirst = [...ids].reverse();
+    expect(await listIds(searchPath('/posts/public', 'qj', '&limit=2&skip=1'))).toEqual(
+      newestFirst.slice(1, 3),
+    );
+    const first = await api()
+      .get(searchPath('/posts/', 'qj', '&limit=3'))
+      .set(bearer(alice));
+    expect((first.body as PostBody[]).map((p) => p.id)).toEqual(newestFirst.slice(0, 3));
+    const next = /<([^>]+)>; rel="next"/.exec(String(first.headers.link))?.[1];
+    expect(next).toContain('search=qj');
+    expect(await listIds(String(next), alice)).toEqual(newestFirst.slice(3));
   });
 
   test('When the search matches nothing, then 200 with []', async () => {

@@ -26,6 +26,12 @@ export interface Database {
   run<Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]>;
   /** Opens the migrations' connection (on the embedded database, its one session). */
   forMigrations(): MigrationConnection;
+  /**
+   * What readiness asks the database on. PostgreSQL: one connection of its own, outside the
+   * request pool, so a pool busy with requests does not make a healthy replica look unready; its
+   * statements are cancelled after DATABASE_CHECK_TIMEOUT_MS. Embedded: the one session.
+   */
+  readiness: Knex;
   close(): Promise<void>;
 }
 
@@ -167,8 +173,12 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
   const { db } = settings;
   if (db.hostname) {
     const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
+    // Opened at the first probe, after the migrations' connection has closed (main.ts): a process
+    // holds at most poolMax + 1 connections.
+    const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS);
     return {
       knex: instance,
+      readiness,
       kind: 'postgres',
       run: statementRunner(instance, db.preparedStatements, (connection, work) =>
         withDeadline(connection as unknown as DeadlineConnection, work, db.statementTimeoutMs),
@@ -183,7 +193,9 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
           close: () => migrations.destroy(),
         };
       },
-      close: () => instance.destroy(),
+      close: async () => {
+        await Promise.all([instance.destroy(), readiness.destroy()]);
+      },
     };
   }
 
@@ -196,6 +208,8 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
   });
   return {
     knex: instance,
+    // PGlite has one session: a probe waits for the statement before it, bounded by its 1 s.
+    readiness: instance,
     kind: 'embedded',
     // PGlite keeps no statements between queries, and its own statement_timeout bounds each one.
     run: statementRunner(instance, false, (_connection, work) => work),

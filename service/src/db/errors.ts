@@ -15,6 +15,16 @@ export function errorFields(error: unknown): { name: string; code: string | unde
   };
 }
 
+/**
+ * The foreign key a statement broke (SQLSTATE 23503), by the constraint's name, which pg and
+ * PGlite both report; undefined for any other error.
+ */
+export function brokenForeignKey(error: unknown): string | undefined {
+  if (errorFields(error).code !== '23503') return undefined;
+  const { constraint } = error as { constraint?: unknown };
+  return typeof constraint === 'string' ? constraint : undefined;
+}
+
 const UNAVAILABLE_ERRNO = new Set([
   'ECONNREFUSED',
   'ECONNRESET',

@@ -164,7 +164,7 @@ const definition = (parts: readonly DocsPart[]) => {
         },
         ListValidationError: {
           description:
-            'Invalid query fields; `errors` lists each: `limit` or `skip` out of range, a `cursor` this service did not write (altered, truncated, over 64 characters), or `cursor` together with `skip` (even `skip=0`).',
+            'Invalid query fields; `errors` lists each: `limit` or `skip` out of range (`skip` is at most 10000: the cursor pages deeper), a `cursor` this service did not write (altered, truncated, over 64 characters), or `cursor` together with `skip` (even `skip=0`).',
           content: problem({
             title: 'Unprocessable Entity',
             status: 422,
@@ -183,7 +183,7 @@ const definition = (parts: readonly DocsPart[]) => {
             'Sent by the proxy, not the service: over 10 requests a minute from one address to `/login` and `/users/` together.',
         },
         ServiceUnavailable: response(
-          'The database did not answer; retry shortly.',
+          'The database did not answer, or (lists) too many searches no index serves are running on this replica; retry after `Retry-After` seconds.',
           503,
           'Service Unavailable',
           'The database is not available right now; try again shortly',

@@ -42,7 +42,8 @@ export interface Authentication {
   token: RequestHandler;
   /**
    * Behind `token`, for a route about to answer without its statement (a bad query): 401 comes
-   * before 422 (API.md), so the caller's user is confirmed first. Throws unknownCaller().
+   * before 422 (API.md), so the caller's user is confirmed first. Behind `user`, for a route
+   * whose write found the caller's rows gone: whether their user went too. Throws unknownCaller().
    */
   confirm(req: Express.Request): Promise<void>;
 }
@@ -133,7 +134,7 @@ export function requireAuth(
       next();
     }),
     async confirm(req) {
-      if (!(await findUser(callerId(req)))) throw unknownCaller();
+      if (!(await findUser(req.user?.id ?? callerId(req)))) throw unknownCaller();
     },
   };
 }

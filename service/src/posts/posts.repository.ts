@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
+import { brokenForeignKey } from '../db/errors';
 import { statement, type Param } from '../db/statements';
 import type { User } from '../http/auth';
 import type { Position } from './posts.cursor';
@@ -88,6 +89,19 @@ const NEWEST_FIRST = [
 /** LIKE treats % and _ as wildcards and \ as their escape; a search means them literally. */
 function likeSubstring(search: string): string {
   return `%${search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}
+
+/**
+ * Whether the title's trigram index (pg_trgm) can serve a search: pg_trgm finds rows by the
+ * trigrams of the term's words, and a word it can use here is a run of at least three letters or
+ * digits (between the pattern's wildcards, a shorter word gives none). Anything else (`a`, `zz`,
+ * `%%%%`, `_`, `a b`) the planner answers by walking the newest-first index with the filter, which
+ * stops after a page (a common term), or by reading the whole table (a rare one): see
+ * docs/search.md. Only ASCII letters and digits count: which other characters pg_trgm takes for
+ * letters depends on the database's locale (none under C).
+ */
+export function searchIsIndexed(search: string): boolean {
+  return /[A-Za-z0-9]{3}/.test(search);
 }
 
 /**
@@ -272,11 +286,18 @@ export async function visiblePostOwner(
   return (await ownerRows(db, viewer, { id }))[0]?.user_id;
 }
 
-export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post> {
-  const [row] = await db
-    .knex<PostRow>('posts')
-    .insert({ title: input.title, content: input.content, published: input.published, user_id: owner.id })
-    .returning<PostRow[]>([...POST_COLUMNS]);
+/** The new post, or undefined when its owner's user was deleted after the caller was looked up. */
+export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post | undefined> {
+  let row: PostRow | undefined;
+  try {
+    [row] = await db
+      .knex<PostRow>('posts')
+      .insert({ title: input.title, content: input.content, published: input.published, user_id: owner.id })
+      .returning<PostRow[]>([...POST_COLUMNS]);
+  } catch (error) {
+    if (brokenForeignKey(error) === 'posts_user_id_foreign') return undefined;
+    throw error;
+  }
   if (!row) throw new Error('insert returned no row');
   return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
 }

@@ -5,25 +5,45 @@ import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
+import { Slots } from '../concurrency';
 import { encodeCursor } from './posts.cursor';
 import {
   createPost,
   deletePost,
   getPost,
   listPosts,
+  searchIsIndexed,
   updatePost,
   visiblePostOwner,
   type ListPage,
+  type Viewer,
 } from './posts.repository';
 import { listQuery, postIdParams, postInput, type ListQuery } from './posts.schemas';
+
+/** A search no index serves, while as many as the replica runs at once are running already. */
+const searchesBusy = (): ApiError =>
+  new ApiError(
+    503,
+    'Too many searches without three letters or digits in a row are running; try again shortly, or search for a longer term',
+    {},
+    { 'Retry-After': '1' },
+  );
 
 /** Visible to the caller but not theirs. */
 const notYourPost = (): ApiError => new ApiError(403, 'Not authorized to perform requested action');
 
-/** What the caller may change: a post they cannot see is 404; one they see but do not own, 403. */
-async function assertOwnPost(db: Database, id: number, userId: number): Promise<void> {
+/**
+ * What the caller may change: a post they cannot see is `missing` (404, or 401 when the caller's
+ * user has gone meanwhile); one they see but do not own, 403.
+ */
+async function assertOwnPost(
+  db: Database,
+  id: number,
+  userId: number,
+  missing: () => Promise<ApiError>,
+): Promise<void> {
   const owner = await visiblePostOwner(db, id, { userId });
-  if (owner === undefined) throw postNotFound(id);
+  if (owner === undefined) throw await missing();
   if (owner !== userId) throw notYourPost();
 }
 
@@ -55,8 +75,42 @@ const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'que
 const listQueryOf = (asked: Request['query']): ListQuery =>
   Object.keys(asked).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, asked, 'query');
 
+export interface PostsOptions {
+  /** How many searches the title index cannot serve run at once (SEARCH_UNINDEXED_CONCURRENCY). */
+  searchUnindexedConcurrency: number;
+}
+
 /** The posts, added to the app's one API router (app.ts). */
-export function postsRoutes(router: Router, db: Database, auth: Authentication): void {
+export function postsRoutes(router: Router, db: Database, auth: Authentication, options: PostsOptions): void {
+  // Per process: such a search may read the whole table (docs/search.md), so a few at once are all
+  // a replica gives them; one more is refused at once rather than queued behind them.
+  const unindexed = new Slots(options.searchUnindexedConcurrency);
+  /**
+   * Why a post the caller would change is not there: their user deleted since the request's look-up
+   * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
+   */
+  const vanished = async (req: Request, id: number): Promise<ApiError> => {
+    try {
+      await auth.confirm(req);
+    } catch (error) {
+      if (error instanceof ApiError) return error;
+      throw error;
+    }
+    return postNotFound(id);
+  };
+
+  function listPage(viewer: 'public', query: ListQuery): Promise<ListPage>;
+  function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined>;
+  function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined> {
+    if (!query.search || searchIsIndexed(query.search)) return listPosts(db, viewer, query);
+    return unindexed.tryRun(
+      () => listPosts(db, viewer, query),
+      () => {
+        throw searchesBusy();
+      },
+    );
+  }
+
   // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
     const asked = req.query;
@@ -69,13 +123,15 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication):
       throw invalid;
     }
     // The caller's user is looked up by the list's own statement (auth.token).
-    const page = await listPosts(db, { userId: callerId(req) }, query);
+    const page = await listPage({ userId: callerId(req) }, query);
     if (!page) throw unknownCaller();
     sendPage(req, res, asked, query, page);
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
-    sendJson(res.status(201), await createPost(db, caller(req), input));
+    const post = await createPost(db, caller(req), input);
+    if (!post) throw unknownCaller();
+    sendJson(res.status(201), post);
   };
   // Both spellings answer alike (the contract's list path is /posts/).
   router
@@ -89,7 +145,7 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication):
     .get(async (req, res) => {
       const asked = req.query;
       const query = listQueryOf(asked);
-      sendPage(req, res, asked, query, await listPosts(db, 'public', query));
+      sendPage(req, res, asked, query, await listPage('public', query));
     })
     .all(methodNotAllowed(['GET']));
 
@@ -105,15 +161,15 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication):
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const { id: userId } = caller(req);
-      await assertOwnPost(db, id, userId);
+      await assertOwnPost(db, id, userId, () => vanished(req, id));
       const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
-      if (!post) throw postNotFound(id);
+      if (!post) throw await vanished(req, id);
       sendJson(res, post);
     })
     .delete(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      await assertOwnPost(db, id, caller(req).id);
-      if (!(await deletePost(db, id))) throw postNotFound(id);
+      await assertOwnPost(db, id, caller(req).id, () => vanished(req, id));
+      if (!(await deletePost(db, id))) throw await vanished(req, id);
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));

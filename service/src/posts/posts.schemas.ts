@@ -64,11 +64,21 @@ const cursor = Joi.string()
       'It carries only a position, so it is valid on either list. Not with `skip`.',
   ) as unknown as Joi.ObjectSchema<Position>;
 
+/**
+ * The deepest `skip`: an offset is read and thrown away row by row, so its cost grows with it; the
+ * cursor pages deeper at the cost of a first page.
+ */
+export const SKIP_MAX = 10_000;
+
 export const listQuery = Joi.object<ListQuery, true>({
   limit: Joi.number().integer().min(1).max(100).default(10).description('Page size.'),
   skip: Joi.number()
     .integer()
     .min(0)
+    .max(SKIP_MAX)
+    .messages({
+      'number.max': `{#label} must be at most ${SKIP_MAX}; page deeper with the cursor of the Link header`,
+    })
     .default(0)
     // ancestors[0] is the query as sent: a skip the client sent, even 0, does not go with a cursor.
     .custom((value: number, helpers) =>
@@ -78,12 +88,16 @@ export const listQuery = Joi.object<ListQuery, true>({
             custom: '{#label} cannot be combined with cursor; a cursor page starts where the cursor points',
           }),
     )
-    .description('Posts to skip first (OFFSET: deep pages are slow; prefer `cursor`). Not with `cursor`.'),
+    .description(
+      `Posts to skip first, at most ${SKIP_MAX} (an offset: deeper pages cost more; \`cursor\` pages deeper at the same cost). Not with \`cursor\`.`,
+    ),
   search: Joi.string()
     .allow('')
     .max(300)
     .custom((value: string, helpers) => nulError(value, helpers) ?? value)
-    .description('Case-insensitive substring of the title; `%` and `_` match themselves.'),
+    .description(
+      'Case-insensitive substring of the title; `%` and `_` match themselves. A search without three letters or digits in a row (`a`, `zz`, `%%`) no index serves: only a few run at once per replica, and beyond them the answer is 503 with `Retry-After` at once.',
+    ),
   cursor,
 });
 

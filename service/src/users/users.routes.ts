@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
+import { Semaphore } from '../concurrency';
 import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, jsonBody } from '../http/body';
@@ -13,6 +14,8 @@ import { bcryptComparable, loginForm, userCreate } from './users.schemas';
 
 export interface UsersOptions {
   bcryptRounds: number;
+  /** How many bcrypt hashes and checks run at once (PASSWORD_HASH_CONCURRENCY). */
+  passwordHashConcurrency: number;
   /** The signing key (SECRET_KEY's, tokenKeys), which the authentication verifies with too. */
   signing: TokenKey;
   accessTokenExpireMinutes: number;
@@ -20,19 +23,26 @@ export interface UsersOptions {
 
 /** Registration and the form login, added to the app's one API router (app.ts). */
 export function usersRoutes(router: Router, db: Database, options: UsersOptions): void {
+  // bcrypt runs on libuv's threadpool, which request decompression (zlib) shares: bounding how
+  // many hashes run at once leaves the other threads to the rest of the traffic. A login that
+  // waits here waits for a turn, whatever its outcome, so a failed one still costs what a
+  // successful one does.
+  const hashing = new Semaphore(options.passwordHashConcurrency);
+  const hash = (password: string) => hashing.run(() => bcrypt.hash(password, options.bcryptRounds));
+  const compare = (password: string, against: string) => hashing.run(() => bcrypt.compare(password, against));
+
   router
     .route('/users/')
     .post(...jsonBody, async (req, res) => {
       const input = validate(userCreate, req.body, 'body');
-      const hash = await bcrypt.hash(input.password, options.bcryptRounds);
-      const user = await createUser(db, input.email, hash);
+      const user = await createUser(db, input.email, await hash(input.password));
       if (!user) throw new ApiError(409, `A user with email ${input.email} already exists`);
       sendJson(res.status(201), user);
     })
     .all(methodNotAllowed(['POST']));
 
   // Compared against when the e-mail is unknown, at the same cost as a real hash.
-  const dummyHash = bcrypt.hash(randomBytes(18).toString('base64'), options.bcryptRounds);
+  const dummyHash = hash(randomBytes(18).toString('base64'));
 
   router
     .route('/login')
@@ -44,7 +54,7 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       const user = address.ok ? await findUserByEmail(db, address.email) : undefined;
       // Registration refuses what bcrypt would not compare in full, so such a password never matches.
       const comparable = bcryptComparable(form.password);
-      const matches = await bcrypt.compare(form.password, user?.password ?? (await dummyHash));
+      const matches = await compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
       sendJson(res, {
         access_token: signAccessToken(user.id, options.signing, options.accessTokenExpireMinutes),

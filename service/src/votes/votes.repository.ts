@@ -1,5 +1,5 @@
 import type { Database } from '../db/connection';
-import { errorFields } from '../db/errors';
+import { brokenForeignKey } from '../db/errors';
 import { statement } from '../db/statements';
 
 type VoteKey = { userId: number; postId: number };
@@ -28,13 +28,15 @@ export async function addVote(
   db: Database,
   userId: number,
   postId: number,
-): Promise<'added' | 'exists' | 'no-post'> {
+): Promise<'added' | 'exists' | 'no-post' | 'no-user'> {
   try {
     const inserted = await db.run(insertVote, { userId, postId });
     return inserted.length > 0 ? 'added' : 'exists';
   } catch (error) {
-    // The post was deleted between the existence check and the insert.
-    if (errorFields(error).code === '23503') return 'no-post';
+    // The post, or the voter's own user, was deleted between the checks and the insert.
+    const key = brokenForeignKey(error);
+    if (key === 'votes_post_id_foreign') return 'no-post';
+    if (key === 'votes_user_id_foreign') return 'no-user';
     throw error;
   }
 }

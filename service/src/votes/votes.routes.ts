@@ -1,6 +1,6 @@
 import type { RequestHandler, Router } from 'express';
 import type { Database } from '../db/connection';
-import { caller } from '../http/auth';
+import { caller, unknownCaller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
@@ -32,6 +32,7 @@ export function votesRoutes(
       if (vote.dir === 1) {
         const outcome = await addVote(db, user.id, vote.post_id);
         if (outcome === 'no-post') throw postNotFound(vote.post_id);
+        if (outcome === 'no-user') throw unknownCaller();
         if (outcome === 'exists')
           throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
         sendJson(res.status(201), { message: 'successfully added vote' });
