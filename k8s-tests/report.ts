@@ -39,6 +39,8 @@ export interface Report {
     migrationsAfter: number[];
     sent: number;
     failed: number;
+    /** Failed requests by kind and status. */
+    failedBy: Record<string, number>;
     byRequest: Record<string, number>;
     detail: string;
     upgradeMs: number;
@@ -156,6 +158,15 @@ export function formatReport(report: Report): string {
       ),
     );
     lines.push(row('  rollout', upgrade.detail));
+    if (upgrade.failed > 0)
+      lines.push(
+        row(
+          '  failed',
+          Object.entries(upgrade.failedBy)
+            .map(([kind, count]) => `${count} ${kind}`)
+            .join(', '),
+        ),
+      );
     lines.push(
       row(
         '  migrations applied',

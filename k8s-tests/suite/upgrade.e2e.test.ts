@@ -118,6 +118,7 @@ upgradeCase(
     let sent = 0;
     const byRequest: Record<string, number> = {};
     const failures: string[] = [];
+    const failedBy: Record<string, number> = {};
     const startedAt = Date.now();
     let detail = '';
     const rollout = upgrade()
@@ -144,7 +145,11 @@ upgradeCase(
           expected = 201;
           if (answer.status === expected) voted = !voted;
         }
-        if (answer.status !== expected) failures.push(`${kind}: ${show(answer)}`);
+        if (answer.status !== expected) {
+          failures.push(`${kind}: ${show(answer)}`);
+          const key = `${kind} ${answer.error ? 'no answer' : String(answer.status)}`;
+          failedBy[key] = (failedBy[key] ?? 0) + 1;
+        }
       }
       return voted;
     };
@@ -198,6 +203,7 @@ upgradeCase(
         migrationsAfter: pages.map((page) => applied(page) ?? -1),
         sent,
         failed: failures.length,
+        failedBy,
         byRequest,
         detail,
         upgradeMs,
