@@ -7,6 +7,7 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   // The cases share one user and one rate-limit counter: one file, in order, one worker.
   maxWorkers: 1,
+  testSequencer: '<rootDir>/k8s-tests/sequencer.mjs',
   testTimeout: 60000,
   verbose: true,
 };

@@ -27,6 +27,26 @@ export interface Report {
     restarts: number;
   };
   rollout?: { sent: number; failed: number; detail: string };
+  /** The upgrade case (local runner): the previous release's replicas replaced by this release's. */
+  upgrade?: {
+    from: string;
+    to: string;
+    /** Written through the proxy before the upgrade. */
+    posts: number;
+    votes: number;
+    /** db_migrations_applied of each replica before and after. */
+    migrationsBefore: number[];
+    migrationsAfter: number[];
+    sent: number;
+    failed: number;
+    /** Failed requests by kind and status. */
+    failedBy: Record<string, number>;
+    byRequest: Record<string, number>;
+    detail: string;
+    upgradeMs: number;
+    /** From the end of the rollout until every replica reports the backfill finished. */
+    backfillDoneMs: number;
+  };
   /** Case 10: writes while the primary is killed (CloudNativePG topology only). */
   failover?: {
     sent: number;
@@ -62,6 +82,7 @@ export interface Report {
     replicas: {
       name: string;
       database: 'empty' | 'migrated';
+      image?: string;
       startToReadyMs: number;
       launchToReadyMs: number;
       memory?: { peakRssBytes: number; cgroupPeakBytes?: number };
@@ -125,6 +146,46 @@ export function formatReport(report: Report): string {
     lines.push(row('rollout: requests during it', `${rollout.sent} sent, ${rollout.failed} failed`));
     lines.push(row('  rollout', rollout.detail));
   }
+  const { upgrade } = report;
+  if (upgrade) {
+    const kinds = Object.entries(upgrade.byRequest)
+      .map(([kind, count]) => `${count} ${kind}`)
+      .join(', ');
+    lines.push(
+      row(
+        'upgrade: requests during it',
+        `${upgrade.from} -> ${upgrade.to} in ${(upgrade.upgradeMs / 1000).toFixed(1)} s: ${upgrade.sent} sent (${kinds}), ${upgrade.failed} failed`,
+      ),
+    );
+    lines.push(row('  rollout', upgrade.detail));
+    if (upgrade.failed > 0)
+      lines.push(
+        row(
+          '  failed',
+          Object.entries(upgrade.failedBy)
+            .map(([kind, count]) => `${count} ${kind}`)
+            .join(', '),
+        ),
+      );
+    lines.push(
+      row(
+        '  migrations applied',
+        `${upgrade.migrationsBefore.join(', ')} before (per replica), ${upgrade.migrationsAfter.join(', ')} after`,
+      ),
+    );
+    lines.push(
+      row(
+        '  written before, read after',
+        `${upgrade.posts} posts with ${upgrade.votes} votes, all as written`,
+      ),
+    );
+    lines.push(
+      row(
+        '  vote count backfill finished',
+        `${(upgrade.backfillDoneMs / 1000).toFixed(1)} s after the rollout`,
+      ),
+    );
+  }
   const { failover } = report;
   if (failover) {
     lines.push(
@@ -182,7 +243,7 @@ export function formatReport(report: Report): string {
       lines.push(
         row(
           `  ${replica.name}`,
-          `ready ${(replica.startToReadyMs / 1000).toFixed(1)} s after start, ${(replica.launchToReadyMs / 1000).toFixed(1)} s after launch (${replica.database} database)${memory}`,
+          `ready ${(replica.startToReadyMs / 1000).toFixed(1)} s after start, ${(replica.launchToReadyMs / 1000).toFixed(1)} s after launch (${replica.database} database${replica.image ? `, ${replica.image}` : ''})${memory}`,
         ),
       );
     }

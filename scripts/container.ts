@@ -9,7 +9,10 @@
  * and explicit ulimits on build and run (podman's defaults exceed what the caller may set).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { previousRelease } from '../testing/releases';
 import { nodeImage, repoRoot } from './node-release';
 
 export const IMAGE = 'social-posts:local';
@@ -67,6 +70,55 @@ export function runLimits(): string[] {
   const nofile = Math.min(hard('Max open files') || 1024, 65536);
   const nproc = Math.min(hard('Max processes') || 4096, 4096);
   return ['--ulimit', `nofile=${nofile}:${nofile}`, '--ulimit', `nproc=${nproc}:${nproc}`];
+}
+
+/**
+ * The certificate authorities this machine's npm trusts beyond Node's own (`npm config get
+ * cafile`, e.g. a TLS-inspecting egress proxy's), or undefined when it trusts Node's alone.
+ */
+function hostNpmCaFile(): string | undefined {
+  const result = spawnSync('npm', ['config', 'get', 'cafile'], { encoding: 'utf8' });
+  const file = result.stdout.trim();
+  return file && file !== 'null' && existsSync(file) ? file : undefined;
+}
+
+/**
+ * Builds `context`'s Dockerfile into `tag`, its base already stored. With podman: `build --network
+ * host` and the ulimits of `runLimits()`, and npm in the build stages trusting what this machine's
+ * npm trusts.
+ */
+export function build(context: string, tag: string, log: (message: string) => void): void {
+  const options: string[] = [];
+  const scratch = mkdtempSync(join(tmpdir(), 'social-posts-build-'));
+  try {
+    if (engine().name === 'podman') {
+      options.push('--network', 'host', ...runLimits());
+      // Build-time volumes (podman only) carry the CA in without a Dockerfile change and without
+      // entering a layer.
+      const caFile = hostNpmCaFile();
+      if (caFile) {
+        const npmrc = join(scratch, 'npmrc');
+        writeFileSync(npmrc, 'cafile=/run/social-posts-build/ca.crt\n');
+        options.push('--volume', `${caFile}:/run/social-posts-build/ca.crt:ro`);
+        options.push('--volume', `${npmrc}:/root/.npmrc:ro`);
+        log(`npm in the build trusts this machine's npm cafile ${caFile} (mounted for the build only)`);
+      }
+    }
+    const [command, ...args] = [
+      ...engine().command,
+      'build',
+      ...options,
+      '--tag',
+      tag,
+      '--file',
+      'Dockerfile',
+      '.',
+    ];
+    if (!command) throw new Error('no command');
+    execFileSync(command, args, { cwd: context, stdio: 'inherit' });
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
 }
 
 /** Whether the engine stores an image under this reference. */
@@ -136,4 +188,9 @@ export function imageFacts(): ImageFacts {
     baseSize: baseImage.Size,
     appLayers: added.reduce((sum, layer) => sum + layer.size, 0),
   };
+}
+
+/** The previous release's image (`npm run image:previous`), tagged with its version. */
+export function previousImage(): string {
+  return `social-posts:${previousRelease().version}`;
 }

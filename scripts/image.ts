@@ -1,14 +1,9 @@
 /**
  * `npm run image:build`: builds the Dockerfile as it is into `social-posts:local` (its base pulled
  * or stood in for by scripts/stand-in-base.ts), then prints the image's size and each layer's, and
- * what the service adds on top of the base. With podman: `build --network host` and the ulimits
- * of `runLimits()` (scripts/container.ts).
+ * what the service adds on top of the base, built as `build()` of scripts/container.ts does.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { engine, history, IMAGE, imageFacts, mb, runLimits, type ImageFacts } from './container';
+import { build, engine, history, IMAGE, imageFacts, mb, type ImageFacts } from './container';
 import { nodeImage, repoRoot } from './node-release';
 import { ensureBase } from './stand-in-base';
 
@@ -33,52 +28,11 @@ function report(): ImageFacts {
   return facts;
 }
 
-/**
- * The certificate authorities this machine's npm trusts beyond Node's own (`npm config get
- * cafile`, e.g. a TLS-inspecting egress proxy's), or undefined when it trusts Node's alone.
- */
-function hostNpmCaFile(): string | undefined {
-  const result = spawnSync('npm', ['config', 'get', 'cafile'], { encoding: 'utf8' });
-  const file = result.stdout.trim();
-  return file && file !== 'null' && existsSync(file) ? file : undefined;
-}
-
 function buildImage(): void {
-  const { name } = engine();
   const base = ensureBase(log);
-  log(`engine: ${name}; base ${nodeImage().fullName} (${base})`);
+  log(`engine: ${engine().name}; base ${nodeImage().fullName} (${base})`);
   const started = Date.now();
-  const options: string[] = [];
-  const scratch = mkdtempSync(join(tmpdir(), 'social-posts-build-'));
-  try {
-    if (name === 'podman') {
-      options.push('--network', 'host', ...runLimits());
-      // npm in the build stages must trust what the machine's npm trusts. Build-time volumes
-      // (podman only) carry that in without a Dockerfile change and without entering a layer.
-      const caFile = hostNpmCaFile();
-      if (caFile) {
-        const npmrc = join(scratch, 'npmrc');
-        writeFileSync(npmrc, 'cafile=/run/social-posts-build/ca.crt\n');
-        options.push('--volume', `${caFile}:/run/social-posts-build/ca.crt:ro`);
-        options.push('--volume', `${npmrc}:/root/.npmrc:ro`);
-        log(`npm in the build trusts this machine's npm cafile ${caFile} (mounted for the build only)`);
-      }
-    }
-    const [command, ...args] = [
-      ...engine().command,
-      'build',
-      ...options,
-      '--tag',
-      IMAGE,
-      '--file',
-      'Dockerfile',
-      '.',
-    ];
-    if (!command) throw new Error('no command');
-    execFileSync(command, args, { cwd: repoRoot, stdio: 'inherit' });
-  } finally {
-    rmSync(scratch, { recursive: true, force: true });
-  }
+  build(repoRoot, IMAGE, log);
   log(`built ${IMAGE} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 

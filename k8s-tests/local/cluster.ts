@@ -7,7 +7,8 @@
  *   leaves the upstream ENDPOINT_LAG_MS after its SIGTERM, because on a cluster the kubelet's
  *   SIGTERM and the controller's endpoint update race and the update arrives later;
  * - Deployment controller: a rollout replaces the replicas one by one with maxSurge 1 and
- *   maxUnavailable 0 (a new replica ready before an old one is terminated).
+ *   maxUnavailable 0 (a new replica ready before an old one is terminated), with the pod
+ *   template's image as it is (`rollout restart`) or changed to another (`set image`, an upgrade).
  * A liveness failureThreshold reached counts as a restart the kubelet would have made.
  */
 import { join } from 'node:path';
@@ -27,6 +28,8 @@ export interface Replica {
   /** Liveness failure thresholds reached: the restarts the kubelet would have made. */
   restarts: number;
   process: Launched;
+  /** The pod template's image it was started from (unset: the launcher's default). */
+  image?: string;
   ready: boolean;
   terminating: boolean;
 }
@@ -41,10 +44,14 @@ export interface ClusterOptions {
   onEndpoints: (endpoints: string[]) => Promise<void>;
   /** Called whenever a replica is added or removed (the Prometheus stand-in's targets). */
   onReplicas?: (replicas: Replica[]) => void;
+  /** The pod template's image at the start (containers only; the launcher's default when unset). */
+  image?: string;
 }
 
 export interface RolloutResult {
   replaced: { name: string; exit: number | string }[];
+  /** The replicas that took their place. */
+  started: string[];
 }
 
 /** Per replica: start to ready, and memory when it was stopped (or at the end). */
@@ -52,6 +59,8 @@ export interface ReplicaFigures {
   name: string;
   /** The replicas of the first start find an empty database and run the migrations. */
   database: 'empty' | 'migrated';
+  /** The image it ran (containers). */
+  image?: string;
   /** From the container's (or process's) start to its first passed readiness probe. */
   startToReadyMs: number;
   /** From asking the runtime to run it (image unpacked into a container first) to ready. */
@@ -69,8 +78,17 @@ export class Cluster {
   private closed = false;
   private published = '';
   private publishing: Promise<void> = Promise.resolve();
+  /** The Deployment's pod template image: what a replica starts from. */
+  private image: string | undefined;
 
-  constructor(private readonly options: ClusterOptions) {}
+  constructor(private readonly options: ClusterOptions) {
+    this.image = options.image;
+  }
+
+  /** The pod template's image now (unset: the launcher's default). */
+  templateImage(): string | undefined {
+    return this.image;
+  }
 
   endpoints(): string[] {
     return this.replicas.filter((r) => r.ready && !r.terminating).map((r) => `127.0.0.1:${r.port}`);
@@ -104,10 +122,12 @@ export class Cluster {
     });
     const firstStart = this.counter <= release.replicas;
     const launchedAt = Date.now();
+    const image = this.image;
     const child = await this.options.launcher.launch({
       name,
       env,
       logFile: join(this.options.logDir, `${name}.log`),
+      ...(image === undefined ? {} : { image }),
     });
     const replica: Replica = {
       name,
@@ -115,6 +135,7 @@ export class Cluster {
       metricsPort: Number(env.METRICS_PORT),
       restarts: 0,
       process: child,
+      image,
       ready: false,
       terminating: false,
     };
@@ -143,6 +164,7 @@ export class Cluster {
     this.figures.set(name, {
       name,
       database: firstStart ? 'empty' : 'migrated',
+      image,
       startToReadyMs: Date.now() - child.startedAt(),
       launchToReadyMs: Date.now() - launchedAt,
     });
@@ -201,15 +223,20 @@ export class Cluster {
     };
   }
 
-  /** `kubectl rollout restart` with maxSurge 1, maxUnavailable 0: one new replica ready, one old one out. */
-  async rollout(): Promise<RolloutResult> {
+  /**
+   * `kubectl rollout restart` (no `image`) or `kubectl set image` (the template's image changed to
+   * `image`), with maxSurge 1, maxUnavailable 0: one new replica ready, one old one out.
+   */
+  async rollout(image?: string): Promise<RolloutResult> {
+    if (image !== undefined) this.image = image;
     const old = this.replicas.filter((r) => !r.terminating);
     const replaced: RolloutResult['replaced'] = [];
+    const started: string[] = [];
     for (const replica of old) {
-      await this.startReplica();
+      started.push((await this.startReplica()).name);
       replaced.push({ name: replica.name, exit: await this.terminate(replica) });
     }
-    return { replaced };
+    return { replaced, started };
   }
 
   /** The peak figures are high-water marks: one reading before the stop holds the whole life. */

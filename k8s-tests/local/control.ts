@@ -1,15 +1,16 @@
 /**
  * The runner's control endpoint (K8S_CONTROL_URL): what suite/drivers.ts asks of the emulated
  * cluster that a kind run would ask of kubectl — stop, start or fail over the database, roll the
- * replicas out, count restarts, look inside a replica, run the image once without a database, and
- * put a misbehaving endpoint beside the ready ones. Plain HTTP on 127.0.0.1, one route a verb.
+ * replicas out (or upgrade them to this release's image), read each replica's metrics, count
+ * restarts, look inside a replica, run the image once without a database, and put a misbehaving
+ * endpoint beside the ready ones. Plain HTTP on 127.0.0.1, one route a verb.
  */
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { INSPECT_SCRIPT } from '../suite/inspect';
 import { brokenModes, type BrokenEndpoint } from './broken-endpoint';
-import type { Cluster } from './cluster';
+import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
 
 /** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
@@ -37,12 +38,28 @@ export interface Controlled {
   /** The ready endpoints, for the log. */
   ready: () => string[];
   step: (message: string) => void;
+  /** When the replicas started from the previous release's image: that image and this release's. */
+  upgrade?: { from: string; to: string };
 }
 
 type Routes = Record<string, () => Promise<string>>;
 
 function routes(c: Controlled): Routes {
   const { cluster, database, launcher, broken, step } = c;
+  /** The replaced replicas, after checking each one shut down gracefully; throws otherwise. */
+  const checked = ({ replaced }: RolloutResult): string => {
+    const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
+    step(`rollout done: ${text}`);
+    // A replica that did not end its graceful shutdown with 0 was killed or crashed.
+    if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
+    // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
+    for (const { name } of replaced) {
+      const log = readFileSync(join(c.logDir, `${name}.log`), 'utf8');
+      if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
+        throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
+    }
+    return text;
+  };
   const table: Routes = {
     // The container case: what the service's own process sees inside a running replica.
     'POST /replica/inspect': () => {
@@ -79,18 +96,40 @@ function routes(c: Controlled): Routes {
     },
     'POST /rollout': async () => {
       step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
-      const { replaced } = await cluster.rollout();
-      const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
-      step(`rollout done: ${text}`);
-      // A replica that did not end its graceful shutdown with 0 was killed or crashed.
-      if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
-      // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
-      for (const { name } of replaced) {
-        const log = readFileSync(join(c.logDir, `${name}.log`), 'utf8');
-        if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
-          throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
-      }
-      return `replaced ${text}`;
+      return `replaced ${checked(await cluster.rollout())}`;
+    },
+    // The upgrade case: the pod template's image changed to this release's, replica by replica.
+    'POST /upgrade': async () => {
+      const { upgrade } = c;
+      if (!upgrade) throw new Error('the replicas did not start from the previous release (--no-upgrade)');
+      if (cluster.templateImage() !== upgrade.from)
+        throw new Error(
+          `the Deployment runs ${cluster.templateImage() ?? 'the default image'}, not ${upgrade.from}`,
+        );
+      step(
+        `upgrade: image ${upgrade.from} -> ${upgrade.to}, replica by replica (maxSurge 1, maxUnavailable 0)`,
+      );
+      const result = await cluster.rollout(upgrade.to);
+      const text = checked(result);
+      return JSON.stringify({ ...upgrade, replaced: text, started: result.started });
+    },
+    // Each ready replica's own metrics page, as a scrape of its pod would read it.
+    'GET /replicas/metrics': async () => {
+      const ready = cluster.replicas.filter((r) => r.ready && !r.terminating);
+      const pages = await Promise.all(
+        ready.map(async (r) => {
+          const answer = await fetch(`http://127.0.0.1:${r.metricsPort}/metrics`, {
+            signal: AbortSignal.timeout(10_000),
+          });
+          return {
+            name: r.name,
+            image: r.image ?? null,
+            status: answer.status,
+            metrics: await answer.text(),
+          };
+        }),
+      );
+      return JSON.stringify(pages);
     },
     'GET /restarts': () =>
       Promise.resolve(JSON.stringify({ restarts: cluster.restarts + cluster.unexpectedExits.length })),

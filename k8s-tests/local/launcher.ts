@@ -27,6 +27,8 @@ export interface ReplicaSpec {
   name: string;
   env: Record<string, string>;
   logFile: string;
+  /** The pod template's image (containers only); `IMAGE` when unset. */
+  image?: string;
 }
 
 export interface MemoryUse {
@@ -93,6 +95,8 @@ export class ProcessLauncher implements Launcher {
   }
 
   launch(spec: ReplicaSpec): Promise<Launched> {
+    if (spec.image !== undefined)
+      throw new Error(`${spec.name}: image ${spec.image} asked for, but the replicas run as processes`);
     const child: Managed = startLogged(spec.name, process.execPath, [this.main], spec.logFile, {
       env: { ...this.hostEnv(spec.env), PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_PATH: this.nodePath },
       cwd: this.cwd,
@@ -240,7 +244,7 @@ export class ContainerLauncher implements Launcher {
   }
 
   /** `podman run` arguments for the rendered pod; `env` as the kubelet assembled it. */
-  runArgs(name: string, env: Record<string, string>): string[] {
+  runArgs(name: string, env: Record<string, string>, image = IMAGE): string[] {
     const p = this.policy;
     const args = ['run', '--rm', '--pull', 'never', '--name', name, '--network', 'host', ...runLimits()];
     // Service names the pod resolves through cluster DNS (the Pooler's), here to the host.
@@ -270,14 +274,14 @@ export class ContainerLauncher implements Launcher {
       args.push('--volume', `${dir}:${mount.path}:${mount.readOnly ? 'ro' : 'rw'}`);
     }
     for (const [key, value] of Object.entries(env)) args.push('--env', `${key}=${value}`);
-    args.push(IMAGE);
+    args.push(image);
     return args;
   }
 
   async launch(spec: ReplicaSpec): Promise<Launched> {
     const name = `${this.prefix}-${spec.name}`;
     this.names.add(name);
-    const [command, rest] = this.engineArgs(this.runArgs(name, spec.env));
+    const [command, rest] = this.engineArgs(this.runArgs(name, spec.env, spec.image));
     // The engine's client stays attached: the container's output goes to the replica's log.
     const client = startLogged(spec.name, command, rest, spec.logFile);
     const inspect = (format: string): string | undefined => {

@@ -12,6 +12,11 @@
  * security context and limits (launcher.ts); `--processes` runs them as node processes from this
  * checkout instead, for machines without a container engine.
  *
+ * Upgrade (the default on the Ingress path with containers; `--upgrade` on the Gateway path too,
+ * `--no-upgrade` never): the replicas start from the previous release's image (`npm run
+ * image:previous`), so the database gets that release's schema, and the suite's first case changes
+ * the Deployment's image to this release's; the other cases then run on this release.
+ *
  * The database is the production topology (k8s-tests/values-e2e-cnpg.yaml turns cnpg.enabled on):
  * the replicas dial the rendered Pooler's Service over TLS verified against the cluster's CA, and
  * local/cnpg.ts runs what CloudNativePG would: PgBouncer 1.24.1 configured from the rendered Pooler,
@@ -25,7 +30,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../scripts/tools';
-import { engine, IMAGE, imageFacts, mb } from '../../scripts/container';
+import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../scripts/container';
 import { formatReport, readReport, type Report } from '../report';
 import { Cluster } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
@@ -54,6 +59,9 @@ const startedAt = Date.now();
 const gatewayMode = process.argv.includes('--gateway');
 const runAsProcesses = process.argv.slice(2).includes('--processes');
 const inChartDatabase = process.argv.slice(2).includes('--in-chart-database');
+const upgradeFromPrevious = process.argv.includes('--upgrade')
+  ? true
+  : !process.argv.includes('--no-upgrade') && !gatewayMode && !runAsProcesses;
 /** How long after the primary's loss the stand-in promotes the standby (the operator's detection and election). */
 const FAILOVER_DETECTION_MS = Number(process.env.K8S_FAILOVER_DETECTION_SECONDS ?? 3) * 1000;
 
@@ -242,6 +250,11 @@ async function main(): Promise<number> {
 
   const logDir = join(tmp, 'replicas');
   mkdirSync(logDir);
+  if (upgradeFromPrevious && runAsProcesses)
+    throw new Error('--upgrade needs the images: the replicas run as processes (--processes)');
+  const upgrade = upgradeFromPrevious ? { from: previousImage(), to: IMAGE } : undefined;
+  if (upgrade && !imageExists(upgrade.from))
+    throw new Error(`no image ${upgrade.from}: run npm run image:previous first, or use --no-upgrade`);
   let launcher: Launcher;
   if (runAsProcesses) {
     step('build the service (tsc into the work folder; dist/ is left alone)');
@@ -284,6 +297,8 @@ async function main(): Promise<number> {
     );
   }
   step(launcher.describe());
+  if (upgrade)
+    step(`upgrade case: the replicas start from ${upgrade.from}, the suite upgrades them to ${upgrade.to}`);
 
   let database: DatabaseControl;
   let dbAddress: { host: string; port: number };
@@ -373,6 +388,7 @@ async function main(): Promise<number> {
     launcher,
     logDir,
     database: dbAddress,
+    ...(upgrade ? { image: upgrade.from } : {}),
     onReplicas: (replicas) => {
       prometheus.setTargets(
         replicas.map((r) => ({ address: `127.0.0.1:${r.metricsPort}`, pod: podName(r) })),
@@ -402,10 +418,12 @@ async function main(): Promise<number> {
     settled: () => reloads,
     ready: () => ready,
     step,
+    ...(upgrade ? { upgrade } : {}),
   });
   state.control = control.server;
   const reportFile = join(tmp, 'report.json');
   const metricsReportFile = join(tmp, 'metrics-report.json');
+  const upgradeReportFile = join(tmp, 'upgrade-report.json');
   const renderedFile = join(tmp, 'rendered.json');
   writeFileSync(renderedFile, JSON.stringify(objects));
   step('the suite, through nginx');
@@ -420,6 +438,13 @@ async function main(): Promise<number> {
     K8S_PROMETHEUS_URL: prometheus.url,
     K8S_RENDERED_FILE: renderedFile,
     K8S_METRICS_REPORT_FILE: metricsReportFile,
+    ...(upgrade
+      ? {
+          K8S_UPGRADE_FROM: upgrade.from,
+          K8S_UPGRADE_TO: upgrade.to,
+          K8S_UPGRADE_REPORT_FILE: upgradeReportFile,
+        }
+      : {}),
     K8S_PROBE_WINDOW_SECONDS: String(
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
@@ -438,6 +463,8 @@ async function main(): Promise<number> {
   }
   if (report && existsSync(metricsReportFile))
     report.metrics = (JSON.parse(readFileSync(metricsReportFile, 'utf8')) as Report).metrics;
+  if (report && existsSync(upgradeReportFile))
+    report.upgrade = (JSON.parse(readFileSync(upgradeReportFile, 'utf8')) as Report).upgrade;
   if (report) {
     const policy =
       launcher.kind === 'containers'

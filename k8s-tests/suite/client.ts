@@ -23,6 +23,8 @@ export interface SendOptions {
   host?: string;
   /** Called once the whole request has been handed to the operating system. */
   onWritten?: () => void;
+  /** The client's own address (127.0.0.0/8 locally): the proxy's limits count per address. */
+  localAddress?: string;
 }
 
 function required(name: string): string {
@@ -58,6 +60,7 @@ export function send(method: string, path: string, options: SendOptions = {}): P
         path,
         headers,
         agent: options.fresh ? false : agent,
+        ...(options.localAddress ? { localAddress: options.localAddress } : {}),
         timeout: 15_000,
       },
       (res) => {

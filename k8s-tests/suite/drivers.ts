@@ -24,6 +24,13 @@ export interface Driver {
   inspectReplica(): Promise<string>;
   /** A container of the image with the pod's settings but no DB_HOSTNAME: `{status, output}` as JSON. */
   imageWithoutDatabase(): Promise<string>;
+  /**
+   * The upgrade case (local runner, replicas started from the previous release's image): the
+   * Deployment's image changed to this release's and rolled out; returns once that has finished.
+   */
+  upgrade?: () => Promise<string>;
+  /** Each ready replica's metrics page and image (local runner only). */
+  replicaMetrics?: () => Promise<ReplicaMetrics[]>;
   /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
   brokenEndpoint?: BrokenEndpointControl;
   /**
@@ -32,6 +39,13 @@ export interface Driver {
    * both at once). Undefined for the in-chart database, which has no standby.
    */
   failover?: () => Promise<void>;
+}
+
+export interface ReplicaMetrics {
+  name: string;
+  image: string | null;
+  status: number;
+  metrics: string;
 }
 
 export interface BrokenEndpointControl {
@@ -78,6 +92,9 @@ function localDriver(): Driver {
       await control(base, 'POST', '/database/start');
     },
     rollout: () => control(base, 'POST', '/rollout'),
+    upgrade: () => control(base, 'POST', '/upgrade'),
+    replicaMetrics: async () =>
+      JSON.parse(await control(base, 'GET', '/replicas/metrics')) as ReplicaMetrics[],
     endpointsSettled: async () => {
       await control(base, 'GET', '/endpoints/settled');
     },

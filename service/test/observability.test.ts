@@ -10,6 +10,7 @@ import { knownMigrations, migrateDown, migrateToLatest } from '../src/db/migrato
 import { createLogger } from '../src/logger';
 import type { RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
+import { sample, samples } from '../../testing/metrics-text';
 import { startService } from '../../testing/service';
 import {
   bearer,
@@ -20,22 +21,6 @@ import {
   testEnv,
   usingPostgres,
 } from './helpers';
-
-/** Samples of the Prometheus text format: `name{labels} value` per line. */
-function samples(text: string, name: string): { labels: string; value: number }[] {
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
-    .map((line) => {
-      const value = Number(line.slice(line.lastIndexOf(' ') + 1));
-      const labels = line.startsWith(`${name}{`) ? line.slice(name.length + 1, line.lastIndexOf('}')) : '';
-      return { labels, value };
-    });
-}
-
-function sample(text: string, name: string, labels = ''): number | undefined {
-  return samples(text, name).find((s) => s.labels === labels)?.value;
-}
 
 describe('Metrics', () => {
   let db: Database;

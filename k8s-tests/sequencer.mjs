@@ -1,0 +1,15 @@
+/**
+ * The suite's file order: the upgrade case first (the runner starts the replicas from the previous
+ * release, and that case upgrades them), then jest's own order for the rest.
+ */
+import testSequencer from '@jest/test-sequencer';
+
+const Sequencer = testSequencer.default;
+
+export default class UpgradeFirst extends Sequencer {
+  async sort(tests) {
+    const first = (test) => (test.path.endsWith('upgrade.e2e.test.ts') ? 0 : 1);
+    // Array.prototype.sort is stable: the rest keep jest's order.
+    return [...(await super.sort(tests))].sort((a, b) => first(a) - first(b));
+  }
+}

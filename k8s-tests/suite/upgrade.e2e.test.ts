@@ -1,0 +1,219 @@
+/**
+ * The upgrade case: the local runner starts the replicas from the previous release's image
+ * (K8S_UPGRADE_FROM) on an empty database, so the schema is that release's; this case writes posts
+ * and votes through the proxy, then has the Deployment's image changed to this release's
+ * (K8S_UPGRADE_TO) and rolled out replica by replica (maxSurge 1, maxUnavailable 0) while two
+ * clients send reads, signed-in lists and votes back to back. No request may fail; afterwards every
+ * replica runs this release with all its migrations applied, what was written before reads back
+ * with its votes, and the vote-count backfill has finished. It runs first (k8s-tests/sequencer.js),
+ * so the other cases meet this release on an upgraded database. Its requests come from their own
+ * client address, so the rate-limit counter case 2 starts from stays untouched. Skipped when the
+ * replicas did not start from the previous release (kind, --processes, --no-upgrade).
+ */
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { sample } from '../../testing/metrics-text';
+import { pollUntil } from '../../testing/poll';
+import type { Report } from '../report';
+import { closeConnections, postForm, postJson, send, show, type Answer, type SendOptions } from './client';
+import { driverFromEnv, type ReplicaMetrics } from './drivers';
+
+const driver = driverFromEnv();
+const from = process.env.K8S_UPGRADE_FROM;
+const to = process.env.K8S_UPGRADE_TO;
+const upgradeCase = from && to && driver.upgrade && driver.replicaMetrics ? test : test.skip;
+
+/** Another loopback address than the other cases': the proxy's rate limit counts per client address. */
+const CLIENT_ADDRESS = '127.0.0.2';
+const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
+const password = 'correct horse battery';
+/** Bound for the backfill to finish on every replica after the rollout. */
+const BACKFILL_MS = 60_000;
+const MAX_REQUESTS = 20_000;
+
+afterAll(() => {
+  closeConnections();
+});
+
+const options = (token?: string, extra: SendOptions = {}): SendOptions => ({
+  ...extra,
+  localAddress: CLIENT_ADDRESS,
+  fresh: true,
+  headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), ...extra.headers },
+});
+
+const body = (answer: Answer): unknown => JSON.parse(answer.body) as unknown;
+
+/** Registers and signs in a user through the proxy; its token. */
+async function signedIn(label: string): Promise<string> {
+  const username = `e2e-upgrade-${label}-${run}@example.com`;
+  const registered = await postJson('/users/', { email: username, password }, options());
+  expect({ label, registered: registered.status }).toEqual({ label, registered: 201 });
+  const login = await postForm('/login', { username, password }, options());
+  expect({ label, login: login.status }).toEqual({ label, login: 200 });
+  return (body(login) as { access_token: string }).access_token;
+}
+
+async function newPost(token: string, title: string): Promise<number> {
+  const answer = await postJson(
+    '/posts/',
+    { title, content: `written before the upgrade, ${run}` },
+    options(token),
+  );
+  expect({ title, status: answer.status }).toEqual({ title, status: 201 });
+  return (body(answer) as { id: number }).id;
+}
+
+async function vote(token: string, postId: number, dir: 0 | 1): Promise<Answer> {
+  return postJson('/votes/', { post_id: postId, dir }, options(token));
+}
+
+/** Every ready replica's metrics, each page read; fails on a page that did not answer 200. */
+async function replicaPages(): Promise<ReplicaMetrics[]> {
+  const pages = await (driver.replicaMetrics?.() ?? Promise.resolve([]));
+  for (const page of pages)
+    expect({ replica: page.name, status: page.status }).toEqual({ replica: page.name, status: 200 });
+  return pages;
+}
+
+const applied = (page: ReplicaMetrics) => sample(page.metrics, 'db_migrations_applied');
+const backfillPending = (page: ReplicaMetrics) =>
+  sample(page.metrics, 'db_backfill_pending', 'backfill="posts.vote_count"');
+
+upgradeCase(
+  'When the previous release is replaced by this one replica by replica under a steady stream of reads, lists and votes, then none fails and the data, its votes and the schema are upgraded (case U)',
+  async () => {
+    const upgrade = driver.upgrade;
+    if (!upgrade || !from || !to) throw new Error('no upgrade');
+    // The previous release serves, on its own schema.
+    const before = await replicaPages();
+    expect(before.length).toBeGreaterThan(0);
+    expect(before.map((p) => p.image)).toEqual(before.map(() => from));
+    for (const page of before) expect(sample(page.metrics, 'db_schema_up_to_date')).toBe(1);
+    const migrationsBefore = before.map((page) => applied(page) ?? -1);
+
+    // Data written on the previous release: two users, five posts, votes from both.
+    const a = await signedIn('a');
+    const b = await signedIn('b');
+    const posts = [
+      await newPost(a, 'upgrade a1'),
+      await newPost(a, 'upgrade a2'),
+      await newPost(a, 'upgrade a3'),
+      await newPost(b, 'upgrade b1'),
+      await newPost(b, 'upgrade b2'),
+    ];
+    const voters: Record<number, string[]> = {};
+    const cast = async (who: 'a' | 'b', postId: number) => {
+      const answer = await vote(who === 'a' ? a : b, postId, 1);
+      expect({ who, postId, status: answer.status }).toEqual({ who, postId, status: 201 });
+      (voters[postId] ??= []).push(who);
+    };
+    for (const postId of [posts[0], posts[1], posts[3]]) await cast('a', postId ?? 0);
+    for (const postId of [posts[0], posts[2], posts[3], posts[4]]) await cast('b', postId ?? 0);
+    const expectedVotes = new Map(posts.map((id) => [id, voters[id]?.length ?? 0]));
+    // Each client of the stream votes on a post of its own: its votes alternate add and withdraw.
+    const streamPosts = { a: await newPost(a, 'upgrade stream a'), b: await newPost(b, 'upgrade stream b') };
+
+    let done = false;
+    let sent = 0;
+    const byRequest: Record<string, number> = {};
+    const failures: string[] = [];
+    const failedBy: Record<string, number> = {};
+    const startedAt = Date.now();
+    let detail = '';
+    const rollout = upgrade()
+      .then((text) => {
+        detail = (JSON.parse(text) as { replaced: string }).replaced;
+      })
+      .finally(() => {
+        done = true;
+      });
+    // Two clients, one request at a time each, each on a new connection (README: nginx reloads).
+    const client = async (token: string, postId: number) => {
+      let voted = false;
+      for (let i = 0; !done && sent < MAX_REQUESTS; i++) {
+        sent++;
+        const kind = ['public list', 'signed-in page', 'vote', 'signed-in list'][i % 4] ?? '';
+        byRequest[kind] = (byRequest[kind] ?? 0) + 1;
+        let answer: Answer;
+        let expected = 200;
+        if (kind === 'public list') answer = await send('GET', '/posts/public', options(token));
+        else if (kind === 'signed-in page') answer = await send('GET', '/posts/?limit=1', options(token));
+        else if (kind === 'signed-in list') answer = await send('GET', '/posts/?limit=20', options(token));
+        else {
+          answer = await vote(token, postId, voted ? 0 : 1);
+          expected = 201;
+          if (answer.status === expected) voted = !voted;
+        }
+        if (answer.status !== expected) {
+          failures.push(`${kind}: ${show(answer)}`);
+          const key = `${kind} ${answer.error ? 'no answer' : String(answer.status)}`;
+          failedBy[key] = (failedBy[key] ?? 0) + 1;
+        }
+      }
+      return voted;
+    };
+    const [votedA, votedB] = await Promise.all([client(a, streamPosts.a), client(b, streamPosts.b), rollout]);
+    const upgradeMs = Date.now() - startedAt;
+    expectedVotes.set(streamPosts.a, votedA ? 1 : 0);
+    expectedVotes.set(streamPosts.b, votedB ? 1 : 0);
+
+    // Every replica runs this release now, its migrations applied; the backfill finishes in the background.
+    const after = await pollUntil(
+      replicaPages,
+      (pages) => pages.length > 0 && pages.every((page) => page.image === to && backfillPending(page) === 0),
+      { withinMs: BACKFILL_MS, everyMs: 500 },
+    );
+    const pages = after.value;
+    expect(pages.map((p) => ({ image: p.image, backfillPending: backfillPending(p) }))).toEqual(
+      pages.map(() => ({ image: to, backfillPending: 0 })),
+    );
+    for (const page of pages) {
+      expect(sample(page.metrics, 'db_schema_up_to_date')).toBe(1);
+      expect(applied(page)).toBe(sample(page.metrics, 'db_migrations_known'));
+      expect(applied(page)).toBeGreaterThan(Math.max(...migrationsBefore));
+    }
+
+    // What was written before the upgrade, and the stream's votes, read back as written: each post
+    // on its own and in the signed-in list (the vote counts come from the backfilled column now).
+    const read: Record<number, number> = {};
+    for (const id of expectedVotes.keys()) {
+      const answer = await send('GET', `/posts/${id}`, options(a));
+      expect({ id, status: answer.status }).toEqual({ id, status: 200 });
+      read[id] = (body(answer) as { votes: number }).votes;
+    }
+    const list = await send('GET', '/posts/?limit=100', options(a));
+    expect(list.status).toBe(200);
+    const listed = Object.fromEntries(
+      (body(list) as { id: number; votes: number }[])
+        .filter((post) => expectedVotes.has(post.id))
+        .map((post) => [post.id, post.votes]),
+    );
+    const expected = Object.fromEntries(expectedVotes);
+    expect(read).toEqual(expected);
+    expect(listed).toEqual(expected);
+
+    const report: Pick<Report, 'upgrade'> = {
+      upgrade: {
+        from,
+        to,
+        posts: expectedVotes.size,
+        votes: [...expectedVotes.values()].reduce((sum, n) => sum + n, 0),
+        migrationsBefore,
+        migrationsAfter: pages.map((page) => applied(page) ?? -1),
+        sent,
+        failed: failures.length,
+        failedBy,
+        byRequest,
+        detail,
+        upgradeMs,
+        backfillDoneMs: after.ms,
+      },
+    };
+    const file = process.env.K8S_UPGRADE_REPORT_FILE;
+    if (file) writeFileSync(file, JSON.stringify(report, null, 2));
+    expect(failures.slice(0, 10)).toEqual([]);
+    expect(sent).toBeGreaterThan(10);
+  },
+  600_000,
+);
