@@ -7,20 +7,31 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  * to its deadline, then do both again: answers of several times the statement time-out while the
  * pool is held by statements queued behind a lock.
  *
- * The clock starts when the request first asks the database, not when it arrives: the time before
- * (reading the body, checking the token) is the client's and this process's, and a slow upload
- * must not turn into a 503 that blames the database. Work outside a request (migrations, probes,
- * scrapes, start-up) has no budget and keeps the per-statement deadline alone.
+ * Only the time the request spends on the database counts (the union of its waits and statements,
+ * so two at once count once), not the time between: reading the body, checking a password, a slow
+ * upload after the caller's user was looked up are the client's and this process's, and must not
+ * turn into a 503 that blames the database. Work outside a request (migrations, probes, scrapes,
+ * start-up) has no budget and keeps the per-statement deadline alone.
  */
 class RequestBudget {
-  private endsAt: number | undefined;
+  private spentMs = 0;
+  /** Waits and statements of the request under way now, and since when one has been. */
+  private active = 0;
+  private since = 0;
 
   constructor(readonly ms: number) {}
 
-  /** The ms left, starting the clock on the first call. */
   left(): number {
-    this.endsAt ??= performance.now() + this.ms;
-    return this.endsAt - performance.now();
+    const running = this.active > 0 ? performance.now() - this.since : 0;
+    return this.ms - this.spentMs - running;
+  }
+
+  start(): void {
+    if (this.active++ === 0) this.since = performance.now();
+  }
+
+  stop(): void {
+    if (--this.active === 0) this.spentMs += performance.now() - this.since;
   }
 }
 
@@ -46,16 +57,33 @@ export interface Bound {
 }
 
 /**
- * The bound for a wait or a statement whose own limit is `limitMs`: the smaller of it and what is
- * left of the request's budget. Throws RequestBudgetError, naming `what`, when nothing is left.
+ * Less than this left counts as none: a statement sent with less would be cancelled about as soon
+ * as it reached the server, where the cancel can overtake it, and a wait that short could only
+ * lend a connection to a statement refused at once.
  */
-export function boundBy(limitMs: number, what: string): Bound {
+const SMALLEST_BOUND_MS = 100;
+
+/**
+ * Runs `work`, a wait or a statement whose own limit is `limitMs`, under the smaller of that limit
+ * and what is left of the request's budget, and counts its time against the budget. Rejects with
+ * RequestBudgetError, naming `what`, without running it when nothing is left.
+ */
+export async function withinBudget<T>(
+  limitMs: number,
+  what: string,
+  work: (bound: Bound) => Promise<T>,
+): Promise<T> {
   const budget = current.getStore();
-  if (!budget) return { ms: limitMs };
+  if (!budget) return work({ ms: limitMs });
   const left = Math.floor(budget.left());
-  if (left <= 0)
+  if (left < SMALLEST_BOUND_MS)
     throw new RequestBudgetError(
       `${what}: the request's database budget of ${String(budget.ms)} ms (DB_STATEMENT_TIMEOUT_MS) was spent`,
     );
-  return left < limitMs ? { ms: left, budgetMs: budget.ms } : { ms: limitMs };
+  budget.start();
+  try {
+    return await work(left < limitMs ? { ms: left, budgetMs: budget.ms } : { ms: limitMs });
+  } finally {
+    budget.stop();
+  }
 }

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
-import { boundBy, RequestBudgetError, type Bound } from './budget';
+import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
 import type { Statement } from './statements';
@@ -57,11 +57,13 @@ interface AcquiringPool {
 function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
   const Client = Base as unknown as new (config: Knex.Config) => Knex.Client;
   class BudgetedAcquire extends Client {
-    override async acquireConnection(): Promise<unknown> {
-      const bound = boundBy(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for');
+    override acquireConnection(): Promise<unknown> {
       const pool = this.pool as AcquiringPool | undefined;
-      if (bound.budgetMs === undefined || !pool) return super.acquireConnection() as Promise<unknown>;
-      return boundedAcquire(pool, bound);
+      return withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
+        bound.budgetMs === undefined || !pool
+          ? (super.acquireConnection() as Promise<unknown>)
+          : boundedAcquire(pool, bound),
+      );
     }
   }
   return BudgetedAcquire as unknown as typeof knex.Client;
@@ -122,13 +124,12 @@ function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Da
  * Sends a statement under a deadline of `timeoutMs` or, within a request, what is left of its budget
  * when shorter. A statement the request has no time left for is never sent.
  */
-async function budgetedStatement<T>(
+function budgetedStatement<T>(
   connection: DeadlineConnection,
   timeoutMs: number,
   send: () => Promise<T>,
 ): Promise<T> {
-  const bound = boundBy(timeoutMs, 'statement not sent');
-  return withDeadline(connection, send(), bound);
+  return withinBudget(timeoutMs, 'statement not sent', (bound) => withDeadline(connection, send(), bound));
 }
 
 /** A ROLLBACK (or ROLLBACK TO SAVEPOINT) that ends a transaction knex is abandoning. */

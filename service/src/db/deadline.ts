@@ -88,11 +88,18 @@ export async function withDeadline<T>(
 ): Promise<T> {
   // An object, as the timer sets it where the compiler's flow analysis does not look.
   const state = { expired: false };
+  let again: NodeJS.Timeout | undefined;
   let grace: NodeJS.Timeout | undefined;
   const deadline = setTimeout(() => {
     state.expired = true;
     connection.__knex__disposed ??= new Error('statement deadline passed');
     sendCancel(connection, graceMs);
+    // The server ignores a cancel that reaches it before the statement does (a short deadline on a
+    // loaded host); a second one halfway through the grace stops a statement that started since,
+    // rather than leaving it running behind a destroyed connection.
+    again = setTimeout(() => {
+      sendCancel(connection, graceMs / 2);
+    }, graceMs / 2);
     grace = setTimeout(() => {
       connection.connection.stream.destroy();
     }, graceMs);
@@ -107,6 +114,7 @@ export async function withDeadline<T>(
       : error;
   } finally {
     clearTimeout(deadline);
+    clearTimeout(again);
     clearTimeout(grace);
   }
 }
