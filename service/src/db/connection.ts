@@ -149,13 +149,13 @@ function postgresClient(timeoutMs: number): typeof knex.Client {
   class PostgresWithDeadlines extends KnexPostgres {
     override query(connection: DeadlineConnection, obj: { sql?: unknown }): Promise<unknown> {
       // A rollback refused for want of budget would leave its connection inside the transaction,
-      // to be lent so to the next request: it keeps the statement time-out alone.
+      // for the next request to inherit: it keeps the statement time-out alone.
       if (typeof obj.sql === 'string' && ROLLBACK.test(obj.sql))
         return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, { ms: timeoutMs });
       return budgetedStatement(connection, timeoutMs, () => super.query(connection, obj) as Promise<unknown>);
     }
 
-    // Sent while a connection is made, which the wait for a connection already bounds.
+    // Sent while a connection is made for the pool, not for one request: no budget applies.
     override checkVersion(connection: DeadlineConnection): Promise<string> {
       return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs });
     }
