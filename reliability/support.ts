@@ -102,6 +102,8 @@ export const stopAllServices = stopAll;
 export interface Answer {
   status: number;
   contentType: string;
+  /** The Retry-After header, when the answer has one. */
+  retryAfter: string | null;
   body: unknown;
   ms: number;
 }
@@ -140,7 +142,13 @@ export async function call(
   const contentType = res.headers.get('content-type') ?? '';
   let parsed: unknown = text;
   if (contentType.includes('json') && text !== '') parsed = JSON.parse(text);
-  return { status: res.status, contentType, body: parsed, ms: performance.now() - started };
+  return {
+    status: res.status,
+    contentType,
+    retryAfter: res.headers.get('retry-after'),
+    body: parsed,
+    ms: performance.now() - started,
+  };
 }
 
 /** "201x40,503x12": how many answers had each status. */

@@ -1,4 +1,5 @@
 import express, { type Express } from 'express';
+import { withRequestBudget } from './db/budget';
 import type { Database } from './db/connection';
 import { openApiDocument as buildOpenApiDocument } from './docs/openapi';
 import { docsRouter } from './docs/page';
@@ -63,6 +64,11 @@ export function createApp({
   // The probes come before the request log and metrics: they are neither logged nor counted.
   // Mounted at their prefix, so no other request walks their routes.
   app.use('/healthz', healthRouter(db, logger, cors, shutdown));
+  // Every other request's waits for a connection and its statements share one budget (budget.ts);
+  // the probes keep their own bound.
+  app.use((_req, _res, next) => {
+    withRequestBudget(settings.db.statementTimeoutMs, next);
+  });
   app.use(metrics.httpMiddleware);
   app.use(requestLog(logger));
   app.use(apiHeaders);

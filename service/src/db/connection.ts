@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
+import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
 import type { Statement } from './statements';
@@ -43,15 +44,68 @@ interface DriverConnection {
   ): Promise<{ rows: unknown[] }>;
 }
 
-type Deadline = <T>(connection: DriverConnection, work: Promise<T>) => Promise<T>;
+/** Runs `send`, a statement on `connection`, under the deadline the database kind gives it. */
+type Deadline = <T>(connection: DriverConnection, send: () => Promise<T>) => Promise<T>;
+
+/** The longest anything waits for a pooled connection; within a request, less when its budget says so. */
+const ACQUIRE_TIMEOUT_MS = 2500;
+
+/** The part of tarn's pool (knex's) that a bounded acquire uses. */
+interface AcquiringPool {
+  acquire(): { promise: Promise<unknown>; abort(): void };
+}
+
+/**
+ * A knex client whose wait for a pooled connection is bounded by what is left of the request's
+ * database budget (budget.ts), on every path: knex's query builders and transactions and
+ * statementRunner all call acquireConnection. tarn fixes one acquire time-out per pool, so a
+ * shorter wait aborts the pending acquire: tarn then takes it out of its queue, and a connection
+ * it was already checking for this acquire goes back to the pool for the next one.
+ */
+function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
+  const Client = Base as unknown as new (config: Knex.Config) => Knex.Client;
+  class BudgetedAcquire extends Client {
+    override acquireConnection(): Promise<unknown> {
+      const pool = this.pool as AcquiringPool | undefined;
+      return withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
+        bound.budgetMs === undefined || !pool
+          ? (super.acquireConnection() as Promise<unknown>)
+          : boundedAcquire(pool, bound),
+      );
+    }
+  }
+  return BudgetedAcquire as unknown as typeof knex.Client;
+}
+
+async function boundedAcquire(pool: AcquiringPool, bound: Bound): Promise<unknown> {
+  const pending = pool.acquire();
+  // An object, as the timer sets it where the compiler's flow analysis does not look.
+  const state = { timedOut: false };
+  const timer = setTimeout(() => {
+    state.timedOut = true;
+    pending.abort();
+  }, bound.ms);
+  try {
+    return await pending.promise;
+  } catch (error) {
+    if (!state.timedOut) throw error;
+    throw new RequestBudgetError(
+      `no pooled connection came free within ${String(bound.ms)} ms, what was left of the request's database budget of ${String(bound.budgetMs)} ms (DB_STATEMENT_TIMEOUT_MS)`,
+      error,
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /**
  * Statements go straight to a connection from knex's pool, past knex's query runner: the pool's
- * limits and acquire time-out still hold, and a knex transaction holding PGlite's one connection
- * still keeps them out until it ends. With `named`, a statement is a named prepared statement
- * (parsed and planned once per connection; pg remembers which names each connection has prepared,
- * and PgBouncer from 1.21 re-prepares them on whichever server connection it picks); otherwise
- * the text goes each time, as an unnamed statement any pooler passes through.
+ * limits and acquire time-out (bounded by the request's budget) still hold, and a knex transaction
+ * holding PGlite's one connection still keeps them out until it ends. With `named`, a statement is
+ * a named prepared statement (parsed and planned once per connection; pg remembers which names
+ * each connection has prepared, and PgBouncer from 1.21 re-prepares them on whichever server
+ * connection it picks); otherwise the text goes each time, as an unnamed statement any pooler
+ * passes through.
  */
 function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Database['run'] {
   const client = instance.client as {
@@ -62,8 +116,7 @@ function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Da
     const { text, values } = statement.compile(instance);
     const connection = await client.acquireConnection();
     try {
-      const result = await deadline(
-        connection,
+      const result = await deadline(connection, () =>
         named
           ? connection.query({ name: statement.name, text, values: values(params) })
           : connection.query(text, values(params)),
@@ -76,8 +129,24 @@ function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Da
 }
 
 /**
+ * Sends a statement under a deadline of `timeoutMs` or, within a request, what is left of its budget
+ * when shorter. A statement the request has no time left for is never sent.
+ */
+function budgetedStatement<T>(
+  connection: DeadlineConnection,
+  timeoutMs: number,
+  send: () => Promise<T>,
+): Promise<T> {
+  return withinBudget(timeoutMs, 'statement not sent', (bound) => withDeadline(connection, send(), bound));
+}
+
+/** A ROLLBACK (or ROLLBACK TO SAVEPOINT) that ends a transaction knex is abandoning. */
+const ROLLBACK = /^\s*rollback\b/i;
+
+/**
  * knex's PostgreSQL client with every statement it runs (queries, transactions' BEGIN and COMMIT,
- * migrations, its version check) under a client-side deadline (deadline.ts).
+ * migrations, its version check) under a client-side deadline (deadline.ts), and its waits for a
+ * connection bounded by the request's budget.
  */
 function postgresClient(timeoutMs: number): typeof knex.Client {
   /* eslint-disable-next-line @typescript-eslint/no-require-imports -- knex exports no dialect
@@ -85,15 +154,21 @@ function postgresClient(timeoutMs: number): typeof knex.Client {
   const KnexPostgres = require('knex/lib/dialects/postgres') as new (config: Knex.Config) => Knex.Client & {
     checkVersion(connection: DeadlineConnection): Promise<string>;
   };
-  return class PostgresWithDeadlines extends KnexPostgres {
-    override query(connection: DeadlineConnection, obj: unknown): Promise<unknown> {
-      return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, timeoutMs);
+  class PostgresWithDeadlines extends KnexPostgres {
+    override query(connection: DeadlineConnection, obj: { sql?: unknown }): Promise<unknown> {
+      // A rollback refused for want of budget would leave its connection inside the transaction,
+      // for the next request to inherit: it keeps the statement time-out alone.
+      if (typeof obj.sql === 'string' && ROLLBACK.test(obj.sql))
+        return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, { ms: timeoutMs });
+      return budgetedStatement(connection, timeoutMs, () => super.query(connection, obj) as Promise<unknown>);
     }
 
+    // Sent while a connection is made for the pool, not for one request: no budget applies.
     override checkVersion(connection: DeadlineConnection): Promise<string> {
-      return withDeadline(connection, super.checkVersion(connection), timeoutMs);
+      return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs });
     }
-  } as unknown as typeof knex.Client;
+  }
+  return budgetedAcquire(PostgresWithDeadlines as unknown as typeof knex.Client);
 }
 
 function knexLog(logger: Logger): Knex.Config['log'] {
@@ -163,7 +238,7 @@ function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeo
     client: postgresClient(timeoutMs),
     connection: db.ssl && db.sslCaFile ? withCaFile(connection, db.sslCaFile, logger) : connection,
     pool: { min: 0, max: poolMax, idleTimeoutMillis: 30_000 },
-    acquireConnectionTimeout: 2500,
+    acquireConnectionTimeout: ACQUIRE_TIMEOUT_MS,
     log: knexLog(logger),
   });
 }
@@ -180,8 +255,8 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
       knex: instance,
       readiness,
       kind: 'postgres',
-      run: statementRunner(instance, db.preparedStatements, (connection, work) =>
-        withDeadline(connection as unknown as DeadlineConnection, work, db.statementTimeoutMs),
+      run: statementRunner(instance, db.preparedStatements, (connection, send) =>
+        budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
       ),
       forMigrations: () => {
         // One connection, opened for the migrations and closed after them.
@@ -201,7 +276,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
 
   const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
   const instance = knex({
-    client: ClientPgLite,
+    client: budgetedAcquire(ClientPgLite),
     dialect: 'postgres',
     connection: () => ({ pglite }) as unknown as Knex.StaticConnectionConfig,
     log: knexLog(logger),
@@ -211,8 +286,9 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     // PGlite has one session: a probe waits for the statement before it, bounded by its 1 s.
     readiness: instance,
     kind: 'embedded',
-    // PGlite keeps no statements between queries, and its own statement_timeout bounds each one.
-    run: statementRunner(instance, false, (_connection, work) => work),
+    // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
+    // it runs in this thread, where no timer could cut a statement short.
+    run: statementRunner(instance, false, (_connection, send) => send()),
     // PGlite has one session: migrations share it, with their time-out set per transaction.
     forMigrations: () => ({
       knex: instance,

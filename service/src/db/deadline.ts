@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { Bound } from './budget';
 import { errorFields } from './errors';
 
 /**
@@ -9,7 +10,9 @@ import { errorFields } from './errors';
  * a timer here: at the deadline a cancel request goes to the server (PgBouncer forwards it to the
  * server connection running the statement), which stops the statement there; if no answer comes
  * within the grace that follows, the connection is taken for dead and destroyed. Either way the
- * caller gets an error within `timeoutMs + CANCEL_GRACE_MS`, and no statement is left running.
+ * caller gets an error within its deadline + CANCEL_GRACE_MS, and no statement is left running.
+ * Within a request the deadline is what is left of the request's database budget when that is
+ * shorter (budget.ts).
  */
 
 /** How long a cancelled statement may take to answer before its connection is taken for dead. */
@@ -38,8 +41,15 @@ interface CancelConnection {
 export class StatementTimeoutError extends Error {
   override name = 'StatementTimeoutError';
   readonly code = '57014';
-  constructor(timeoutMs: number, cause: unknown) {
-    super(`statement cancelled: it ran past its ${String(timeoutMs)} ms deadline`, { cause });
+  constructor(bound: Bound, cause: unknown) {
+    super(
+      `statement cancelled: it ran past its ${String(bound.ms)} ms deadline${
+        bound.budgetMs === undefined
+          ? ''
+          : `, what was left of the request's database budget of ${String(bound.budgetMs)} ms (DB_STATEMENT_TIMEOUT_MS)`
+      }`,
+      { cause },
+    );
   }
 }
 
@@ -65,38 +75,46 @@ function sendCancel(target: DeadlineConnection, graceMs: number): void {
 }
 
 /**
- * Settles like `work`, a statement running on `connection`, but by `timeoutMs + graceMs` at the
- * latest: at `timeoutMs` the statement is cancelled on the server; if it has not answered `graceMs`
+ * Settles like `work`, a statement running on `connection`, but by `bound.ms + graceMs` at the
+ * latest: at `bound.ms` the statement is cancelled on the server; if it has not answered `graceMs`
  * later, the connection is destroyed, which fails the statement. A connection whose deadline fired
  * is never lent again: a late cancel could otherwise stop the next statement run on it.
  */
 export async function withDeadline<T>(
   connection: DeadlineConnection,
   work: Promise<T>,
-  timeoutMs: number,
+  bound: Bound,
   graceMs = CANCEL_GRACE_MS,
 ): Promise<T> {
   // An object, as the timer sets it where the compiler's flow analysis does not look.
   const state = { expired: false };
+  let again: NodeJS.Timeout | undefined;
   let grace: NodeJS.Timeout | undefined;
   const deadline = setTimeout(() => {
     state.expired = true;
     connection.__knex__disposed ??= new Error('statement deadline passed');
     sendCancel(connection, graceMs);
+    // The server ignores a cancel that reaches it before the statement does (a short deadline on a
+    // loaded host); a second one halfway through the grace stops a statement that started since,
+    // rather than leaving it running behind a destroyed connection.
+    again = setTimeout(() => {
+      sendCancel(connection, graceMs / 2);
+    }, graceMs / 2);
     grace = setTimeout(() => {
       connection.connection.stream.destroy();
     }, graceMs);
-  }, timeoutMs);
+  }, bound.ms);
   try {
     return await work;
   } catch (error) {
     // An answer the server gave anyway (a unique violation that beat the cancel, say) stands.
     const { code } = errorFields(error);
     throw state.expired && (code === undefined || code === '57014')
-      ? new StatementTimeoutError(timeoutMs, error)
+      ? new StatementTimeoutError(bound, error)
       : error;
   } finally {
     clearTimeout(deadline);
+    clearTimeout(again);
     clearTimeout(grace);
   }
 }

@@ -63,7 +63,8 @@ const NO_TLS = 'The server does not support SSL connections';
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
   const { name, code, message } = errorFields(error);
-  if (name === 'KnexTimeoutError') return true;
+  // No pooled connection in time (the pool's own wait, or the request's database budget).
+  if (name === 'KnexTimeoutError' || name === 'RequestBudgetError') return true;
   if (code !== undefined) {
     if (UNAVAILABLE_ERRNO.has(code)) return true;
     // No database this process may trust: the client can only retry; the operator is told (operatorHint).

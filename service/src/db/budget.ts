@@ -1,0 +1,89 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+
+/**
+ * A request's database budget: its waits for a pooled connection and its statements together get
+ * at most DB_STATEMENT_TIMEOUT_MS (plus the cancel grace of a statement being cancelled), however
+ * many statements it runs. Without it a request could wait for a connection, then run a statement
+ * to its deadline, then do both again: answers of several times the statement time-out while the
+ * pool is held by statements queued behind a lock.
+ *
+ * Only the time the request spends on the database counts (the union of its waits and statements,
+ * so two at once count once), not the time between: reading the body, checking a password, a slow
+ * upload after the caller's user was looked up are the client's and this process's, and must not
+ * turn into a 503 that blames the database. Work outside a request (migrations, probes, scrapes,
+ * start-up) has no budget and keeps the per-statement deadline alone.
+ */
+class RequestBudget {
+  private spentMs = 0;
+  /** Waits and statements of the request under way now, and since when one has been. */
+  private active = 0;
+  private since = 0;
+
+  constructor(readonly ms: number) {}
+
+  left(): number {
+    const running = this.active > 0 ? performance.now() - this.since : 0;
+    return this.ms - this.spentMs - running;
+  }
+
+  start(): void {
+    if (this.active++ === 0) this.since = performance.now();
+  }
+
+  stop(): void {
+    if (--this.active === 0) this.spentMs += performance.now() - this.since;
+  }
+}
+
+const current = new AsyncLocalStorage<RequestBudget>();
+
+/** Runs `work` (an HTTP request's handling) with a database budget of `ms`. */
+export function withRequestBudget<T>(ms: number, work: () => T): T {
+  return current.run(new RequestBudget(ms), work);
+}
+
+/** Raised when a request's database budget runs out before it got a connection or sent a statement. */
+export class RequestBudgetError extends Error {
+  override name = 'RequestBudgetError';
+  constructor(message: string, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+  }
+}
+
+/** What bounds one wait or one statement: `ms`, and the request's budget when that is what set it. */
+export interface Bound {
+  ms: number;
+  budgetMs?: number;
+}
+
+/**
+ * Less than this left counts as none: a statement sent with less would be cancelled about as soon
+ * as it reached the server, where the cancel can overtake it, and a wait that short could only
+ * lend a connection to a statement refused at once.
+ */
+const SMALLEST_BOUND_MS = 100;
+
+/**
+ * Runs `work`, a wait or a statement whose own limit is `limitMs`, under the smaller of that limit
+ * and what is left of the request's budget, and counts its time against the budget. Rejects with
+ * RequestBudgetError, naming `what`, without running it when nothing is left.
+ */
+export async function withinBudget<T>(
+  limitMs: number,
+  what: string,
+  work: (bound: Bound) => Promise<T>,
+): Promise<T> {
+  const budget = current.getStore();
+  if (!budget) return work({ ms: limitMs });
+  const left = Math.floor(budget.left());
+  if (left < SMALLEST_BOUND_MS)
+    throw new RequestBudgetError(
+      `${what}: the request's database budget of ${String(budget.ms)} ms (DB_STATEMENT_TIMEOUT_MS) was spent`,
+    );
+  budget.start();
+  try {
+    return await work(left < limitMs ? { ms: left, budgetMs: budget.ms } : { ms: limitMs });
+  } finally {
+    budget.stop();
+  }
+}
