@@ -2,17 +2,20 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Database } from '../db/connection';
 import { caller, callerId, unknownCaller, type Authentication } from '../http/auth';
 import { jsonBody } from '../http/body';
+import { conditionHolds, ifMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { encodeCursor } from './posts.cursor';
 import {
+  conditionalChange,
   createPost,
   deletePost,
   getPost,
   listPosts,
   updatePost,
   visiblePostOwner,
+  type ConditionalOutcome,
   type ListPage,
 } from './posts.repository';
 import { listQuery, postIdParams, postInput, type ListQuery } from './posts.schemas';
@@ -25,6 +28,20 @@ async function assertOwnPost(db: Database, id: number, userId: number): Promise<
   const owner = await visiblePostOwner(db, id, { userId });
   if (owner === undefined) throw postNotFound(id);
   if (owner !== userId) throw notYourPost();
+}
+
+/**
+ * A conditional change (If-Match) as the answer it leads to: 404 for a post the caller cannot see,
+ * 403 for another's, 412 when the post is no longer the one the client's tag names.
+ */
+function outcome(id: number, result: ConditionalOutcome<boolean>): void {
+  if (result.done) {
+    if (!result.result) throw postNotFound(id);
+    return;
+  }
+  if (result.why === 'missing') throw postNotFound(id);
+  if (result.why === 'not-owner') throw notYourPost();
+  throw preconditionFailed();
 }
 
 /**
@@ -105,15 +122,45 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication):
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const { id: userId } = caller(req);
-      await assertOwnPost(db, id, userId);
-      const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
+      const condition = ifMatch(req);
+      if (condition) {
+        outcome(
+          id,
+          await conditionalChange(
+            db,
+            id,
+            userId,
+            (post) => conditionHolds(condition, post),
+            (trx) => updatePost(trx, id, input),
+          ),
+        );
+      } else {
+        await assertOwnPost(db, id, userId);
+        if (!(await updatePost(db, id, input))) throw postNotFound(id);
+      }
+      const post = await getPost(db, id, { userId });
       if (!post) throw postNotFound(id);
       sendJson(res, post);
     })
     .delete(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      await assertOwnPost(db, id, caller(req).id);
-      if (!(await deletePost(db, id))) throw postNotFound(id);
+      const { id: userId } = caller(req);
+      const condition = ifMatch(req);
+      if (condition) {
+        outcome(
+          id,
+          await conditionalChange(
+            db,
+            id,
+            userId,
+            (post) => conditionHolds(condition, post),
+            (trx) => deletePost(trx, id),
+          ),
+        );
+      } else {
+        await assertOwnPost(db, id, userId);
+        if (!(await deletePost(db, id))) throw postNotFound(id);
+      }
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
