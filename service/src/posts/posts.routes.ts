@@ -197,6 +197,30 @@ export const postsDocs = {
         votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
       },
     },
+    PublicPost: {
+      type: 'object',
+      description:
+        "A post on the public feed, which anyone may read: the same shape, the owner's e-mail address left out.",
+      required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
+      properties: {
+        id: { type: 'integer', example: 7 },
+        title: { type: 'string' },
+        content: { type: 'string' },
+        published: { type: 'boolean' },
+        created_at: { type: 'string', format: 'date-time' },
+        user_id: { type: 'integer' },
+        owner: {
+          type: 'object',
+          required: ['id', 'created_at'],
+          additionalProperties: false,
+          properties: {
+            id: { type: 'integer', example: 1 },
+            created_at: { type: 'string', format: 'date-time' },
+          },
+        },
+        votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
+      },
+    },
   },
   headers: {
     NextLink: {
@@ -266,8 +290,9 @@ export const postsDocs = {
  *     summary: The public feed
  *     description: >
  *       Published posts only, no token needed; same query rules, paging (`skip` or `cursor`, and
- *       `Link: rel="next"`), order and shape as the list. A cursor from either list is valid on the
- *       other: it carries only a position.
+ *       `Link: rel="next"`), order and shape as the list, except that each owner is `{id,
+ *       created_at}`: no e-mail address goes to anonymous readers. A cursor from either list is
+ *       valid on the other: it carries only a position.
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
  *       - $ref: '#/components/parameters/skip'
@@ -280,7 +305,7 @@ export const postsDocs = {
  *           Link: { $ref: '#/components/headers/NextLink' }
  *         content:
  *           application/json:
- *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *             schema: { type: array, items: { $ref: '#/components/schemas/PublicPost' } }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  * /posts/{id}:
@@ -304,7 +329,13 @@ export const postsDocs = {
  *   put:
  *     tags: [Posts]
  *     summary: Replace a post (owner only)
+ *     description: >
+ *       With `If-Match`, only if the post is still the one that tag names (412 otherwise, and
+ *       nothing changes): of two editors sending the same tag, one wins. Without it the last
+ *       writer wins.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/ifMatch'
  *     requestBody:
  *       required: true
  *       content:
@@ -320,6 +351,7 @@ export const postsDocs = {
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }
+ *       412: { $ref: '#/components/responses/PreconditionFailed' }
  *       413: { $ref: '#/components/responses/PayloadTooLarge' }
  *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
  *       422: { $ref: '#/components/responses/ValidationError' }
@@ -327,13 +359,16 @@ export const postsDocs = {
  *   delete:
  *     tags: [Posts]
  *     summary: Delete a post (owner only)
- *     description: Its votes go with it.
+ *     description: Its votes go with it. With `If-Match`, only if the post is still the one that tag names.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/ifMatch'
  *     responses:
  *       204: { description: Deleted; no body. }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }
+ *       412: { $ref: '#/components/responses/PreconditionFailed' }
  *       422: { $ref: '#/components/responses/ValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
