@@ -514,6 +514,49 @@ describe('Pipelined requests abandoned by their client', () => {
   });
 });
 
+describe('A connection flooded with pipelined requests', () => {
+  test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
+    const log = captureLog();
+    const fresh = await freshDatabaseEnv();
+    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    const db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    const running = await startServer(settings, db, createLogger('info', log.stream));
+    try {
+      const ids = Array.from({ length: 100 }, (_, i) => `flood-${i}`);
+      const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+      socket.on('error', () => undefined);
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.write(
+        ids
+          .map((id) => `GET /posts/public?limit=1 HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${id}\r\n\r\n`)
+          .join(''),
+      );
+      await closed;
+      const logged = () =>
+        log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
+      for (let i = 0; i < 100 && logged().length < ids.length; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(logged()).toHaveLength(ids.length);
+      // Far fewer answers than requests: the flood was cut off, not queued.
+      expect((received.match(/HTTP\/1\.1 200/g) ?? []).length).toBeLessThan(10);
+      expect(
+        logged().filter((entry) => (entry.res as { status: number }).status === 499).length,
+      ).toBeGreaterThan(90);
+    } finally {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close();
+      await fresh.drop();
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
+    }
+  });
+});
+
 describe('METRICS_PORT setting', () => {
   test.each([
     [{}, 8000, 9464],
