@@ -163,7 +163,17 @@ async function list(res: ServerResponse, url: URL, userId: number | undefined): 
     const query = `${url.searchParams.has('limit') ? `limit=${String(limit)}&` : ''}${search ? `search=${encodeURIComponent(search)}&` : ''}cursor=${encodeCursor({ micros: last.position_micros, id: last.id })}`;
     res.setHeader('Link', `<${url.pathname}?${query}>; rel="next"`);
   }
-  send(res, 200, posts.map(toPost));
+  // The public feed leaves the owner's e-mail address out, as the service does.
+  send(
+    res,
+    200,
+    posts.map((r) => {
+      const post = toPost(r);
+      return userId === undefined
+        ? { ...post, owner: { id: r.user_id, created_at: r.owner_created_at } }
+        : post;
+    }),
+  );
 }
 
 async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

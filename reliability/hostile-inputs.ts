@@ -460,7 +460,52 @@ export const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> 
 
 /** Declared lengths over every body limit (100 kB), the body never sent; and Expect values. */
 export const declaredLength = fc.constantFrom(102_401, 1_048_576, 209_715_200, 1_000_000_000_000_000);
-export const expectation = fc.constantFrom('100-continue', '100-Continue', '200-ok', 'foo', '');
+export const expectation = fc.constantFrom(
+  '100-continue',
+  '100-Continue',
+  '200-ok',
+  'foo',
+  '',
+  '100-continue, foo',
+  'foo, 100-continue',
+  '100-continue;q=1',
+  '100-continuex',
+);
+
+/**
+ * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
+ * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
+ */
+export function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
+  const now = Math.floor(Date.now() / 1000);
+  // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
+  const sign = (header: Record<string, unknown>) => {
+    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), iat: now, exp: now + 29 * 60 })}`;
+    return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
+  };
+  return [
+    { token: sign({ crit: ['unknown'], unknown: true }), family: 'crit' },
+    { token: sign({ crit: ['exp'] }), family: 'crit' },
+    { token: sign({ crit: [] }), family: 'crit' },
+    { token: sign({ crit: 'x' }), family: 'crit' },
+    { token: sign({ b64: false, crit: ['b64'] }), family: 'b64' },
+    { token: sign({ b64: false }), family: 'b64' },
+    { token: sign({ b64: true }), family: 'b64' },
+  ];
+}
+
+/** If-Match values that name no current post: each PUT or DELETE carrying one changes nothing. */
+export const staleIfMatch = fc.constantFrom(
+  'W/"10-stale"',
+  '"10-stale"',
+  'W/"a", "b"',
+  '',
+  'garbage',
+  'W/"open',
+  '*, W/"a"',
+  Array.from({ length: 200 }, (_, i) => `W/"${String(i)}"`).join(', '),
+);
 
 /** Requests Node's HTTP layer turns away (or would, left alone): each answered problem+json. */
 const registration = '{"email":"raw@example.com","password":"password123"}';

@@ -11,12 +11,14 @@ import {
   expectation,
   healthRequest,
   idSegment,
+  joseHeaderTokens,
   objectValue,
   operationsOf,
   pathOddity,
   protocolRequests,
   queryString,
   rawJsonBody,
+  staleIfMatch,
   tokensFor,
   typeParameters,
   wildPath,
@@ -25,8 +27,21 @@ import {
 import { normaliseEmail } from '../service/src/users/email';
 
 const SEED = 20261121;
-/** The families of issue 11; each must be generated (see the report line). */
-const FAMILIES = ['encoding', 'charset', 'length', 'expect', 'claims', 'email', 'health', 'protocol'];
+/** The families of issues 11 and 29; each must be generated (see the report line). */
+const FAMILIES = [
+  'encoding',
+  'charset',
+  'length',
+  'expect',
+  'claims',
+  'email',
+  'health',
+  'protocol',
+  // Issue 29.
+  'crit',
+  'b64',
+  'if-match',
+];
 const RUNS = 5000;
 
 const database = scratchDatabase('hostile');
@@ -238,6 +253,14 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
           { weight: 10, arbitrary: fc.constant(undefined) },
           { weight: 1, arbitrary: expectation },
         ),
+        jose: fc.oneof(
+          { weight: 12, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: fc.constantFrom(...joseHeaderTokens(authorId)) },
+        ),
+        ifMatch: fc.oneof(
+          { weight: 4, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: staleIfMatch },
+        ),
       }),
     )
     .map(
@@ -256,6 +279,8 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
         params,
         length,
         expect,
+        jose,
+        ifMatch,
       }) => {
         const path = oddity(op.path.replace('{id}', id)) + (query ? `?${query}` : '');
         const headers: Record<string, string> = {};
@@ -270,6 +295,23 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
           headers.Authorization = `Bearer ${claim}`;
           families.push('claims');
           if (op.secured && method === op.method && id !== 'public') mustRefuse = 'its token has bad claims';
+        }
+        if (jose !== undefined) {
+          headers.Authorization = `Bearer ${jose.token}`;
+          families.push(jose.family);
+          if (op.secured && method === op.method && id !== 'public')
+            mustRefuse = `its token header has ${jose.family}`;
+        }
+        if (
+          ifMatch !== undefined &&
+          op.path === '/posts/{id}' &&
+          method === op.method &&
+          op.method !== 'GET'
+        ) {
+          headers['If-Match'] = ifMatch;
+          families.push('if-match');
+          // Whatever else is wrong with it, a change under a tag of no current post never succeeds.
+          mustRefuse ??= 'its If-Match names no current post';
         }
         let bytes = body?.body;
         if (body && bytes) {

@@ -9,6 +9,7 @@ import { closeAfterOversizedBody } from './http/body';
 import { crossOrigin } from './http/cors';
 import { errorHandler, notFound } from './http/errors';
 import { requireHost } from './http/protocol';
+import { oneAnswerAtATime } from './http/pipelining';
 import { requestLog } from './http/request-log';
 import { exactRouter } from './http/router';
 import { apiHeaders } from './http/security-headers';
@@ -71,6 +72,8 @@ export function createApp({
   });
   app.use(metrics.httpMiddleware);
   app.use(requestLog(logger));
+  // Behind the log and metrics, which record a pipelined request abandoned while it waits.
+  app.use(oneAnswerAtATime);
   app.use(apiHeaders);
   app.use(cors);
 

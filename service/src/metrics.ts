@@ -4,6 +4,7 @@ import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import { backfillState, type BackfillState } from './db/backfill';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './db/migrator';
+import { settledStatus } from './http/pipelining';
 import type { Logger } from './logger';
 
 /** The route label of requests no route matched (unknown paths, preflights): one value, whatever the path. */
@@ -53,7 +54,7 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
 
   const duration = new Histogram({
     name: 'http_request_duration_seconds',
-    help: 'Time from request to response, by route template, method and status code.',
+    help: 'Time from request to response, by route template, method and status code (499: the client closed the connection before the answer was sent).',
     labelNames: ['method', 'route', 'status_code'] as const,
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
@@ -165,13 +166,14 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
   const httpMiddleware: RequestHandler = (req, res, next) => {
     const end = duration.startTimer();
     inFlight.inc();
-    // 'close' comes for every request, answered or abandoned by the client, exactly once.
+    // 'close' comes for every request, answered or abandoned by the client, exactly once, also
+    // for a pipelined one abandoned before its turn (pipelining.ts); abandoned ones are 499.
     res.once('close', () => {
       inFlight.dec();
       end({
         method: METHODS.has(req.method) ? req.method : 'other',
         route: routeLabel(req),
-        status_code: String(res.statusCode),
+        status_code: String(settledStatus(res)),
       });
     });
     next();

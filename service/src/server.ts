@@ -31,6 +31,16 @@ function listen(server: Server, port: number): Promise<number> {
   });
 }
 
+function expectationFailed(res: ServerResponse): void {
+  writeProblem(
+    res,
+    417,
+    // The header's value is not echoed: nothing a client sends is reflected in an answer.
+    'The Expect header cannot be met; only 100-continue is supported',
+    { close: false },
+  );
+}
+
 function close(server: Server): Promise<void> {
   if (!server.listening) return Promise.resolve();
   return new Promise((resolve) => {
@@ -40,6 +50,22 @@ function close(server: Server): Promise<void> {
     server.closeIdleConnections();
   });
 }
+
+/**
+ * The API listener's time-outs. The proxy sends a request's headers and body at once and gives up
+ * on an upstream after 3 s without a byte (chart/README.md), so these only ever cut off a client
+ * that reaches the pod directly and dawdles, and what it holds goes with it.
+ */
+export const HTTP_TIMEOUTS = {
+  /** An idle keep-alive connection: above nginx's upstream keep-alive (60 s), so nginx closes first. */
+  keepAliveMs: 65_000,
+  /** From a request's first byte to the end of its headers. */
+  headersMs: 10_000,
+  /** From a request's first byte to the end of its body (at most 100 kB: body.ts). */
+  requestMs: 30_000,
+  /** A connection, mid-request or mid-answer, on which no byte moves either way. */
+  idleMs: 30_000,
+} as const;
 
 /**
  * Listens, and shuts down under terminus: on SIGTERM readiness (health.ts) turns 503 at once, the
@@ -61,8 +87,12 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     createApp({ db, settings, logger, metrics, shutdown }),
   );
   // Longer than nginx's upstream keep-alive (60 s), so the proxy always closes idle sockets first.
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
+  server.keepAliveTimeout = HTTP_TIMEOUTS.keepAliveMs;
+  server.headersTimeout = HTTP_TIMEOUTS.headersMs;
+  server.requestTimeout = HTTP_TIMEOUTS.requestMs;
+  // A connection where nothing moves either way (a client that stopped reading an answer, or
+  // stopped sending) is closed, and whatever it still held with it.
+  server.timeout = HTTP_TIMEOUTS.idleMs;
 
   createTerminus(server, {
     // No health checks here: the app serves the probes (health.ts) and reads `shutdown`.
@@ -100,18 +130,18 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   // so a body that will be refused (401, 413, 415...) is never invited. It is then served as any
   // request, by every 'request' listener (the app, and terminus's tracker of busy connections).
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    // Node takes any value that mentions 100-continue (`100-continue, foo`) for one; RFC 9110
+    // §10.1.1 defines that one value alone, and an expectation with more in it cannot be met.
+    if (req.headers.expect?.trim().toLowerCase() !== '100-continue') {
+      expectationFailed(res);
+      return;
+    }
     deferContinue(req);
     server.emit('request', req, res);
   });
   // Any other expectation cannot be met; Node would answer a bare 417.
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
-    writeProblem(
-      res,
-      417,
-      // The header's value is not echoed: nothing a client sends is reflected in an answer.
-      'The Expect header cannot be met; only 100-continue is supported',
-      { close: false },
-    );
+    expectationFailed(res);
   });
   // Without a listener Node drops a CONNECT without a word; this is not a proxy.
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {

@@ -112,8 +112,11 @@ export interface Account {
   password: string;
 }
 
+/** Where supertest sends a request: an app it serves itself, or a listening server's base URL. */
+export type Target = Express | string;
+
 /** Registers and logs in a new user through the API, as a client would. */
-export async function newAccount(app: Express, email = uniqueEmail()): Promise<Account> {
+export async function newAccount(app: Target, email = uniqueEmail()): Promise<Account> {
   const password = 'correct horse battery';
   const created = await request(app).post('/users/').send({ email, password }).expect(201);
   const login = await request(app)
@@ -156,7 +159,7 @@ export const bearer = (account: Account | string): { Authorization: string } => 
 });
 
 export async function newPost(
-  app: Express,
+  app: Target,
   account: Account,
   fields: Partial<{ title: string; content: string; published: boolean }> = {},
 ): Promise<Post> {

@@ -331,6 +331,36 @@ describe('3. Declared lengths and Expect against every body limit', () => {
     expect(answer.text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 201 /);
   });
 
+  test.each([
+    ['100-continue, foo'],
+    ['foo, 100-continue'],
+    ['100-continue;x=1'],
+    ['100-continuex'],
+    ['200-ok'],
+  ])(
+    'When Expect is %j (not exactly 100-continue), then 417 problem+json, no 100 Continue and nothing stored',
+    async (expectation) => {
+      const before = await snapshot();
+      const body = registration();
+      const answer = await raw(
+        `POST /users/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: ${expectation}\r\n\r\n${body}`,
+      );
+      expect(answer.text).not.toMatch(/100 Continue/);
+      expect(rawProblem(answer).status).toBe(417);
+      expect(await snapshot()).toBe(before);
+    },
+  );
+
+  test('When Expect is 100-CONTINUE (any case), then it is met', async () => {
+    const body = registration();
+    const answer = await raw(
+      `POST /users/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-CONTINUE\r\n\r\n${body}`,
+    );
+    expect(answer.text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 201 /);
+  });
+
   test('When a request that will be refused 401 asks Expect: 100-continue, then 401 without 100 Continue', async () => {
     const answer = await raw(
       `POST /posts/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
@@ -349,6 +379,56 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: String(userId), ...payload })}`;
     return `${unsigned}.${createHmac('sha256', TEST_SECRET).update(unsigned).digest('base64url')}`;
   };
+
+  // The header is written out too, so it can carry what jsonwebtoken never writes.
+  const signWithHeader = (header: Record<string, unknown>, payload: Record<string, unknown>) => {
+    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), ...payload })}`;
+    return `${unsigned}.${createHmac('sha256', TEST_SECRET).update(unsigned).digest('base64url')}`;
+  };
+  test.each([
+    ['crit naming an extension nobody knows', { crit: ['unknown'], unknown: 1 }],
+    ['crit naming a registered claim', { crit: ['exp'] }],
+    ['an empty crit', { crit: [] }],
+    ['crit that is not a list', { crit: 'b64' }],
+    ['b64 false, listed in crit (RFC 7797)', { b64: false, crit: ['b64'] }],
+    ['b64 false alone', { b64: false }],
+  ])('When the token header has %s, then 401 and the post stays', async (_name, header) => {
+    const post = (await api().post('/posts/').set(auth()).send({ title: 't', content: 'c' }).expect(201))
+      .body as { id: number };
+    const forged = signWithHeader(header, { iat: now(), exp: now() + 600 });
+    expect(
+      expectProblem(await api().get('/posts/').set('Authorization', `Bearer ${forged}`), 401).detail,
+    ).toBe('Could not validate credentials');
+    expectProblem(await api().delete(`/posts/${post.id}`).set('Authorization', `Bearer ${forged}`), 401);
+    await api().get(`/posts/${post.id}`).set(auth()).expect(200);
+  });
+
+  test('When nbf is 30 s ahead (the documented skew), then the token is accepted; 31 s ahead, refused', async () => {
+    const soon = (ahead: number) => {
+      // Rounded up, so the service's clock, read a moment later, is still within the second.
+      const at = Math.ceil(Date.now() / 1000);
+      return sign({
+        iat: at - 1,
+        nbf: (ahead === 30 ? Math.floor(Date.now() / 1000) : at) + ahead,
+        exp: at + 600,
+      });
+    };
+    await api()
+      .get('/posts/')
+      .set('Authorization', `Bearer ${soon(30)}`)
+      .expect(200);
+    await api()
+      .get('/posts/')
+      .set('Authorization', `Bearer ${soon(29)}`)
+      .expect(200);
+    expectProblem(
+      await api()
+        .get('/posts/')
+        .set('Authorization', `Bearer ${soon(31)}`),
+      401,
+    );
+  });
 
   const refused: [string, () => Record<string, unknown>][] = [
     ['without exp', () => ({ iat: now() })],
@@ -396,6 +476,34 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
       .get('/posts/')
       .set('Authorization', `Bearer ${sign(payload())}`)
       .expect(200);
+  });
+});
+
+describe('4b. If-Match that names no current post', () => {
+  test.each([
+    ['a stale tag', 'W/"10-stale"'],
+    ['a strong stale tag', '"10-stale"'],
+    ['a list of stale tags', 'W/"a", W/"b", "c"'],
+    ['an empty value', ''],
+    ['a bare word', 'garbage'],
+    ['a tag left open', 'W/"abc'],
+    ['a star with more', '*, W/"a"'],
+    ['a tag with a NUL escape', 'W/"\\u0000"'],
+    ['a very long list', Array.from({ length: 500 }, (_, i) => `W/"${String(i)}"`).join(', ')],
+  ])('When PUT and DELETE carry %s, then 412 problem+json each and nothing changes', async (_name, value) => {
+    const post = (await api().post('/posts/').set(auth()).send({ title: 'kept', content: 'c' }).expect(201))
+      .body as { id: number };
+    const before = await snapshot();
+    expectProblem(
+      await api()
+        .put(`/posts/${post.id}`)
+        .set(auth())
+        .set('If-Match', value)
+        .send({ title: 'lost', content: 'x' }),
+      412,
+    );
+    expectProblem(await api().delete(`/posts/${post.id}`).set(auth()).set('If-Match', value), 412);
+    expect(await snapshot()).toBe(before);
   });
 });
 

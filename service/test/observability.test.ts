@@ -1,4 +1,5 @@
 import { request as httpRequest } from 'node:http';
+import { connect as tcpConnect } from 'node:net';
 import { Writable } from 'node:stream';
 import express from 'express';
 import request from 'supertest';
@@ -8,7 +9,7 @@ import { requestLog } from '../src/http/request-log';
 import { openDatabase, type Database } from '../src/db/connection';
 import { knownMigrations, migrateDown, migrateToLatest } from '../src/db/migrator';
 import { createLogger } from '../src/logger';
-import type { RunningServer } from '../src/server';
+import { startServer, type RunningServer } from '../src/server';
 import { describeSettings, loadSettings } from '../src/settings';
 import { sample, samples } from '../../testing/metrics-text';
 import { startService } from '../../testing/service';
@@ -405,6 +406,138 @@ describe('Request log edge cases', () => {
     } finally {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
+describe('Pipelined requests abandoned by their client', () => {
+  const log = captureLog();
+  let db: Database;
+  let running: RunningServer;
+  let drop: () => Promise<void>;
+
+  beforeAll(async () => {
+    const fresh = await freshDatabaseEnv();
+    drop = () => fresh.drop();
+    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    running = await startServer(settings, db, createLogger('info', log.stream));
+  });
+
+  afterAll(async () => {
+    running.server.closeAllConnections();
+    await new Promise((resolve) => running.server.close(resolve));
+    await db.close();
+    await drop();
+    process.removeAllListeners('SIGTERM');
+    process.removeAllListeners('SIGINT');
+  });
+
+  const inFlight = async () => {
+    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
+    return sample(text, 'http_requests_in_flight');
+  };
+
+  test('When 50 pipelined requests are sent and the connection is closed unread, then each has one log line (its status, or 499) and none stays in flight', async () => {
+    const base = `http://127.0.0.1:${running.port}`;
+    const account = await newAccount(base);
+    // Pages of 200 kB: more than the socket buffers hold, so some answers are still unsent at the close.
+    for (let i = 0; i < 10; i++) await newPost(base, account, { content: 'x'.repeat(20_000) });
+
+    const ids = Array.from({ length: 50 }, (_, i) => `pipelined-${i}`);
+    const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+    // Never read: the answers stay unsent once the buffers between the two ends are full.
+    socket.pause();
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      ids
+        .map((id) => `GET /posts/public?limit=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: ${id}\r\n\r\n`)
+        .join(''),
+    );
+    const logged = () =>
+      log
+        .entries()
+        .filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''))
+        .map((entry) => ({
+          id: (entry.req as { id: string }).id,
+          status: (entry.res as { status: number }).status,
+        }));
+    // Some are answered before the close.
+    for (let i = 0; i < 100 && logged().length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    socket.destroy();
+
+    for (let i = 0; i < 100 && logged().length < ids.length; i++) await new Promise((r) => setTimeout(r, 50));
+    const lines = logged();
+    expect(lines.map((line) => line.id).sort()).toEqual([...ids].sort());
+    const statuses = new Set(lines.map((line) => line.status));
+    expect([...statuses].every((status) => status === 200 || status === 499)).toBe(true);
+    expect(statuses).toContain(499);
+    // Answered in order: nothing after the first abandoned one was answered.
+    const byId = new Map(lines.map((line) => [line.id, line.status]));
+    const firstAbandoned = ids.findIndex((id) => byId.get(id) === 499);
+    expect(ids.slice(firstAbandoned).every((id) => byId.get(id) === 499)).toBe(true);
+
+    let left = await inFlight();
+    for (let i = 0; i < 50 && left !== 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      left = await inFlight();
+    }
+    expect(left).toBe(0);
+    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
+    const counted = samples(text, 'http_request_duration_seconds_count')
+      .filter((s) => s.labels.includes('method="GET"'))
+      .reduce((sum, s) => sum + s.value, 0);
+    // Every one is counted once, with the page reads the set-up made none.
+    expect(counted).toBe(ids.length);
+    expect(
+      samples(text, 'http_request_duration_seconds_count')
+        .filter((s) => s.labels.includes('status_code="499"'))
+        .reduce((sum, s) => sum + s.value, 0),
+    ).toBe(lines.filter((line) => line.status === 499).length);
+  });
+});
+
+describe('A connection flooded with pipelined requests', () => {
+  test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
+    const log = captureLog();
+    const fresh = await freshDatabaseEnv();
+    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    const db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    const running = await startServer(settings, db, createLogger('info', log.stream));
+    try {
+      const ids = Array.from({ length: 100 }, (_, i) => `flood-${i}`);
+      const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+      socket.on('error', () => undefined);
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.write(
+        ids
+          .map((id) => `GET /posts/public?limit=1 HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${id}\r\n\r\n`)
+          .join(''),
+      );
+      await closed;
+      const logged = () =>
+        log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
+      for (let i = 0; i < 100 && logged().length < ids.length; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(logged()).toHaveLength(ids.length);
+      // Far fewer answers than requests: the flood was cut off, not queued.
+      expect((received.match(/HTTP\/1\.1 200/g) ?? []).length).toBeLessThan(10);
+      expect(
+        logged().filter((entry) => (entry.res as { status: number }).status === 499).length,
+      ).toBeGreaterThan(90);
+    } finally {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close();
+      await fresh.drop();
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
     }
   });
 });

@@ -46,6 +46,13 @@ async function listIds(path: string, account?: Account): Promise<number[]> {
 const searchPath = (base: string, search: string, extra = ''): string =>
   `${base}?search=${encodeURIComponent(search)}${extra}`;
 
+/** A post on the public feed: the same shape, its owner without an e-mail address (API.md). */
+function expectPublicPostShape(body: PostBody, owner: Account): void {
+  expect(Object.keys(body).sort()).toEqual(POST_KEYS);
+  expect(body.owner).toEqual({ id: owner.user.id, created_at: owner.user.created_at as unknown as string });
+  expect(JSON.stringify(body)).not.toContain(owner.user.email);
+}
+
 function expectPostShape(body: PostBody, owner: Account): void {
   expect(Object.keys(body).sort()).toEqual(POST_KEYS);
   expect(Object.keys(body.owner).sort()).toEqual(OWNER_KEYS);
@@ -388,7 +395,29 @@ describe('Visibility of the lists', () => {
     const publicPosts = publicRes.body as PostBody[];
     expect(publicPosts.map((p) => p.id).sort()).toEqual([alicePublished.id, bobPublished.id].sort());
     expect(publicPosts.every((p) => p.published)).toBe(true);
-    for (const p of publicPosts) expectPostShape(p, p.user_id === alice.user.id ? alice : bob);
+    for (const p of publicPosts) expectPublicPostShape(p, p.user_id === alice.user.id ? alice : bob);
+    // The signed-in list keeps the owner's e-mail address.
+    const signedIn = (
+      await api()
+        .get(searchPath('/posts/', tok, '&limit=100'))
+        .set(bearer(bob))
+    ).body as PostBody[];
+    for (const p of signedIn) expectPostShape(p, p.user_id === alice.user.id ? alice : bob);
+  });
+
+  test('When anyone reads the public feed, with or without a token, then no e-mail address is in it', async () => {
+    const tok = token();
+    await newPost(service.app, alice, { title: `${tok} mail` });
+    for (const call of [
+      api().get(searchPath('/posts/public', tok)),
+      api().get(searchPath('/posts/public', tok)).set(bearer(bob)),
+    ]) {
+      const res = await call;
+      expect(res.status).toBe(200);
+      expect(res.body).toHaveLength(1);
+      expect(res.text).not.toContain(alice.user.email);
+      expect(res.text).not.toContain('"email"');
+    }
   });
 
   test('When the public list is asked with a token of any kind, then it still shows published posts only', async () => {
@@ -415,7 +444,8 @@ describe('Visibility of the lists', () => {
       expect(posts).toHaveLength(1);
       const [post] = posts;
       if (!post) throw new Error('no post');
-      expectPostShape(post, bob);
+      if (account) expectPostShape(post, bob);
+      else expectPublicPostShape(post, bob);
       expect(post.votes).toBe(1);
     }
   });
@@ -690,5 +720,105 @@ describe('Search', () => {
     await newPost(service.app, bob, { title: `${t} bob secret`, published: false });
     expect(await listIds(searchPath('/posts/', t), alice)).toEqual([]);
     expect(await listIds(searchPath('/posts/', t), bob)).toHaveLength(1);
+  });
+});
+
+describe('If-Match on PUT and DELETE /posts/{id}', () => {
+  const etagOf = async (account: Account, id: number): Promise<string> => {
+    const res = await getPost(account, id);
+    expect(res.status).toBe(200);
+    return res.headers.etag as string;
+  };
+  const update = (id: number, ifMatch: string | undefined, title: string) => {
+    const req = api().put(`/posts/${id}`).set(bearer(alice));
+    if (ifMatch !== undefined) void req.set('If-Match', ifMatch);
+    return req.send({ title, content: 'edited' });
+  };
+
+  test('When the ETag of the GET answer is sent with PUT, then the update succeeds and its answer carries the new ETag', async () => {
+    const created = await newPost(service.app, alice, { title: `Tagged ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    expect(tag).toMatch(/^W\/"/);
+    const res = await update(created.id, tag, 'First edit');
+    expect(res.status).toBe(200);
+    expect((res.body as PostBody).title).toBe('First edit');
+    expect(res.headers.etag).not.toBe(tag);
+    expect(res.headers.etag).toBe(await etagOf(alice, created.id));
+  });
+
+  test.each([
+    ['the tag without W/', (tag: string) => tag.slice(2)],
+    ['a list holding the tag', (tag: string) => `W/"other", ${tag}`],
+    ['*', () => '*'],
+  ])('When If-Match is %s, then it matches the current post', async (_name, form) => {
+    const created = await newPost(service.app, alice, { title: `Forms ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    expect((await update(created.id, form(tag), 'Matched')).status).toBe(200);
+  });
+
+  test('When the post changed after the client read it, then a PUT with the old ETag is 412 problem+json and changes nothing', async () => {
+    const created = await newPost(service.app, alice, { title: `Stale ${token()}` });
+    const stale = await etagOf(alice, created.id);
+    await update(created.id, stale, 'Someone else won').expect(200);
+    const res = await update(created.id, stale, 'Lost update');
+    expectProblem(res, 412);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Someone else won');
+  });
+
+  test("When a vote changed the post after it was read, then its old ETag no longer matches (the tag is the GET answer's)", async () => {
+    const created = await newPost(service.app, alice, { title: `Voted tag ${token()}` });
+    const before = await etagOf(alice, created.id);
+    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    expectProblem(await update(created.id, before, 'x'), 412);
+  });
+
+  test.each([['garbage'], [''], ['"unquoted'], ['W/"x" junk']])(
+    'When If-Match is %j (no tag of the post), then 412 and nothing changes',
+    async (value) => {
+      const title = `Odd ${token()}`;
+      const created = await newPost(service.app, alice, { title });
+      expectProblem(await update(created.id, value, 'x'), 412);
+      expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+    },
+  );
+
+  test('When DELETE carries a stale ETag, then 412 and the post stays; with the current one, 204', async () => {
+    const created = await newPost(service.app, alice, { title: `Delete tag ${token()}` });
+    const stale = await etagOf(alice, created.id);
+    await update(created.id, undefined, 'Changed meanwhile').expect(200);
+    expectProblem(await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', stale), 412);
+    expect((await getPost(alice, created.id)).status).toBe(200);
+    const current = await etagOf(alice, created.id);
+    await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', current).expect(204);
+    expectProblem(await getPost(alice, created.id), 404);
+  });
+
+  test("When If-Match names a post that is missing, another user's draft, or not the caller's, then 404, 404 and 403 as without it", async () => {
+    expectProblem(await update(MISSING_ID, '*', 'x'), 404);
+    const draft = await newPost(service.app, bob, { title: `Bob draft ${token()}`, published: false });
+    expectProblem(await update(draft.id, '*', 'x'), 404);
+    const bobs = await newPost(service.app, bob, { title: `Bob post ${token()}` });
+    const tag = await etagOf(alice, bobs.id);
+    expectProblem(await update(bobs.id, tag, 'x'), 403);
+    expectProblem(await api().delete(`/posts/${bobs.id}`).set(bearer(alice)).set('If-Match', tag), 403);
+  });
+
+  test('When two editors send the same ETag at once, then exactly one wins and the other gets 412', async () => {
+    const created = await newPost(service.app, alice, { title: `Race ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    const results = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => update(created.id, tag, `Editor ${i}`)),
+    );
+    const statuses = results.map((res) => res.status).sort();
+    expect(statuses).toEqual([200, 412, 412, 412, 412, 412]);
+    const winner = results.find((res) => res.status === 200)?.body as PostBody;
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(winner.title);
+  });
+
+  test('When no If-Match is sent, then the last writer wins as before', async () => {
+    const created = await newPost(service.app, alice, { title: `No tag ${token()}` });
+    await update(created.id, undefined, 'One').expect(200);
+    await update(created.id, undefined, 'Two').expect(200);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Two');
   });
 });

@@ -62,7 +62,7 @@ const definition = (parts: readonly DocsPart[]) => {
         '',
         `**Bodies**: JSON endpoints read \`application/json\`, \`/login\` reads \`application/x-www-form-urlencoded\`, both in UTF-8 only (a \`charset\` other than \`utf-8\` is 415), at most ${BODY_LIMIT_TEXT} after decompression. \`Content-Encoding\` may be \`gzip\`, \`deflate\` or \`br\` (one at most; anything else 415; a body that does not decompress 400). A declared \`Content-Length\` over ${BODY_LIMIT_TEXT} is 413 before the body is read (and any answer to such a request closes the connection), and \`Expect: 100-continue\` is answered \`100 Continue\` only when the body is about to be read; any other \`Expect\` is 417. A request without \`Host\`, or with two, is 400.`,
         '',
-        '**Tokens** are HS256 JWTs whose header `kid` names the key that signed them (a token naming a key the service does not accept is 401). They must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, not in the future; no `iss`, `aud` or `jti`. Otherwise 401.',
+        '**Tokens** are HS256 JWTs whose header `kid` names the key that signed them (a token naming a key the service does not accept is 401). They must carry numeric `exp` (in the future) and `iat` (at most 30 s ahead: the clock skew allowed), with `exp - iat` at most ACCESS_TOKEN_EXPIRE_MINUTES; `nbf`, if present, at most 30 s ahead as well; no `iss`, `aud` or `jti`; no `crit` or `b64` in the header (extensions the service does not implement). Otherwise 401.',
         '',
         '**E-mail addresses** are normalised (Unicode NFKC; domain per UTS #46) before the uniqueness check and at login; invisible or formatting characters and a local part or domain label mixing scripts are 422.',
         '',
@@ -76,7 +76,17 @@ const definition = (parts: readonly DocsPart[]) => {
         oauth2Password: { type: 'oauth2', flows: { password: { tokenUrl: '/login', scopes: {} } } },
       },
       // Request bodies and parameters are generated from their joi schemas (requestComponents).
-      parameters: requests.parameters,
+      parameters: {
+        ...requests.parameters,
+        ifMatch: {
+          in: 'header',
+          name: 'If-Match',
+          required: false,
+          description:
+            'Change only the version of the post this names: the `ETag` of a GET of it (weak tags are compared as such, `W/` or not), several separated by commas, or `*` for any. A post changed since (an edit, a vote) no longer matches: 412, and nothing changes. Without it the last writer wins.',
+          schema: { type: 'string', example: 'W/"1c4-Qk0xFAqHqgYb4G2jL0J0kNNpmu8"' },
+        },
+      },
       schemas: merged([
         requests.schemas,
         ...parts.map((part) => part.schemas),
@@ -134,6 +144,12 @@ const definition = (parts: readonly DocsPart[]) => {
           404,
           'Not Found',
           'post with id: 9 was not found',
+        ),
+        PreconditionFailed: response(
+          "`If-Match` names no current version of the post (it changed since the client read it, or the value is not `*` or a list of entity-tags); nothing was changed. Read the post again (GET) and send that answer's `ETag`.",
+          412,
+          'Precondition Failed',
+          "The post has changed since the ETag given in If-Match: read it again (GET) and use that answer's ETag",
         ),
         Conflict: response(
           'Already exists (a second vote, a taken e-mail).',

@@ -75,6 +75,10 @@ export function requireAuth(
           else done(NO_KEY);
         },
         algorithms: [TOKEN_ALGORITHM],
+        // jsonwebtoken would refuse an `nbf` a second ahead; claimsAcceptable allows the documented
+        // skew. The typings mark the option deprecated, yet passport-jwt has no other way to it.
+        // eslint-disable-next-line @typescript-eslint/no-deprecated
+        jsonWebTokenOptions: { ignoreNotBefore: true },
       },
       // The verified "user" is only the subject's id, in an object (passport wants it truthy).
       (

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RequestHandler } from 'express';
 import type { Logger } from '../logger';
+import { settledStatus } from './pipelining';
 
 declare module 'http' {
   interface IncomingMessage {
@@ -13,7 +14,8 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
 /**
  * Gives each request its id (echoed in X-Request-Id) and, once it is answered or abandoned, logs
- * one line: id, method, path without the query string, status and duration in ms. No header and
+ * one line: id, method, path without the query string, status (499 when the client closed the
+ * connection before the answer was sent, as nginx logs it) and duration in ms. No header and
  * no body goes into it, so neither a token nor a password can reach the log. Nothing is built
  * when the level is off: pino-http's per-request child logger cost about a fifth of a list
  * request's CPU.
@@ -25,9 +27,10 @@ export function requestLog(logger: Logger): RequestHandler {
     req.id = id;
     res.setHeader('X-Request-Id', id);
     const started = Date.now();
-    // 'close' comes exactly once for every request, answered or abandoned by the client.
+    // 'close' comes exactly once for every request, answered or abandoned by the client, also
+    // for a pipelined one abandoned before its turn (pipelining.ts).
     res.once('close', () => {
-      const status = res.statusCode;
+      const status = settledStatus(res);
       const level = status >= 500 ? 'error' : 'info';
       if (!logger.isLevelEnabled(level)) return;
       logger[level](

@@ -48,13 +48,19 @@ export function signAccessToken(userId: number, signing: TokenKey, expireMinutes
   });
 }
 
-/** The `kid` of a token's header: a string, absent (undefined), or null when the header is unreadable. */
+/**
+ * The `kid` of a token's header: a string, absent (undefined), or null when the header is
+ * unreadable or asks for what the service does not do. `crit` names extensions a verifier must
+ * understand or refuse the token (RFC 7515 §4.1.11): the service understands none, and issues no
+ * token with it. `b64` (RFC 7797) changes what the signature covers; it is never issued either.
+ */
 function headerKid(token: string): unknown {
   const dot = token.indexOf('.');
   if (dot < 0) return null;
   try {
     const header: unknown = JSON.parse(Buffer.from(token.slice(0, dot), 'base64url').toString('utf8'));
-    return typeof header === 'object' && header !== null ? (header as { kid?: unknown }).kid : null;
+    if (typeof header !== 'object' || header === null || 'crit' in header || 'b64' in header) return null;
+    return (header as { kid?: unknown }).kid;
   } catch {
     return null;
   }

@@ -24,6 +24,12 @@ export interface Post extends PostRow {
   votes: number;
 }
 
+/** A post on the public feed, which anyone may read: its owner without an e-mail address. */
+export interface PublicPost extends PostRow {
+  owner: Omit<User, 'email'>;
+  votes: number;
+}
+
 interface PostWithOwnerRow extends PostRow {
   owner_email: string;
   owner_created_at: Date;
@@ -136,9 +142,22 @@ function toPost(row: PostWithOwnerRow): Post {
   };
 }
 
+function toPublicPost(row: PostWithOwnerRow): PublicPost {
+  return {
+    id: row.id,
+    title: row.title,
+    content: row.content,
+    published: row.published,
+    created_at: row.created_at,
+    user_id: row.user_id,
+    owner: { id: row.user_id, created_at: row.owner_created_at },
+    votes: row.votes,
+  };
+}
+
 /** A list page, and the position after its last post when more posts follow. */
 export interface ListPage {
-  posts: Post[];
+  posts: (Post | PublicPost)[];
   next?: Position;
 }
 
@@ -248,7 +267,7 @@ export async function listPosts(
   const posts = rows.filter(isPost);
   const last = posts.at(-1);
   return {
-    posts: posts.map(toPost),
+    posts: posts.map(viewer === 'public' ? toPublicPost : toPost),
     next: last?.has_more ? { micros: last.position_micros, id: last.id } : undefined,
   };
 }
@@ -302,17 +321,61 @@ export async function createPost(db: Database, owner: User, input: PostInput): P
   return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
 }
 
+/** What a change asked under a condition on the post (conditionalChange) came to. */
+export type ConditionalOutcome<T> =
+  { done: true; result: T } | { done: false; why: 'missing' | 'not-owner' | 'precondition' };
+
+/**
+ * Changes a post only if `holds` says yes to it as its owner reads it now (the post GET answers):
+ * the post's row is locked first, so no other change, vote or edit, comes between the check and
+ * `change`, and of two editors holding the same ETag only the first wins. A post the caller cannot
+ * see is `missing`, one they see but do not own `not-owner`; `change` runs in the same transaction.
+ */
+export async function conditionalChange<T>(
+  db: Database,
+  id: number,
+  userId: number,
+  holds: (post: Post) => boolean,
+  change: (trx: Knex.Transaction) => Promise<T>,
+): Promise<ConditionalOutcome<T>> {
+  return db.knex.transaction(async (trx) => {
+    const locked = (await trx('posts')
+      .select('id')
+      .where('id', id)
+      .modify(visibleTo({ userId }))
+      .forUpdate()) as { id: number }[];
+    if (locked.length === 0) return { done: false, why: 'missing' };
+    // A statement of its own, after the lock: it reads the row as the last change left it.
+    const rows = (await withOwnerAndVotes(
+      trx,
+      trx('posts')
+        .select(...POST_COLUMNS)
+        .where('id', id),
+    )) as PostWithOwnerRow[];
+    const row = rows[0];
+    if (!row) return { done: false, why: 'missing' };
+    if (row.user_id !== userId) return { done: false, why: 'not-owner' };
+    if (!holds(toPost(row))) return { done: false, why: 'precondition' };
+    return { done: true, result: await change(trx) };
+  });
+}
+
 /** Returns false when the post vanished meanwhile. */
-export async function updatePost(db: Database, id: number, input: PostInput): Promise<boolean> {
-  const count = await db
-    .knex<PostRow>('posts')
+export async function updatePost(
+  db: Database | Knex.Transaction,
+  id: number,
+  input: PostInput,
+): Promise<boolean> {
+  const knex = typeof db === 'function' ? db : db.knex;
+  const count = await knex<PostRow>('posts')
     .where({ id })
     .update({ title: input.title, content: input.content, published: input.published });
   return count > 0;
 }
 
-export async function deletePost(db: Database, id: number): Promise<boolean> {
+export async function deletePost(db: Database | Knex.Transaction, id: number): Promise<boolean> {
+  const knex = typeof db === 'function' ? db : db.knex;
   // RETURNING rather than the affected-row count: knex-pglite reports a delete's count differently.
-  const deleted = await db.knex('posts').where({ id }).delete().returning('id');
+  const deleted = await knex('posts').where({ id }).delete().returning('id');
   return deleted.length > 0;
 }

@@ -2,12 +2,14 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Database } from '../db/connection';
 import { caller, callerId, unknownCaller, type Authentication } from '../http/auth';
 import { jsonBody } from '../http/body';
+import { conditionHolds, ifMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { Slots } from '../concurrency';
 import { encodeCursor } from './posts.cursor';
 import {
+  conditionalChange,
   createPost,
   deletePost,
   getPost,
@@ -15,6 +17,7 @@ import {
   searchIsIndexed,
   updatePost,
   visiblePostOwner,
+  type ConditionalOutcome,
   type ListPage,
   type Viewer,
 } from './posts.repository';
@@ -45,6 +48,25 @@ async function assertOwnPost(
   const owner = await visiblePostOwner(db, id, { userId });
   if (owner === undefined) throw await missing();
   if (owner !== userId) throw notYourPost();
+}
+
+/**
+ * A conditional change (If-Match) as the answer it leads to: `missing` (404, or 401 when the caller
+ * is gone too) for a post the caller cannot see, 403 for another's, 412 when the post is no longer
+ * the one the client's tag names.
+ */
+async function outcome(
+  id: number,
+  result: ConditionalOutcome<boolean>,
+  missing: () => Promise<ApiError>,
+): Promise<void> {
+  if (result.done) {
+    if (!result.result) throw await missing();
+    return;
+  }
+  if (result.why === 'missing') throw await missing();
+  if (result.why === 'not-owner') throw notYourPost();
+  throw preconditionFailed();
 }
 
 /**
@@ -161,15 +183,47 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const { id: userId } = caller(req);
-      await assertOwnPost(db, id, userId, () => vanished(req, id));
-      const post = (await updatePost(db, id, input)) ? await getPost(db, id, { userId }) : undefined;
+      const condition = ifMatch(req);
+      if (condition) {
+        await outcome(
+          id,
+          await conditionalChange(
+            db,
+            id,
+            userId,
+            (post) => conditionHolds(condition, post),
+            (trx) => updatePost(trx, id, input),
+          ),
+          () => vanished(req, id),
+        );
+      } else {
+        await assertOwnPost(db, id, userId, () => vanished(req, id));
+        if (!(await updatePost(db, id, input))) throw await vanished(req, id);
+      }
+      const post = await getPost(db, id, { userId });
       if (!post) throw await vanished(req, id);
       sendJson(res, post);
     })
     .delete(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      await assertOwnPost(db, id, caller(req).id, () => vanished(req, id));
-      if (!(await deletePost(db, id))) throw await vanished(req, id);
+      const { id: userId } = caller(req);
+      const condition = ifMatch(req);
+      if (condition) {
+        await outcome(
+          id,
+          await conditionalChange(
+            db,
+            id,
+            userId,
+            (post) => conditionHolds(condition, post),
+            (trx) => deletePost(trx, id),
+          ),
+          () => vanished(req, id),
+        );
+      } else {
+        await assertOwnPost(db, id, userId, () => vanished(req, id));
+        if (!(await deletePost(db, id))) throw await vanished(req, id);
+      }
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
@@ -203,6 +257,30 @@ export const postsDocs = {
         created_at: { type: 'string', format: 'date-time' },
         user_id: { type: 'integer' },
         owner: { $ref: '#/components/schemas/User' },
+        votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
+      },
+    },
+    PublicPost: {
+      type: 'object',
+      description:
+        "A post on the public feed, which anyone may read: the same shape, the owner's e-mail address left out.",
+      required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
+      properties: {
+        id: { type: 'integer', example: 7 },
+        title: { type: 'string' },
+        content: { type: 'string' },
+        published: { type: 'boolean' },
+        created_at: { type: 'string', format: 'date-time' },
+        user_id: { type: 'integer' },
+        owner: {
+          type: 'object',
+          required: ['id', 'created_at'],
+          additionalProperties: false,
+          properties: {
+            id: { type: 'integer', example: 1 },
+            created_at: { type: 'string', format: 'date-time' },
+          },
+        },
         votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
       },
     },
@@ -275,8 +353,9 @@ export const postsDocs = {
  *     summary: The public feed
  *     description: >
  *       Published posts only, no token needed; same query rules, paging (`skip` or `cursor`, and
- *       `Link: rel="next"`), order and shape as the list. A cursor from either list is valid on the
- *       other: it carries only a position.
+ *       `Link: rel="next"`), order and shape as the list, except that each owner is `{id,
+ *       created_at}`: no e-mail address goes to anonymous readers. A cursor from either list is
+ *       valid on the other: it carries only a position.
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
  *       - $ref: '#/components/parameters/skip'
@@ -289,7 +368,7 @@ export const postsDocs = {
  *           Link: { $ref: '#/components/headers/NextLink' }
  *         content:
  *           application/json:
- *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *             schema: { type: array, items: { $ref: '#/components/schemas/PublicPost' } }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  * /posts/{id}:
@@ -313,7 +392,13 @@ export const postsDocs = {
  *   put:
  *     tags: [Posts]
  *     summary: Replace a post (owner only)
+ *     description: >
+ *       With `If-Match`, only if the post is still the one that tag names (412 otherwise, and
+ *       nothing changes): of two editors sending the same tag, one wins. Without it the last
+ *       writer wins.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/ifMatch'
  *     requestBody:
  *       required: true
  *       content:
@@ -329,6 +414,7 @@ export const postsDocs = {
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }
+ *       412: { $ref: '#/components/responses/PreconditionFailed' }
  *       413: { $ref: '#/components/responses/PayloadTooLarge' }
  *       415: { $ref: '#/components/responses/UnsupportedMediaType' }
  *       422: { $ref: '#/components/responses/ValidationError' }
@@ -336,13 +422,16 @@ export const postsDocs = {
  *   delete:
  *     tags: [Posts]
  *     summary: Delete a post (owner only)
- *     description: Its votes go with it.
+ *     description: Its votes go with it. With `If-Match`, only if the post is still the one that tag names.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/ifMatch'
  *     responses:
  *       204: { description: Deleted; no body. }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }
+ *       412: { $ref: '#/components/responses/PreconditionFailed' }
  *       422: { $ref: '#/components/responses/ValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  */
