@@ -1,4 +1,4 @@
-/** Facts of the contract (/work/shared/API.md) that more than one suite checks the service against. */
+/** Facts of the API contract that more than one suite checks the service against. */
 
 /** Every operation of API.md's endpoint table and the two probes, as `METHOD /path` (OpenAPI paths). */
 export const CONTRACT_OPERATIONS = [
