@@ -142,17 +142,10 @@ function toPost(row: PostWithOwnerRow): Post {
   };
 }
 
+/** A post as anyone may read it: its owner without an e-mail address. */
 function toPublicPost(row: PostWithOwnerRow): PublicPost {
-  return {
-    id: row.id,
-    title: row.title,
-    content: row.content,
-    published: row.published,
-    created_at: row.created_at,
-    user_id: row.user_id,
-    owner: { id: row.user_id, created_at: row.owner_created_at },
-    votes: row.votes,
-  };
+  const { owner, votes, ...post } = toPost(row);
+  return { ...post, owner: { id: owner.id, created_at: owner.created_at }, votes };
 }
 
 /** A list page, and the position after its last post when more posts follow. */

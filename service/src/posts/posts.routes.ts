@@ -1,4 +1,5 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
+import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { caller, callerId, unknownCaller, type Authentication } from '../http/auth';
 import { jsonBody } from '../http/body';
@@ -121,6 +122,33 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
     return postNotFound(id);
   };
 
+  /**
+   * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
+   * the post's row lock, when it has one; after the ownership check otherwise (the last writer wins).
+   */
+  const changeOwnPost = async (
+    req: Request,
+    id: number,
+    change: (on: Database | Knex.Transaction) => Promise<boolean>,
+  ): Promise<void> => {
+    const userId = caller(req).id;
+    const missing = () => vanished(req, id);
+    const condition = ifMatch(req);
+    if (condition) {
+      const result = await conditionalChange(
+        db,
+        id,
+        userId,
+        (post) => conditionHolds(condition, post),
+        change,
+      );
+      await outcome(id, result, missing);
+      return;
+    }
+    await assertOwnPost(db, id, userId, missing);
+    if (!(await change(db))) throw await missing();
+  };
+
   function listPage(viewer: 'public', query: ListQuery): Promise<ListPage>;
   function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined>;
   function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined> {
@@ -183,47 +211,14 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const { id: userId } = caller(req);
-      const condition = ifMatch(req);
-      if (condition) {
-        await outcome(
-          id,
-          await conditionalChange(
-            db,
-            id,
-            userId,
-            (post) => conditionHolds(condition, post),
-            (trx) => updatePost(trx, id, input),
-          ),
-          () => vanished(req, id),
-        );
-      } else {
-        await assertOwnPost(db, id, userId, () => vanished(req, id));
-        if (!(await updatePost(db, id, input))) throw await vanished(req, id);
-      }
+      await changeOwnPost(req, id, (on) => updatePost(on, id, input));
       const post = await getPost(db, id, { userId });
       if (!post) throw await vanished(req, id);
       sendJson(res, post);
     })
     .delete(auth.user, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      const { id: userId } = caller(req);
-      const condition = ifMatch(req);
-      if (condition) {
-        await outcome(
-          id,
-          await conditionalChange(
-            db,
-            id,
-            userId,
-            (post) => conditionHolds(condition, post),
-            (trx) => deletePost(trx, id),
-          ),
-          () => vanished(req, id),
-        );
-      } else {
-        await assertOwnPost(db, id, userId, () => vanished(req, id));
-        if (!(await deletePost(db, id))) throw await vanished(req, id);
-      }
+      await changeOwnPost(req, id, (on) => deletePost(on, id));
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
