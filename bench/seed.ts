@@ -224,7 +224,8 @@ export async function seed(posts: number, reseed: boolean, log: (line: string) =
   if ((await count('posts')) !== posts || (await count('users')) !== users) {
     seededNow = true;
     log(`seeding ${database}: ${String(users)} users, ${String(posts)} posts, ~${String(2 * posts)} votes`);
-    await k.raw('TRUNCATE votes, posts, users RESTART IDENTITY');
+    // CASCADE: the vote counts hang on posts.
+    await k.raw('TRUNCATE votes, posts, users RESTART IDENTITY CASCADE');
     // One bcrypt hash (cost 12) shared by all: hashing each user's would take hours, and logins cost the same.
     const passwordHash = await bcrypt.hash(BENCH_PASSWORD, 12);
     await insertRows(k, { users, posts, votes: 2 * posts, passwordHash, voteCounts: true });
