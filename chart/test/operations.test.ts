@@ -16,6 +16,7 @@ import {
   type RenderOptions,
 } from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
+import { treeVersions } from '../../testing/releases';
 
 /** Every pod spec the chart makes: the Deployment's, the dev StatefulSet's and the helm test Pod's. */
 function podSpecs(objects: KubeObject[]): [string, IPodSpec][] {
@@ -325,7 +326,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
       },
     });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
-      `mirror.example.internal:5000/proxy/social-posts/social-posts:1.0.0@${digest}`,
+      `mirror.example.internal:5000/proxy/social-posts/social-posts:${treeVersions().app}@${digest}`,
       `mirror.example.internal:5000/proxy/library/postgres:17.6-bookworm@${digest}`,
       'mirror.example.internal:5000/proxy/library/busybox:1.37.0',
     ]);
@@ -334,7 +335,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
   it('When no registry is set, then images are as given, pinned by digest where one is given', async () => {
     const objects = await render({ values: ['values-dev.yaml'], set: { 'tests.image.digest': digest } });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
-      'ghcr.io/social-posts/social-posts:1.0.0',
+      `ghcr.io/social-posts/social-posts:${treeVersions().app}`,
       'postgres:17.6-bookworm',
       `busybox:1.37.0@${digest}`,
     ]);
