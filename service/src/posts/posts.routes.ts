@@ -224,6 +224,24 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
 }
 
+/** The post as OpenAPI describes it, with `owner` as given: the public feed's leaves out the e-mail. */
+function postSchema(owner: object) {
+  return {
+    type: 'object',
+    required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
+    properties: {
+      id: { type: 'integer', example: 7 },
+      title: { type: 'string' },
+      content: { type: 'string' },
+      published: { type: 'boolean' },
+      created_at: { type: 'string', format: 'date-time' },
+      user_id: { type: 'integer' },
+      owner,
+      votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
+    },
+  };
+}
+
 /**
  * The OpenAPI parts of the posts (the app hands them to docs/openapi.ts): the request body and
  * parameters, generated from the schemas that validate them, the post, the paging header, and the
@@ -241,43 +259,19 @@ export const postsDocs = {
     { in: 'path' as const, schema: postIdParams, names: { id: 'postId' } },
   ],
   schemas: {
-    Post: {
-      type: 'object',
-      required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
-      properties: {
-        id: { type: 'integer', example: 7 },
-        title: { type: 'string' },
-        content: { type: 'string' },
-        published: { type: 'boolean' },
-        created_at: { type: 'string', format: 'date-time' },
-        user_id: { type: 'integer' },
-        owner: { $ref: '#/components/schemas/User' },
-        votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
-      },
-    },
+    Post: postSchema({ $ref: '#/components/schemas/User' }),
     PublicPost: {
-      type: 'object',
       description:
         "A post on the public feed, which anyone may read: the same shape, the owner's e-mail address left out.",
-      required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
-      properties: {
-        id: { type: 'integer', example: 7 },
-        title: { type: 'string' },
-        content: { type: 'string' },
-        published: { type: 'boolean' },
-        created_at: { type: 'string', format: 'date-time' },
-        user_id: { type: 'integer' },
-        owner: {
-          type: 'object',
-          required: ['id', 'created_at'],
-          additionalProperties: false,
-          properties: {
-            id: { type: 'integer', example: 1 },
-            created_at: { type: 'string', format: 'date-time' },
-          },
+      ...postSchema({
+        type: 'object',
+        required: ['id', 'created_at'],
+        additionalProperties: false,
+        properties: {
+          id: { type: 'integer', example: 1 },
+          created_at: { type: 'string', format: 'date-time' },
         },
-        votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
-      },
+      }),
     },
   },
   headers: {
