@@ -81,10 +81,7 @@ const RACE_ROUNDS = 8;
 );
 
 test('When migrated, then the schema has the indexes the queries rely on', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
     expect(await indexes(db)).toEqual(
       expect.arrayContaining([
         'users_email_lower_unique',
@@ -102,11 +99,21 @@ test('When migrated, then the schema has the indexes the queries rely on', async
       "EXPLAIN SELECT id FROM posts WHERE title ILIKE '%needle%'",
     );
     expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('posts_title_trgm');
+  });
+});
+
+/** A fresh database at the latest schema for one case, closed and dropped after it. */
+async function onMigrated(work: (db: Database) => Promise<void>): Promise<void> {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    await migrateToLatest(db, logger);
+    await work(db);
   } finally {
     await db.close();
     await fresh.drop();
   }
-});
+}
 
 /** Each post's stored count, or null where the post has none yet (not counted). */
 async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
@@ -124,11 +131,8 @@ async function asPreviousRelease(k: Knex): Promise<void> {
 }
 
 test("When the vote-count migration meets votes cast before it, then it writes no post's row, readers count those posts' votes until the backfill has, and then each post's count is its number of votes, kept by later votes, withdrawals and deletions", async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  const k = db.knex;
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
+    const k = db.knex;
     await asPreviousRelease(k);
     const [one, two, three] = await k('users')
       .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
@@ -174,18 +178,12 @@ test("When the vote-count migration meets votes cast before it, then it writes n
     expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
     await k('posts').where({ id: b?.id }).delete();
     expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When the backfill runs in batches, stops half-way and starts again, then it carries on where it stopped and counts every post once', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  const k = db.knex;
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
+    const k = db.knex;
     const [user] = await k('users')
       .insert({ email: 'many@example.com', password: 'x' })
       .returning<{ id: number }[]>('id');
@@ -231,18 +229,12 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
     );
     expect(Number(done?.rows_done)).toBe(posts);
     expect(done?.finished_at).not.toBeNull();
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When a database applied the first form of the vote-count migration (a posts.vote_count column), then it gets the count table beside it, its backfill counts every post, and the column keeps being kept', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  const k = db.knex;
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
+    const k = db.knex;
     await asPreviousRelease(k);
     // The first form: a counted column and its own trigger.
     await k.raw('ALTER TABLE posts ADD COLUMN vote_count integer NOT NULL DEFAULT 0');
@@ -270,25 +262,16 @@ test('When a database applied the first form of the vote-count migration (a post
     await k('votes').where({ user_id: user?.id }).delete();
     expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 0 });
     expect(await k('posts').select('vote_count')).toEqual([{ vote_count: 0 }]);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When the database holds a migration this release does not know (a newer release ran it), then this release still starts and applies nothing', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
     await db
       .knex('knex_migrations')
       .insert({ name: '29991231000099_from_a_newer_release', batch: 99, migration_time: new Date() });
     expect(await migrateToLatest(db, logger)).toEqual([]);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 (usingPostgres() ? test : test.skip)(
@@ -330,19 +313,13 @@ test('When the database holds a migration this release does not know (a newer re
 );
 
 test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
-    await migrateToLatest(db, logger);
+  await onMigrated(async (db) => {
     const undone = await migrateDown(db, logger);
     expect(undone).toHaveLength(Object.keys(migrations).length);
     expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
     expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await tables(db)).toEqual(SCHEMA_TABLES);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
