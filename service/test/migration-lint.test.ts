@@ -103,12 +103,7 @@ onPostgres('Migration lint', () => {
     const capture = await captureMigrationSql(extra);
     const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
     try {
-      const files = writeSqlFiles(
-        { ...capture, preamble: [], background: [] },
-        dir,
-        [],
-        MIGRATION_EXCEPTIONS,
-      );
+      const files = writeSqlFiles({ ...capture, preamble: [], background: [] }, dir, MIGRATION_EXCEPTIONS);
       const bare = runSquawk(dir, files, { reporter: 'json' });
       expect(rulesByFile(bare.runs[0]?.output ?? '')['29990101000003_lint_probe_bare.sql']?.sort()).toEqual([
         'require-lock-timeout',
@@ -136,10 +131,11 @@ test('When statements run outside a transaction (a step of their own, a backgrou
           { name: '29990101000004_lint_probe_inside', statements: sent(true) },
           { name: '29990101000005_lint_probe_outside', statements: sent(false) },
         ],
-        background: [],
+        background: [
+          { name: 'lint_probe', sql: 'UPDATE posts SET title = title WHERE id = $1', inTransaction: false },
+        ],
       },
       dir,
-      [{ name: 'lint_probe', sql: 'UPDATE posts SET title = title WHERE id = $1', inTransaction: false }],
     );
     expect(files).toEqual({
       inTransaction: ['29990101000004_lint_probe_inside.sql'],
