@@ -7,6 +7,7 @@
  * (reliability/upgrade.test.ts) and the benchmark prints (bench/upgrade.ts).
  */
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -31,18 +32,22 @@ const RELEASE_FILES = ['service', 'migrations', 'package.json', 'tsconfig.json',
 
 /**
  * The release's source tree, taken from this repository's history without the network, in a
- * folder under the OS temp dir named by its commit (built once, then reused), with this
- * repository's node_modules linked in.
+ * folder under the OS temp dir named by its commit and by this checkout (built once, then reused),
+ * with this checkout's node_modules linked in.
  */
 export function buildRelease(release: Release): string {
   if (!release.commit) throw new Error(`release ${release.version} names no commit to build from`);
-  const dir = path.join(tmpdir(), `sp-release-${release.commit}`);
+  const checkout = createHash('sha256').update(ROOT).digest('hex').slice(0, 8);
+  const dir = path.join(tmpdir(), `sp-release-${release.commit}-${checkout}`);
   if (existsSync(path.join(dir, 'node_modules'))) return dir;
+  // A folder whose node_modules link points nowhere (its checkout is gone) is rebuilt, not trusted.
+  rmSync(dir, { recursive: true, force: true });
   const staging = mkdtempSync(path.join(tmpdir(), `sp-release-${release.commit.slice(0, 12)}-`));
   try {
     const archive = execFileSync('git', ['archive', '--format=tar', release.commit, ...RELEASE_FILES], {
       cwd: ROOT,
       maxBuffer: 256 * 1024 * 1024,
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     execFileSync('tar', ['-x', '-C', staging], { input: archive });
     symlinkSync(path.join(ROOT, 'node_modules'), path.join(staging, 'node_modules'), 'dir');
@@ -51,8 +56,9 @@ export function buildRelease(release: Release): string {
   } catch (error) {
     rmSync(staging, { recursive: true, force: true });
     if (existsSync(path.join(dir, 'node_modules'))) return dir; // another run built it meanwhile
+    const reason = error instanceof Error ? error.message.split('\n')[0] : String(error);
     throw new Error(
-      `cannot build release ${release.version} from ${release.commit} (a shallow clone lacks it: fetch the history)`,
+      `cannot build release ${release.version} from ${release.commit}: ${reason} (a shallow clone lacks it: fetch the history)`,
       { cause: error },
     );
   }
