@@ -227,6 +227,7 @@ describe('CloudNativePG: options', () => {
   it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
     const objects = await render({
       set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
+      setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
     });
     expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
     expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
