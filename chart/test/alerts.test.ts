@@ -160,7 +160,8 @@ describe('PrometheusRule of prod, checked and unit-tested with promtool', () => 
     const { code, out } = await promtool(['test', 'rules', 'prod.test.yaml'], dir);
     expect(out).toContain('SUCCESS');
     expect(code).toBe(0);
-  });
+    // The backup alerts' cases run a day and more of evaluations.
+  }, 240_000);
 
   it('When chart/test/alerts/prod.test.yaml is read, then it has a firing case and a quiet case for every alert', () => {
     interface UnitTests {

@@ -125,7 +125,10 @@ describe('Pods restart when your existing Secret changes (helm upgrade reads it)
 
 describe('NetworkPolicy: DNS and extra rules', () => {
   it('When the prod values are rendered, then DNS goes to kube-dns by its label in any namespace, on 53 UDP and TCP', async () => {
-    const egress = must(findOne(await renderEnvironment('prod'), 'NetworkPolicy').spec?.egress, 'egress');
+    const egress = must(
+      findOne(await renderEnvironment('prod'), 'NetworkPolicy', 'social-posts').spec?.egress,
+      'egress',
+    );
     expect(egress[0]).toEqual({
       to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
       ports: [
@@ -148,7 +151,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
         ],
       },
     });
-    const policy = findOne(objects, 'NetworkPolicy');
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(policy.spec?.egress?.[0]?.to).toEqual([
       { ipBlock: { cidr: '169.254.20.10/32' } },
       {
@@ -172,7 +175,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       values: ['values-prod.yaml'],
       setJson: { 'networkPolicy.extraEgress': [collector], 'networkPolicy.extraIngress': [mesh] },
     });
-    const policy = findOne(objects, 'NetworkPolicy');
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(policy.spec?.egress).toHaveLength(3);
     expect(policy.spec?.egress?.[2]).toEqual(collector);
     expect(policy.spec?.ingress).toHaveLength(3);
