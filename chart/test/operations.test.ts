@@ -125,7 +125,10 @@ describe('Pods restart when your existing Secret changes (helm upgrade reads it)
 
 describe('NetworkPolicy: DNS and extra rules', () => {
   it('When the prod values are rendered, then DNS goes to kube-dns by its label in any namespace, on 53 UDP and TCP', async () => {
-    const egress = must(findOne(await renderEnvironment('prod'), 'NetworkPolicy').spec?.egress, 'egress');
+    const egress = must(
+      findOne(await renderEnvironment('prod'), 'NetworkPolicy', 'social-posts').spec?.egress,
+      'egress',
+    );
     expect(egress[0]).toEqual({
       to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
       ports: [
@@ -148,7 +151,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
         ],
       },
     });
-    const policy = findOne(objects, 'NetworkPolicy');
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(policy.spec?.egress?.[0]?.to).toEqual([
       { ipBlock: { cidr: '169.254.20.10/32' } },
       {
@@ -172,7 +175,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       values: ['values-prod.yaml'],
       setJson: { 'networkPolicy.extraEgress': [collector], 'networkPolicy.extraIngress': [mesh] },
     });
-    const policy = findOne(objects, 'NetworkPolicy');
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(policy.spec?.egress).toHaveLength(3);
     expect(policy.spec?.egress?.[2]).toEqual(collector);
     expect(policy.spec?.ingress).toHaveLength(3);
@@ -327,7 +330,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
     });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `mirror.example.internal:5000/proxy/social-posts/social-posts:${treeVersions().app}@${digest}`,
-      `mirror.example.internal:5000/proxy/library/postgres:17.6-bookworm@${digest}`,
+      `mirror.example.internal:5000/proxy/library/postgres:18.3-trixie@${digest}`,
       'mirror.example.internal:5000/proxy/library/busybox:1.37.0',
     ]);
   });
@@ -336,7 +339,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
     const objects = await render({ values: ['values-dev.yaml'], set: { 'tests.image.digest': digest } });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `ghcr.io/social-posts/social-posts:${treeVersions().app}`,
-      'postgres:17.6-bookworm',
+      'postgres:18.3-trixie',
       `busybox:1.37.0@${digest}`,
     ]);
   });
