@@ -156,8 +156,8 @@ export class BackupDrill {
     return wal;
   }
 
-  /** An operator's mistake through psql on the primary; resolves with the moment just before it and the ids it deleted. */
-  async mistake(database: string, table: 'posts'): Promise<{ before: Date; deleted: number[] }> {
+  /** An operator's mistake through psql on the primary, every post deleted; resolves with the moment just before it and the ids. */
+  async mistake(database: string): Promise<{ before: Date; deleted: number[] }> {
     const before = new Date();
     const out = await runAsPostgres(
       postgresBin('psql'),
@@ -172,7 +172,7 @@ export class BackupDrill {
         database,
         '-Atq',
         '-c',
-        `DELETE FROM ${table} RETURNING id`,
+        'DELETE FROM posts RETURNING id',
       ],
       {},
     );

@@ -177,6 +177,6 @@ export function chartArchiveTimeout(): { value: string; from: string } {
   if (typeof set === 'string' && set !== '') return { value: set, from: 'chart/values-prod.yaml' };
   return {
     value: FALLBACK_ARCHIVE_TIMEOUT,
-    from: `not set in chart/values-prod.yaml (CloudNativePG's default there: ${CNPG_DEFAULT_ARCHIVE_TIMEOUT})`,
+    from: `the drill's stand-in: chart/values-prod.yaml sets none, so CloudNativePG's ${CNPG_DEFAULT_ARCHIVE_TIMEOUT} runs there`,
   };
 }
