@@ -224,7 +224,9 @@ npm run bench:backup -- --posts 1000000   # --archive-timeout 60s --load 150 --w
   (one \`barman-cloud-wal-restore\` per segment, one after the other; the plugin's sidecar fetches
   ahead in parallel, \`wal.maxParallel\`), and the service's start until \`/healthz/ready\` answers 200.
 - The seed is loaded before archiving starts; the base backup is taken with an immediate checkpoint.
-  Store and database share one machine: the figures are for this machine, not a cloud's bandwidth.
+  Store, database, service and load share one machine, which may be busy with other work (its load
+  average is in the last column): the figures are for that machine, not a cloud's bandwidth, and
+  every barman tool's start (Python and boto3) costs seconds on a busy host and about one on a quiet one.
 
 | Posts | archive_timeout | Writes lost | RPO (s) | Lost before last replayed | Download (s) | WAL replay (s) | Service ready (s) | RTO (s) | Database → backup (MB) | Backup (s) | WAL archived (MB) | Measured |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |

@@ -24,7 +24,7 @@ const ARCHIVED_WITHIN_MS = 60_000;
 const LOAD_BEFORE_LOSS_MS = 30_000;
 const WORKERS = 4;
 /** Each barman tool is a Python start (boto3) of 1 s on a quiet host and several on a busy one. */
-const CASE_TIMEOUT_MS = 300_000;
+const CASE_TIMEOUT_MS = 600_000;
 
 const drill = new BackupDrill({
   archiveTimeout: ARCHIVE_TIMEOUT,
