@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { EndpointFigures } from './measure';
+import { limitSection } from './limit-report';
 import { loginSection } from './login-report';
 import { poolerSection } from './pooler-report';
 
@@ -519,6 +520,7 @@ export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: 
     '(Login is left out of the plot: bcrypt, not the number of posts, sets its latency.)',
     '',
   ];
+  if (resultsDir) md.push(...limitSection(resultsDir));
   const overall = overallTargets(results);
   if (overall.length > 0) md.push('## Targets', '', ...overall, '');
   for (const r of results) {
