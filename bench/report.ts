@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { EndpointFigures } from './measure';
 import { limitSection } from './limit-report';
 import { loginSection } from './login-report';
+import { profileSection } from './profile-stages';
 import { poolerSection } from './pooler-report';
 
 export type { EndpointFigures };
@@ -520,7 +521,7 @@ export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: 
     '(Login is left out of the plot: bcrypt, not the number of posts, sets its latency.)',
     '',
   ];
-  if (resultsDir) md.push(...limitSection(resultsDir));
+  if (resultsDir) md.push(...limitSection(resultsDir), ...profileSection(resultsDir));
   const overall = overallTargets(results);
   if (overall.length > 0) md.push('## Targets', '', ...overall, '');
   for (const r of results) {
