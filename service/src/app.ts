@@ -79,7 +79,13 @@ export function createApp({
 
   // SECRET_KEY signs; it and SECRET_KEYS_ACCEPTED verify. Built once (see tokenKey).
   const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
-  const auth = requireAuth((id) => findUserById(db, id), keys, settings.accessTokenExpireMinutes);
+  const auth = requireAuth(
+    (id) => findUserById(db, id),
+    keys,
+    settings.accessTokenExpireMinutes,
+    settings.tokenCacheSize,
+  );
+  metrics.observeTokenChecks(() => auth.checks());
   // Every API route in one router, the busiest first: a request walks one route list, not one
   // router per module.
   const api = exactRouter();
