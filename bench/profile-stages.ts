@@ -171,6 +171,8 @@ export interface StageProfile {
   /** CPU time the profile saw busy (not idle), µs, and per stage. */
   busyUs: number;
   stages: Partial<Record<Stage, number>>;
+  /** The machine's 1-minute load average when the profile ended (other work sharing the CPU). */
+  loadAverage?: number;
 }
 
 export const profileFile = (endpoint: string, label: string): string =>
@@ -198,6 +200,7 @@ export function stageLines(profiles: StageProfile[]): string[] {
           .join(' | ')} |`,
     ),
     `| **CPU per request, all stages** | ${profiles.map((p) => `**${fmt(perRequest(p, p.busyUs))} µs** (${fmt(p.rps)} req/s profiled)`).join(' | ')} |`,
+    `| load average (1 min) of the machine | ${profiles.map((p) => (p.loadAverage === undefined ? '–' : fmt(p.loadAverage, 2))).join(' | ')} |`,
   ];
 }
 
@@ -226,7 +229,8 @@ export function profileSection(resultsDir: string): string[] {
     `A CPU profile (\`node --cpu-prof\`) of the service under load (${String(first.connections)} connections, ${String(first.duration)} s after a 1 s warm-up, \`sp_bench_${String(first.posts)}\`, Node ${first.node}), only the`,
     "samples taken while the load ran. Each sample counts for the stage of the frame nearest its leaf that has one (`bench/profile-stages.ts`): Node's own code and V8's builtins count for whoever called",
     "them (a socket write for pg is the query's, one for the answer is writing it; Express's `req`/`res` helpers count for the middleware or route that used them). The share is of the",
-    "busy CPU time; µs are per request answered, with the profiler's own overhead in them (so above `npm run bench`'s figures).",
+    "busy CPU time; µs are per request answered, with the profiler's own overhead in them (so above `npm run bench`'s figures)",
+    'and with whatever else the machine was running at the time: the shares are what compares from one profile to the next.',
     '',
     ...stageLines(profiles),
     '',

@@ -261,6 +261,7 @@ async function main(): Promise<void> {
     rps: measured.rps,
     busyUs: busy,
     stages: stageTimes(largest.profile, self),
+    loadAverage: Number(os.loadavg()[0]?.toFixed(2)),
   };
   log('\nCPU per request by stage:');
   for (const line of stageLines([split])) log(`  ${line}`);
