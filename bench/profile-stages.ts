@@ -105,6 +105,8 @@ const SERVICE_FILES: [RegExp, Stage][] = [
   [/^service\/src\/(db\/.*|.*\.repository)\.ts$/, 'query (pg: send, receive, rows)'],
   [/^service\/src\/http\/json\.ts$/, 'serialisation (JSON.stringify)'],
   [/^service\/src\/posts\//, 'route handler (list, Link header)'],
+  // The limit (bench/limit.ts), profiled the same way for comparison.
+  [/^bench\/reference\.ts$/, 'route handler (list, Link header)'],
 ];
 
 /** Where a frame's file is: a package under node_modules, or a path under the checkout. */
@@ -143,6 +145,13 @@ export function stageOf(frame: Frame, root: string): Stage | undefined {
     // Helpers on req and res: their cost is whoever's called them.
     if (pkg === 'express' && /^lib\/(request|response)\.js$/.test(inPkg ?? '')) return undefined;
     return PACKAGES[pkg] ?? 'other';
+  }
+  if (file === 'bench/reference.ts') {
+    if (/Subject$|^parsePart$/.test(functionName))
+      return 'token (passport, passport-jwt, jsonwebtoken, auth.ts)';
+    if (functionName === 'handle') return 'routing (Express, the router)';
+    // JSON.stringify of the answer, as the service's sendJson.
+    if (functionName === 'send') return 'serialisation (JSON.stringify)';
   }
   return SERVICE_FILES.find(([pattern]) => pattern.test(file ?? ''))?.[1] ?? 'other';
 }
@@ -223,7 +232,7 @@ export function profileSection(resultsDir: string): string[] {
     "## A list request's CPU, stage by stage",
     '',
     '```sh',
-    'npm run bench:profile -- --posts 100000 --endpoint public --label before   # and --endpoint authenticated',
+    'npm run bench:profile -- --posts 100000 --endpoint public --label before   # --endpoint authenticated; --server limit',
     '```',
     '',
     `A CPU profile (\`node --cpu-prof\`) of the service under load (${String(first.connections)} connections, ${String(first.duration)} s after a 1 s warm-up, \`sp_bench_${String(first.posts)}\`, Node ${first.node}), only the`,
@@ -231,6 +240,8 @@ export function profileSection(resultsDir: string): string[] {
     "them (a socket write for pg is the query's, one for the answer is writing it; Express's `req`/`res` helpers count for the middleware or route that used them). The share is of the",
     "busy CPU time; µs are per request answered, with the profiler's own overhead in them (so above `npm run bench`'s figures)",
     'and with whatever else the machine was running at the time: the shares are what compares from one profile to the next.',
+    'The columns "before" are the service before issue 32\'s changes, "after" with them, "limit" the physical limit',
+    '(`bench/reference.ts` with `REFERENCE_VERIFIER=crypto`) profiled the same way.',
     '',
     ...stageLines(profiles),
     '',

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--server service|limit] [--node image|current|PATH] [--out DIR]`
  *
  * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
  * the bench database `sp_bench_<posts>` (seeded by bench/seed.ts if it is missing, reused
@@ -38,8 +38,10 @@ const connections = Number(option('connections', '10'));
 const duration = Number(option('duration', '10'));
 /** The Node the service runs on, as in `npm run bench` (bench/node.ts). */
 const node = serverNode(option('node', 'image'));
+/** The service, or the physical limit (bench/limit.ts) profiled the same way, for comparison. */
+const serverOption = option('server', 'service');
 /** Names the profile among others of the same endpoint (before, after): its results file and column. */
-const label = option('label', '');
+const label = option('label', serverOption === 'limit' ? 'limit' : '');
 const outDir = option('out', '');
 if (endpointOption !== 'authenticated' && endpointOption !== 'public') {
   process.stderr.write('--endpoint takes authenticated or public\n');
@@ -51,10 +53,11 @@ if (
   !Number.isInteger(connections) ||
   connections < 1 ||
   !(duration >= 1) ||
-  !/^[a-z0-9-]{0,32}$/.test(label)
+  !/^[a-z0-9-]{0,32}$/.test(label) ||
+  (serverOption !== 'service' && serverOption !== 'limit')
 ) {
   process.stderr.write(
-    '--posts takes 10000, 100000 or 1000000; --connections a positive whole number; --duration at least 1; --label lower-case letters, digits and dashes\n',
+    '--posts takes 10000, 100000 or 1000000; --connections a positive whole number; --duration at least 1; --label lower-case letters, digits and dashes; --server service or limit\n',
   );
   process.exit(2);
 }
@@ -197,11 +200,16 @@ async function main(): Promise<void> {
     SHUTDOWN_DELAY_SECONDS: '0',
   };
   // --cpu-prof goes before tsx's --import: the flag is Node's, and the profile is the service's process.
-  const proc = spawnScript('service/src/main.ts', env, {
-    keep: () => false,
-    nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
-    node: node.path,
-  });
+  const limit = serverOption === 'limit';
+  const proc = spawnScript(
+    limit ? 'bench/reference.ts' : 'service/src/main.ts',
+    limit ? { ...env, REFERENCE_VERIFIER: 'crypto' } : env,
+    {
+      keep: () => false,
+      nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
+      node: node.path,
+    },
+  );
   // The load's start and end on the monotonic clock, set once it has run.
   const window = { from: 0, to: 0 };
   const measured = { requests: 0, rps: 0 };
