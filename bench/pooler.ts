@@ -17,12 +17,19 @@ import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
 import * as prettier from 'prettier';
-import { cpuMsOf, measure, median, startServer, type Server } from './measure';
+import { cpuMsOf, median, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
 import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
 import { readResults, renderDocs } from './report';
-import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
+import {
+  alternatingRounds,
+  benchToken as token,
+  sameAnswers,
+  type Contender,
+  type MeasuredList,
+} from './rounds';
+import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
 import { migrations } from '../migrations';
 import { OwnPgBouncer } from '../testing/pgbouncer';
 import { ROOT } from '../testing/service';
@@ -130,52 +137,6 @@ async function schemaAsOf(database: string, checkoutDir: string): Promise<string
   return copy;
 }
 
-async function token(base: string): Promise<string> {
-  const res = await fetch(`${base}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
-  });
-  const body = (await res.json()) as { access_token?: string };
-  if (!body.access_token) throw new Error(`login at ${base}: ${String(res.status)}`);
-  return body.access_token;
-}
-
-/** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
-interface MeasuredList {
-  list: string;
-  path: string;
-  signedIn: boolean;
-}
-
-interface Contender {
-  key: string;
-  name: string;
-  server: Server;
-  token: string;
-}
-
-/**
- * Every contender answers each measured list with the same status, body and Link header as the
- * first one (the reference when it runs): a ratio between servers that answer differently would
- * compare different work.
- */
-async function sameAnswers(contenders: Contender[], lists: MeasuredList[]): Promise<void> {
-  for (const { list, path: listPath, signedIn } of lists) {
-    let first: { key: string; answer: string } | undefined;
-    for (const c of contenders) {
-      const res = await fetch(`${c.server.base}${listPath}`, {
-        headers: signedIn ? { authorization: `Bearer ${c.token}` } : {},
-      });
-      const answer = `${String(res.status)} ${res.headers.get('link') ?? '-'}\n${await res.text()}`;
-      first ??= { key: c.key, answer };
-      if (res.status !== 200 || answer !== first.answer)
-        throw new Error(
-          `${list}: ${c.key} answers differently from ${first.key}:\n${answer.slice(0, 300)}\n${first.answer.slice(0, 300)}`,
-        );
-    }
-  }
-}
-
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
   const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
@@ -248,56 +209,44 @@ async function main(): Promise<void> {
       },
     ];
     await sameAnswers(contenders, lists);
-    for (let round = 0; round < rounds; round++) {
-      for (const connections of connectionCounts) {
-        for (const { list, path: listPath, signedIn } of lists) {
-          // Each round starts with the next contender, so none always goes first.
-          const order = contenders.map((_, i) => contenders[(i + round) % contenders.length] as Contender);
-          for (const c of order) {
-            // The pooler's own CPU over the measured run, where it serves this contender.
-            const viaPooler = c.key.startsWith('pgbouncer');
-            let poolerBefore: number | undefined;
-            const f = await measure(
-              c.server,
-              {
-                url: `${c.server.base}${listPath}`,
-                ...(signedIn ? { headers: { authorization: `Bearer ${c.token}` } } : {}),
-              },
-              { duration, connections, warmup: WARMUP },
-              () => {
-                poolerBefore = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
-                return Promise.resolve();
-              },
-            );
-            const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
-            let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
-            if (!s) {
-              s = {
-                key: c.key,
-                name: c.name,
-                list,
-                connections,
-                rps: [],
-                serviceCpuUs: [],
-                poolerCpuUs: [],
-                errors: 0,
-                non2xx: 0,
-              };
-              series.push(s);
-            }
-            s.rps.push(f.rps);
-            if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
-            if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
-              s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
-            s.errors += f.errors;
-            s.non2xx += f.non2xx;
-            log(
-              `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
-            );
-          }
+    // The pooler's own CPU over each measured run, where it serves the contender.
+    let poolerBefore: number | undefined;
+    await alternatingRounds(
+      contenders,
+      lists,
+      { rounds, connectionCounts, duration, warmup: WARMUP },
+      ({ round, connections, list: { list }, contender: c, figures: f }) => {
+        const viaPooler = c.key.startsWith('pgbouncer');
+        const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
+        let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
+        if (!s) {
+          s = {
+            key: c.key,
+            name: c.name,
+            list,
+            connections,
+            rps: [],
+            serviceCpuUs: [],
+            poolerCpuUs: [],
+            errors: 0,
+            non2xx: 0,
+          };
+          series.push(s);
         }
-      }
-    }
+        s.rps.push(f.rps);
+        if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
+        if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
+          s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
+        s.errors += f.errors;
+        s.non2xx += f.non2xx;
+        log(
+          `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
+        );
+      },
+      (c) => {
+        poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+      },
+    );
 
     const pgVersion = await postgresSetting(info.database, 'server_version');
     const result: PoolerResult = {

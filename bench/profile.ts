@@ -1,17 +1,29 @@
 /**
- * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--node image|current|PATH]`
+ * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--server service|limit] [--node image|current|PATH] [--out DIR]`
  *
  * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
  * the bench database `sp_bench_<posts>` (seeded by bench/seed.ts if it is missing, reused
  * otherwise), logs in, drives one list endpoint with autocannon, stops the service with SIGTERM
  * (the profile is written as it exits) and prints the functions with at least 3 % of the self
- * time, and the self time by package or file. Only samples taken while the load ran count: the
- * profiler's clock and this process's are both the system's monotonic clock.
+ * time, the self time by package or file, and the CPU per request split by stage
+ * (bench/profile-stages.ts), which it writes to results/profile-<endpoint>[-<label>].json and
+ * docs/benchmarks.md. Only samples taken while the load ran count: the profiler's clock and this
+ * process's are both the system's monotonic clock.
  */
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
+import * as prettier from 'prettier';
+import {
+  profileFile,
+  sampleStage,
+  stageLines,
+  type Frame,
+  type Stage,
+  type StageProfile,
+} from './profile-stages';
+import { readResults, renderDocs } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
 import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../testing/service';
@@ -21,13 +33,32 @@ function option(name: string, fallback: string): string {
   return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
 }
 const posts = Number(option('posts', '10000'));
-const endpoint = option('endpoint', 'authenticated');
+const endpointOption = option('endpoint', 'authenticated');
 const connections = Number(option('connections', '10'));
 const duration = Number(option('duration', '10'));
 /** The Node the service runs on, as in `npm run bench` (bench/node.ts). */
 const node = serverNode(option('node', 'image'));
-if (endpoint !== 'authenticated' && endpoint !== 'public') {
+/** The service, or the physical limit (bench/limit.ts) profiled the same way, for comparison. */
+const serverOption = option('server', 'service');
+/** Names the profile among others of the same endpoint (before, after): its results file and column. */
+const label = option('label', serverOption === 'limit' ? 'limit' : '');
+const outDir = option('out', '');
+if (endpointOption !== 'authenticated' && endpointOption !== 'public') {
   process.stderr.write('--endpoint takes authenticated or public\n');
+  process.exit(2);
+}
+const endpoint: StageProfile['endpoint'] = endpointOption;
+if (
+  ![10_000, 100_000, 1_000_000].includes(posts) ||
+  !Number.isInteger(connections) ||
+  connections < 1 ||
+  !(duration >= 1) ||
+  !/^[a-z0-9-]{0,32}$/.test(label) ||
+  (serverOption !== 'service' && serverOption !== 'limit')
+) {
+  process.stderr.write(
+    '--posts takes 10000, 100000 or 1000000; --connections a positive whole number; --duration at least 1; --label lower-case letters, digits and dashes; --server service or limit\n',
+  );
   process.exit(2);
 }
 const THRESHOLD = 0.03;
@@ -38,7 +69,8 @@ const log = (line: string) => {
 
 interface ProfileNode {
   id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: Frame & { lineNumber: number };
+  children?: number[];
 }
 interface CpuProfile {
   nodes: ProfileNode[];
@@ -100,7 +132,26 @@ function selfTimes(
   return { self, windowed };
 }
 
-function report(profile: CpuProfile, from: number, to: number): void {
+/** Busy µs per stage: each node's self time goes to the stage of its stack (sampleStage). */
+function stageTimes(profile: CpuProfile, self: Map<number, number>): Partial<Record<Stage, number>> {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const child of n.children ?? []) parent.set(child, n.id);
+  const out: Partial<Record<Stage, number>> = {};
+  for (const [id, us] of self) {
+    if (byId.get(id)?.callFrame.functionName === '(idle)') continue;
+    const stack: Frame[] = [];
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
+      const frame = byId.get(at)?.callFrame;
+      if (frame) stack.push(frame);
+    }
+    const stage = sampleStage(stack, ROOT);
+    out[stage] = (out[stage] ?? 0) + us;
+  }
+  return out;
+}
+
+function report(profile: CpuProfile, from: number, to: number): { busy: number; self: Map<number, number> } {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const { self, windowed } = selfTimes(profile, from, to);
   if (!windowed) log('(the load window is not in the profile: every sample counted, start-up included)');
@@ -133,6 +184,7 @@ function report(profile: CpuProfile, from: number, to: number): void {
   log('\nself time by package or file:');
   for (const [place, us] of [...places].sort((a, b) => b[1] - a[1]).filter(([, us]) => us >= 0.005 * busy))
     log(`  ${pct(us)}  ${place}`);
+  return { busy, self };
 }
 
 async function main(): Promise<void> {
@@ -148,13 +200,19 @@ async function main(): Promise<void> {
     SHUTDOWN_DELAY_SECONDS: '0',
   };
   // --cpu-prof goes before tsx's --import: the flag is Node's, and the profile is the service's process.
-  const proc = spawnScript('service/src/main.ts', env, {
-    keep: () => false,
-    nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
-    node: node.path,
-  });
+  const limit = serverOption === 'limit';
+  const proc = spawnScript(
+    limit ? 'bench/reference.ts' : 'service/src/main.ts',
+    limit ? { ...env, REFERENCE_VERIFIER: 'crypto' } : env,
+    {
+      keep: () => false,
+      nodeArgs: ['--cpu-prof', '--cpu-prof-dir', dir],
+      node: node.path,
+    },
+  );
   // The load's start and end on the monotonic clock, set once it has run.
   const window = { from: 0, to: 0 };
+  const measured = { requests: 0, rps: 0 };
   try {
     await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
     const res = await fetch(`${base}/login`, {
@@ -174,6 +232,8 @@ async function main(): Promise<void> {
     window.from = nowUs();
     const result = await load(url, headers, duration);
     window.to = nowUs();
+    measured.requests = result.requests.total;
+    measured.rps = Math.round(result.requests.average);
     log(
       `${String(Math.round(result.requests.average))} req/s, p50 ${String(result.latency.p50)} ms, p99 ${String(result.latency.p99)} ms, errors ${String(result.errors + result.timeouts)}, non-2xx ${String(result.non2xx)} (the profiler slows the service)`,
     );
@@ -196,10 +256,36 @@ async function main(): Promise<void> {
     .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
   const largest = profiles[0];
   if (!largest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
-  report(largest.profile, window.from, window.to);
+  const { busy, self } = report(largest.profile, window.from, window.to);
+  const split: StageProfile = {
+    endpoint,
+    label,
+    posts,
+    connections,
+    duration,
+    measuredAt: new Date().toISOString(),
+    node: node.version,
+    requests: measured.requests,
+    rps: measured.rps,
+    busyUs: busy,
+    stages: stageTimes(largest.profile, self),
+    loadAverage: Number(os.loadavg()[0]?.toFixed(2)),
+  };
+  log('\nCPU per request by stage:');
+  for (const line of stageLines([split])) log(`  ${line}`);
+  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const file = path.join(resultsDir, profileFile(endpoint, label));
+  writeFileSync(file, await prettier.format(JSON.stringify(split), { parser: 'json' }));
+  const written = renderDocs(
+    readResults(resultsDir, log),
+    outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
+    resultsDir,
+  );
   log(
     `\nprofile: ${largest.file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`,
   );
+  log(`wrote ${[file, ...written].join(', ')}`);
 }
 
 main().catch((error: unknown) => {

@@ -8,8 +8,13 @@
  * same JWT (a KeyObject, HS256) and bcrypt work, the same JSON and Link header out. No framework,
  * validation library, logger, metrics or security headers: the ratio is the cost of those. Only
  * the calls the bench makes are served, with just enough checking to answer them honestly.
+ *
+ * With REFERENCE_VERIFIER=crypto it is the physical limit (bench/limit.ts): the token is checked
+ * with node:crypto alone (HMAC-SHA256 over the first two parts, compared in constant time, then
+ * the claims the service checks: alg, kid, exp, iat, nbf, sub, no iss/aud/jti) instead of
+ * jsonwebtoken, whose own work would otherwise hide part of what the service's token check costs.
  */
-import { createSecretKey } from 'node:crypto';
+import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import bcrypt from 'bcrypt';
@@ -17,6 +22,8 @@ import jwt from 'jsonwebtoken';
 import knex from 'knex';
 import pg from 'pg';
 import { definedStatement, type Compiled } from '../service/src/db/statements';
+import { MAX_ID } from '../service/src/db/limits';
+import { claimsAcceptable, TOKEN_ALGORITHM, tokenKeys } from '../service/src/http/tokens';
 import { encodeCursor } from '../service/src/posts/posts.cursor';
 import { loadSettings } from '../service/src/settings';
 // Loaded for the statements they define: the reference never calls them.
@@ -120,15 +127,61 @@ async function readBody(req: IncomingMessage): Promise<string> {
   return Buffer.concat(chunks).toString();
 }
 
-function tokenSubject(req: IncomingMessage): number | undefined {
-  const header = req.headers.authorization ?? '';
-  if (!header.startsWith('Bearer ')) return undefined;
+const verifier = process.env.REFERENCE_VERIFIER ?? 'jsonwebtoken';
+if (verifier !== 'jsonwebtoken' && verifier !== 'crypto') {
+  process.stderr.write('REFERENCE_VERIFIER takes jsonwebtoken or crypto\n');
+  process.exit(2);
+}
+/** The service's keys by id (SECRET_KEY and SECRET_KEYS_ACCEPTED), for the crypto verifier. */
+const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
+const maxLifetimeSeconds = settings.accessTokenExpireMinutes * 60;
+const SUBJECT = /^[1-9][0-9]{0,9}$/;
+
+function parsePart(part: string): Record<string, unknown> | undefined {
   try {
-    const claims = jwt.verify(header.slice(7), secret, { algorithms: ['HS256'] }) as { sub?: string };
+    const value: unknown = JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+    return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The subject of an HS256 token checked with node:crypto alone, as the service would accept it. */
+function cryptoSubject(token: string): number | undefined {
+  const parts = token.split('.');
+  if (parts.length !== 3) return undefined;
+  const [head = '', body = '', signature = ''] = parts;
+  const header = parsePart(head);
+  if (header?.alg !== TOKEN_ALGORITHM || 'crit' in header || 'b64' in header) return undefined;
+  const kid = header.kid;
+  let key: KeyObject | undefined;
+  if (typeof kid === 'string') key = keys.byKid.get(kid);
+  else if (kid === undefined && keys.byKid.size === 1) key = keys.signing.key;
+  if (!key) return undefined;
+  const expected = createHmac('sha256', key).update(`${head}.${body}`).digest();
+  const given = Buffer.from(signature, 'base64url');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
+  const claims = parsePart(body);
+  if (!claims || !claimsAcceptable(claims, Date.now() / 1000, maxLifetimeSeconds)) return undefined;
+  const sub = claims.sub;
+  if (typeof sub !== 'string' || !SUBJECT.test(sub) || Number(sub) > MAX_ID) return undefined;
+  return Number(sub);
+}
+
+function librarySubject(token: string): number | undefined {
+  try {
+    const claims = jwt.verify(token, secret, { algorithms: ['HS256'] }) as { sub?: string };
     return Number(claims.sub);
   } catch {
     return undefined;
   }
+}
+
+function tokenSubject(req: IncomingMessage): number | undefined {
+  const header = req.headers.authorization ?? '';
+  if (!header.startsWith('Bearer ')) return undefined;
+  const token = header.slice(7);
+  return verifier === 'crypto' ? cryptoSubject(token) : librarySubject(token);
 }
 
 async function userFromToken(req: IncomingMessage): Promise<{ id: number } | undefined> {

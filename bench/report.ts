@@ -1,7 +1,9 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { EndpointFigures } from './measure';
+import { limitSection } from './limit-report';
 import { loginSection } from './login-report';
+import { profileSection } from './profile-stages';
 import { poolerSection } from './pooler-report';
 
 export type { EndpointFigures };
@@ -445,11 +447,13 @@ function why(results: SizeResult[]): string[] {
     "also the largest share of the reference's profile) and `JSON.stringify` of the page (7 %). The",
     'rest is spread over Express, pg, the token check and the pool at 2 % or less each.',
     '',
-    'The authenticated list costs the service about 40 µs more over the public one than it costs the',
-    "reference: passport's per-request work (a strategy object with five callbacks, four properties",
-    'added to the request) around passport-jwt, where the reference calls `jwt.verify` itself. passport',
-    'is the chosen dependency and stays; on a busy run that difference is what separates its ratio',
-    "from the public list's.",
+    'Issue 32 (2026-11-26) measured the service against the physical limit (above) and split its CPU',
+    'by stage (above). Among what the service does and the limit does not, the token check came first',
+    '(passport, passport-jwt and jsonwebtoken on every signed-in request), then the router walking each',
+    'middleware as a layer of its own. A token that passed the full check is now kept, until its `exp`, and',
+    'its next requests cost a map look-up (`service/src/http/token-cache.ts`, `TOKEN_CACHE_SIZE`); passport',
+    'still checks every token the process has not seen. The middleware every request walks runs as two',
+    'layers of the router instead of eight (`service/src/http/sequence.ts`).',
     '',
   ];
 }
@@ -519,6 +523,7 @@ export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: 
     '(Login is left out of the plot: bcrypt, not the number of posts, sets its latency.)',
     '',
   ];
+  if (resultsDir) md.push(...limitSection(resultsDir), ...profileSection(resultsDir));
   const overall = overallTargets(results);
   if (overall.length > 0) md.push('## Targets', '', ...overall, '');
   for (const r of results) {

@@ -12,6 +12,7 @@ import { requireHost } from './http/protocol';
 import { oneAnswerAtATime } from './http/pipelining';
 import { requestLog } from './http/request-log';
 import { exactRouter } from './http/router';
+import { inSequence } from './http/sequence';
 import { apiHeaders } from './http/security-headers';
 import { tokenKeys } from './http/tokens';
 import type { Logger } from './logger';
@@ -59,27 +60,36 @@ export function createApp({
   app.set('strict routing', true);
   app.set('case sensitive routing', true);
 
-  app.use(requireHost);
-  app.use(closeAfterOversizedBody);
+  app.use(inSequence(requireHost, closeAfterOversizedBody));
   const cors = crossOrigin(settings.corsAllowedOrigins);
   // The probes come before the request log and metrics: they are neither logged nor counted.
   // Mounted at their prefix, so no other request walks their routes.
   app.use('/healthz', healthRouter(db, logger, cors, shutdown));
-  // Every other request's waits for a connection and its statements share one budget (budget.ts);
-  // the probes keep their own bound.
-  app.use((_req, _res, next) => {
-    withRequestBudget(settings.db.statementTimeoutMs, next);
-  });
-  app.use(metrics.httpMiddleware);
-  app.use(requestLog(logger));
-  // Behind the log and metrics, which record a pipelined request abandoned while it waits.
-  app.use(oneAnswerAtATime);
-  app.use(apiHeaders);
-  app.use(cors);
+  app.use(
+    inSequence(
+      // Every other request's waits for a connection and its statements share one budget
+      // (budget.ts); the probes keep their own bound.
+      (_req, _res, next) => {
+        withRequestBudget(settings.db.statementTimeoutMs, next);
+      },
+      metrics.httpMiddleware,
+      requestLog(logger),
+      // Behind the log and metrics, which record a pipelined request abandoned while it waits.
+      oneAnswerAtATime,
+      apiHeaders,
+      cors,
+    ),
+  );
 
   // SECRET_KEY signs; it and SECRET_KEYS_ACCEPTED verify. Built once (see tokenKey).
   const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
-  const auth = requireAuth((id) => findUserById(db, id), keys, settings.accessTokenExpireMinutes);
+  const auth = requireAuth(
+    (id) => findUserById(db, id),
+    keys,
+    settings.accessTokenExpireMinutes,
+    settings.tokenCacheSize,
+  );
+  metrics.observeTokenChecks(() => auth.checks());
   // Every API route in one router, the busiest first: a request walks one route list, not one
   // router per module.
   const api = exactRouter();

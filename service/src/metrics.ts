@@ -1,9 +1,10 @@
 import { createServer, type Server } from 'node:http';
 import type { Request, RequestHandler } from 'express';
-import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { backfillState, type BackfillState } from './db/backfill';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './db/migrator';
+import type { TokenChecks } from './http/auth';
 import { settledStatus } from './http/pipelining';
 import type { Logger } from './logger';
 
@@ -16,6 +17,8 @@ export interface Metrics {
   registry: Registry;
   /** Times every request by route template, method and status, and counts those in flight. */
   httpMiddleware: RequestHandler;
+  /** Where the token metrics (auth_token_*) are read at scrape time: the app's authentication. */
+  observeTokenChecks(read: () => TokenChecks): void;
 }
 
 /**
@@ -179,7 +182,44 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     next();
   };
 
-  return { registry, httpMiddleware };
+  // Counted by the authentication itself (plain numbers, no label look-up per request), read here.
+  let tokenChecks: (() => TokenChecks) | undefined;
+  new Counter({
+    name: 'auth_token_checks_total',
+    help: 'Bearer tokens checked: cached (a token verified before, found in the cache), verified (checked in full and accepted), refused (missing, malformed, forged, expired, or of no accepted key).',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    collect() {
+      const checks = tokenChecks?.();
+      if (!checks) return;
+      this.reset();
+      for (const result of ['cached', 'verified', 'refused'] as const) this.inc({ result }, checks[result]);
+    },
+  });
+  new Gauge({
+    name: 'auth_token_cache_entries',
+    help: 'Verified tokens held for a look-up on their next use (at most auth_token_cache_capacity).',
+    registers: [registry],
+    collect() {
+      this.set(tokenChecks?.().held ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'auth_token_cache_capacity',
+    help: 'Most verified tokens held (TOKEN_CACHE_SIZE); when full, further tokens are checked in full on every request.',
+    registers: [registry],
+    collect() {
+      this.set(tokenChecks?.().capacity ?? 0);
+    },
+  });
+
+  return {
+    registry,
+    httpMiddleware,
+    observeTokenChecks: (read) => {
+      tokenChecks = read;
+    },
+  };
 }
 
 /** GET /metrics in the Prometheus text format, on a listener of its own; nothing else answers there. */

@@ -343,6 +343,17 @@ const table = {
         'Lifetime of an access token, and the longest `exp - iat` a token may carry: lowering it refuses tokens already issued for longer',
     },
   }),
+  /** Verified tokens kept for a look-up on their next use (http/token-cache.ts); 0 keeps none. */
+  tokenCacheSize: variable({
+    env: 'TOKEN_CACHE_SIZE',
+    rule: Joi.number().integer().min(0).max(1_000_000).default(10_000),
+    docs: {
+      summary:
+        'Most verified access tokens one process keeps, each until its `exp`, so that their next requests cost a look-up instead of a signature check; 0 checks every request in full. Only a token that passed the full check enters; when full, newer tokens are checked in full each time and none is pushed out',
+      detail:
+        'About half a kilobyte each. A token kept is still refused the second it expires, and its user is still looked up on every request, so a deleted user gets 401 as before; the cache starts empty with each process, the only time the keys change.',
+    },
+  }),
   corsAllowedOrigins: variable({
     env: 'CORS_ALLOWED_ORIGINS',
     rule: originList,
@@ -508,6 +519,7 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     // Ids, never keys: which phase of a key rotation this process is in (README, "Rotating SECRET_KEY").
     tokenKeyIds: { signing: keyId(s.secretKey), accepted: s.secretKeysAccepted.map(keyId) },
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
+    tokenCacheSize: s.tokenCacheSize,
     corsAllowedOrigins: s.corsAllowedOrigins,
     bcryptRounds: s.bcryptRounds,
     passwordHashConcurrency: s.passwordHashConcurrency,

@@ -4,6 +4,7 @@ import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields } from '../db/errors';
 import { MAX_ID } from '../db/limits';
 import { notAuthenticated, type ApiError } from './errors';
+import { VerifiedTokens } from './token-cache';
 import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
 
 declare global {
@@ -31,7 +32,20 @@ const NO_KEY = new Error('the token names no key of this service');
 /** 401 for a token that is valid but whose user does not exist (any more). */
 export const unknownCaller = (): ApiError => notAuthenticated(INVALID);
 
-/** Bearer-token authentication for the routes; nothing is kept between requests. */
+/** How tokens were checked since start: by a look-up (cached), the full way and accepted, refused. */
+export interface TokenChecks {
+  cached: number;
+  verified: number;
+  refused: number;
+  /** Tokens held (VerifiedTokens) and the most it holds (TOKEN_CACHE_SIZE). */
+  held: number;
+  capacity: number;
+}
+
+/**
+ * Bearer-token authentication for the routes. Between requests only verified tokens are kept
+ * (VerifiedTokens); a user is looked up on every request, as each route asks.
+ */
 export interface Authentication {
   /** Before a route: the token, then its user (one query); the route reads caller(req). */
   user: RequestHandler;
@@ -46,6 +60,8 @@ export interface Authentication {
    * whose write found the caller's rows gone: whether their user went too. Throws unknownCaller().
    */
   confirm(req: Express.Request): Promise<void>;
+  /** For the metrics (auth_token_*). */
+  checks(): TokenChecks;
 }
 
 /** The user ids `token` has let through, per request (req.user is only ever a confirmed user). */
@@ -53,21 +69,28 @@ const tokenSubjects = new WeakMap<Express.Request, number>();
 
 /**
  * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
- * registered claims (claimsAcceptable: expiry, issue time, lifetime) on every request, and, as
- * each route asks, that the user exists (findUser, which the app hands in). Answers 401 itself,
- * before any body is read.
+ * registered claims (claimsAcceptable: expiry, issue time, lifetime), through passport-jwt, the
+ * first time a token is seen, and by a look-up in `tokenCacheSize` verified tokens (VerifiedTokens:
+ * its `exp`, `iat` and `nbf` checked again) after that; and, as each route asks, that the user
+ * exists (findUser, which the app hands in). Answers 401 itself, before any body is read.
  */
 export function requireAuth(
   findUser: FindUser,
   keys: TokenKeys,
   accessTokenExpireMinutes: number,
+  tokenCacheSize: number,
 ): Authentication {
-  // Its own Passport instance, so apps built with different secrets (tests) never share state.
+  // Its own cache and Passport instance, so apps built with different keys (tests) never share either.
+  const cache = new VerifiedTokens(tokenCacheSize);
+  const counts = { cached: 0, verified: 0, refused: 0 };
+  // passport-jwt's own extractor, so a look-up reads the very token it would verify.
+  const bearerToken = ExtractJwt.fromAuthHeaderAsBearerToken();
   const passport = new Passport();
   passport.use(
     new JwtStrategy(
       {
-        jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(),
+        jwtFromRequest: bearerToken,
+        passReqToCallback: true,
         secretOrKeyProvider: (_req: unknown, token: string, done: (error: unknown, key?: Buffer) => void) => {
           const key = verificationKey(keys, token);
           // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
@@ -82,10 +105,12 @@ export function requireAuth(
       },
       // The verified "user" is only the subject's id, in an object (passport wants it truthy).
       (
+        req: Express.Request,
         payload: Record<string, unknown>,
         done: (error: unknown, subject?: { id: number } | false) => void,
       ) => {
-        if (!claimsAcceptable(payload, Date.now() / 1000, accessTokenExpireMinutes * 60)) {
+        const now = Date.now() / 1000;
+        if (!claimsAcceptable(payload, now, accessTokenExpireMinutes * 60)) {
           done(null, false);
           return;
         }
@@ -94,15 +119,28 @@ export function requireAuth(
           done(null, false);
           return;
         }
+        const token = bearerToken(req as Parameters<typeof bearerToken>[0]);
+        // claimsAcceptable has checked that exp and iat are numbers, and nbf one when present.
+        if (token) cache.add(token, Number(sub), payload as { exp: number; iat: number; nbf?: number }, now);
         done(null, { id: Number(sub) });
       },
     ),
   );
 
-  /** Runs passport's check, then `verified` with the token's user id; 401 for any bad token. */
+  /**
+   * A token verified before: `verified` with its user id at once. Otherwise passport's check, then
+   * `verified`; 401 for any bad token.
+   */
   const checkToken =
     (verified: (req: Express.Request, id: number, next: (error?: unknown) => void) => void): RequestHandler =>
     (req, res, next) => {
+      const token = bearerToken(req);
+      const known = token ? cache.subject(token, Date.now() / 1000) : undefined;
+      if (known !== undefined) {
+        counts.cached++;
+        verified(req, known, next);
+        return;
+      }
       const authenticate = passport.authenticate(
         'jwt',
         { session: false },
@@ -112,10 +150,12 @@ export function requireAuth(
             return;
           }
           if (!subject) {
+            counts.refused++;
             const missing = errorFields(info).message === 'No auth token';
             next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
             return;
           }
+          counts.verified++;
           verified(req, subject.id, next);
         },
       ) as RequestHandler;
@@ -140,6 +180,7 @@ export function requireAuth(
     async confirm(req) {
       if (!(await findUser(req.user?.id ?? callerId(req)))) throw unknownCaller();
     },
+    checks: () => ({ ...counts, held: cache.size, capacity: cache.capacity }),
   };
 }
 
