@@ -39,8 +39,11 @@ COPY tsconfig.json ./
 COPY --chown=1000:1000 service/src ./service/src
 COPY --chown=1000:1000 migrations ./migrations
 # A watch restart needs no drain (no proxy routes around the old process); the chart's value wins.
+# skaffold's sync runs `tar xmf`: GNU tar would replace each file by a new one, which node's
+# watcher on Linux stops seeing after the first time; overwritten in place, every edit is seen.
 ENV PORT=8000 \
-    SHUTDOWN_DELAY_SECONDS=0
+    SHUTDOWN_DELAY_SECONDS=0 \
+    TAR_OPTIONS=--overwrite
 USER 1000:1000
 # The API, metrics, and the inspector `skaffold debug` opens (it adds --inspect after `node`).
 EXPOSE 8000 9464 9229

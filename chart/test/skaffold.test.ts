@@ -274,6 +274,8 @@ describe('skaffold dev: the dev stage and file sync', () => {
       'CMD ["node", "--watch-path=service/src", "--watch-path=migrations", "--import", "tsx", "service/src/main.ts"]',
     );
     expect(stage).toContainEqual(expect.stringMatching(/^EXPOSE .*\b9229\b/));
+    // skaffold's `tar xmf` then rewrites a synced file in place, so node's watcher sees every edit.
+    expect(stage).toContainEqual(expect.stringMatching(/^ENV .*\bTAR_OPTIONS=--overwrite\b/));
   });
 
   it.each([
