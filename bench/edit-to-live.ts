@@ -22,7 +22,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from './measure';
@@ -231,9 +231,15 @@ function scratchContext(): string {
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 
+/** The figures, and how busy the machine was: on a shared host the load decides them. */
 function summary(what: string, times: number[]): void {
   log(
     `${what}: median ${seconds(median(times))}, max ${seconds(Math.max(...times))} over ${String(times.length)} (${times.map(seconds).join(', ')})`,
+  );
+  log(
+    `load average ${loadavg()
+      .map((load) => load.toFixed(1))
+      .join(' ')} on ${String(cpus().length)} cores`,
   );
 }
 
@@ -255,8 +261,9 @@ async function syncLoop(edits: number, context: string, database: string, runId:
       const text = editedHealth(marker);
       const since = Date.now();
       await syncIn(container, { [HEALTH]: text });
+      const copied = Date.now() - since;
       const ms = await answered(target.port, '/healthz/live', liveShows(marker), since, 60_000);
-      log(`edit ${String(i)}: live in ${seconds(ms)}`);
+      log(`edit ${String(i)}: live in ${seconds(ms)} (the copy ${seconds(copied)}, then the restart)`);
       times.push(ms);
     }
     summary('edit to live (sync, watch restart)', times);
