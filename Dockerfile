@@ -27,6 +27,42 @@ ENV NODE_ENV=production
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --omit=optional --no-audit --no-fund && npm cache clean --force
 
+# --- dev: `skaffold dev`'s image (target dev), never shipped: the TypeScript sources, every
+# dependency, and node's watch mode restarting the service when skaffold syncs a file in ---
+# The same first instructions as the build stage, so both share the `npm ci` layer.
+FROM ${NODE_IMAGE} AS dev
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+# Owned by the service user: skaffold's sync unpacks changed files here as that user.
+COPY --chown=1000:1000 service/src ./service/src
+COPY --chown=1000:1000 migrations ./migrations
+# A watch restart needs no drain (no proxy routes around the old process); the chart's value wins.
+# skaffold's sync runs `tar xmf`: GNU tar would replace each file by a new one, which node's
+# watcher on Linux stops seeing after the first time; overwritten in place, every edit is seen.
+ENV PORT=8000 \
+    SHUTDOWN_DELAY_SECONDS=0 \
+    TAR_OPTIONS=--overwrite
+USER 1000:1000
+# The API, metrics, and the inspector `skaffold debug` opens (it adds --inspect after `node`).
+EXPOSE 8000 9464 9229
+# A migration is a file in migrations/ plus its line in migrations/index.ts: both restart the
+# service, whose start-up runs the pending migrations.
+CMD ["node", "--watch-path=service/src", "--watch-path=migrations", "--import", "tsx", "service/src/main.ts"]
+
+# --- e2e: k8s-tests/suite in a container, what `skaffold verify` runs against the release ---
+FROM ${NODE_IMAGE} AS e2e
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY testing ./testing
+COPY k8s-tests/jest.config.js k8s-tests/sequencer.mjs k8s-tests/report.ts ./k8s-tests/
+COPY k8s-tests/suite ./k8s-tests/suite
+USER 1000:1000
+CMD ["node_modules/.bin/jest", "-c", "k8s-tests/jest.config.js", "--runInBand", "k8s-tests/suite/"]
+
 # --- runtime: node, production node_modules and dist/ only ---
 FROM ${NODE_IMAGE} AS runtime
 # The package managers are not needed at run time; removing them shrinks what an attacker could use.

@@ -83,11 +83,11 @@ function hostNpmCaFile(): string | undefined {
 }
 
 /**
- * Builds `context`'s Dockerfile into `tag`, its base already stored. With podman: `build --network
- * host` and the ulimits of `runLimits()`, and npm in the build stages trusting what this machine's
- * npm trusts.
+ * Builds `context`'s Dockerfile into `tag` (its default stage, or `target`), its base already
+ * stored. With podman: `build --network host` and the ulimits of `runLimits()`, and npm in the
+ * build stages trusting what this machine's npm trusts.
  */
-export function build(context: string, tag: string, log: (message: string) => void): void {
+export function build(context: string, tag: string, log: (message: string) => void, target?: string): void {
   const options: string[] = [];
   const scratch = mkdtempSync(join(tmpdir(), 'social-posts-build-'));
   try {
@@ -110,6 +110,7 @@ export function build(context: string, tag: string, log: (message: string) => vo
       ...options,
       '--tag',
       tag,
+      ...(target ? ['--target', target] : []),
       '--file',
       'Dockerfile',
       '.',

@@ -2,7 +2,8 @@
  * What the suite asks of the platform for cases 6 and 7, one implementation per target
  * (K8S_DRIVER): `local` calls the runner's control endpoint (K8S_CONTROL_URL), which owns the
  * processes; `kind` runs kubectl against the release (K8S_NAMESPACE, K8S_RELEASE, KUBECTL,
- * K8S_KUBE_CONTEXT).
+ * K8S_KUBE_CONTEXT); `none` has no hold on the platform (skaffold verify's Job): the cases that
+ * need one are skipped.
  */
 import { execFile } from 'node:child_process';
 import { request } from 'node:http';
@@ -10,6 +11,8 @@ import { INSPECT_SCRIPT } from './inspect';
 
 export interface Driver {
   name: string;
+  /** Set when the driver can only watch through HTTP: the cases that act on the platform skip. */
+  httpOnly?: true;
   /** Returns once the database is down (its process or pod is gone). */
   stopDatabase(): Promise<void>;
   /** Returns once the database accepts connections again. */
@@ -199,9 +202,25 @@ function kindDriver(): Driver {
   };
 }
 
+function noDriver(): Driver {
+  const refuse = () => Promise.reject(new Error('K8S_DRIVER=none cannot act on the platform'));
+  return {
+    name: 'none',
+    httpOnly: true,
+    stopDatabase: refuse,
+    startDatabase: refuse,
+    rollout: refuse,
+    restarts: refuse,
+    endpointsSettled: refuse,
+    inspectReplica: refuse,
+    imageWithoutDatabase: refuse,
+  };
+}
+
 export function driverFromEnv(): Driver {
   const name = process.env.K8S_DRIVER ?? 'local';
   if (name === 'local') return localDriver();
   if (name === 'kind') return kindDriver();
-  throw new Error(`K8S_DRIVER must be local or kind, not ${name}`);
+  if (name === 'none') return noDriver();
+  throw new Error(`K8S_DRIVER must be local, kind or none, not ${name}`);
 }

@@ -1,7 +1,7 @@
 /**
  * What clients and operators see through ingress-nginx (issue 4), against whichever target the
  * environment names: K8S_BASE_URL and K8S_HOST (the ingress), K8S_ALLOWED_ORIGINS (the installed
- * environment's CORS allow-list), K8S_DRIVER (local or kind, for cases 6 and 7), K8S_PROXY
+ * environment's CORS allow-list), K8S_DRIVER (local or kind for cases 6 and 7; none skips them), K8S_PROXY
  * (ingress-nginx, or nginx-gateway-fabric for the chart's Gateway API path) and K8S_REPORT_FILE
  * (the proof table). The cases run in order and share one user: case 2 must be
  * the first traffic on /login and /users/ from this address within a minute.
@@ -29,6 +29,8 @@ import {
 import { driverFromEnv } from './drivers';
 
 const driver = driverFromEnv();
+/** Cases 6 and 7 stop the database and roll the pods: not with K8S_DRIVER=none. */
+const platformCase = driver.httpOnly ? test.skip : test;
 const allowedOrigins = (process.env.K8S_ALLOWED_ORIGINS ?? '')
   .split(',')
   .map((origin) => origin.trim())
@@ -266,103 +268,111 @@ test('When origins of the environment allow-list call, then they get Access-Cont
   report.cors = { allowed: allowedOrigins.join(' '), foreign: foreign.join(' ') };
 });
 
-test('When the database stops, then ready is 503 while live stays 200 and the API answers 503 problem+json, and all comes back without a restart (case 6)', async () => {
-  const restartsBefore = await driver.restarts();
-  await driver.stopDatabase();
+platformCase(
+  'When the database stops, then ready is 503 while live stays 200 and the API answers 503 problem+json, and all comes back without a restart (case 6)',
+  async () => {
+    const restartsBefore = await driver.restarts();
+    await driver.stopDatabase();
 
-  const readyDown = await readyAnswers(503, probeWindowMs, 250);
-  expect(readyDown.value.status).toBe(503);
-  // Right away, while the replicas are still endpoints: alive, and the API says 503 in its own words.
-  const live = await send('GET', '/healthz/live', { fresh: true });
-  expect(live.status).toBe(200);
-  for (const answer of [
-    await send('GET', '/posts/', { headers: auth(), fresh: true }),
-    await send('GET', '/posts/public', { fresh: true }),
-  ]) {
-    expect(answer.status).toBe(503);
-    // Content type, type, status, title and a non-empty detail, as every error of the service.
-    expect(problemFaultsOf(answer)).toEqual([]);
-  }
-
-  // Over the readiness probe's window, liveness keeps answering 200. Once the failed readiness
-  // has taken every replica out of the endpoints, the controller itself answers 503 (an HTML
-  // page), which is the ingress, not the service; the operator's view is the restart count.
-  const liveDuringOutage: number[] = [];
-  const windowEnd = Date.now() + probeWindowMs;
-  while (Date.now() < windowEnd) {
-    const answer = await send('GET', '/healthz/live', { fresh: true });
-    liveDuringOutage.push(answer.status);
-    expect(answer.status === 200 || (answer.status === 503 && isProxyPage(answer))).toBe(true);
-    await sleep(1000);
-  }
-
-  await driver.startDatabase();
-  const readyBack = await readyAnswers(200, recoveryMs, 500);
-  expect(readyBack.value.status).toBe(200);
-  // The emulation reloads nginx for an endpoint change; the ready answer may have come from the new
-  // workers while an old one still accepts for a moment. Wait until the change is everywhere.
-  await driver.endpointsSettled();
-  // The same processes serve again: the token issued before the outage still works. Behind a
-  // pooler, requests that reach it inside its server_login_retry window after the database
-  // returns may still wait out the statement deadline (503): wait for ten answers in a row.
-  const servingBack = await okInARow(10, ['/posts/'], 100);
-  expect(servingBack.value).toEqual(new Array<number>(10).fill(200));
-  const restarts = await driver.restarts();
-  expect(restarts).toBe(restartsBefore);
-  report.database = {
-    readyDownMs: readyDown.ms,
-    readyBackMs: readyBack.ms,
-    servingBackMs: servingBack.ms,
-    liveDuringOutage: [...new Set([live.status, ...liveDuringOutage])],
-    restarts: restarts - restartsBefore,
-  };
-}, 300_000);
-
-test('When the replicas are replaced under a steady stream of requests, then none of them fails (case 7)', async () => {
-  // Make sure both replicas are endpoints again after case 6 before the clock starts.
-  expect((await send('GET', '/healthz/ready')).status).toBe(200);
-  // Case 6 restarted the database just before. A replica that comes back later than the one case 6
-  // waited on, or the pooler's first server logins after the restart, can still end a query at its
-  // deadline (seen once in CI: two 503s 2.5 s into the rollout, each a server connection not yet
-  // logged in). The rollout is measured from a steady state: every endpoint change applied and the
-  // stream's own requests answered 200 twenty times in a row, as case 6 asks ten, spread over at
-  // least five seconds (the failure above came 5.4 s after the database was back).
-  await driver.endpointsSettled();
-  const steady = await okInARow(20, ['/posts/public', '/posts/?limit=1'], 250);
-  expect(steady.value).toEqual(new Array<number>(20).fill(200));
-  const MAX_REQUESTS = 20_000;
-  let done = false;
-  let detail = '';
-  let sent = 0;
-  const failures: string[] = [];
-  const rollout = driver
-    .rollout()
-    .then((text) => {
-      detail = text.trim().split('\n').slice(-1)[0] ?? '';
-    })
-    .finally(() => {
-      done = true;
-    });
-  // Two clients, one request at a time each, each on a new connection (see README: nginx reloads).
-  const client = async () => {
-    while (!done && sent < MAX_REQUESTS) {
-      const path = sent % 2 === 0 ? '/posts/public' : '/posts/?limit=1';
-      sent++;
-      const answer = await send('GET', path, { headers: auth(), fresh: true });
-      if (answer.status !== 200) failures.push(`${path}: ${show(answer)}`);
+    const readyDown = await readyAnswers(503, probeWindowMs, 250);
+    expect(readyDown.value.status).toBe(503);
+    // Right away, while the replicas are still endpoints: alive, and the API says 503 in its own words.
+    const live = await send('GET', '/healthz/live', { fresh: true });
+    expect(live.status).toBe(200);
+    for (const answer of [
+      await send('GET', '/posts/', { headers: auth(), fresh: true }),
+      await send('GET', '/posts/public', { fresh: true }),
+    ]) {
+      expect(answer.status).toBe(503);
+      // Content type, type, status, title and a non-empty detail, as every error of the service.
+      expect(problemFaultsOf(answer)).toEqual([]);
     }
-  };
-  await Promise.all([client(), client(), rollout]);
-  // The new replicas serve afterwards.
-  for (let i = 0; i < 10; i++) {
-    sent++;
-    const answer = await send('GET', '/posts/public', { fresh: true });
-    if (answer.status !== 200) failures.push(`after the rollout: ${show(answer)}`);
-  }
-  report.rollout = { sent, failed: failures.length, detail };
-  expect(failures.slice(0, 10)).toEqual([]);
-  expect(sent).toBeGreaterThan(10);
-}, 600_000);
+
+    // Over the readiness probe's window, liveness keeps answering 200. Once the failed readiness
+    // has taken every replica out of the endpoints, the controller itself answers 503 (an HTML
+    // page), which is the ingress, not the service; the operator's view is the restart count.
+    const liveDuringOutage: number[] = [];
+    const windowEnd = Date.now() + probeWindowMs;
+    while (Date.now() < windowEnd) {
+      const answer = await send('GET', '/healthz/live', { fresh: true });
+      liveDuringOutage.push(answer.status);
+      expect(answer.status === 200 || (answer.status === 503 && isProxyPage(answer))).toBe(true);
+      await sleep(1000);
+    }
+
+    await driver.startDatabase();
+    const readyBack = await readyAnswers(200, recoveryMs, 500);
+    expect(readyBack.value.status).toBe(200);
+    // The emulation reloads nginx for an endpoint change; the ready answer may have come from the new
+    // workers while an old one still accepts for a moment. Wait until the change is everywhere.
+    await driver.endpointsSettled();
+    // The same processes serve again: the token issued before the outage still works. Behind a
+    // pooler, requests that reach it inside its server_login_retry window after the database
+    // returns may still wait out the statement deadline (503): wait for ten answers in a row.
+    const servingBack = await okInARow(10, ['/posts/'], 100);
+    expect(servingBack.value).toEqual(new Array<number>(10).fill(200));
+    const restarts = await driver.restarts();
+    expect(restarts).toBe(restartsBefore);
+    report.database = {
+      readyDownMs: readyDown.ms,
+      readyBackMs: readyBack.ms,
+      servingBackMs: servingBack.ms,
+      liveDuringOutage: [...new Set([live.status, ...liveDuringOutage])],
+      restarts: restarts - restartsBefore,
+    };
+  },
+  300_000,
+);
+
+platformCase(
+  'When the replicas are replaced under a steady stream of requests, then none of them fails (case 7)',
+  async () => {
+    // Make sure both replicas are endpoints again after case 6 before the clock starts.
+    expect((await send('GET', '/healthz/ready')).status).toBe(200);
+    // Case 6 restarted the database just before. A replica that comes back later than the one case 6
+    // waited on, or the pooler's first server logins after the restart, can still end a query at its
+    // deadline (seen once in CI: two 503s 2.5 s into the rollout, each a server connection not yet
+    // logged in). The rollout is measured from a steady state: every endpoint change applied and the
+    // stream's own requests answered 200 twenty times in a row, as case 6 asks ten, spread over at
+    // least five seconds (the failure above came 5.4 s after the database was back).
+    await driver.endpointsSettled();
+    const steady = await okInARow(20, ['/posts/public', '/posts/?limit=1'], 250);
+    expect(steady.value).toEqual(new Array<number>(20).fill(200));
+    const MAX_REQUESTS = 20_000;
+    let done = false;
+    let detail = '';
+    let sent = 0;
+    const failures: string[] = [];
+    const rollout = driver
+      .rollout()
+      .then((text) => {
+        detail = text.trim().split('\n').slice(-1)[0] ?? '';
+      })
+      .finally(() => {
+        done = true;
+      });
+    // Two clients, one request at a time each, each on a new connection (see README: nginx reloads).
+    const client = async () => {
+      while (!done && sent < MAX_REQUESTS) {
+        const path = sent % 2 === 0 ? '/posts/public' : '/posts/?limit=1';
+        sent++;
+        const answer = await send('GET', path, { headers: auth(), fresh: true });
+        if (answer.status !== 200) failures.push(`${path}: ${show(answer)}`);
+      }
+    };
+    await Promise.all([client(), client(), rollout]);
+    // The new replicas serve afterwards.
+    for (let i = 0; i < 10; i++) {
+      sent++;
+      const answer = await send('GET', '/posts/public', { fresh: true });
+      if (answer.status !== 200) failures.push(`after the rollout: ${show(answer)}`);
+    }
+    report.rollout = { sent, failed: failures.length, detail };
+    expect(failures.slice(0, 10)).toEqual([]);
+    expect(sent).toBeGreaterThan(10);
+  },
+  600_000,
+);
 
 /** Seconds within which writes must succeed again after the primary is lost (issue 19). */
 const WRITES_BACK_MS = 15_000;
