@@ -119,6 +119,18 @@ CloudNativePG: the Cluster's name (its Services are <name>-rw/-ro/-r, its Secret
 {{- end }}
 
 {{/*
+Backups (backup.enabled): the ObjectStore of the release, and the folder (the plugin's serverName)
+the Cluster archives to, its own name unless backup.serverName says otherwise.
+*/}}
+{{- define "social-posts.backupObjectStoreName" -}}
+{{- default (printf "%s-backup" (include "social-posts.fullname" .)) .Values.backup.objectStore.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "social-posts.backupServerName" -}}
+{{- default (include "social-posts.cnpgClusterName" .) .Values.backup.serverName }}
+{{- end }}
+
+{{/*
 The basic-auth Secret with the database owner's password: the operator's (bootstrap.initdb.secret)
 or the one CloudNativePG generates, <cluster>-app.
 */}}
@@ -247,6 +259,7 @@ Guards across values, which values.schema.json cannot express.
 {{- fail "database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0: PgBouncer would not track them in transaction mode; set one of them" }}
 {{- end }}
 {{- end }}
+{{- include "social-posts.validateBackup" . }}
 {{- range $key := list "max_client_conn" "default_pool_size" "max_prepared_statements" }}
 {{- if hasKey $.Values.cnpg.pooler.parameters $key }}
 {{- fail (printf "cnpg.pooler.parameters.%s: set it with its own value (cnpg.pooler.maxClientConn, defaultPoolSize, maxPreparedStatements), which the connection budget checks" $key) }}
@@ -256,6 +269,48 @@ Guards across values, which values.schema.json cannot express.
 {{- fail "cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections, which the connection budget checks" }}
 {{- end }}
 {{- include "social-posts.validateConnectionBudget" . }}
+{{- end }}
+
+{{/*
+Backups and recovery across values: what the plugin's CRD or CloudNativePG would refuse later, or
+what would silently archive nowhere or over the archive a recovery reads.
+*/}}
+{{- define "social-posts.validateBackup" -}}
+{{- $backup := .Values.backup }}
+{{- $store := $backup.objectStore }}
+{{- if and $backup.enabled (not .Values.cnpg.enabled) }}
+{{- fail "backup.enabled needs cnpg.enabled: the backups are CloudNativePG's (the Barman Cloud plugin); the in-chart PostgreSQL has none and an external one is backed up by its provider" }}
+{{- end }}
+{{- if and $backup.recovery.enabled (not $backup.enabled) }}
+{{- fail "backup.recovery.enabled needs backup.enabled: the Cluster recovers through the release's ObjectStore (backup.objectStore) and archives into it again" }}
+{{- end }}
+{{- if $backup.enabled }}
+{{- if not $store.destinationPath }}
+{{- fail "backup.objectStore.destinationPath is required when backup.enabled: the bucket and folder the WAL and base backups go to (e.g. s3://my-bucket/social-posts), one per environment" }}
+{{- end }}
+{{- $schemes := dict "s3" "s3://" "google" "gs://" "azure" "http" }}
+{{- if not (hasPrefix (get $schemes $store.provider) $store.destinationPath) }}
+{{- fail (printf "backup.objectStore.destinationPath %q does not suit provider %s (it must start with %s)" $store.destinationPath $store.provider (get $schemes $store.provider)) }}
+{{- end }}
+{{- $identity := dict "s3" $store.s3.inheritFromIAMRole "azure" $store.azure.inheritFromAzureAD "google" $store.google.gkeEnvironment }}
+{{- if and (not (get $identity $store.provider)) (not $store.existingSecret) }}
+{{- fail (printf "backup.objectStore.existingSecret is required for provider %s unless workload identity is on (s3.inheritFromIAMRole, azure.inheritFromAzureAD or google.gkeEnvironment): the plugin needs credentials for %s" $store.provider $store.destinationPath) }}
+{{- end }}
+{{- if and (eq $store.provider "azure") (not $store.azure.inheritFromAzureAD) (not $store.azure.connectionStringKey) (not $store.azure.storageKeyKey) (not $store.azure.storageSasTokenKey) }}
+{{- fail "backup.objectStore.azure: set connectionStringKey, storageKeyKey or storageSasTokenKey (the keys of existingSecret the plugin authenticates with)" }}
+{{- end }}
+{{- end }}
+{{- if $backup.recovery.enabled }}
+{{- if not $backup.recovery.sourceServerName }}
+{{- fail "backup.recovery.sourceServerName is required when backup.recovery.enabled: the folder of the cluster to recover from (the lost Cluster's name, or its backup.serverName)" }}
+{{- end }}
+{{- if eq $backup.recovery.sourceServerName (include "social-posts.cnpgClusterName" .) }}
+{{- fail (printf "backup.recovery.sourceServerName %q is the Cluster's own name: CloudNativePG recovers only into a new Cluster, so set cnpg.cluster.name to a new name (chart/README.md, \"Recovering to a point in time\")" $backup.recovery.sourceServerName) }}
+{{- end }}
+{{- if eq $backup.recovery.sourceServerName (include "social-posts.backupServerName" .) }}
+{{- fail (printf "backup.recovery.sourceServerName %q is also the folder the recovered Cluster would archive to: give the new Cluster a new name (cnpg.cluster.name) so it never writes over the archive it recovers from" $backup.recovery.sourceServerName) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -40,6 +40,21 @@ const ALERTS = [
   'SocialPostsMemoryNearLimit',
   'SocialPostsRateLimited',
   'SocialPostsMetricsAbsent',
+  'SocialPostsDatabaseWALArchivingFailing',
+  'SocialPostsDatabaseBackupTooOld',
+  'SocialPostsDatabaseRecoveryWindowShort',
+  'SocialPostsDatabaseReplicationLag',
+  'SocialPostsDatabaseNoSynchronousStandby',
+  'SocialPostsDatabaseVolumeFilling',
+  'SocialPostsPoolerClientsWaiting',
+];
+
+/** The alerts on CloudNativePG's, the plugin's and kubelet's series, and which values render them. */
+const DATABASE_ALERTS = ALERTS.filter((alert) => /^SocialPosts(Database(?!Pool)|Pooler)/.test(alert));
+const BACKUP_ALERTS = [
+  'SocialPostsDatabaseWALArchivingFailing',
+  'SocialPostsDatabaseBackupTooOld',
+  'SocialPostsDatabaseRecoveryWindowShort',
 ];
 
 function promtool(args: string[], cwd: string): Promise<{ code: number; out: string }> {
@@ -116,6 +131,22 @@ describe('PrometheusRule of prod, checked and unit-tested with promtool', () => 
       for (const selector of r.expr.match(/\bkube_[a-z_]+\{[^}]*\}/g) ?? [])
         expect(selector).toContain('namespace="social-posts-prod"');
       expect(metricNames(r.expr).length).toBeGreaterThan(0);
+    }
+  });
+
+  it("When the prod values are rendered, then every database selector names this release's namespace and its Cluster's or Pooler's pods", () => {
+    const rules = alertRules(rule).filter((r) => DATABASE_ALERTS.includes(r.alert));
+    expect(rules.map((r) => r.alert)).toEqual(DATABASE_ALERTS);
+    for (const r of rules) {
+      const selectors = r.expr.match(/\b(cnpg|barman|kubelet)_[a-z_]+\{[^}]*\}/g) ?? [];
+      expect([r.alert, selectors.length > 0]).toEqual([r.alert, true]);
+      for (const selector of selectors)
+        expect([r.alert, selector]).toEqual([
+          r.alert,
+          expect.stringMatching(
+            /namespace="social-posts-prod", (pod=~"social-posts-db-\[0-9\]\+"|persistentvolumeclaim=~"social-posts-db-\[0-9\]\+\(-wal\)\?"|pod=~"social-posts-db-pooler-rw-\[a-z0-9\]\+-\[a-z0-9\]\+")/,
+          ),
+        ]);
     }
   });
 
@@ -210,6 +241,51 @@ describe('PrometheusRule options', () => {
     expect(exprs).toContain('deployment="posts-eu"');
     expect(exprs).toContain('pod=~"posts-eu-[a-z0-9]+-[a-z0-9]+", container="social-posts"');
     expect(exprs).toContain('ingress="posts-eu-auth"');
+    expect(exprs).toContain('namespace="eu", pod=~"posts-eu-db-[0-9]+"');
+    expect(exprs).toContain('namespace="eu", pod=~"posts-eu-db-pooler-rw-[a-z0-9]+-[a-z0-9]+"');
+  });
+
+  it('When backups, the Pooler or the standbys are off, then their alerts are left out (their series would not exist)', async () => {
+    const names = async (set: Record<string, string>) =>
+      alertRules(await ruleOf(prodWith(set))).map((r) => r.alert);
+    const noBackup = await names({ 'backup.enabled': 'false' });
+    expect(noBackup).toEqual(ALERTS.filter((alert) => !BACKUP_ALERTS.includes(alert)));
+    expect(await names({ 'backup.walArchiving': 'false' })).not.toContain(
+      'SocialPostsDatabaseWALArchivingFailing',
+    );
+    expect(await names({ 'cnpg.pooler.enabled': 'false', 'autoscaling.maxReplicas': '5' })).not.toContain(
+      'SocialPostsPoolerClientsWaiting',
+    );
+    expect(await names({ 'cnpg.cluster.instances': '1' })).not.toContain(
+      'SocialPostsDatabaseNoSynchronousStandby',
+    );
+    const withoutCnpg = alertRules(
+      await ruleOf({
+        values: ['values-dev.yaml'],
+        set: { 'metrics.serviceMonitor.enabled': 'true', 'metrics.prometheusRule.enabled': 'true' },
+      }),
+    ).map((r) => r.alert);
+    expect(withoutCnpg.filter((alert) => DATABASE_ALERTS.includes(alert))).toEqual([]);
+  });
+
+  it('When the database thresholds change, then the expressions follow them', async () => {
+    const rule = await ruleOf(
+      prodWith(
+        {
+          'metrics.prometheusRule.walArchiving.readySegments': '50',
+          'metrics.prometheusRule.backupAge.maxAgeHours': '8',
+          'metrics.prometheusRule.recoveryWindow.minHours': '168',
+          'cnpg.cluster.synchronous.number': '2',
+        },
+        { setJson: { 'metrics.prometheusRule.volumeFilling.threshold': 0.9 } },
+      ),
+    );
+    const byName = Object.fromEntries(alertRules(rule).map((r) => [r.alert, r]));
+    expect(byName.SocialPostsDatabaseWALArchivingFailing?.expr).toMatch(/value="ready"\}\)\n> 50$/);
+    expect(byName.SocialPostsDatabaseBackupTooOld?.expr).toContain('> 28800');
+    expect(byName.SocialPostsDatabaseRecoveryWindowShort?.expr).toContain('< 604800');
+    expect(byName.SocialPostsDatabaseNoSynchronousStandby?.expr).toContain('< 2');
+    expect(byName.SocialPostsDatabaseVolumeFilling?.expr).toContain('> 0.9');
   });
 
   it('When the Gateway API path replaces the Ingress objects, then there is no ingress-nginx refusal alert (its metrics would not exist)', async () => {

@@ -227,6 +227,7 @@ describe('CloudNativePG: options', () => {
   it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
     const objects = await render({
       set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
+      setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
     });
     expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
     expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
@@ -264,12 +265,145 @@ describe('CloudNativePG: options', () => {
     const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
     const monitors = objects.filter((o): o is PodMonitor => o.kind === 'PodMonitor');
     expect(monitors.map((m) => m.spec.selector.matchLabels)).toEqual([
-      { 'cnpg.io/cluster': 'social-posts-db' },
+      // CloudNativePG's PgBouncer pods carry cnpg.io/cluster as well: without the role they would be scraped twice.
+      { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' },
       { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
     ]);
     for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
     const off = await render(cnpgOn);
     expect(off.filter((o) => o.kind === 'PodMonitor')).toEqual([]);
+  });
+});
+
+describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => {
+  const instances = {
+    matchLabels: { 'cnpg.io/cluster': 'social-posts-db' },
+    matchExpressions: [{ key: 'cnpg.io/podRole', operator: 'NotIn', values: ['pooler'] }],
+  };
+  const api = {
+    'app.kubernetes.io/name': 'social-posts',
+    'app.kubernetes.io/instance': 'social-posts',
+    'app.kubernetes.io/component': 'api',
+  };
+  const tcp = (...ports: number[]) => ports.map((port) => ({ port, protocol: 'TCP' }));
+  const dns = {
+    to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
+    ports: [
+      { port: 53, protocol: 'UDP' },
+      { port: 53, protocol: 'TCP' },
+    ],
+  };
+  const apiServer = { to: [{ ipBlock: { cidr: '192.0.2.10/32' } }], ports: tcp(443, 6443) };
+  const toInstances = { to: [{ podSelector: instances }], ports: tcp(5432) };
+  const monitoring = (port: number) => ({
+    from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }],
+    ports: tcp(port),
+  });
+
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it('When the prod values are rendered, then PostgreSQL admits only the PgBouncers, the other instances and the operator, the status port only the operator, metrics only monitoring', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.podSelector).toEqual(instances);
+    expect(policy.spec?.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(policy.spec?.ingress).toEqual([
+      {
+        from: [
+          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+          { podSelector: instances },
+        ],
+        ports: tcp(5432),
+      },
+      {
+        from: [
+          {
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'cnpg-system' } },
+            podSelector: { matchLabels: { 'app.kubernetes.io/name': 'cloudnative-pg' } },
+          },
+        ],
+        ports: tcp(5432, 8000),
+      },
+      monitoring(9187),
+    ]);
+  });
+
+  it('When the prod values are rendered, then the instances reach only DNS, the API server, each other and the object store (HTTPS, no private range)', () => {
+    expect(findOne(objects, 'NetworkPolicy', 'social-posts-db').spec?.egress).toEqual([
+      dns,
+      apiServer,
+      toInstances,
+      {
+        to: [
+          {
+            ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'] },
+          },
+        ],
+        ports: tcp(443),
+      },
+    ]);
+  });
+
+  it('When the prod values are rendered, then the PgBouncers admit only the API pods (and monitoring on 9127) and reach only DNS, the API server and the instances', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db-pooler-rw');
+    expect(policy.spec?.podSelector).toEqual({
+      matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
+    });
+    expect(policy.spec?.ingress).toEqual([
+      { from: [{ podSelector: { matchLabels: api } }], ports: tcp(5432) },
+      monitoring(9127),
+    ]);
+    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+  });
+
+  it('When the Pooler and backups are off, then the API pods reach PostgreSQL directly and nothing reaches the object store', async () => {
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'cnpg.pooler.enabled': 'false', 'backup.enabled': 'false', 'autoscaling.maxReplicas': '5' },
+    });
+    const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.ingress?.[0]?.from).toEqual([
+      { podSelector: { matchLabels: api } },
+      { podSelector: instances },
+    ]);
+    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+    expect(
+      findAll(rendered, 'NetworkPolicy')
+        .map((p) => p.metadata?.name)
+        .sort(),
+    ).toEqual(['social-posts', 'social-posts-db']);
+  });
+
+  it('When the operator runs elsewhere and the store is in the cluster, then the policies name them', async () => {
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'networkPolicy.cnpg.operatorNamespace': 'postgres-operator' },
+      setJson: {
+        'networkPolicy.cnpg.objectStore.to': [
+          { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } },
+        ],
+        'networkPolicy.cnpg.objectStore.ports': [9000],
+      },
+    });
+    const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.ingress?.[1]?.from?.[0]?.namespaceSelector).toEqual({
+      matchLabels: { 'kubernetes.io/metadata.name': 'postgres-operator' },
+    });
+    expect(policy.spec?.egress?.[3]).toEqual({
+      to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } }],
+      ports: tcp(9000),
+    });
+  });
+
+  it("When the API server's addresses are not given, then helm template fails saying how to find them", async () => {
+    expect(
+      await renderRefused({
+        values: ['values-prod.yaml'],
+        setJson: { 'networkPolicy.cnpg.apiServer.cidrs': [] },
+      }),
+    ).toContain('networkPolicy.cnpg.apiServer.cidrs is required with cnpg.enabled and networkPolicy.enabled');
   });
 });
 

@@ -23,6 +23,10 @@ export const crdFiles = [
   'gateway.envoyproxy.io_backendtrafficpolicies.yaml',
   'postgresql.cnpg.io_clusters.yaml',
   'postgresql.cnpg.io_poolers.yaml',
+  'postgresql.cnpg.io_scheduledbackups.yaml',
+  // The Barman Cloud plugin v0.14.0 (cloudnative-pg/plugin-barman-cloud,
+  // config/crd/bases/, commit 1e13020fe5f09fd8fc29ea03828f7b61375b3721).
+  'barmancloud.cnpg.io_objectstores.yaml',
   // Prometheus Operator v0.93.0 (prometheus-operator/prometheus-operator,
   // example/prometheus-operator-crd/, commit f8fafd475f3d132e239432ae6172de60a6cb6516).
   'monitoring.coreos.com_servicemonitors.yaml',

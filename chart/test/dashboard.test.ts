@@ -34,6 +34,8 @@ describe('Grafana dashboard', () => {
     expect(variables.datasource).toMatchObject({ type: 'datasource', query: 'prometheus' });
     expect(variables.namespace?.current).toMatchObject({ value: 'social-posts-prod' });
     expect(variables.job?.current).toMatchObject({ value: 'social-posts' });
+    expect(variables.cluster?.current).toMatchObject({ value: 'social-posts-db' });
+    expect(variables.pooler?.current).toMatchObject({ value: 'social-posts-db-pooler-rw' });
   });
 
   it('When two releases render the dashboard, then their uids differ (one Grafana holds both)', async () => {
@@ -102,8 +104,21 @@ describe('Grafana dashboard', () => {
       'Readiness',
       'Event-loop lag',
       'Memory',
+      'Last base backup',
+      'Recovery window',
+      'Streaming standbys',
+      'WAL archiving',
+      'Replication lag',
+      'Volume used',
+      'PgBouncer clients waiting',
     ])
       expect(titles).toContain(title);
+    // The database row selects this release's Cluster and Pooler by their pods' names.
+    for (const q of panelQueries(file).filter((query) => /\b(cnpg|barman_cloud)_/.test(query.expr)))
+      expect([q.panel, q.expr]).toEqual([
+        q.panel,
+        expect.stringMatching(/pod=~"\$cluster-\[0-9\]\+"|pod=~"\$pooler-\[a-z0-9\]\+-\[a-z0-9\]\+"/),
+      ]);
     const latency = panelQueries(file).filter((q) => q.panel === 'Latency percentiles by route');
     expect(latency.map((q) => /histogram_quantile\((0\.\d+)/.exec(q.expr)?.[1])).toEqual([
       '0.5',

@@ -119,6 +119,12 @@ export function environmentOptions(environment: Environment): RenderOptions {
   };
 }
 
+/** Point-in-time recovery as chart/README.md runs it: prod's values with values-recovery.yaml on top. */
+export const recoveryOptions: RenderOptions = {
+  values: ['values-prod.yaml', 'values-recovery.yaml'],
+  namespace: 'social-posts-prod',
+};
+
 const renderedEnvironments = new Map<Environment, Promise<KubeObject[]>>();
 
 /** Renders an environment once per test file. */

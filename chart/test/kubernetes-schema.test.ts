@@ -1,4 +1,11 @@
-import { ciValuesFiles, environments, render, renderEnvironment, type KubeObject } from './helm';
+import {
+  ciValuesFiles,
+  environments,
+  recoveryOptions,
+  render,
+  renderEnvironment,
+  type KubeObject,
+} from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
 import { treeVersions } from '../../testing/releases';
 
@@ -7,6 +14,7 @@ const renderings: [string, () => Promise<KubeObject[]>][] = [
     `the ${environment} values`,
     () => renderEnvironment(environment),
   ]),
+  ["the recovery values (on prod's)", () => render(recoveryOptions)],
   ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
     file,
     () => render({ values: [file] }),

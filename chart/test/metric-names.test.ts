@@ -3,7 +3,8 @@
  * really exports (read from the /metrics of a running service: testing/service.ts, the embedded
  * database, one request answered so the request histogram has series), or one of a short list of
  * other exporters' names that Kubernetes monitoring stacks have: kube-state-metrics, ingress-nginx's
- * controller and Prometheus' own `up`. The names are read with Prometheus' grammar
+ * controller, Prometheus' own `up`, kubelet's volume stats, and CloudNativePG's and its Barman Cloud
+ * plugin's (each cited at its pinned version below). The names are read with Prometheus' grammar
  * (testing/promql.ts), so a misspelt or renamed metric cannot hide in a query.
  */
 import { startService, stopAll, type ServiceProcess } from '../../testing/service';
@@ -26,6 +27,25 @@ const OTHER_EXPORTERS: Record<string, string> = {
   kube_pod_container_resource_limits: 'kube-state-metrics',
   nginx_ingress_controller_requests: 'ingress-nginx controller',
   up: 'Prometheus (one per scrape target)',
+  // CloudNativePG v1.30.0 (cloudnative-pg/cloudnative-pg, commit 4b5e244a7d031f67e025c83c1555e7726ecbbfa1):
+  // docs/src/monitoring.md and the default queries of config/manager/default-monitoring.yaml.
+  cnpg_pg_stat_archiver_last_failed_time: 'CloudNativePG default monitoring (pg_stat_archiver)',
+  cnpg_pg_stat_archiver_last_archived_time: 'CloudNativePG default monitoring (pg_stat_archiver)',
+  cnpg_pg_stat_archiver_seconds_since_last_archival: 'CloudNativePG default monitoring (pg_stat_archiver)',
+  cnpg_pg_stat_archiver_failed_count: 'CloudNativePG default monitoring (pg_stat_archiver)',
+  cnpg_collector_pg_wal_archive_status: 'CloudNativePG instance manager (docs/src/monitoring.md)',
+  cnpg_pg_replication_lag: 'CloudNativePG default monitoring (pg_replication)',
+  cnpg_pg_replication_streaming_replicas: 'CloudNativePG default monitoring (pg_replication)',
+  cnpg_pg_replication_in_recovery: 'CloudNativePG default monitoring (pg_replication)',
+  // CloudNativePG v1.30.0's PgBouncer exporter: docs/src/connection_pooling.md, "Monitoring".
+  cnpg_pgbouncer_pools_cl_waiting: 'CloudNativePG PgBouncer exporter (SHOW POOLS)',
+  cnpg_pgbouncer_pools_maxwait: 'CloudNativePG PgBouncer exporter (SHOW POOLS)',
+  // The Barman Cloud plugin v0.14.0 (cloudnative-pg/plugin-barman-cloud, commit
+  // 1e13020fe5f09fd8fc29ea03828f7b61375b3721): web/docs/observability.md, internal/cnpgi/instance/metrics.go.
+  barman_cloud_cloudnative_pg_io_last_available_backup_timestamp: 'Barman Cloud plugin, on the instances',
+  barman_cloud_cloudnative_pg_io_first_recoverability_point: 'Barman Cloud plugin, on the instances',
+  kubelet_volume_stats_available_bytes: 'kubelet (volume stats of the claims)',
+  kubelet_volume_stats_capacity_bytes: 'kubelet (volume stats of the claims)',
 };
 
 /** Sample names of the Prometheus text format (histograms as their _bucket, _sum and _count). */

@@ -327,7 +327,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
     });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `mirror.example.internal:5000/proxy/social-posts/social-posts:${treeVersions().app}@${digest}`,
-      `mirror.example.internal:5000/proxy/library/postgres:17.6-bookworm@${digest}`,
+      `mirror.example.internal:5000/proxy/library/postgres:18.3-trixie@${digest}`,
       'mirror.example.internal:5000/proxy/library/busybox:1.37.0',
     ]);
   });
@@ -336,7 +336,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
     const objects = await render({ values: ['values-dev.yaml'], set: { 'tests.image.digest': digest } });
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `ghcr.io/social-posts/social-posts:${treeVersions().app}`,
-      'postgres:17.6-bookworm',
+      'postgres:18.3-trixie',
       `busybox:1.37.0@${digest}`,
     ]);
   });
