@@ -15,20 +15,26 @@ export const COMMON_WORD = 'news';
 /** The PostgreSQL server the bench seeds and measures (testing/postgres.ts: DB_* or the local one). */
 export const pgConnection = postgresServer;
 
+/** A PostgreSQL server to seed and serve from: the shared one above, or one a bench runs itself (bench/backup.ts). */
+export type PgServer = typeof postgresServer;
+
 /**
  * The environment every bench server gets on a seeded database: production mode, warn-level logs,
  * the real bcrypt cost, an ephemeral metrics port (several servers run at once), one secret.
  */
-export const benchServiceEnv = (database: string): Record<string, string> => ({
+export const benchServiceEnv = (
+  database: string,
+  server: PgServer = pgConnection,
+): Record<string, string> => ({
   NODE_ENV: 'production',
   METRICS_PORT: '0',
   LOG_LEVEL: 'warn',
   SECRET_KEY: 'bench-signing-secret-that-is-long-enough-0123456789',
   BCRYPT_ROUNDS: '12',
-  DB_HOSTNAME: pgConnection.host,
-  DB_PORT: String(pgConnection.port),
-  DB_USERNAME: pgConnection.user,
-  DB_PASSWORD: pgConnection.password,
+  DB_HOSTNAME: server.host,
+  DB_PORT: String(server.port),
+  DB_USERNAME: server.user,
+  DB_PASSWORD: server.password,
   DB_NAME: database,
 });
 
@@ -186,15 +192,20 @@ export interface SeedInfo {
 }
 
 /**
- * A database `sp_bench_<posts>` with the schema the service migrates and `posts` posts, built
- * set-based in SQL (generate_series); reused when it already holds that many.
+ * A database `sp_bench_<posts>` on `server` with the schema the service migrates and `posts` posts,
+ * built set-based in SQL (generate_series); reused when it already holds that many.
  */
-export async function seed(posts: number, reseed: boolean, log: (line: string) => void): Promise<SeedInfo> {
+export async function seed(
+  posts: number,
+  reseed: boolean,
+  log: (line: string) => void,
+  server: PgServer = pgConnection,
+): Promise<SeedInfo> {
   const database = `sp_bench_${String(posts)}`;
   const users = usersFor(posts);
   const admin = knex({
     client: 'pg',
-    connection: { ...pgConnection, database: 'postgres' },
+    connection: { ...server, database: 'postgres' },
     pool: { min: 0, max: 1 },
   });
   const exists =
@@ -206,10 +217,10 @@ export async function seed(posts: number, reseed: boolean, log: (line: string) =
 
   const settings = loadSettings({
     ...process.env,
-    DB_HOSTNAME: pgConnection.host,
-    DB_PORT: String(pgConnection.port),
-    DB_USERNAME: pgConnection.user,
-    DB_PASSWORD: pgConnection.password,
+    DB_HOSTNAME: server.host,
+    DB_PORT: String(server.port),
+    DB_USERNAME: server.user,
+    DB_PASSWORD: server.password,
     DB_NAME: database,
     LOG_LEVEL: 'warn',
     DB_STATEMENT_TIMEOUT_MS: '600000',

@@ -1,20 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
 import { Relay } from '../testing/relay';
 import { ReplicatedPostgres } from '../testing/replicated-postgres';
+import { adminDatabase, createScratchDatabase, postgresServer } from '../testing/postgres';
 import {
-  adminDatabase,
-  createScratchDatabase,
-  initdb,
-  ownForPostgres,
-  postgresServer,
-  runPostgresTool,
-} from '../testing/postgres';
-import {
-  freePort,
   startService as startServiceProcess,
   stopAll,
   type LogLine,
@@ -25,6 +14,7 @@ import { serviceEnv } from '../testing/env';
 import { pollUntil } from '../testing/poll';
 
 export { freePort } from '../testing/service';
+export { OwnPostgres } from '../testing/postgres';
 export { TEST_SECRET as SECRET } from '../testing/env';
 export { isProblem } from '../testing/problem';
 
@@ -209,53 +199,6 @@ export async function waitForStatus(
     { withinMs, everyMs: 50 },
   );
   return polled.value;
-}
-
-/**
- * A throw-away PostgreSQL cluster of the test's own (initdb in a temporary folder, its own port,
- * its socket inside that folder), so stopping it touches nothing else.
- */
-export class OwnPostgres {
-  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-rel-pg-'));
-  port = 0;
-
-  private get data(): string {
-    return path.join(this.dir, 'data');
-  }
-
-  async init(): Promise<void> {
-    ownForPostgres(this.dir);
-    this.port = await freePort();
-    initdb(this.data, pg.user, ['-A', 'trust', '--no-sync']);
-  }
-
-  start(): void {
-    const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
-    runPostgresTool('pg_ctl', [
-      '-D',
-      this.data,
-      '-o',
-      options,
-      '-l',
-      path.join(this.dir, 'log'),
-      '-w',
-      'start',
-    ]);
-  }
-
-  /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
-  stop(): void {
-    runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'fast', '-w', 'stop']);
-  }
-
-  destroy(): void {
-    try {
-      runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'immediate', '-w', 'stop']);
-    } catch {
-      // already stopped
-    }
-    rmSync(this.dir, { recursive: true, force: true });
-  }
 }
 
 export interface LoadRecord {

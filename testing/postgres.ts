@@ -4,10 +4,20 @@
  * user, because initdb refuses to run as root.
  */
 import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
-import { chownSync, existsSync, readdirSync } from 'node:fs';
+import {
+  appendFileSync,
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
 import { loadSettings } from '../service/src/settings';
+import { freePort } from './service';
 
 /** The service's own defaults for DB_* (service/src/settings.ts), where a variable is not set. */
 const defaults = loadSettings({}).db;
@@ -107,4 +117,91 @@ export function runPostgresTool(tool: string, args: string[], options: ExecFileS
  */
 export function initdb(data: string, user: string, extra: string[]): void {
   runPostgresTool('initdb', ['-D', data, '-U', user, '-E', 'UTF8', ...extra]);
+}
+
+export interface OwnPostgresOptions {
+  /** More environment for the server and the commands it runs (archive_command, restore_command). */
+  env?: Record<string, string>;
+}
+
+/**
+ * A throw-away PostgreSQL cluster of the caller's own (initdb in a temporary folder, or a data
+ * folder a restore filled; its own port, its socket inside that folder), so stopping it touches
+ * nothing else.
+ */
+export class OwnPostgres {
+  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-own-pg-'));
+  port = 0;
+
+  constructor(private readonly options: OwnPostgresOptions = {}) {}
+
+  get data(): string {
+    return path.join(this.dir, 'data');
+  }
+
+  /** The folder handed to the postgres account and a free port, before anything fills `data`. */
+  async reserve(): Promise<void> {
+    ownForPostgres(this.dir);
+    this.port = await freePort();
+  }
+
+  async init(): Promise<void> {
+    await this.reserve();
+    initdb(this.data, postgresServer.user, ['-A', 'trust', '--no-sync']);
+  }
+
+  /** Settings the server reads at its next start (postgresql.auto.conf: its later lines win). */
+  configure(settings: Record<string, string>): void {
+    const lines = Object.entries(settings).map(
+      ([name, value]) => `${name} = '${value.replaceAll("'", "''")}'\n`,
+    );
+    appendFileSync(path.join(this.data, 'postgresql.auto.conf'), lines.join(''));
+  }
+
+  /** pg_ctl start; `wait` false returns at once (a recovery may take longer than pg_ctl waits). */
+  start(wait = true): void {
+    const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
+    runPostgresTool(
+      'pg_ctl',
+      ['-D', this.data, '-o', options, '-l', path.join(this.dir, 'log'), wait ? '-w' : '-W', 'start'],
+      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...this.options.env } },
+    );
+  }
+
+  /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
+  stop(): void {
+    runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'fast', '-w', 'stop']);
+  }
+
+  /** The server lost without warning: SIGKILL to the postmaster's process group (pg_ctl starts it in a session of its own). */
+  kill(): void {
+    const pid = Number(readFileSync(path.join(this.data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    if (!Number.isInteger(pid) || pid <= 1) throw new Error(`no postmaster pid in ${this.data}`);
+    process.kill(-pid, 'SIGKILL');
+  }
+
+  /** Whether the server's postmaster is running (pg_ctl status). */
+  running(): boolean {
+    try {
+      runPostgresTool('pg_ctl', ['-D', this.data, 'status']);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** The server's log so far (why a start or a recovery failed). */
+  log(): string {
+    const file = path.join(this.dir, 'log');
+    return existsSync(file) ? readFileSync(file, 'utf8') : '';
+  }
+
+  destroy(): void {
+    try {
+      runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'immediate', '-w', 'stop']);
+    } catch {
+      // already stopped
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
 }

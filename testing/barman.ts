@@ -1,0 +1,182 @@
+/**
+ * Debian 12's barman-cli-cloud (3.4.0) run the way the Barman Cloud plugin's sidecar runs it:
+ * the same tools with the same arguments, built from an ObjectStore's settings. The argument order
+ * follows cloudnative-pg/plugin-barman-cloud v0.14.0 (commit 1e13020fe5f09fd8fc29ea03828f7b61375b3721,
+ * internal/cnpgi/restore/restore.go) and the barman-cloud library it pins (cloudnative-pg/barman-cloud
+ * commit 950b0f57e122e9bbfef059193801a34664cfd3ad: pkg/archiver/command.go, pkg/backup/backup.go,
+ * pkg/command/commandbuilder.go, pkg/walarchive/cmd.go, pkg/restorer/restorer.go).
+ */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parse } from 'yaml';
+import { postgresAccount } from './postgres';
+import { ROOT } from './service';
+
+/** The compressions barman-cloud 3.4 knows, each passed as `--<name>` (plugin: `fmt.Sprintf("--%v", compression)`). */
+export const COMPRESSIONS = ['gzip', 'bzip2', 'snappy'] as const;
+export type Compression = (typeof COMPRESSIONS)[number];
+
+/** What an ObjectStore's `spec.configuration` says, for an S3-compatible store with static keys. */
+export interface BarmanSettings {
+  /** `destinationPath`: s3://bucket/folder */
+  destinationPath: string;
+  /** `endpointURL` */
+  endpointUrl: string;
+  /** `serverName`: the folder under destinationPath (the Cluster's name by default). */
+  serverName: string;
+  /** `wal.compression` */
+  walCompression?: Compression;
+  /** `data.compression` */
+  dataCompression?: Compression;
+  /** `data.jobs` */
+  jobs?: number;
+  /** `data.immediateCheckpoint` */
+  immediateCheckpoint?: boolean;
+}
+
+/** With `credentials.aws` (the only provider the drill's store speaks), every command gets `--cloud-provider aws-s3`. */
+const cloud = (): string[] => ['--cloud-provider', 'aws-s3'];
+
+/** barman-cloud-wal-archive's options before the WAL path (BarmanCloudWalArchiveOptions). */
+export function walArchiveArgs(s: BarmanSettings): string[] {
+  return [
+    ...(s.walCompression ? [`--${s.walCompression}`] : []),
+    '--endpoint-url',
+    s.endpointUrl,
+    ...cloud(),
+    s.destinationPath,
+    s.serverName,
+  ];
+}
+
+/** barman-cloud-backup's arguments (GetBarmanCloudBackupOptions); the plugin names backups `backup-<time>`. */
+export function backupArgs(s: BarmanSettings, backupName: string): string[] {
+  return [
+    '--user',
+    'postgres',
+    '--name',
+    backupName,
+    ...(s.dataCompression ? [`--${s.dataCompression}`] : []),
+    ...(s.immediateCheckpoint ? ['--immediate-checkpoint'] : []),
+    ...(s.jobs === undefined ? [] : ['--jobs', String(s.jobs)]),
+    '--endpoint-url',
+    s.endpointUrl,
+    ...cloud(),
+    s.destinationPath,
+    s.serverName,
+  ];
+}
+
+/** barman-cloud-restore's arguments (restoreDataDir): the backup's id and the new data folder. */
+export function restoreArgs(s: BarmanSettings, backupId: string, dataDir: string): string[] {
+  return [...cloud(), '--endpoint-url', s.endpointUrl, s.destinationPath, s.serverName, backupId, dataDir];
+}
+
+/** barman-cloud-wal-restore's options before the WAL name and destination (CloudWalRestoreOptions). */
+export function walRestoreArgs(s: BarmanSettings): string[] {
+  return ['--endpoint-url', s.endpointUrl, ...cloud(), s.destinationPath, s.serverName];
+}
+
+/** barman-cloud-backup-list's arguments, as JSON. */
+export const backupListArgs = (s: BarmanSettings): string[] => [
+  '--format',
+  'json',
+  '--endpoint-url',
+  s.endpointUrl,
+  ...cloud(),
+  s.destinationPath,
+  s.serverName,
+];
+
+/** One word for a shell (archive_command and restore_command are run by /bin/sh). */
+const shellWord = (word: string): string => `'${word.replaceAll("'", `'\\''`)}'`;
+
+/** The settings of a primary that archives every WAL segment into the store. */
+export function archivingSettings(s: BarmanSettings, archiveTimeout: string): Record<string, string> {
+  return {
+    wal_level: 'replica',
+    archive_mode: 'on',
+    archive_timeout: archiveTimeout,
+    archive_command: ['barman-cloud-wal-archive', ...walArchiveArgs(s)].map(shellWord).join(' ') + ' %p',
+  };
+}
+
+/** A moment as a timestamptz literal recovery_target_time reads ("2026-11-26 03:42:06.320+00"). */
+const postgresTime = (moment: Date): string => moment.toISOString().replace('T', ' ').replace('Z', '+00');
+
+/** The settings of a server recovering from the store: to `targetTime`, or to the end of the archive. */
+export function recoverySettings(s: BarmanSettings, targetTime?: Date): Record<string, string> {
+  return {
+    restore_command: ['barman-cloud-wal-restore', ...walRestoreArgs(s)].map(shellWord).join(' ') + ' %f %p',
+    // It writes to a destination of its own (another serverName), or, as here, to none.
+    archive_mode: 'off',
+    ...(targetTime
+      ? { recovery_target_time: postgresTime(targetTime), recovery_target_action: 'promote' }
+      : {}),
+  };
+}
+
+/**
+ * Runs a command as the postgres account (a barman tool, psql) without blocking this process, with
+ * only PATH and `env` in its environment: the store's credentials go nowhere else.
+ */
+export function runAsPostgres(command: string, args: string[], env: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      command,
+      args,
+      {
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env },
+        ...postgresAccount(),
+        maxBuffer: 64 * 1024 * 1024,
+      },
+      (error, stdout, stderr) => {
+        if (error)
+          reject(new Error(`${command} ${args.join(' ')} failed: ${stderr.trim() || error.message}`));
+        else resolve(stdout);
+      },
+    );
+  });
+}
+
+export interface BackupInfo {
+  backup_id: string;
+  backup_name?: string;
+  begin_wal: string;
+  end_wal: string;
+  end_time: string;
+  status: string;
+}
+
+/** The backups in the store, oldest first (barman-cloud-backup-list). */
+export async function listBackups(s: BarmanSettings, env: Record<string, string>): Promise<BackupInfo[]> {
+  const out = await runAsPostgres('barman-cloud-backup-list', backupListArgs(s), env);
+  return (JSON.parse(out) as { backups_list: BackupInfo[] }).backups_list;
+}
+
+/** PostgreSQL's duration syntax for a setting in seconds ("60s", "5min", "1h", "500ms", "30"), in ms. */
+export function durationMs(value: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*$/.exec(value);
+  if (!match) throw new Error(`not a PostgreSQL duration: "${value}" (e.g. 60s, 5min)`);
+  const unit = { ms: 1, s: 1000, min: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] ?? 's'] ?? 1000;
+  return Number(match[1]) * unit;
+}
+
+/** Until the chart sets archive_timeout for prod, CloudNativePG's default runs there (5 minutes: cloudnative-pg v1.15.1's release notes). */
+const CNPG_DEFAULT_ARCHIVE_TIMEOUT = '5min';
+/** The drill's stand-in while the chart has no value: a minute, as issue 30 plans for prod. */
+export const FALLBACK_ARCHIVE_TIMEOUT = '60s';
+
+/** prod's archive_timeout: cnpg.cluster.parameters.archive_timeout of chart/values-prod.yaml, or the fallback. */
+export function chartArchiveTimeout(): { value: string; from: string } {
+  const values = parse(readFileSync(path.join(ROOT, 'chart', 'values-prod.yaml'), 'utf8')) as {
+    cnpg?: { cluster?: { parameters?: Record<string, unknown> } };
+  };
+  const set = values.cnpg?.cluster?.parameters?.archive_timeout;
+  if (typeof set === 'string' && set !== '') return { value: set, from: 'chart/values-prod.yaml' };
+  return {
+    value: FALLBACK_ARCHIVE_TIMEOUT,
+    from: `not set in chart/values-prod.yaml (CloudNativePG's default there: ${CNPG_DEFAULT_ARCHIVE_TIMEOUT})`,
+  };
+}
