@@ -57,6 +57,26 @@ export interface Report {
     fromProxy: number;
     writesBackMs: number;
   };
+  /** Case 12 (local runner, the Barman Cloud plugin's stand-in): a mistake recovered to just before it. */
+  backup?: {
+    /** Acknowledged through the proxy before the base backup, between it and the mistake, after the mistake. */
+    written: { beforeBackup: number; afterBackup: number; afterMistake: number };
+    backupId: string;
+    backupMs: number;
+    deleted: number;
+    recovered: string;
+    sourceServerName: string;
+    serverName: string;
+    targetTime: string;
+    downloadMs: number;
+    replayMs: number;
+    /** From the service's move to the recovered Cluster until it answered through the proxy. */
+    servingMs: number;
+    /** Of the writes acknowledged before the mistake, read back through the proxy; those after it, absent. */
+    present: number;
+    absentAfterMistake: number;
+    archivedWal: string;
+  };
   /** Case 11 (local runner only): the chart's alerts and dashboard queried in a real Prometheus. */
   metrics?: {
     prometheus: string;
@@ -195,6 +215,31 @@ export function formatReport(report: Report): string {
       ),
     );
     lines.push(row('  writes back after the kill', `${(failover.writesBackMs / 1000).toFixed(1)} s`));
+  }
+  const { backup } = report;
+  if (backup) {
+    const { written } = backup;
+    lines.push(
+      row(
+        'backup: writes, base backup, mistake',
+        `${written.beforeBackup} + ${written.afterBackup} acknowledged around base backup ${backup.backupId} (${(backup.backupMs / 1000).toFixed(1)} s), then DELETE FROM posts (${backup.deleted} rows) at ${backup.targetTime}, then ${written.afterMistake} more`,
+      ),
+    );
+    lines.push(
+      row(
+        '  recovered to just before it',
+        `${backup.recovered} from ${backup.sourceServerName}: download ${(backup.downloadMs / 1000).toFixed(1)} s, replay ${(backup.replayMs / 1000).toFixed(1)} s; serving through the proxy ${(backup.servingMs / 1000).toFixed(1)} s after the move`,
+      ),
+    );
+    lines.push(
+      row(
+        '  read back through the proxy',
+        `${backup.present} of ${written.beforeBackup + written.afterBackup} written before the mistake; ${backup.absentAfterMistake} of ${written.afterMistake} written after it absent`,
+      ),
+    );
+    lines.push(
+      row('  the recovered Cluster archives to', `${backup.serverName} (${backup.archivedWal} shipped)`),
+    );
   }
   const { metrics } = report;
   if (metrics) {

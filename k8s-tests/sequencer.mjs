@@ -1,6 +1,7 @@
 /**
  * The suite's file order: the upgrade case first (the runner starts the replicas from the previous
- * release, and that case upgrades them), then jest's own order for the rest.
+ * release, and that case upgrades them), the backup case last (it moves the service onto a
+ * recovered Cluster), then jest's own order for the rest in between.
  */
 import testSequencer from '@jest/test-sequencer';
 
@@ -8,8 +9,9 @@ const Sequencer = testSequencer.default;
 
 export default class UpgradeFirst extends Sequencer {
   async sort(tests) {
-    const first = (test) => (test.path.endsWith('upgrade.e2e.test.ts') ? 0 : 1);
+    const rank = (test) =>
+      test.path.endsWith('upgrade.e2e.test.ts') ? 0 : test.path.endsWith('backup.e2e.test.ts') ? 2 : 1;
     // Array.prototype.sort is stable: the rest keep jest's order.
-    return [...(await super.sort(tests))].sort((a, b) => first(a) - first(b));
+    return [...(await super.sort(tests))].sort((a, b) => rank(a) - rank(b));
   }
 }

@@ -6,22 +6,20 @@
  * reliability/backup.test.ts and bench/backup.ts; every setting is a parameter, so a harness that
  * reads them from the rendered chart can drive it too.
  */
-import { rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
-import { Client } from 'pg';
 import {
+  archiveNow,
   archivingSettings,
-  backupArgs,
-  listBackups,
-  recoverySettings,
-  restoreArgs,
-  runAsPostgres,
+  massDelete,
+  recoverServer,
+  takeBaseBackup,
   type BarmanSettings,
   type Compression,
+  type RecoveryRun,
 } from '../testing/barman';
 import { ObjectStore } from '../testing/object-store';
-import { pollUntil } from '../testing/poll';
-import { ownForPostgres, OwnPostgres, postgresBin, postgresServer } from '../testing/postgres';
+import { OwnPostgres, queryServer } from '../testing/postgres';
 import { account, call, sleep, waitForStatus, type ServiceProcess } from './support';
 
 export interface DrillSettings {
@@ -47,30 +45,10 @@ const splitDestination = (destinationPath: string): { bucket: string; folder: st
 };
 
 /** One query on a server of the drill, on a connection of its own. */
-export async function query<Row>(
-  port: number,
-  database: string,
-  sql: string,
-  values: unknown[] = [],
-): Promise<Row[]> {
-  const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database });
-  client.on('error', () => undefined);
-  await client.connect();
-  try {
-    return (await client.query(sql, values)).rows as Row[];
-  } finally {
-    await client.end();
-  }
-}
+export const query = queryServer;
 
-export interface Recovered {
+export interface Recovered extends RecoveryRun {
   server: OwnPostgres;
-  /** barman-cloud-restore's wall time: the base backup downloaded and unpacked. */
-  downloadMs: number;
-  /** From the server's start to the end of recovery (promoted, writes accepted): the WAL replay. */
-  replayMs: number;
-  /** The commit time of the last transaction replayed. */
-  lastReplayed: Date | null;
 }
 
 export class BackupDrill {
@@ -114,70 +92,24 @@ export class BackupDrill {
 
   /** A base backup of the primary with barman-cloud-backup; resolves with its id once it is in the store. */
   async baseBackup(): Promise<{ backupId: string; ms: number; bytes: number }> {
-    const name = `backup-${new Date().toISOString().replace(/[-:.]/g, '')}`;
-    const started = Date.now();
-    await runAsPostgres('barman-cloud-backup', backupArgs(this.barman, name), {
-      ...this.store.env,
-      // The sidecar reaches its instance through the environment, as libpq reads it.
-      PGHOST: this.primary.dir,
-      PGPORT: String(this.primary.port),
+    const { backup, ms } = await takeBaseBackup(this.barman, this.store.env, {
+      host: this.primary.dir,
+      port: this.primary.port,
     });
-    const ms = Date.now() - started;
-    const backup = (await listBackups(this.barman, this.store.env)).find((b) => b.backup_name === name);
-    if (!backup) throw new Error(`barman-cloud-backup-list does not list ${name}`);
-    if (backup.status !== 'DONE') throw new Error(`backup ${name} is ${backup.status}`);
     this.log(`base backup ${backup.backup_id} in ${String(ms)} ms`);
     return { backupId: backup.backup_id, ms, bytes: this.stored('base') };
   }
 
   /** Closes the current WAL segment and waits until the archiver has shipped it. */
   async archiveNow(withinMs = 60_000): Promise<string> {
-    const [row] = await query<{ wal: string }>(
-      this.primary.port,
-      'postgres',
-      'SELECT pg_walfile_name(pg_switch_wal()) AS wal',
-    );
-    const wal = row?.wal ?? '';
-    const polled = await pollUntil(
-      () =>
-        query<{ last: string | null; failed: string }>(
-          this.primary.port,
-          'postgres',
-          'SELECT last_archived_wal AS last, failed_count::text AS failed FROM pg_stat_archiver',
-        ).then((rows) => rows[0]),
-      (archiver) => (archiver?.last ?? '') >= wal,
-      { withinMs, everyMs: 100 },
-    );
-    if (!polled.held)
-      throw new Error(
-        `${wal} was not archived within ${String(withinMs)} ms: ${JSON.stringify(polled.value)}`,
-      );
+    const wal = await archiveNow(this.primary.port, withinMs);
     this.log(`${wal} archived`);
     return wal;
   }
 
   /** An operator's mistake through psql on the primary, every post deleted; resolves with the moment just before it and the ids. */
-  async mistake(database: string): Promise<{ before: Date; deleted: number[] }> {
-    const before = new Date();
-    const out = await runAsPostgres(
-      postgresBin('psql'),
-      [
-        '-h',
-        this.primary.dir,
-        '-p',
-        String(this.primary.port),
-        '-U',
-        postgresServer.user,
-        '-d',
-        database,
-        '-Atq',
-        '-c',
-        'DELETE FROM posts RETURNING id',
-      ],
-      {},
-    );
-    const deleted = out.split('\n').filter(Boolean).map(Number);
-    return { before, deleted };
+  mistake(database: string): Promise<{ before: Date; deleted: number[] }> {
+    return massDelete({ host: this.primary.dir, port: this.primary.port }, database, 'posts');
   }
 
   /** The primary's node gone without warning: every process of the server killed, its data folder removed. */
@@ -194,47 +126,17 @@ export class BackupDrill {
     const server = new OwnPostgres({ env: this.store.env });
     this.recovered.push(server);
     await server.reserve();
-    const downloadStarted = Date.now();
-    await runAsPostgres(
-      'barman-cloud-restore',
-      restoreArgs(this.barman, backupId, server.data),
-      this.store.env,
-    );
-    const downloadMs = Date.now() - downloadStarted;
-    this.log(`backup ${backupId} restored in ${String(downloadMs)} ms; recovering`);
-    server.configure(recoverySettings(this.barman, target));
-    const signal = path.join(server.data, 'recovery.signal');
-    writeFileSync(signal, '');
-    ownForPostgres(signal);
-    const replayStarted = Date.now();
-    server.start(false);
-    const done = await pollUntil(
-      async () => {
-        const state = await query<{ recovering: boolean; last: Date | null }>(
-          server.port,
-          'postgres',
-          'SELECT pg_is_in_recovery() AS recovering, pg_last_xact_replay_timestamp() AS last',
-        ).then(
-          (rows) => rows[0],
-          () => undefined,
-        );
-        // pg_ctl -W returns before the postmaster writes its pid file: a few seconds' grace.
-        if (!state && Date.now() - replayStarted > 5000 && !server.running())
-          throw new Error(`the recovering server stopped:\n${server.log()}`);
-        return state;
-      },
-      (state) => state?.recovering === false,
-      { withinMs, everyMs: 200 },
-    );
-    if (!done.held)
-      throw new Error(
-        `the recovered server was not promoted within ${String(withinMs)} ms:\n${server.log()}`,
-      );
-    const replayMs = Date.now() - replayStarted;
+    const run = await recoverServer(server, {
+      source: this.barman,
+      backupId,
+      env: this.store.env,
+      ...(target ? { target } : {}),
+      withinMs,
+    });
     this.log(
-      `recovered into port ${String(server.port)}: download ${String(downloadMs)} ms, replay ${String(replayMs)} ms`,
+      `recovered into port ${String(server.port)}: download ${String(run.downloadMs)} ms, replay ${String(run.replayMs)} ms`,
     );
-    return { server, downloadMs, replayMs, lastReplayed: done.value?.last ?? null };
+    return { server, ...run };
   }
 
   /** Bytes in the store of this server's base backups or WAL. */

@@ -7,10 +7,18 @@
  * pkg/command/commandbuilder.go, pkg/walarchive/cmd.go, pkg/restorer/restorer.go).
  */
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
-import { postgresAccount } from './postgres';
+import { pollUntil } from './poll';
+import {
+  ownForPostgres,
+  postgresAccount,
+  postgresBin,
+  postgresServer,
+  queryServer,
+  type OwnPostgres,
+} from './postgres';
 import { ROOT } from './service';
 
 /** The compressions barman-cloud 3.4 knows, each passed as `--<name>` (plugin: `fmt.Sprintf("--%v", compression)`). */
@@ -163,8 +171,8 @@ export function durationMs(value: string): number {
   return Number(match[1]) * unit;
 }
 
-/** Until the chart sets archive_timeout for prod, CloudNativePG's default runs there (5 minutes: cloudnative-pg v1.15.1's release notes). */
-const CNPG_DEFAULT_ARCHIVE_TIMEOUT = '5min';
+/** CloudNativePG's archive_timeout where a Cluster sets none (5 minutes: cloudnative-pg v1.15.1's release notes). */
+export const CNPG_DEFAULT_ARCHIVE_TIMEOUT = '5min';
 /** The drill's stand-in while the chart has no value: a minute, as issue 30 plans for prod. */
 export const FALLBACK_ARCHIVE_TIMEOUT = '60s';
 
@@ -179,4 +187,149 @@ export function chartArchiveTimeout(): { value: string; from: string } {
     value: FALLBACK_ARCHIVE_TIMEOUT,
     from: `the drill's stand-in: chart/values-prod.yaml sets none, so CloudNativePG's ${CNPG_DEFAULT_ARCHIVE_TIMEOUT} runs there`,
   };
+}
+
+/** Where a barman tool reaches the instance it backs up: libpq's PGHOST (a socket folder) and PGPORT. */
+export interface Instance {
+  host: string;
+  port: number;
+}
+
+/**
+ * A base backup of `instance` with barman-cloud-backup, named `backup-<time>` as the plugin names
+ * them; resolves once barman-cloud-backup-list shows it DONE.
+ */
+export async function takeBaseBackup(
+  s: BarmanSettings,
+  env: Record<string, string>,
+  instance: Instance,
+): Promise<{ backup: BackupInfo; ms: number }> {
+  const name = `backup-${new Date().toISOString().replace(/[-:.]/g, '')}`;
+  const started = Date.now();
+  await runAsPostgres('barman-cloud-backup', backupArgs(s, name), {
+    ...env,
+    PGHOST: instance.host,
+    PGPORT: String(instance.port),
+  });
+  const ms = Date.now() - started;
+  const backup = (await listBackups(s, env)).find((b) => b.backup_name === name);
+  if (!backup) throw new Error(`barman-cloud-backup-list does not list ${name}`);
+  if (backup.status !== 'DONE') throw new Error(`backup ${name} is ${backup.status}`);
+  return { backup, ms };
+}
+
+export interface RecoveryRun {
+  /** barman-cloud-restore's wall time: the base backup downloaded and unpacked. */
+  downloadMs: number;
+  /** From the server's start to the end of recovery (promoted, writes accepted): the WAL replay. */
+  replayMs: number;
+  /** The commit time of the last transaction replayed. */
+  lastReplayed: Date | null;
+}
+
+export interface RecoveryOptions {
+  /** Where the backup and the WAL are read from. */
+  source: BarmanSettings;
+  backupId: string;
+  /** The store's credentials, for the tools and the server's restore_command. */
+  env: Record<string, string>;
+  /** Recover to this moment (then promote); undefined: to the end of the archived WAL. */
+  target?: Date;
+  /** The recovered server archives its own WAL here (a serverName of its own), else nowhere. */
+  archiveTo?: { settings: BarmanSettings; archiveTimeout: string };
+  withinMs?: number;
+}
+
+/**
+ * Fills `server`'s (reserved, empty) data folder from a base backup and starts it recovering from
+ * the archived WAL; resolves once it is promoted. The server must run with `options.env`.
+ */
+export async function recoverServer(server: OwnPostgres, options: RecoveryOptions): Promise<RecoveryRun> {
+  const { source, backupId, env, target, archiveTo, withinMs = 3_600_000 } = options;
+  const downloadStarted = Date.now();
+  await runAsPostgres('barman-cloud-restore', restoreArgs(source, backupId, server.data), env);
+  const downloadMs = Date.now() - downloadStarted;
+  server.configure({
+    ...recoverySettings(source, target),
+    ...(archiveTo ? archivingSettings(archiveTo.settings, archiveTo.archiveTimeout) : {}),
+  });
+  const signal = path.join(server.data, 'recovery.signal');
+  writeFileSync(signal, '');
+  ownForPostgres(signal);
+  const replayStarted = Date.now();
+  server.start(false);
+  const done = await pollUntil(
+    async () => {
+      const state = await queryServer<{ recovering: boolean; last: Date | null }>(
+        server.port,
+        'postgres',
+        'SELECT pg_is_in_recovery() AS recovering, pg_last_xact_replay_timestamp() AS last',
+      ).then(
+        (rows) => rows[0],
+        () => undefined,
+      );
+      // pg_ctl -W returns before the postmaster writes its pid file: a few seconds' grace.
+      if (!state && Date.now() - replayStarted > 5000 && !server.running())
+        throw new Error(`the recovering server stopped:\n${server.log()}`);
+      return state;
+    },
+    (state) => state?.recovering === false,
+    { withinMs, everyMs: 200 },
+  );
+  if (!done.held)
+    throw new Error(`the recovered server was not promoted within ${String(withinMs)} ms:\n${server.log()}`);
+  return { downloadMs, replayMs: Date.now() - replayStarted, lastReplayed: done.value?.last ?? null };
+}
+
+/** Closes the server's current WAL segment and waits until its archiver has shipped it; the segment's name. */
+export async function archiveNow(port: number, withinMs = 60_000): Promise<string> {
+  const [row] = await queryServer<{ wal: string }>(
+    port,
+    'postgres',
+    'SELECT pg_walfile_name(pg_switch_wal()) AS wal',
+  );
+  const wal = row?.wal ?? '';
+  const polled = await pollUntil(
+    () =>
+      queryServer<{ last: string | null; failed: string }>(
+        port,
+        'postgres',
+        'SELECT last_archived_wal AS last, failed_count::text AS failed FROM pg_stat_archiver',
+      ).then((rows) => rows[0]),
+    (archiver) => (archiver?.last ?? '') >= wal,
+    { withinMs, everyMs: 100 },
+  );
+  if (!polled.held)
+    throw new Error(`${wal} was not archived within ${String(withinMs)} ms: ${JSON.stringify(polled.value)}`);
+  return wal;
+}
+
+/**
+ * An operator's mistake as psql runs it on the instance: every row of `table` deleted. Resolves
+ * with the moment just before it and the ids it deleted.
+ */
+export async function massDelete(
+  instance: Instance,
+  database: string,
+  table: 'posts',
+): Promise<{ before: Date; deleted: number[] }> {
+  const before = new Date();
+  const out = await runAsPostgres(
+    postgresBin('psql'),
+    [
+      '-h',
+      instance.host,
+      '-p',
+      String(instance.port),
+      '-U',
+      postgresServer.user,
+      '-d',
+      database,
+      '-Atq',
+      '-c',
+      `DELETE FROM ${table} RETURNING id`,
+    ],
+    {},
+  );
+  return { before, deleted: out.split('\n').filter(Boolean).map(Number) };
 }

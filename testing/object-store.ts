@@ -34,8 +34,8 @@ export class ObjectStore {
     };
   }
 
-  /** Starts s3rver on a port the kernel picks and resolves with its endpoint once it listens. */
-  async start(withinMs = 30_000): Promise<string> {
+  /** Starts s3rver on `port` (0: one the kernel picks) and resolves with its endpoint once it listens. */
+  async start(withinMs = 30_000, port = 0): Promise<string> {
     const bin = path.join(path.dirname(require.resolve('s3rver/package.json')), 'bin', 's3rver.js');
     const child = spawn(
       process.execPath,
@@ -46,7 +46,7 @@ export class ObjectStore {
         '-a',
         '127.0.0.1',
         '-p',
-        '0',
+        String(port),
         '--silent',
         '--configure-bucket',
         this.bucket,
@@ -56,7 +56,7 @@ export class ObjectStore {
     const server = track('s3rver', child);
     this.server = server;
     let output = '';
-    const port = await new Promise<number>((resolve, reject) => {
+    const listened = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => {
         reject(new Error(`s3rver did not listen within ${String(withinMs)} ms: ${output}`));
       }, withinMs);
@@ -75,7 +75,7 @@ export class ObjectStore {
         reject(new Error(`s3rver exited (${String(code)}): ${output}`));
       });
     });
-    this.endpointUrl = `http://127.0.0.1:${String(port)}`;
+    this.endpointUrl = `http://127.0.0.1:${String(listened)}`;
     return this.endpointUrl;
   }
 

@@ -16,6 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
+import { Client } from 'pg';
 import { loadSettings } from '../service/src/settings';
 import { freePort } from './service';
 
@@ -58,6 +59,23 @@ export async function createScratchDatabase(
       await admin.destroy();
     },
   };
+}
+
+/** One query as the superuser on a server of 127.0.0.1 (a test's own), on a connection of its own. */
+export async function queryServer<Row>(
+  port: number,
+  database: string,
+  sql: string,
+  values: unknown[] = [],
+): Promise<Row[]> {
+  const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    return (await client.query(sql, values)).rows as Row[];
+  } finally {
+    await client.end();
+  }
 }
 
 const DEBIAN_ROOT = '/usr/lib/postgresql';
@@ -119,6 +137,14 @@ export function initdb(data: string, user: string, extra: string[]): void {
   runPostgresTool('initdb', ['-D', data, '-U', user, '-E', 'UTF8', ...extra]);
 }
 
+/** Settings a server in `data` reads at its next start (postgresql.auto.conf: its later lines win). */
+export function configureServer(data: string, settings: Record<string, string>): void {
+  const lines = Object.entries(settings).map(
+    ([name, value]) => `${name} = '${value.replaceAll("'", "''")}'\n`,
+  );
+  appendFileSync(path.join(data, 'postgresql.auto.conf'), lines.join(''));
+}
+
 export interface OwnPostgresOptions {
   /** More environment for the server and the commands it runs (archive_command, restore_command). */
   env?: Record<string, string>;
@@ -152,10 +178,7 @@ export class OwnPostgres {
 
   /** Settings the server reads at its next start (postgresql.auto.conf: its later lines win). */
   configure(settings: Record<string, string>): void {
-    const lines = Object.entries(settings).map(
-      ([name, value]) => `${name} = '${value.replaceAll("'", "''")}'\n`,
-    );
-    appendFileSync(path.join(this.data, 'postgresql.auto.conf'), lines.join(''));
+    configureServer(this.data, settings);
   }
 
   /** pg_ctl start; `wait` false returns at once (a recovery may take longer than pg_ctl waits). */

@@ -9,15 +9,24 @@ import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { initdb, ownForPostgres, postgresServer, runPostgresTool } from './postgres';
+import { configureServer, initdb, ownForPostgres, postgresServer, runPostgresTool } from './postgres';
 import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
+
+export interface ReplicatedOptions {
+  /** Settings of the primary before its first start (postgresql.auto.conf, which the standby's copy keeps). */
+  settings?: Record<string, string>;
+  /** More environment for both servers and the commands they run (archive_command). */
+  env?: Record<string, string>;
+}
 
 export class ReplicatedPostgres {
   readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-replicated-pg-'));
   primaryPort = 0;
   standbyPort = 0;
+
+  constructor(private readonly options: ReplicatedOptions = {}) {}
 
   private data(which: 'primary' | 'standby'): string {
     return path.join(this.dir, which);
@@ -31,16 +40,11 @@ export class ReplicatedPostgres {
       '-c fsync=off',
       ...extra,
     ].join(' ');
-    runPostgresTool('pg_ctl', [
-      '-D',
-      this.data(which),
-      '-o',
-      options,
-      '-l',
-      path.join(this.dir, `${which}.log`),
-      '-w',
-      'start',
-    ]);
+    runPostgresTool(
+      'pg_ctl',
+      ['-D', this.data(which), '-o', options, '-l', path.join(this.dir, `${which}.log`), '-w', 'start'],
+      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...this.options.env } },
+    );
   }
 
   private primaryOptions(): string[] {
@@ -59,6 +63,7 @@ export class ReplicatedPostgres {
     this.standbyPort = await freePort();
     // initdb's pg_hba.conf also lets `replication` connections in from 127.0.0.1 with -A trust.
     initdb(this.data('primary'), postgresServer.user, ['-A', 'trust', '--no-sync']);
+    configureServer(this.data('primary'), this.options.settings ?? {});
     this.start('primary', this.primaryPort, this.primaryOptions());
     runPostgresTool('pg_basebackup', [
       '-D',

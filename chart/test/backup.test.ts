@@ -328,6 +328,16 @@ describe('Backups: options', () => {
     },
   );
 
+  it('When backup.data.immediateCheckpoint is true, then the ObjectStore starts each base backup with an immediate checkpoint', async () => {
+    const objects = await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' }));
+    expectValid(one(objects, 'ObjectStore'));
+    expect(one(objects, 'ObjectStore').spec.configuration.data).toEqual({
+      compression: 'gzip',
+      jobs: 2,
+      immediateCheckpoint: true,
+    });
+  });
+
   it('When compression is off, the schedule, owner and retention change and WAL archiving is off, then the objects follow', async () => {
     const objects = await render(
       withBackup({

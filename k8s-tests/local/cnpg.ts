@@ -13,6 +13,10 @@
  *   its defaults (auth_type hba, client_tls_sslmode prefer, log_stats 0, ignore_startup_parameters
  *   extra_float_digits,options with the rendered ones appended), PgBouncer's own defaults for the
  *   rest, client TLS with the server certificate, and `host all all 0.0.0.0/0 md5` in its hba file.
+ * - backups (local/cnpg-backup.ts): when the Cluster's spec.plugins has the Barman Cloud plugin's WAL
+ *   archiver, the primary archives into the rendered ObjectStore's store from its first start, and
+ *   the runner's control hooks take a base backup, make an operator's mistake and recover a new
+ *   Cluster from the store, onto which the -rw Service then moves.
  * What one machine changes, and why it does not change what the service meets: one PgBouncer for
  * spec.instances (each instance is configured alike); the owner's SCRAM secret read from pg_authid
  * into the auth_file once, where CloudNativePG's auth_query reads the same row per login; no TLS
@@ -30,14 +34,23 @@ import { ReplicatedPostgres } from '../../testing/replicated-postgres';
 import { Relay } from '../../testing/relay';
 import { freePort } from '../../testing/service';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { massDelete, type Instance } from '../../testing/barman';
+import {
+  archivingOf,
+  PluginBackups,
+  type Archiving,
+  type PluginEntry,
+  type RecoveryReport,
+} from './cnpg-backup';
 import type { KubeObject } from './objects';
 
 export interface CnpgCluster extends KubeObject {
   spec: {
     instances: number;
     bootstrap: { initdb: { database: string; owner: string; postInitApplicationSQL?: string[] } };
-    postgresql: { synchronous?: { method: string; number: number } };
+    postgresql: { synchronous?: { method: string; number: number }; parameters?: Record<string, string> };
     certificates?: { serverAltDNSNames?: string[] };
+    plugins?: PluginEntry[];
   };
 }
 
@@ -50,8 +63,13 @@ export interface CnpgPooler extends KubeObject {
   };
 }
 
-/** The rendered Pooler and the Cluster it serves, if the release renders CloudNativePG's database. */
-export function cnpgObjects(objects: KubeObject[]): { cluster: CnpgCluster; pooler: CnpgPooler } | undefined {
+/**
+ * The rendered Pooler and the Cluster it serves, if the release renders CloudNativePG's database,
+ * and the Cluster's archiving through the Barman Cloud plugin when it has one.
+ */
+export function cnpgObjects(
+  objects: KubeObject[],
+): { cluster: CnpgCluster; pooler: CnpgPooler; archiving?: Archiving } | undefined {
   const poolers = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
   if (poolers.length === 0) return undefined;
   const [pooler] = poolers;
@@ -63,7 +81,8 @@ export function cnpgObjects(objects: KubeObject[]): { cluster: CnpgCluster; pool
     throw new Error(
       `Pooler ${pooler.metadata.name} names Cluster ${pooler.spec.cluster.name}, which is not rendered`,
     );
-  return { cluster, pooler };
+  const archiving = archivingOf(cluster, objects);
+  return { cluster, pooler, ...(archiving ? { archiving } : {}) };
 }
 
 /** PgBouncer's settings as CloudNativePG builds them from the Pooler (buildPgBouncerParameters). */
@@ -95,7 +114,13 @@ export function poolerSettings(pooler: CnpgPooler): Record<string, string> {
 const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
 
 export class CnpgStandIn {
-  readonly instances = new ReplicatedPostgres();
+  readonly instances: ReplicatedPostgres;
+  /** The plugin's part, when the Cluster archives through it. */
+  readonly backups: PluginBackups | undefined;
+  /** After a failover the standby is the primary. */
+  private promoted = false;
+  /** After a recovery the service is on the recovered Cluster, and this one is gone. */
+  private recovered = false;
   private rw: Relay | undefined;
   private pgbouncer: OwnPgBouncer | undefined;
   private readonly password = randomBytes(24).toString('base64url');
@@ -108,9 +133,15 @@ export class CnpgStandIn {
     workDir: string,
     /** Names the replicas dial besides the rendered ones (processes cannot map a Service name). */
     private readonly extraNames: string[] = [],
+    archiving?: Archiving,
   ) {
     this.dir = join(workDir, 'cnpg');
     mkdirSync(this.dir, { recursive: true });
+    this.backups = archiving ? new PluginBackups(archiving) : undefined;
+    // The store's credentials reach archive_command through the servers' environment only.
+    this.instances = new ReplicatedPostgres(
+      this.backups ? { settings: this.backups.primarySettings(), env: this.backups.env } : {},
+    );
   }
 
   private get name(): string {
@@ -136,6 +167,7 @@ export class CnpgStandIn {
   /** Instances, the -rw Service, bootstrap, the Pooler; resolves with the Pooler's port. */
   async start(): Promise<number> {
     this.certificates();
+    await this.backups?.start();
     await this.instances.init();
     this.rw = new Relay(this.instances.primaryPort);
     await this.rw.start();
@@ -207,7 +239,49 @@ export class CnpgStandIn {
         'ca.crt': readFileSync(join(this.dir, 'ca.crt')),
         'ca.key': readFileSync(join(this.dir, 'ca.key')),
       }),
+      ...(this.backups?.secrets() ?? []),
     ];
+  }
+
+  /** The instance the -rw Service leads to (its socket folder and port). */
+  private primary(): Instance {
+    if (this.recovered) throw new Error(`Cluster ${this.name} was replaced by a recovered one`);
+    const { dir, primaryPort, standbyPort } = this.instances;
+    return { host: dir, port: this.promoted ? standbyPort : primaryPort };
+  }
+
+  private plugin(): PluginBackups {
+    if (!this.backups) throw new Error(`Cluster ${this.name} has no Barman Cloud plugin entry`);
+    return this.backups;
+  }
+
+  /** The ScheduledBackup's next base backup, taken now (cron time cannot pass in a test). */
+  async baseBackup(): Promise<{ backupId: string; name: string; ms: number }> {
+    const { backup, ms } = await this.plugin().baseBackup(this.primary());
+    return { backupId: backup.backup_id, name: backup.backup_name ?? '', ms };
+  }
+
+  /** An operator's mass delete in psql on the primary: the moment just before it and the ids deleted. */
+  async mistake(): Promise<{ before: string; deleted: number[] }> {
+    const { before, deleted } = await massDelete(
+      this.primary(),
+      this.cluster.spec.bootstrap.initdb.database,
+      'posts',
+    );
+    return { before: before.toISOString(), deleted };
+  }
+
+  /**
+   * The rendered recovery Cluster made from the store; then the service moved onto it: the -rw
+   * Service (which the Pooler dials) leads to the recovered server and this Cluster's instances
+   * stop, which ends the Pooler's connections to them.
+   */
+  async recover(rendered: KubeObject[]): Promise<RecoveryReport> {
+    const { server, report } = await this.plugin().recover(rendered, this.primary(), this.name);
+    this.rw?.retarget(server.port);
+    this.recovered = true;
+    this.instances.destroy();
+    return report;
   }
 
   /** The database down (the suite's case 6): the primary stops, the Pooler stays. */
@@ -231,6 +305,7 @@ export class CnpgStandIn {
     this.rw?.retarget(await freePort());
     await sleep(detectionMs);
     this.instances.promoteStandby();
+    this.promoted = true;
     this.rw?.retarget(this.instances.standbyPort);
     return { promotedAfterMs: Date.now() - started };
   }
@@ -241,5 +316,6 @@ export class CnpgStandIn {
     await this.pgbouncer?.destroy();
     await this.rw?.close();
     this.instances.destroy();
+    await this.backups?.destroy();
   }
 }

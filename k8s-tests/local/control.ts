@@ -2,8 +2,10 @@
  * The runner's control endpoint (K8S_CONTROL_URL): what suite/drivers.ts asks of the emulated
  * cluster that a kind run would ask of kubectl — stop, start or fail over the database, roll the
  * replicas out (or upgrade them to this release's image), read each replica's metrics, count
- * restarts, look inside a replica, run the image once without a database, and put a misbehaving
- * endpoint beside the ready ones. Plain HTTP on 127.0.0.1, one route a verb.
+ * restarts, look inside a replica, run the image once without a database, put a misbehaving
+ * endpoint beside the ready ones, and (CloudNativePG with the Barman Cloud plugin) take a base
+ * backup, make an operator's mistake and recover a new Cluster. Plain HTTP on 127.0.0.1, one route
+ * a verb; a route that takes input reads it as JSON from the request's body.
  */
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -11,13 +13,21 @@ import { join } from 'node:path';
 import { INSPECT_SCRIPT } from '../suite/inspect';
 import { brokenModes, type BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
+import type { RecoveryReport } from './cnpg-backup';
 import { ContainerLauncher, type Launcher } from './launcher';
+import type { KubeObject } from './objects';
 
 /** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
 export interface DatabaseControl {
   stop(): Promise<void>;
   start(): Promise<void>;
   failover?: () => Promise<{ promotedAfterMs: number }>;
+  /** The Barman Cloud plugin's part (the backup case), when the Cluster archives through it. */
+  backups?: {
+    base(): Promise<{ backupId: string; name: string; ms: number }>;
+    mistake(): Promise<{ before: string; deleted: number[] }>;
+    recover(rendered: KubeObject[]): Promise<RecoveryReport>;
+  };
 }
 
 export interface Controlled {
@@ -42,10 +52,14 @@ export interface Controlled {
   upgrade?: { from: string; to: string };
 }
 
-type Routes = Record<string, () => Promise<string>>;
+type Routes = Record<string, (body: string) => Promise<string>>;
 
 function routes(c: Controlled): Routes {
   const { cluster, database, launcher, broken, step } = c;
+  const backups = () => {
+    if (!database.backups) throw new Error('no backups: the Cluster has no Barman Cloud plugin entry');
+    return database.backups;
+  };
   /** The replaced replicas, after checking each one shut down gracefully; throws otherwise. */
   const checked = ({ replaced }: RolloutResult): string => {
     const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
@@ -93,6 +107,29 @@ function routes(c: Controlled): Routes {
       const result = await database.failover();
       step(`failover: standby promoted and -rw moved to it ${result.promotedAfterMs} ms after the kill`);
       return JSON.stringify(result);
+    },
+    // The backup case: the ScheduledBackup's base backup now, the mistake, the recovery Cluster.
+    'POST /backup/base': async () => {
+      const backup = await backups().base();
+      step(`backup: base backup ${backup.backupId} (${backup.name}) in ${String(backup.ms)} ms`);
+      return JSON.stringify(backup);
+    },
+    'POST /backup/mistake': async () => {
+      const mistake = await backups().mistake();
+      step(
+        `backup: DELETE FROM posts in psql on the primary at ${mistake.before}: ${String(mistake.deleted.length)} rows`,
+      );
+      return JSON.stringify(mistake);
+    },
+    'POST /backup/recover': async (body) => {
+      const rendered = JSON.parse(body) as unknown;
+      if (!Array.isArray(rendered)) throw new Error('the body must be the rendered objects, a JSON array');
+      step('backup: recovering the rendered recovery Cluster from the object store');
+      const report = await backups().recover(rendered as KubeObject[]);
+      step(
+        `backup: ${report.cluster} recovered from ${report.sourceServerName} (backup ${report.backupId}) to ${String(report.targetTime)} in ${String(report.downloadMs + report.replayMs)} ms, archiving to ${report.serverName}; the -rw Service moved to it`,
+      );
+      return JSON.stringify(report);
     },
     'POST /rollout': async () => {
       step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
@@ -166,11 +203,14 @@ export function startControlServer(controlled: Controlled): Promise<{ server: Se
       res.writeHead(404).end();
       return;
     }
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (chunk: string) => (body += chunk));
     // A route that throws before its first await still answers 500.
-    Promise.resolve()
-      .then(route)
+    new Promise((resolveBody) => req.once('end', resolveBody))
+      .then(() => route(body))
       .then(
-        (body) => res.writeHead(200).end(body),
+        (answer) => res.writeHead(200).end(answer),
         (error: unknown) => res.writeHead(500).end(String(error)),
       );
   });

@@ -58,11 +58,19 @@ export interface Release {
   cnpg?: { cluster: CnpgCluster; pooler: CnpgPooler };
 }
 
-/** Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml). */
-export function renderChart(helm: string, extraValuesFiles: string[] = []): KubeObject[] {
+/**
+ * Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml), and
+ * single values over them as strings (`--set-string`).
+ */
+export function renderChart(
+  helm: string,
+  extraValuesFiles: string[] = [],
+  strings: Record<string, string> = {},
+): KubeObject[] {
   const args = ['template', releaseName, resolve(repoRoot, 'chart'), '--namespace', namespace];
   for (const file of [...valuesFiles, ...extraValuesFiles.map((f) => resolve(repoRoot, f))])
     args.push('--values', file);
+  for (const [key, value] of Object.entries(strings)) args.push('--set-string', `${key}=${value}`);
   // No kubeconfig: rendering must never reach a cluster (lookup then finds no Secret).
   const text = execFileSync(helm, args, {
     env: { ...process.env, KUBECONFIG: '/dev/null' },

@@ -52,6 +52,7 @@ import {
   renderChart,
   repoRoot,
   servesApi,
+  type KubeObject,
   type Release,
 } from './release';
 
@@ -188,12 +189,23 @@ async function main(): Promise<number> {
   const rendered = cnpgObjects(objects);
   let poolerPort = 0;
   if (rendered) {
-    const { cluster, pooler } = rendered;
+    const { cluster, pooler, archiving } = rendered;
     step(
       `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
     );
+    if (archiving)
+      step(
+        `Barman Cloud plugin stand-in: WAL archived to ${archiving.settings.destinationPath}/${archiving.settings.serverName} at ${archiving.settings.endpointUrl} (s3rver), archive_timeout ${archiving.archiveTimeout}${archiving.scheduled ? ", base backups on the suite's request" : ''}`,
+      );
     // Processes cannot resolve the Pooler's Service name; they dial localhost, which the certificate adds.
-    state.cnpg = new CnpgStandIn(cluster, pooler, namespace, tmp, runAsProcesses ? ['localhost'] : []);
+    state.cnpg = new CnpgStandIn(
+      cluster,
+      pooler,
+      namespace,
+      tmp,
+      runAsProcesses ? ['localhost'] : [],
+      archiving,
+    );
     poolerPort = await state.cnpg.start();
     step(
       `Pooler on 127.0.0.1:${poolerPort}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
@@ -311,6 +323,15 @@ async function main(): Promise<number> {
       },
       start: () => standIn.startDatabase(),
       failover: () => standIn.failover(FAILOVER_DETECTION_MS),
+      ...(standIn.backups
+        ? {
+            backups: {
+              base: () => standIn.baseBackup(),
+              mistake: () => standIn.mistake(),
+              recover: (objects: KubeObject[]) => standIn.recover(objects),
+            },
+          }
+        : {}),
     };
     dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
   } else {
@@ -424,6 +445,7 @@ async function main(): Promise<number> {
   const reportFile = join(tmp, 'report.json');
   const metricsReportFile = join(tmp, 'metrics-report.json');
   const upgradeReportFile = join(tmp, 'upgrade-report.json');
+  const backupReportFile = join(tmp, 'backup-report.json');
   const renderedFile = join(tmp, 'rendered.json');
   writeFileSync(renderedFile, JSON.stringify(objects));
   step('the suite, through nginx');
@@ -438,6 +460,9 @@ async function main(): Promise<number> {
     K8S_PROMETHEUS_URL: prometheus.url,
     K8S_RENDERED_FILE: renderedFile,
     K8S_METRICS_REPORT_FILE: metricsReportFile,
+    // The backup case renders the chart again with these and the recovery values.
+    K8S_VALUES_FILES: extraValues.join(','),
+    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: backupReportFile } : {}),
     ...(upgrade
       ? {
           K8S_UPGRADE_FROM: upgrade.from,
@@ -465,6 +490,8 @@ async function main(): Promise<number> {
     report.metrics = (JSON.parse(readFileSync(metricsReportFile, 'utf8')) as Report).metrics;
   if (report && existsSync(upgradeReportFile))
     report.upgrade = (JSON.parse(readFileSync(upgradeReportFile, 'utf8')) as Report).upgrade;
+  if (report && existsSync(backupReportFile))
+    report.backup = (JSON.parse(readFileSync(backupReportFile, 'utf8')) as Report).backup;
   if (report) {
     const policy =
       launcher.kind === 'containers'

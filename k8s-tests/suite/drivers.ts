@@ -7,6 +7,7 @@
  */
 import { execFile } from 'node:child_process';
 import { request } from 'node:http';
+import type { RecoveryReport } from '../local/cnpg-backup';
 import { INSPECT_SCRIPT } from './inspect';
 
 export interface Driver {
@@ -42,6 +43,18 @@ export interface Driver {
    * both at once). Undefined for the in-chart database, which has no standby.
    */
   failover?: () => Promise<void>;
+  /**
+   * The Barman Cloud plugin's part (local runner, K8S_BACKUP=plugin): the ScheduledBackup's base
+   * backup taken now, an operator's mass delete in psql, and the recovery Cluster of the rendered
+   * objects made from the store, with the service moved onto it.
+   */
+  backups?: BackupControl;
+}
+
+export interface BackupControl {
+  base(): Promise<{ backupId: string; name: string; ms: number }>;
+  mistake(): Promise<{ before: string; deleted: number[] }>;
+  recover(rendered: unknown[]): Promise<RecoveryReport>;
 }
 
 export interface ReplicaMetrics {
@@ -59,7 +72,7 @@ export interface BrokenEndpointControl {
   close(): Promise<void>;
 }
 
-function control(base: string, method: string, path: string): Promise<string> {
+function control(base: string, method: string, path: string, body?: string): Promise<string> {
   return new Promise((resolvePromise, reject) => {
     const req = request(new URL(path, base), { method, agent: false, timeout: 300_000 }, (res) => {
       let body = '';
@@ -72,7 +85,7 @@ function control(base: string, method: string, path: string): Promise<string> {
     });
     req.on('timeout', () => req.destroy(new Error(`runner control ${path}: no answer`)));
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
 
@@ -87,6 +100,23 @@ function localDriver(): Driver {
           await control(base, 'POST', '/database/failover');
         }
       : undefined,
+    backups:
+      process.env.K8S_BACKUP === 'plugin'
+        ? {
+            base: async () =>
+              JSON.parse(await control(base, 'POST', '/backup/base')) as Awaited<
+                ReturnType<BackupControl['base']>
+              >,
+            mistake: async () =>
+              JSON.parse(await control(base, 'POST', '/backup/mistake')) as Awaited<
+                ReturnType<BackupControl['mistake']>
+              >,
+            recover: async (rendered) =>
+              JSON.parse(
+                await control(base, 'POST', '/backup/recover', JSON.stringify(rendered)),
+              ) as RecoveryReport,
+          }
+        : undefined,
     name: 'local',
     stopDatabase: async () => {
       await control(base, 'POST', '/database/stop');
