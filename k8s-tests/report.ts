@@ -84,7 +84,7 @@ export interface Report {
     kubeStateMetricsUp: boolean;
     load: { sent: number; statuses: Record<string, number> };
     variables: string;
-    panels: { panel: string; refId: string; series: number }[];
+    panels: { panel: string; refId: string; series: number; note?: string }[];
     alerts: {
       alert: string;
       /** Each expression without its threshold comparisons, and the series it returned. */
@@ -263,7 +263,9 @@ export function formatReport(report: Report): string {
       ),
     );
     for (const panel of metrics.panels.filter((p) => p.series === 0))
-      lines.push(row(`    empty: ${panel.panel}`, `query ${panel.refId}`));
+      lines.push(
+        row(`    empty: ${panel.panel}`, `query ${panel.refId}${panel.note ? `: ${panel.note}` : ''}`),
+      );
     for (const alert of metrics.alerts) {
       const inner = alert.inner.map((i) => String(i.series)).join(', ');
       const condition = alert.firing > 0 ? `condition true for ${alert.firing}` : 'condition false (quiet)';

@@ -106,7 +106,8 @@ if [ "$DATABASE" = cnpg ]; then
   k apply --server-side -f \
     "https://raw.githubusercontent.com/cloudnative-pg/cloudnative-pg/release-${CNPG_VERSION%.*}/releases/cnpg-$CNPG_VERSION.yaml"
   k -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=300s
-  CHART_VALUES+=(--values k8s-tests/values-e2e-cnpg.yaml)
+  # No Barman Cloud plugin nor object store here: the backup objects need both (k8s:local runs them).
+  CHART_VALUES+=(--values k8s-tests/values-e2e-cnpg.yaml --set backup.enabled=false)
 fi
 
 step "image $IMAGE, loaded into kind"
