@@ -158,8 +158,9 @@ describeWithPrometheus('Alerts and dashboard in a real Prometheus (local runner 
     expect(queries.length).toBeGreaterThan(20);
     const unexplained: string[] = [];
     for (const q of queries) {
-      const count = await series(grafanaQuery(q.expr, { namespace, job }, '1m'));
-      const reasons = metricNames(q.expr).map(notHere);
+      const expr = grafanaQuery(q.expr, { namespace, job }, '1m');
+      const count = await series(expr);
+      const reasons = metricNames(expr).map(notHere);
       const why = reasons.every((reason) => reason !== undefined) ? reasons[0] : undefined;
       report.panels.push({ panel: q.panel, refId: q.refId, series: count, ...(why ? { note: why } : {}) });
       if (count === 0 && !why) unexplained.push(`${q.panel} ${q.refId}`);
