@@ -8,8 +8,14 @@
 import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Client } from 'pg';
-import { configureServer, initdb, ownForPostgres, postgresServer, runPostgresTool } from './postgres';
+import {
+  configureServer,
+  initdb,
+  ownForPostgres,
+  postgresServer,
+  queryServer,
+  runPostgresTool,
+} from './postgres';
 import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
@@ -108,15 +114,8 @@ export class ReplicatedPostgres {
   }
 
   /** One query on a server of the pair, on a connection of its own. */
-  async query<Row>(port: number, sql: string, values: unknown[] = []): Promise<Row[]> {
-    const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database: 'postgres' });
-    client.on('error', () => undefined);
-    await client.connect();
-    try {
-      return (await client.query(sql, values)).rows as Row[];
-    } finally {
-      await client.end();
-    }
+  query<Row>(port: number, sql: string, values: unknown[] = []): Promise<Row[]> {
+    return queryServer<Row>(port, 'postgres', sql, values);
   }
 
   /** The primary's node lost: immediate stop, no checkpoint, its sessions cut. */
