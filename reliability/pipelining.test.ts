@@ -1,5 +1,7 @@
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
+import { parse } from 'yaml';
 import {
   account,
   call,
@@ -11,18 +13,30 @@ import {
   type ServiceProcess,
 } from './support';
 
-/** The API container's memory limit (chart/values.yaml, resources.limits.memory). */
-const POD_LIMIT_BYTES = 384 * 1024 * 1024;
+/** The API container's memory limit, which the service runs under here as in its pod. */
+const POD_LIMIT_BYTES = mebibytes(
+  (
+    parse(readFileSync(path.join(__dirname, '../chart/values.yaml'), 'utf8')) as {
+      resources: { limits: { memory: string } };
+    }
+  ).resources.limits.memory,
+);
 /**
  * What the process may grow by under the attack below: the first answer of every connection on
  * its way, PIPELINED_ANSWERS_AT_ONCE answers held for clients that do not read (~2 MB each) and
- * the garbage collector's slack. Measured at 100-135 MB (README, "Memory per connection"); on
- * main, before answers waited their turn, the process grew by 500 MB and more.
+ * the garbage collector's slack, with the heap Node sizes from the pod's limit (README, "Memory
+ * per connection"). Before answers waited their turn, the process grew by 500 MB and more.
  */
 const GROWTH_BOUND_BYTES = 200 * 1024 * 1024;
 const SOCKETS = 100;
 const PIPELINED = 10;
 const PAGE = '/posts/public?limit=100';
+
+function mebibytes(quantity: string): number {
+  const mi = /^(\d+)Mi$/.exec(quantity)?.[1];
+  if (mi === undefined) throw new Error(`resources.limits.memory ${quantity}: expected a whole number of Mi`);
+  return Number(mi) * 2 ** 20;
+}
 
 const database = scratchDatabase('pipelining');
 let svc: ServiceProcess;
@@ -67,7 +81,8 @@ function neverReading(port: number, count: number): Promise<net.Socket> {
 }
 
 beforeAll(async () => {
-  svc = await startService({ DB_NAME: database.name });
+  // In a memory cgroup of the pod's limit: the kernel enforces it, and V8 sizes its heap from it.
+  svc = await startService({ DB_NAME: database.name }, undefined, { memoryLimitBytes: POD_LIMIT_BYTES });
   // The largest page any user can make: 100 posts of 20,000 characters, about 2 MB of JSON.
   const token = await account(svc.base, 'big-pages@example.com');
   for (let i = 0; i < 100; i++) {

@@ -8,6 +8,7 @@ import {
   stopAll,
   type LogLine,
   type ServiceProcess,
+  type SpawnOptions,
 } from '../testing/service';
 
 import { serviceEnv } from '../testing/env';
@@ -79,11 +80,15 @@ const LIFECYCLE = /listening on|shutdown|closing the listener|migrat|another rep
 const notable = (line: LogLine): boolean => (line.level ?? 0) >= 40 || LIFECYCLE.test(line.msg ?? '');
 
 /** The service as operators run it (its own process, real signals, real exit codes), on this suite's PostgreSQL. */
-export function startService(env: Record<string, string>, withinMs = 90_000): Promise<ServiceProcess> {
+export function startService(
+  env: Record<string, string>,
+  withinMs = 90_000,
+  options: Pick<SpawnOptions, 'memoryLimitBytes'> = {},
+): Promise<ServiceProcess> {
   const childEnv = serviceEnv({ PORT: '0', LOG_LEVEL: 'info', ...env }, 'postgres');
   // The port is read from the info-level "listening" line.
   if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
-  return startServiceProcess(childEnv, { keep: notable, withinMs });
+  return startServiceProcess(childEnv, { ...options, keep: notable, withinMs });
 }
 
 /** Kills every service process a case left running (by pid, never by name). */

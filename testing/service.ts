@@ -8,6 +8,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { pollUntil } from './poll';
+import { memoryCgroup } from './memory-limit';
 import { track } from './processes';
 
 export const ROOT = path.join(__dirname, '..');
@@ -49,6 +50,8 @@ export interface SpawnOptions {
   nodeArgs?: string[];
   /** The node binary; this process's own by default (the bench picks the image's release). */
   node?: string;
+  /** A memory limit as a container's (testing/memory-limit.ts); none by default. */
+  memoryLimitBytes?: number;
 }
 
 const STDERR_TAIL = 64 * 1024;
@@ -61,15 +64,20 @@ export function spawnScript(
 ): ScriptProcess {
   const childEnv = { ...env };
   delete childEnv.NODE_OPTIONS; // jest's flags (vm-modules) are not the child's business
-  const child = spawn(
-    options.node ?? process.execPath,
-    [...(options.nodeArgs ?? []), '--import', 'tsx', script],
-    {
-      cwd: options.cwd ?? ROOT,
-      env: childEnv,
-    },
-  );
+  const node = options.node ?? process.execPath;
+  const nodeArgs = [...(options.nodeArgs ?? []), '--import', 'tsx', script];
+  const cgroup =
+    options.memoryLimitBytes === undefined
+      ? undefined
+      : memoryCgroup(path.basename(script, '.ts'), options.memoryLimitBytes);
+  const { command, args } = cgroup ? cgroup.wrap([node, ...nodeArgs]) : { command: node, args: nodeArgs };
+  const child = spawn(command, args, { cwd: options.cwd ?? ROOT, env: childEnv });
   const managed = track(script, child);
+  if (cgroup) {
+    void managed.exited.then(() => {
+      cgroup.remove();
+    });
+  }
   const lines: LogLine[] = [];
   const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
   let out = '';
