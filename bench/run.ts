@@ -5,8 +5,9 @@
  * data, measures every endpoint with autocannon against both at each connection count, then (at
  * the first count) the public list one layer at a time between the two, deep pages by offset and
  * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
- * and prints the targets. Results go to bench/results/; docs/benchmarks.md, docs/benchmarks.svg
- * and the README's figures are rebuilt from every result there (with --out, only the docs, there).
+ * and prints the targets. Results go to bench/results/; docs/benchmarks.svg, the generated part of
+ * docs/benchmarks.md and its headline figures are rebuilt from every result there (with --out, only
+ * the generated docs, there; the headline figures in docs/ are left alone).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -19,7 +20,7 @@ import {
   renderDocs,
   targetLines,
   targetsOf,
-  updateReadme,
+  updateHeadlineFigures,
   type ConnectionRun,
   type DeepPage,
   type EndpointFigures,
@@ -502,11 +503,12 @@ async function main(): Promise<void> {
     outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
     resultsDir,
   );
-  // A scratch run (--out) must not rewrite the README's figures.
+  // A scratch run (--out) must not rewrite the headline figures in docs/.
   if (!outDir) {
-    const readme = path.join(ROOT, 'README.md');
-    if (updateReadme(results, readme)) written.push(readme);
-    else log('README.md left as it was (no figure markers, or no current result)');
+    const doc = path.join(ROOT, 'docs', 'benchmarks.md');
+    // renderDocs has listed the file already.
+    if (!updateHeadlineFigures(results, doc))
+      log('docs/benchmarks.md: headline figures left as they were (no figure markers, or no current result)');
   }
   log(`\nwrote ${written.join(', ')}`);
 }

@@ -10,11 +10,11 @@ export class SettingsError extends Error {
 /** The environment once the rules have checked it and put in the defaults, by variable name. */
 type Validated = Readonly<Record<string, unknown>>;
 
-/** What the README's table and .env.example say of a variable (scripts/settings-docs.ts writes both). */
+/** What docs/settings.md's table and .env.example say of a variable (scripts/settings-docs.ts writes both). */
 export interface SettingDocs {
   /** The heading of the group this variable starts in .env.example. */
   section?: string;
-  /** Markdown, one line: the README's Meaning column and the start of the .env.example comment. */
+  /** Markdown, one line: docs/settings.md's Meaning column and the start of the .env.example comment. */
   summary: string;
   /** Further sentences for .env.example only: the why and the how that a table cell has no room for. */
   detail?: string;
@@ -247,7 +247,7 @@ const table = {
       rule: Joi.number().integer().min(100).max(600_000).default(2000),
       docs: {
         summary:
-          "A statement running longer than this is cancelled on the server and the request answers 503; it is also a request's database budget: its waits for a pooled connection and its statements together get no longer (see [The data tier](#the-data-tier-poolers-failover-lost-nodes))",
+          "A statement running longer than this is cancelled on the server and the request answers 503; it is also a request's database budget: its waits for a pooled connection and its statements together get no longer (see [The data tier](operations.md#the-data-tier-poolers-failover-lost-nodes))",
         detail:
           "Only the time on the database counts against the budget, not the time between (reading the body, say); a request that gets no connection in time, or has no time left for its next statement, answers 503 with Retry-After. The cancel is a cancel request, which poolers pass on; a connection that does not answer it within 0.5 s more is dropped. 2000 + 500 stays below the proxy's 3 s upstream time-out, so the client gets a clear answer, not a gateway error.",
       },
@@ -516,7 +516,7 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     migrationTimeoutMs: s.db.migrationTimeoutMs,
     migrationLockTimeoutMs: s.db.migrationLockTimeoutMs,
     startupWaitSeconds: s.db.startupWaitSeconds,
-    // Ids, never keys: which phase of a key rotation this process is in (README, "Rotating SECRET_KEY").
+    // Ids, never keys: which phase of a key rotation this process is in (docs/settings.md, "Rotating SECRET_KEY").
     tokenKeyIds: { signing: keyId(s.secretKey), accepted: s.secretKeysAccepted.map(keyId) },
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     tokenCacheSize: s.tokenCacheSize,

@@ -1,5 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { envExample, ENV_EXAMPLE, README, readmeWithTable } from '../../scripts/settings-docs';
+import { join } from 'node:path';
+import {
+  envExample,
+  ENV_EXAMPLE,
+  SETTINGS_DOC,
+  settingsDocWithTable,
+  TABLE_START,
+} from '../../scripts/settings-docs';
 import { documentedVariables, loadSettings } from '../src/settings';
 
 describe('The settings docs', () => {
@@ -7,9 +14,15 @@ describe('The settings docs', () => {
     expect(readFileSync(ENV_EXAMPLE, 'utf8')).toBe(envExample());
   });
 
-  it('When README.md is read, then its settings table is the one built from the settings table (`tsx scripts/settings-docs.ts` rewrites it)', () => {
-    const readme = readFileSync(README, 'utf8');
-    expect(readme).toBe(readmeWithTable(readme));
+  it('When docs/settings.md is read, then its settings table is the one built from the settings table (`tsx scripts/settings-docs.ts` rewrites it)', () => {
+    const doc = readFileSync(SETTINGS_DOC, 'utf8');
+    expect(doc).toBe(settingsDocWithTable(doc));
+  });
+
+  it('When README.md is read, then it holds no generated table (the generators write into docs/)', () => {
+    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    expect(readme).not.toContain(TABLE_START);
+    expect(readme).not.toContain('<!-- bench:figures:');
   });
 
   it('When .env.example is loaded as it stands, then the service starts with exactly the defaults of an empty environment', () => {
