@@ -3,7 +3,7 @@ import { servePage, serviceAndBrowser, type PageServer } from './support';
 
 /**
  * Cross-site request forgery, as a browser really sends it: a page on a foreign origin submits
- * forms to the API by itself the moment it loads. The service's stance (README, Security): the
+ * forms to the API by itself the moment it loads. The service's stance (docs/security.md, CSRF): the
  * credential is the Authorization header, which no form can set and no cookie carries; JSON
  * endpoints refuse the content types a form can send; /login answers the token in a body a foreign
  * page cannot read.

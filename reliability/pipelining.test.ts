@@ -24,8 +24,8 @@ const POD_LIMIT_BYTES = mebibytes(
 /**
  * What the process may grow by under the attack below: the first answer of every connection on
  * its way, PIPELINED_ANSWERS_AT_ONCE answers held for clients that do not read (~2 MB each) and
- * the garbage collector's slack, with the heap Node sizes from the pod's limit (README, "Memory
- * per connection"). Before answers waited their turn, the process grew by 500 MB and more.
+ * the garbage collector's slack, with the heap Node sizes from the pod's limit (docs/security.md,
+ * "Memory per connection"). Before answers waited their turn, the process grew by 500 MB and more.
  */
 const GROWTH_BOUND_BYTES = 200 * 1024 * 1024;
 const SOCKETS = 100;

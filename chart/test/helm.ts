@@ -85,7 +85,7 @@ export function valuesArgs(options: RenderOptions = {}): string[] {
   return [...args, ...(options.extraArgs ?? [])];
 }
 
-/** Release name (always social-posts, as in the README), chart, namespace and values flags. */
+/** Release name (always social-posts, as in chart/README.md and docs/operations.md), chart, namespace and values flags. */
 export function releaseArgs(options: RenderOptions = {}): string[] {
   const namespace = options.namespace ?? 'social-posts-test';
   return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];

@@ -1,5 +1,5 @@
 /**
- * The Gateway translation on its own: the NGINX Gateway Fabric mapping the README documents, with
+ * The Gateway translation on its own: the NGINX Gateway Fabric mapping k8s-tests/README.md documents, with
  * the chart's own rendered objects, and loud refusals of anything else.
  */
 import { readFileSync } from 'node:fs';

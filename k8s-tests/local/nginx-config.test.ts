@@ -1,4 +1,4 @@
-/** The translation on its own: the mapping the README documents, and loud refusals of anything else. */
+/** The translation on its own: the mapping k8s-tests/README.md documents, and loud refusals of anything else. */
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
 import { controller, ingress } from './ingress-fixtures';
 import { translate, type ControllerValues, type NginxSettings } from './nginx-config';

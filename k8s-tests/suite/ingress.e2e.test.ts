@@ -351,7 +351,7 @@ platformCase(
       .finally(() => {
         done = true;
       });
-    // Two clients, one request at a time each, each on a new connection (see README: nginx reloads).
+    // Two clients, one request at a time each, each on a new connection (see k8s-tests/README.md, Endpoints: nginx reloads).
     const client = async () => {
       while (!done && sent < MAX_REQUESTS) {
         const path = sent % 2 === 0 ? '/posts/public' : '/posts/?limit=1';

@@ -128,7 +128,7 @@ upgradeCase(
       .finally(() => {
         done = true;
       });
-    // Two clients, one request at a time each, each on a new connection (README: nginx reloads).
+    // Two clients, one request at a time each, each on a new connection (k8s-tests/README.md, Endpoints: nginx reloads).
     const client = async (token: string, postId: number) => {
       let voted = false;
       for (let i = 0; !done && sent < MAX_REQUESTS; i++) {

@@ -21,7 +21,7 @@ const headerOf = (token: string) => jwt.decode(token, { complete: true })?.heade
 describe('Rotating SECRET_KEY in three phases, pods of every phase on one database', () => {
   let db: Database;
   let drop: () => Promise<void>;
-  // A pod of each phase, as the Secret sets it (README, "Rotating SECRET_KEY").
+  // A pod of each phase, as the Secret sets it (docs/settings.md, "Rotating SECRET_KEY").
   let phase0: Express; // K1 only: before the rotation
   let phase1: Express; // K1 signs, K2 accepted: every pod learns K2 before anyone signs with it
   let phase2: Express; // K2 signs, K1 accepted: K1's tokens live out their lifetime

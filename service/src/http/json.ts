@@ -10,7 +10,7 @@ const JSON_TYPE = 'application/json; charset=utf-8';
  * answer needs: it looks the type up by name and parses it back to add the charset, and it copies
  * the text into a Buffer to hash it, so headers and body leave in two chunks. Here the text is
  * hashed as it is (the `etag` package hashes a string's UTF-8 bytes, as it hashes the Buffer) and
- * written with the headers in one chunk: 3 % less CPU per public list (README, "This round").
+ * written with the headers in one chunk: 3 % less CPU per public list (docs/benchmarks.md, "This round").
  * Freshness is Express's own `req.fresh`; the status is the one set before (`res.status`).
  */
 export function sendJson(res: Response, body: unknown): void {
