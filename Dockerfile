@@ -5,7 +5,7 @@
 # rather than 12 bookworm: bookworm left Debian's regular security support in June 2026 (LTS only
 # since), trixie is the current stable with full support, and the official node image's default
 # variant since nodejs/docker-node#2558 (July 2026).
-# `npm run image:build` builds this file as it is (scripts/image.ts).
+# `npm run image:build` builds this file as it is (tools/image.ts).
 ARG NODE_IMAGE=node:24.21.0-trixie-slim
 
 # --- build: all dependencies, compile TypeScript to dist/ ---
@@ -57,11 +57,12 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
-COPY testing ./testing
-COPY k8s-tests/jest.config.js k8s-tests/sequencer.mjs k8s-tests/report.ts ./k8s-tests/
+COPY jest.config.mjs ./
+COPY tools/harness ./tools/harness
+COPY k8s-tests/sequencer.mjs k8s-tests/report.ts ./k8s-tests/
 COPY k8s-tests/suite ./k8s-tests/suite
 USER 1000:1000
-CMD ["node_modules/.bin/jest", "-c", "k8s-tests/jest.config.js", "--runInBand", "k8s-tests/suite/"]
+CMD ["node_modules/.bin/jest", "--selectProjects", "k8s", "--runInBand", "--verbose", "k8s-tests/suite/"]
 
 # --- runtime: node, production node_modules and dist/ only ---
 FROM ${NODE_IMAGE} AS runtime

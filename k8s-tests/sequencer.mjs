@@ -1,11 +1,9 @@
 /**
- * The suite's file order: the upgrade case first (the runner starts the replicas from the previous
- * release, and that case upgrades them), the backup case last (it moves the service onto a
- * recovered Cluster), then jest's own order for the rest in between.
+ * The end-to-end suite's file order: the upgrade case first (the runner starts the replicas from
+ * the previous release, and that case upgrades them), the backup case last (it moves the service
+ * onto a recovered Cluster), jest's own order in between and for every other project's files.
  */
-import testSequencer from '@jest/test-sequencer';
-
-const Sequencer = testSequencer.default;
+import Sequencer from '@jest/test-sequencer';
 
 export default class UpgradeFirst extends Sequencer {
   async sort(tests) {

@@ -14,7 +14,7 @@
 # K8S_PROXY=nginx-gateway-fabric.
 #
 # --cnpg: the production database topology: the CloudNativePG operator from its release manifest
-# (CNPG_VERSION, the release whose CRDs chart/test/schemas/ vendors), the chart with
+# (CNPG_VERSION, the release whose CRDs tests/chart/schemas/ vendors), the chart with
 # k8s-tests/values-e2e-cnpg.yaml (a Cluster of three instances with synchronous replication, a
 # Pooler in transaction mode), and the suite with K8S_DATABASE=cnpg: case 6 hibernates the Cluster,
 # case 10 deletes the primary's pod mid-load.
@@ -30,7 +30,7 @@ INGRESS_NGINX_CHART_VERSION=4.14.5
 # NGINX Gateway Fabric 2.6.7 is built against Gateway API v1.5.1 (its go.mod).
 GATEWAY_API_VERSION=v1.5.1
 NGINX_GATEWAY_FABRIC_CHART_VERSION=2.6.7
-# The CloudNativePG release of the vendored CRDs (chart/test/cnpg.test.ts checks they agree).
+# The CloudNativePG release of the vendored CRDs (tests/chart/cnpg.test.ts checks they agree).
 CNPG_VERSION=1.30.0
 GATEWAY_NAME=social-posts-e2e
 GATEWAY_NAMESPACE=nginx-gateway
@@ -169,7 +169,7 @@ K8S_BASE_URL=http://localhost K8S_HOST="$HOST" K8S_ALLOWED_ORIGINS="$ORIGINS" \
   K8S_DRIVER=kind K8S_PROXY="$MODE" K8S_DATABASE="$DATABASE" K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
   KUBECTL="$(command -v "$KUBECTL")" KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" \
   K8S_REPORT_FILE="$REPORT" \
-  npx jest -c k8s-tests/jest.config.js --runInBand || status=$?
+  npx jest --selectProjects k8s --runInBand --verbose || status=$?
 [ -s "$REPORT" ] && npx tsx k8s-tests/report.ts "$REPORT"
 rm -f "$REPORT"
 exit "$status"

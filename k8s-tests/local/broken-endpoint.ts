@@ -6,7 +6,7 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { freePort } from '../../testing/service';
+import { freePort } from '../../tools/harness/service';
 
 export type BrokenMode = 'refuse' | 'reset' | 'hang';
 export const brokenModes: readonly BrokenMode[] = ['refuse', 'reset', 'hang'];

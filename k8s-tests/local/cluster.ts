@@ -15,8 +15,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Launched, Launcher, MemoryUse } from './launcher';
 import type { Release } from './release';
-import { freePort } from '../../testing/service';
-import { probe, waitFor } from './wait';
+import { freePort } from '../../tools/harness/service';
+import { probe } from '../../tools/harness/poll';
+import { waitFor } from './wait';
 
 const ENDPOINT_LAG_MS = 1000;
 

@@ -4,12 +4,12 @@
  * entry names (isWALArchiver), with the settings read from the rendered objects (destinationPath,
  * endpointURL, the s3Credentials' Secret keys, wal.compression, data.compression/jobs/
  * immediateCheckpoint, the entry's serverName or the Cluster's name, postgresql.parameters'
- * archive_timeout), through the same tools and arguments (testing/barman.ts). The store is s3rver on
+ * archive_timeout), through the same tools and arguments (tools/harness/barman.ts). The store is s3rver on
  * the rendered endpointURL; its credentials go into the Secret the ObjectStore names, and the tools
  * read them from there. A recovery Cluster (bootstrap.recovery from an externalClusters entry read
  * through the plugin) is restored into a new server that archives to its own serverName.
  */
-import { OwnPostgres } from '../../testing/postgres';
+import { OwnPostgres } from '../../tools/harness/postgres';
 import {
   archiveNow,
   archivingSettings,
@@ -23,8 +23,8 @@ import {
   type Compression,
   type Instance,
   type RecoveryRun,
-} from '../../testing/barman';
-import { ObjectStore } from '../../testing/object-store';
+} from '../../tools/harness/barman';
+import { ObjectStore } from '../../tools/harness/object-store';
 import type { KubeObject } from './objects';
 
 export const BARMAN_PLUGIN = 'barman-cloud.cloudnative-pg.io';

@@ -3,9 +3,9 @@
  * - the cluster CA (Secret <cluster>-ca: ca.crt and ca.key) and a server certificate it signs for
  *   the names CloudNativePG gives its own (<cluster>-rw, -r, -ro, each also .<ns> and .<ns>.svc)
  *   plus the Cluster's spec.certificates.serverAltDNSNames;
- * - the instances: a primary and a synchronous standby (testing/replicated-postgres.ts), with the
+ * - the instances: a primary and a synchronous standby (tools/harness/replicated-postgres.ts), with the
  *   database and owner of bootstrap.initdb and its postInitApplicationSQL run as the superuser;
- * - the -rw Service: a TCP relay (testing/relay.ts) whose target moves to the promoted standby;
+ * - the -rw Service: a TCP relay (tools/harness/relay.ts) whose target moves to the promoted standby;
  * - Secret <cluster>-app: basic-auth with username, password, host (the -rw Service), port, dbname;
  * - the Pooler: PgBouncer 1.24.1 with the pgbouncer.ini CloudNativePG writes for it
  *   (cloudnative-pg/cloudnative-pg, pkg/management/pgbouncer/config/config.go and strings.go, commit
@@ -27,14 +27,14 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
-import { makeCa, signServer } from '../../testing/certificates';
-import { OwnPgBouncer } from '../../testing/pgbouncer';
-import { ownForPostgres, postgresServer } from '../../testing/postgres';
-import { ReplicatedPostgres } from '../../testing/replicated-postgres';
-import { Relay } from '../../testing/relay';
-import { freePort } from '../../testing/service';
+import { makeCa, signServer } from '../../tools/harness/certificates';
+import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
+import { ownForPostgres, postgresServer } from '../../tools/harness/postgres';
+import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
+import { Relay } from '../../tools/harness/relay';
+import { freePort } from '../../tools/harness/service';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { massDelete, type Instance } from '../../testing/barman';
+import { massDelete, type Instance } from '../../tools/harness/barman';
 import {
   archivingOf,
   PluginBackups,

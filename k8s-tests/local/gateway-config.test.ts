@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { ensureTools } from '../../scripts/tools';
+import { ensureTools } from '../../tools/tools';
 import {
   translateGateway,
   type GatewayObject,

@@ -20,8 +20,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext';
-import { engine, IMAGE, runLimits } from '../../scripts/container';
-import { startLogged, stop, type Managed } from '../../testing/processes';
+import { engine, IMAGE, runLimits } from '../../tools/container';
+import { startLogged, stop, type Managed } from '../../tools/harness/processes';
 
 export interface ReplicaSpec {
   name: string;

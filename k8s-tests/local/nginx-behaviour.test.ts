@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
 import { translate } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { freePort } from '../../testing/service';
+import { freePort } from '../../tools/harness/service';
 
 const HOST = FIXTURE_HOST;
 

@@ -7,8 +7,9 @@
 import { execFileSync } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startLogged, stop, type Managed } from '../../testing/processes';
-import { probe, waitFor } from './wait';
+import { startLogged, stop, type Managed } from '../../tools/harness/processes';
+import { probe } from '../../tools/harness/poll';
+import { waitFor } from './wait';
 
 const NGINX = process.env.NGINX_BIN ?? '/usr/sbin/nginx';
 /** The headers-more module ingress-nginx's nginx is built with (Server header); Debian ships it apart. */

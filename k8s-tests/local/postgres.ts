@@ -12,8 +12,8 @@ import {
   postgresAccount,
   postgresBin,
   runPostgresTool,
-} from '../../testing/postgres';
-import { startLogged, stop, type Managed } from '../../testing/processes';
+} from '../../tools/harness/postgres';
+import { startLogged, stop, type Managed } from '../../tools/harness/processes';
 import { waitFor } from './wait';
 
 export interface PostgresOptions {

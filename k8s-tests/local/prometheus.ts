@@ -13,8 +13,8 @@ import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { startLogged, stop, type Managed } from '../../testing/processes';
-import { freePort } from '../../testing/service';
+import { startLogged, stop, type Managed } from '../../tools/harness/processes';
+import { freePort } from '../../tools/harness/service';
 import { waitFor } from './wait';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';

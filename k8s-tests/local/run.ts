@@ -29,8 +29,8 @@ import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { ensureTools } from '../../scripts/tools';
-import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../scripts/container';
+import { ensureTools } from '../../tools/tools';
+import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
 import { formatReport, readReport, type Report } from '../report';
 import { Cluster } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
@@ -39,12 +39,12 @@ import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { postgresBin } from '../../testing/postgres';
+import { postgresBin } from '../../tools/harness/postgres';
 import { Postgres } from './postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
-import { stillRunning, stop } from '../../testing/processes';
-import { freePort } from '../../testing/service';
+import { stillRunning, stop } from '../../tools/harness/processes';
+import { freePort } from '../../tools/harness/service';
 import {
   namespace,
   readRelease,
@@ -146,7 +146,7 @@ function expectations(release: Release): Record<string, string> {
 
 function runSuite(env: NodeJS.ProcessEnv): Promise<number> {
   const jestBin = require.resolve('jest/bin/jest', { paths: [repoRoot] });
-  const child = spawn(process.execPath, [jestBin, '-c', 'k8s-tests/jest.config.js', '--runInBand'], {
+  const child = spawn(process.execPath, [jestBin, '--selectProjects', 'k8s', '--runInBand', '--verbose'], {
     cwd: repoRoot,
     env: { ...process.env, ...env },
     stdio: 'inherit',

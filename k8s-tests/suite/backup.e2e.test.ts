@@ -12,8 +12,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { pollUntil } from '../../testing/poll';
-import { ensureTools } from '../../scripts/tools';
+import { pollUntil } from '../../tools/harness/poll';
+import { ensureTools } from '../../tools/tools';
 import type { BackedUpCluster } from '../local/cnpg-backup';
 import { renderChart } from '../local/release';
 import type { Report } from '../report';

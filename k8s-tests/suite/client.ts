@@ -4,7 +4,7 @@
  * (`//login`, `/%6Cogin`) and its own Host header.
  */
 import { Agent, request, type IncomingHttpHeaders } from 'node:http';
-import { parsedBody, problemFaults } from '../../testing/problem';
+import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
 export interface Answer {
   status: number;
@@ -104,7 +104,7 @@ export function postJson(path: string, value: unknown, options: SendOptions = {}
   });
 }
 
-/** What keeps the answer from being the service's problem+json (testing/problem.ts); empty when it is one. */
+/** What keeps the answer from being the service's problem+json (tools/harness/problem.ts); empty when it is one. */
 export function problemFaultsOf(answer: Answer): string[] {
   return problemFaults({
     status: answer.status,

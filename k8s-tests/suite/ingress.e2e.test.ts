@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pollUntil } from '../../testing/poll';
+import { pollUntil } from '../../tools/harness/poll';
 import type { Report } from '../report';
 import {
   baseUrl,

@@ -6,7 +6,7 @@
  * rendered objects (K8S_RENDERED_FILE). This case puts requests through the proxy, then asks the
  * Prometheus HTTP API for every panel query (the dashboard's variables set to the release) and
  * every alert expression: the whole expression must be valid, and each part without its threshold
- * (testing/promql.ts innerExpressions) must return series, except where the emulation cannot have
+ * (tools/harness/promql.ts innerExpressions) must return series, except where the emulation cannot have
  * them (ingress-nginx's controller metrics; a waiting-reason series, which exists only while a
  * container is waiting). On kind (no Prometheus) it is skipped. It sends no token and no limited
  * path, so the rate-limit case's counter is untouched.
@@ -22,7 +22,7 @@ import {
   metricNames,
   panelQueries,
   type PrometheusRuleObject,
-} from '../../testing/promql';
+} from '../../tools/harness/promql';
 import { send } from './client';
 
 const prometheusUrl = process.env.K8S_PROMETHEUS_URL;

@@ -12,8 +12,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { sample } from '../../testing/metrics-text';
-import { pollUntil } from '../../testing/poll';
+import { sample } from '../../tools/harness/metrics-text';
+import { pollUntil } from '../../tools/harness/poll';
 import type { Report } from '../report';
 import { closeConnections, postForm, postJson, send, show, type Answer, type SendOptions } from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';

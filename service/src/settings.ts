@@ -10,7 +10,7 @@ export class SettingsError extends Error {
 /** The environment once the rules have checked it and put in the defaults, by variable name. */
 type Validated = Readonly<Record<string, unknown>>;
 
-/** What docs/settings.md's table and .env.example say of a variable (scripts/settings-docs.ts writes both). */
+/** What docs/settings.md's table and .env.example say of a variable (tools/settings-docs.ts writes both). */
 export interface SettingDocs {
   /** The heading of the group this variable starts in .env.example. */
   section?: string;
@@ -478,7 +478,7 @@ export interface DocumentedVariable {
   docs: SettingDocs;
 }
 
-/** Every variable of the table, in its order, for scripts/settings-docs.ts. */
+/** Every variable of the table, in its order, for tools/settings-docs.ts. */
 export function documentedVariables(): DocumentedVariable[] {
   const defaults = (schema.validate({}).value ?? {}) as Validated;
   return variables(table).map(({ env, rule, docs }) => {

@@ -1,0 +1,497 @@
+/**
+ * Backups and point-in-time recovery (backup.*): the ObjectStore of the Barman Cloud plugin v0.14.0,
+ * the Cluster's spec.plugins entry and the ScheduledBackup, checked against the plugin's and
+ * CloudNativePG v1.30.0's own CRDs (tests/chart/schemas/); the recovery values
+ * (chart/values-recovery.yaml) bootstrapping a new Cluster from the archive; the values that
+ * cannot work refused at render; the PostgreSQL image pinned in prod and dev on the same major.
+ */
+import { crdProblems, crdValidator } from './crd-schemas';
+import {
+  apiContainer,
+  ciValuesFiles,
+  configMapData,
+  environments,
+  findOne,
+  must,
+  podSpec,
+  recoveryOptions,
+  render,
+  renderEnvironment,
+  renderRefused,
+  type KubeObject,
+  type RenderOptions,
+} from './helm';
+
+interface SecretKey {
+  name: string;
+  key: string;
+}
+
+interface ObjectStore extends KubeObject {
+  spec: {
+    retentionPolicy: string;
+    configuration: {
+      destinationPath: string;
+      endpointURL?: string;
+      endpointCA?: SecretKey;
+      s3Credentials?: {
+        inheritFromIAMRole?: boolean;
+        accessKeyId?: SecretKey;
+        secretAccessKey?: SecretKey;
+        region?: SecretKey;
+      };
+      azureCredentials?: Record<string, SecretKey | boolean>;
+      googleCredentials?: { gkeEnvironment?: boolean; applicationCredentials?: SecretKey };
+      wal: { compression?: string; maxParallel: number };
+      data: { compression?: string; jobs: number };
+    };
+  };
+}
+
+interface PluginEntry {
+  name: string;
+  isWALArchiver?: boolean;
+  parameters: Record<string, string>;
+}
+
+interface Cluster extends KubeObject {
+  spec: {
+    imageName?: string;
+    bootstrap: {
+      initdb?: unknown;
+      recovery?: {
+        source: string;
+        database: string;
+        owner: string;
+        recoveryTarget?: { targetTime?: string };
+      };
+    };
+    externalClusters?: { name: string; plugin?: PluginEntry }[];
+    plugins?: PluginEntry[];
+    postgresql: { parameters: Record<string, string> };
+  };
+}
+
+interface ScheduledBackup extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    schedule: string;
+    immediate: boolean;
+    backupOwnerReference: string;
+    method: string;
+    pluginConfiguration: { name: string };
+  };
+}
+
+interface Kinds {
+  Cluster: Cluster;
+  ObjectStore: ObjectStore;
+  ScheduledBackup: ScheduledBackup;
+  Pooler: KubeObject & { spec: { cluster: { name: string } } };
+}
+
+function all<K extends keyof Kinds>(objects: KubeObject[], kind: K): Kinds[K][] {
+  return objects.filter((object) => object.kind === kind) as Kinds[K][];
+}
+
+function one<K extends keyof Kinds>(objects: KubeObject[], kind: K): Kinds[K] {
+  const matches = all(objects, kind);
+  if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
+  return must(matches[0], kind);
+}
+
+const PLUGIN = 'barman-cloud.cloudnative-pg.io';
+
+/** CloudNativePG on with a bucket and its credentials: what an operator sets to turn backups on. */
+const backupOn: RenderOptions = {
+  set: {
+    'cnpg.enabled': 'true',
+    'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters',
+    'backup.enabled': 'true',
+    'backup.objectStore.destinationPath': 's3://bucket/social-posts',
+    'backup.objectStore.existingSecret': 'store-keys',
+  },
+};
+
+const withBackup = (set: Record<string, string>): RenderOptions => ({
+  set: { ...backupOn.set, ...set },
+});
+
+function expectValid(object: KubeObject): void {
+  expect(crdProblems(object, must(crdValidator(object), `${object.kind} CRD`))).toEqual([]);
+}
+
+describe('Backups: what prod renders', () => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it('When the prod values are rendered, then an ObjectStore archives to the bucket with credentials from the Secret, gzip, 30 days kept', () => {
+    const store = one(objects, 'ObjectStore');
+    expect(store.apiVersion).toBe('barmancloud.cnpg.io/v1');
+    expect(store.spec.retentionPolicy).toBe('30d');
+    expect(store.spec.configuration).toEqual({
+      destinationPath: 's3://social-posts-example-backups/prod',
+      s3Credentials: {
+        accessKeyId: { name: 'social-posts-backup-credentials', key: 'ACCESS_KEY_ID' },
+        secretAccessKey: { name: 'social-posts-backup-credentials', key: 'ACCESS_SECRET_KEY' },
+      },
+      wal: { compression: 'gzip', maxParallel: 2 },
+      data: { compression: 'gzip', jobs: 2 },
+    });
+    expect(store.metadata.annotations?.['helm.sh/resource-policy']).toBe('keep');
+  });
+
+  it('When the prod values are rendered, then the Cluster archives its WAL through the plugin into that ObjectStore, in a folder of its own name, at least once a minute', () => {
+    const cluster = one(objects, 'Cluster');
+    expect(cluster.spec.plugins).toEqual([
+      {
+        name: PLUGIN,
+        isWALArchiver: true,
+        parameters: {
+          barmanObjectName: one(objects, 'ObjectStore').metadata.name,
+          serverName: 'social-posts-db',
+        },
+      },
+    ]);
+    expect(cluster.spec.postgresql.parameters.archive_timeout).toBe('60s');
+    expect(cluster.spec.bootstrap.recovery).toBeUndefined();
+    expect(cluster.spec.externalClusters).toBeUndefined();
+  });
+
+  it('When the prod values are rendered, then a ScheduledBackup takes a plugin base backup of the Cluster daily, the first at once', () => {
+    const scheduled = one(objects, 'ScheduledBackup');
+    expect(scheduled.apiVersion).toBe('postgresql.cnpg.io/v1');
+    expect(scheduled.spec).toEqual({
+      cluster: { name: one(objects, 'Cluster').metadata.name },
+      schedule: '0 0 3 * * *',
+      immediate: true,
+      backupOwnerReference: 'self',
+      method: 'plugin',
+      pluginConfiguration: { name: PLUGIN },
+    });
+  });
+
+  it("When the prod values are rendered, then the PostgreSQL image is an exact CloudNativePG image of the same major version as dev's PostgreSQL", async () => {
+    const image = must(one(objects, 'Cluster').spec.imageName, 'imageName');
+    // CloudNativePG v1.30.0's DefaultImageName (pkg/versions/versions.go).
+    expect(image).toBe('ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie');
+    const prodMajor = must(
+      /^ghcr\.io\/cloudnative-pg\/postgresql:(\d+)\.\d+-/.exec(image)?.[1],
+      'prod major',
+    );
+    const dev = findOne(await renderEnvironment('dev'), 'StatefulSet', 'social-posts-postgresql');
+    const devImage = must(dev.spec?.template.spec?.containers[0]?.image, 'dev image');
+    const devMajor = must(/^postgres:(\d+)\.\d+-/.exec(devImage)?.[1], 'dev major');
+    expect(devMajor).toBe(prodMajor);
+  });
+});
+
+describe('Backups: every values file validates against the plugin and CloudNativePG CRDs', () => {
+  const renderings: [string, () => Promise<KubeObject[]>, number][] = [
+    ...environments.map((environment): [string, () => Promise<KubeObject[]>, number] => [
+      `the ${environment} values`,
+      () => renderEnvironment(environment),
+      environment === 'prod' ? 1 : 0,
+    ]),
+    ["the recovery values (on prod's)", () => render(recoveryOptions), 1],
+    ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>, number] => [
+      file,
+      () => render({ values: [file] }),
+      0,
+    ]),
+  ];
+
+  it.each(renderings)(
+    'When %s are rendered, then each ObjectStore and ScheduledBackup validates against its CRD',
+    async (_name, renderObjects, expected) => {
+      const objects = await renderObjects();
+      const rendered = [...all(objects, 'ObjectStore'), ...all(objects, 'ScheduledBackup')];
+      expect(rendered).toHaveLength(expected * 2);
+      for (const object of rendered) expectValid(object);
+    },
+  );
+
+  it('When an ObjectStore or a ScheduledBackup breaks its CRD, then the check names the field', () => {
+    const store = {
+      apiVersion: 'barmancloud.cnpg.io/v1',
+      kind: 'ObjectStore',
+      metadata: { name: 's' },
+      spec: {
+        retentionPolicy: '30 days',
+        configuration: { destinationPath: 's3://b', data: { compression: 'zstd' }, wall: {} },
+      },
+    };
+    expect(crdProblems(store, must(crdValidator(store), 'ObjectStore CRD'))).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('/spec/retentionPolicy'),
+        expect.stringContaining('/spec/configuration/data/compression'),
+        expect.stringContaining('(wall)'),
+      ]),
+    );
+    const scheduled = {
+      apiVersion: 'postgresql.cnpg.io/v1',
+      kind: 'ScheduledBackup',
+      metadata: { name: 'b' },
+      spec: { cluster: { name: 'c' }, schedule: '0 3 * * *', method: 'barman' },
+    };
+    expect(crdProblems(scheduled, must(crdValidator(scheduled), 'ScheduledBackup CRD'))).toEqual([
+      expect.stringContaining('/spec/method'),
+    ]);
+  });
+});
+
+describe('Backups: options', () => {
+  it('When backup is off (dev, staging, the defaults), then there is no ObjectStore, ScheduledBackup or plugin entry', async () => {
+    const objects = await render({ set: { ...backupOn.set, 'backup.enabled': 'false' } });
+    expect(all(objects, 'ObjectStore')).toEqual([]);
+    expect(all(objects, 'ScheduledBackup')).toEqual([]);
+    expect(one(objects, 'Cluster').spec.plugins).toBeUndefined();
+  });
+
+  it.each<
+    [
+      string,
+      Record<string, string>,
+      ObjectStore['spec']['configuration'] extends infer C ? Partial<C> : never,
+    ]
+  >([
+    [
+      'IRSA (s3.inheritFromIAMRole)',
+      { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
+      { s3Credentials: { inheritFromIAMRole: true } },
+    ],
+    [
+      'Azure AD workload identity',
+      {
+        'backup.objectStore.provider': 'azure',
+        'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
+        'backup.objectStore.existingSecret': '',
+        'backup.objectStore.azure.inheritFromAzureAD': 'true',
+      },
+      { azureCredentials: { inheritFromAzureAD: true } },
+    ],
+    [
+      'GKE workload identity',
+      {
+        'backup.objectStore.provider': 'google',
+        'backup.objectStore.destinationPath': 'gs://bucket/social-posts',
+        'backup.objectStore.existingSecret': '',
+        'backup.objectStore.google.gkeEnvironment': 'true',
+      },
+      { googleCredentials: { gkeEnvironment: true } },
+    ],
+    [
+      'an Azure storage account key from the Secret',
+      {
+        'backup.objectStore.provider': 'azure',
+        'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
+      },
+      {
+        azureCredentials: {
+          storageAccount: { name: 'store-keys', key: 'AZURE_STORAGE_ACCOUNT' },
+          storageKey: { name: 'store-keys', key: 'AZURE_STORAGE_KEY' },
+        },
+      },
+    ],
+    [
+      'a Google service account key from the Secret',
+      { 'backup.objectStore.provider': 'google', 'backup.objectStore.destinationPath': 'gs://bucket/x' },
+      { googleCredentials: { applicationCredentials: { name: 'store-keys', key: 'gcsCredentials' } } },
+    ],
+    [
+      'an S3-compatible store with its own CA and a region',
+      {
+        'backup.objectStore.endpointURL': 'https://minio.storage.svc:9000',
+        'backup.objectStore.endpointCA.secretName': 'minio-ca',
+        'backup.objectStore.s3.regionKey': 'REGION',
+      },
+      {
+        endpointURL: 'https://minio.storage.svc:9000',
+        endpointCA: { name: 'minio-ca', key: 'ca.crt' },
+        s3Credentials: {
+          accessKeyId: { name: 'store-keys', key: 'ACCESS_KEY_ID' },
+          secretAccessKey: { name: 'store-keys', key: 'ACCESS_SECRET_KEY' },
+          region: { name: 'store-keys', key: 'REGION' },
+        },
+      },
+    ],
+  ])(
+    'When the store is reached with %s, then the ObjectStore carries exactly that and validates',
+    async (_case, set, expected) => {
+      const store = one(await render(withBackup(set)), 'ObjectStore');
+      expect(store.spec.configuration).toMatchObject(expected);
+      for (const key of ['s3Credentials', 'azureCredentials', 'googleCredentials'] as const)
+        if (!(key in expected)) expect(store.spec.configuration[key]).toBeUndefined();
+      expectValid(store);
+    },
+  );
+
+  it('When backup.data.immediateCheckpoint is true, then the ObjectStore starts each base backup with an immediate checkpoint', async () => {
+    const objects = await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' }));
+    expectValid(one(objects, 'ObjectStore'));
+    expect(one(objects, 'ObjectStore').spec.configuration.data).toEqual({
+      compression: 'gzip',
+      jobs: 2,
+      immediateCheckpoint: true,
+    });
+  });
+
+  it('When compression is off, the schedule, owner and retention change and WAL archiving is off, then the objects follow', async () => {
+    const objects = await render(
+      withBackup({
+        'backup.wal.compression': '',
+        'backup.data.compression': '',
+        'backup.schedule': '0 30 */6 * * *',
+        'backup.immediate': 'false',
+        'backup.backupOwnerReference': 'cluster',
+        'backup.retentionPolicy': '2w',
+        'backup.walArchiving': 'false',
+      }),
+    );
+    const store = one(objects, 'ObjectStore');
+    expect(store.spec.configuration.wal).toEqual({ maxParallel: 2 });
+    expect(store.spec.configuration.data).toEqual({ jobs: 2 });
+    expect(store.spec.retentionPolicy).toBe('2w');
+    expect(one(objects, 'ScheduledBackup').spec).toMatchObject({
+      schedule: '0 30 */6 * * *',
+      immediate: false,
+      backupOwnerReference: 'cluster',
+    });
+    expect(one(objects, 'Cluster').spec.plugins?.[0]?.isWALArchiver).toBe(false);
+    for (const object of [store, one(objects, 'ScheduledBackup'), one(objects, 'Cluster')])
+      expectValid(object);
+  });
+});
+
+describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () => {
+  let prod: KubeObject[];
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    prod = await renderEnvironment('prod');
+    objects = await render(recoveryOptions);
+  });
+
+  it("When the recovery values are rendered, then a NEW Cluster bootstraps from an externalClusters entry that reads prod's folder through the plugin, up to the target time", () => {
+    const cluster = one(objects, 'Cluster');
+    expect(cluster.metadata.name).toBe('social-posts-db-r1');
+    expect(cluster.metadata.name).not.toBe(one(prod, 'Cluster').metadata.name);
+    expect(cluster.spec.bootstrap.initdb).toBeUndefined();
+    const recovery = must(cluster.spec.bootstrap.recovery, 'bootstrap.recovery');
+    expect(recovery.recoveryTarget).toEqual({ targetTime: '2026-11-26T03:14:00Z' });
+    expect([recovery.database, recovery.owner]).toEqual(['social_posts', 'social_posts']);
+    const source = cluster.spec.externalClusters?.filter((c) => c.name === recovery.source);
+    expect(source).toEqual([
+      {
+        name: recovery.source,
+        plugin: {
+          name: PLUGIN,
+          parameters: {
+            barmanObjectName: one(objects, 'ObjectStore').metadata.name,
+            serverName: one(prod, 'Cluster').spec.plugins?.[0]?.parameters.serverName,
+          },
+        },
+      },
+    ]);
+    expectValid(cluster);
+  });
+
+  it('When the recovery values are rendered, then the new Cluster archives into a folder of its own, never the one it recovers from', () => {
+    const cluster = one(objects, 'Cluster');
+    const archive = must(cluster.spec.plugins?.[0], 'plugins entry');
+    expect(archive).toMatchObject({ name: PLUGIN, isWALArchiver: true });
+    expect(archive.parameters.serverName).toBe('social-posts-db-r1');
+    expect(archive.parameters.serverName).not.toBe(
+      cluster.spec.externalClusters?.[0]?.plugin?.parameters.serverName,
+    );
+    expect(one(objects, 'ScheduledBackup').spec.cluster.name).toBe('social-posts-db-r1');
+  });
+
+  it("When the recovery values are rendered, then the service moves onto the new Cluster: its Pooler, its owner's Secret and its CA", () => {
+    const pooler = one(objects, 'Pooler');
+    expect(pooler.spec.cluster.name).toBe('social-posts-db-r1');
+    expect(configMapData(objects).DB_HOSTNAME).toBe(pooler.metadata.name);
+    expect(pooler.metadata.name).not.toBe(one(prod, 'Pooler').metadata.name);
+    const password = apiContainer(objects).env?.find((e) => e.name === 'DB_PASSWORD');
+    expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-r1-app', key: 'password' });
+    expect(podSpec(objects).volumes?.map((v) => v.secret?.secretName)).toContain('social-posts-db-r1-ca');
+  });
+
+  it('When no target time is given, then the Cluster recovers to the end of the archive (a lost cluster)', async () => {
+    const cluster = one(
+      await render({ ...recoveryOptions, set: { 'backup.recovery.targetTime': '' } }),
+      'Cluster',
+    );
+    expect(cluster.spec.bootstrap.recovery?.recoveryTarget).toBeUndefined();
+    expectValid(cluster);
+  });
+});
+
+describe('Backups and recovery: values that cannot work fail the render', () => {
+  it.each<[string, RenderOptions, string]>([
+    [
+      'backup is on without a bucket',
+      withBackup({ 'backup.objectStore.destinationPath': '' }),
+      'backup.objectStore.destinationPath is required when backup.enabled',
+    ],
+    [
+      'prod is rendered with its bucket removed',
+      { values: ['values-prod.yaml'], set: { 'backup.objectStore.destinationPath': '' } },
+      'backup.objectStore.destinationPath is required when backup.enabled',
+    ],
+    [
+      'backup is on without CloudNativePG',
+      withBackup({ 'cnpg.enabled': 'false', 'postgresql.enabled': 'true', 'secret.generate': 'true' }),
+      'backup.enabled needs cnpg.enabled',
+    ],
+    [
+      'the bucket is not of the provider',
+      withBackup({ 'backup.objectStore.provider': 'google' }),
+      'backup.objectStore.destinationPath "s3://bucket/social-posts" does not suit provider google',
+    ],
+    [
+      'there are neither credentials nor workload identity',
+      withBackup({ 'backup.objectStore.existingSecret': '' }),
+      'backup.objectStore.existingSecret is required for provider s3',
+    ],
+    [
+      'recovery is on without backup',
+      { ...recoveryOptions, set: { 'backup.enabled': 'false' } },
+      'backup.recovery.enabled needs backup.enabled',
+    ],
+    [
+      'recovery names no source',
+      { ...recoveryOptions, set: { 'backup.recovery.sourceServerName': '' } },
+      'backup.recovery.sourceServerName is required',
+    ],
+    [
+      'recovery would happen in place (the Cluster keeps its name)',
+      { ...recoveryOptions, set: { 'cnpg.cluster.name': 'social-posts-db' } },
+      'CloudNativePG recovers only into a new Cluster',
+    ],
+    [
+      'the new Cluster would archive into the folder it recovers from',
+      { ...recoveryOptions, set: { 'backup.serverName': 'social-posts-db' } },
+      'is also the folder the recovered Cluster would archive to',
+    ],
+    [
+      'a retention policy the plugin does not take',
+      withBackup({ 'backup.retentionPolicy': '30 days' }),
+      '/backup/retentionPolicy',
+    ],
+    ['a five-field cron schedule', withBackup({ 'backup.schedule': '0 3 * * *' }), '/backup/schedule'],
+    [
+      'a target time without a zone',
+      { ...recoveryOptions, set: { 'backup.recovery.targetTime': '2026-11-26 03:14' } },
+      '/backup/recovery/targetTime',
+    ],
+    [
+      'a compression base backups do not have',
+      withBackup({ 'backup.data.compression': 'zstd' }),
+      '/backup/data/compression',
+    ],
+  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
+    expect(await renderRefused(options)).toContain(message);
+  });
+});

@@ -1,0 +1,518 @@
+/**
+ * The CloudNativePG option (cnpg.enabled): the Cluster and Pooler the chart renders, checked
+ * against CloudNativePG v1.30.0's own CRDs (tests/chart/schemas/), and how the API pods reach them:
+ * through the Pooler, over TLS verified against the cluster's CA and host name, with the owner's
+ * credentials from CloudNativePG's Secret, within the connection budget checked at render.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { crdProblems, crdValidator } from './crd-schemas';
+import {
+  apiContainer,
+  chartDir,
+  configMapData,
+  environments,
+  findAll,
+  findOne,
+  must,
+  podSpec,
+  render,
+  renderEnvironment,
+  renderRefused,
+  repoRoot,
+  type KubeObject,
+  type RenderOptions,
+} from './helm';
+
+interface Cluster extends KubeObject {
+  spec: {
+    instances: number;
+    bootstrap: {
+      initdb: {
+        database: string;
+        owner: string;
+        secret?: { name: string };
+        postInitApplicationSQL: string[];
+      };
+    };
+    postgresql: {
+      parameters: Record<string, string>;
+      synchronous?: { method: string; number: number; dataDurability: string };
+    };
+    certificates?: { serverAltDNSNames: string[] };
+    storage: { size: string };
+  };
+}
+
+interface Pooler extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    instances: number;
+    type: string;
+    pgbouncer: { poolMode: string; parameters: Record<string, string> };
+  };
+}
+
+interface PodMonitor extends KubeObject {
+  spec: { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: { port: string }[] };
+}
+
+const cnpgOn: RenderOptions = {
+  set: { 'cnpg.enabled': 'true', 'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters' },
+};
+
+interface CustomKinds {
+  Cluster: Cluster;
+  Pooler: Pooler;
+}
+
+function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): CustomKinds[K] {
+  const matches = objects.filter((object) => object.kind === kind);
+  if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
+  return matches[0] as CustomKinds[K];
+}
+
+describe('CloudNativePG: what prod renders', () => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it('When the prod values are rendered, then the Cluster and Pooler are valid against CloudNativePG v1.30.0 CRDs', () => {
+    for (const object of [one(objects, 'Cluster'), one(objects, 'Pooler')]) {
+      const validate = must(crdValidator(object), `CRD of ${object.kind}`);
+      expect(crdProblems(object, validate)).toEqual([]);
+    }
+  });
+
+  it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
+    const cluster = one(objects, 'Cluster');
+    expect(cluster.metadata.name).toBe('social-posts-db');
+    expect(cluster.spec.instances).toBe(3);
+    expect(cluster.spec.postgresql.synchronous).toEqual({
+      method: 'any',
+      number: 1,
+      dataDurability: 'required',
+    });
+    expect(cluster.metadata.annotations?.['helm.sh/resource-policy']).toBe('keep');
+  });
+
+  it("When the prod values are rendered, then initdb makes the service's database and owner, with pg_trgm made by the superuser", () => {
+    const { initdb } = one(objects, 'Cluster').spec.bootstrap;
+    expect(initdb.database).toBe('social_posts');
+    expect(initdb.owner).toBe('social_posts');
+    expect(initdb.secret).toBeUndefined();
+    expect(initdb.postInitApplicationSQL).toEqual(['CREATE EXTENSION IF NOT EXISTS pg_trgm']);
+    const env = configMapData(objects);
+    expect([env.DB_NAME, env.DB_USERNAME]).toEqual(['social_posts', 'social_posts']);
+  });
+
+  it('When the prod values are rendered, then the Pooler pools in transaction mode with PgBouncer settings as strings, prepared statements tracked', () => {
+    const pooler = one(objects, 'Pooler');
+    const cluster = one(objects, 'Cluster');
+    expect(pooler.metadata.name).not.toBe(cluster.metadata.name);
+    expect(pooler.spec.cluster.name).toBe(cluster.metadata.name);
+    expect(pooler.spec.type).toBe('rw');
+    expect(pooler.spec.instances).toBe(2);
+    expect(pooler.spec.pgbouncer.poolMode).toBe('transaction');
+    // 3 replicas at least x poolMax 10, over 2 PgBouncers.
+    expect(pooler.spec.pgbouncer.parameters).toEqual({
+      max_client_conn: '1000',
+      default_pool_size: '15',
+      max_prepared_statements: '200',
+      // PgBouncer's 15 s would keep writes down that long after a failover (k8s:local measures it).
+      server_login_retry: '2',
+    });
+    expect(configMapData(objects).DB_PREPARED_STATEMENTS).toBe('true');
+  });
+
+  it("When the prod values are rendered, then the service dials the Pooler's Service by a name the server certificate carries, over verified TLS", () => {
+    const env = configMapData(objects);
+    const pooler = one(objects, 'Pooler');
+    expect(env.DB_HOSTNAME).toBe(pooler.metadata.name);
+    expect(env.DB_PORT).toBe('5432');
+    expect(env.DB_SSL).toBe('true');
+    const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    expect(names).toContain(env.DB_HOSTNAME);
+    expect(names).toContain(`${pooler.metadata.name}.social-posts-prod.svc`);
+  });
+
+  it("When the prod values are rendered, then only ca.crt of the cluster's CA Secret is mounted, read-only, where DB_SSL_CA_FILE points", () => {
+    const pod = podSpec(objects);
+    const volume = must(
+      pod.volumes?.find((v) => v.secret?.secretName === 'social-posts-db-ca'),
+      'CA volume',
+    );
+    // The same Secret holds ca.key, the CA's private key: it must never reach the pods.
+    expect(volume.secret?.items).toEqual([{ key: 'ca.crt', path: 'ca.crt' }]);
+    const mount = must(
+      pod.containers[0]?.volumeMounts?.find((m) => m.name === volume.name),
+      'CA mount',
+    );
+    expect(mount.readOnly).toBe(true);
+    expect(configMapData(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
+  });
+
+  it("When the prod values are rendered, then DB_PASSWORD is the password of CloudNativePG's <cluster>-app Secret and the chart makes no database password", () => {
+    const container = apiContainer(objects);
+    const password = container.env?.find((e) => e.name === 'DB_PASSWORD');
+    expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-app', key: 'password' });
+    // prod's own Secret (existingSecret) needs SECRET_KEY only: the chart makes none.
+    expect(findAll(objects, 'Secret')).toEqual([]);
+  });
+
+  it('When the prod values are rendered, then the API may reach only the Pooler pods on 5432 (by label), besides DNS', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
+    const database = must(policy.spec?.egress, 'egress').filter((rule) =>
+      rule.ports?.some((port) => port.port === 5432),
+    );
+    expect(database).toEqual([
+      {
+        to: [{ podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } }],
+        ports: [{ port: 5432, protocol: 'TCP' }],
+      },
+    ]);
+  });
+
+  it('When the prod values are rendered, then the connection budget has room: (10 + 1) x (10 + 1) clients against 1000 per PgBouncer, 2 x 15 server connections against 100', () => {
+    const pooler = one(objects, 'Pooler');
+    const hpa = findOne(objects, 'HorizontalPodAutoscaler');
+    const poolMax = Number(configMapData(objects).DB_POOL_MAX);
+    const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
+    expect(clients).toBeLessThan(Number(pooler.spec.pgbouncer.parameters.max_client_conn) / 2);
+    const servers = pooler.spec.instances * Number(pooler.spec.pgbouncer.parameters.default_pool_size);
+    const maxConnections = Number(one(objects, 'Cluster').spec.postgresql.parameters.max_connections);
+    expect(servers).toBeLessThan(maxConnections / 2);
+  });
+});
+
+describe('CloudNativePG: options', () => {
+  it('When any environment turns cnpg on, then its Cluster and Pooler validate against the CRDs (every environment is checked)', async () => {
+    for (const environment of environments) {
+      const objects = await renderEnvironment(environment);
+      for (const object of objects.filter((o) => o.apiVersion.startsWith('postgresql.cnpg.io/'))) {
+        expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
+      }
+    }
+  });
+
+  it('When a Pooler breaks the CRD (a misspelt field, an unknown pool mode), then the CRD check names it', () => {
+    const pooler = {
+      apiVersion: 'postgresql.cnpg.io/v1',
+      kind: 'Pooler',
+      metadata: { name: 'p' },
+      spec: { cluster: { name: 'c' }, pgbouncer: { poolMode: 'statement', paramters: {} } },
+    };
+    const problems = crdProblems(pooler, must(crdValidator(pooler), 'Pooler CRD'));
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('/spec/pgbouncer/poolMode'),
+        expect.stringContaining('(paramters)'),
+      ]),
+    );
+  });
+
+  it("When the operator manages the owner's password (cnpg.cluster.appSecret), then initdb and the pods use that basic-auth Secret", async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.appSecret': 'db-owner' } });
+    expect(one(objects, 'Cluster').spec.bootstrap.initdb.secret).toEqual({ name: 'db-owner' });
+    const container = apiContainer(objects);
+    expect(container.env?.find((e) => e.name === 'DB_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'db-owner',
+      key: 'password',
+    });
+    // The chart's Secret still holds the signing key, and nothing for the database.
+    expect(Object.keys(must(findOne(objects, 'Secret').data, 'Secret data'))).toEqual(['SECRET_KEY']);
+  });
+
+  it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
+    const objects = await render({
+      set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
+      setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
+    });
+    expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
+    expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
+    // CloudNativePG's own server certificate already names the -rw Service.
+    expect(one(objects, 'Cluster').spec.certificates).toBeUndefined();
+    const egress = must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
+    expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
+      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db' } } },
+    ]);
+  });
+
+  it('When one instance is asked for, then no synchronous replication is rendered (there is no standby to wait for)', async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.instances': '1' } });
+    const cluster = one(objects, 'Cluster');
+    expect(crdProblems(cluster, must(crdValidator(cluster), 'Cluster CRD'))).toEqual([]);
+    expect(cluster.spec.postgresql.synchronous).toBeUndefined();
+  });
+
+  it('When more PgBouncer settings are given, then they join the managed ones and may replace server_login_retry', async () => {
+    const objects = await render({
+      set: cnpgOn.set,
+      setString: {
+        'cnpg.pooler.parameters.query_wait_timeout': '30',
+        'cnpg.pooler.parameters.server_login_retry': '5',
+      },
+    });
+    expect(one(objects, 'Pooler').spec.pgbouncer.parameters).toMatchObject({
+      query_wait_timeout: '30',
+      server_login_retry: '5',
+      max_client_conn: '1000',
+    });
+  });
+
+  it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
+    const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
+    const monitors = objects.filter((o): o is PodMonitor => o.kind === 'PodMonitor');
+    expect(monitors.map((m) => m.spec.selector.matchLabels)).toEqual([
+      // CloudNativePG's PgBouncer pods carry cnpg.io/cluster as well: without the role they would be scraped twice.
+      { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' },
+      { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
+    ]);
+    for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
+    const off = await render(cnpgOn);
+    expect(off.filter((o) => o.kind === 'PodMonitor')).toEqual([]);
+  });
+});
+
+describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => {
+  const instances = {
+    matchLabels: { 'cnpg.io/cluster': 'social-posts-db' },
+    matchExpressions: [{ key: 'cnpg.io/podRole', operator: 'NotIn', values: ['pooler'] }],
+  };
+  const api = {
+    'app.kubernetes.io/name': 'social-posts',
+    'app.kubernetes.io/instance': 'social-posts',
+    'app.kubernetes.io/component': 'api',
+  };
+  const tcp = (...ports: number[]) => ports.map((port) => ({ port, protocol: 'TCP' }));
+  const dns = {
+    to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
+    ports: [
+      { port: 53, protocol: 'UDP' },
+      { port: 53, protocol: 'TCP' },
+    ],
+  };
+  const apiServer = { to: [{ ipBlock: { cidr: '192.0.2.10/32' } }], ports: tcp(443, 6443) };
+  const toInstances = { to: [{ podSelector: instances }], ports: tcp(5432) };
+  const monitoring = (port: number) => ({
+    from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }],
+    ports: tcp(port),
+  });
+
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it('When the prod values are rendered, then PostgreSQL admits only the PgBouncers, the other instances and the operator, the status port only the operator, metrics only monitoring', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.podSelector).toEqual(instances);
+    expect(policy.spec?.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(policy.spec?.ingress).toEqual([
+      {
+        from: [
+          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+          { podSelector: instances },
+        ],
+        ports: tcp(5432),
+      },
+      {
+        from: [
+          {
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'cnpg-system' } },
+            podSelector: { matchLabels: { 'app.kubernetes.io/name': 'cloudnative-pg' } },
+          },
+        ],
+        ports: tcp(5432, 8000),
+      },
+      monitoring(9187),
+    ]);
+  });
+
+  it('When the prod values are rendered, then the instances reach only DNS, the API server, each other and the object store (HTTPS, no private range)', () => {
+    expect(findOne(objects, 'NetworkPolicy', 'social-posts-db').spec?.egress).toEqual([
+      dns,
+      apiServer,
+      toInstances,
+      {
+        to: [
+          {
+            ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'] },
+          },
+        ],
+        ports: tcp(443),
+      },
+    ]);
+  });
+
+  it('When the prod values are rendered, then the PgBouncers admit only the API pods (and monitoring on 9127) and reach only DNS, the API server and the instances', () => {
+    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db-pooler-rw');
+    expect(policy.spec?.podSelector).toEqual({
+      matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
+    });
+    expect(policy.spec?.ingress).toEqual([
+      { from: [{ podSelector: { matchLabels: api } }], ports: tcp(5432) },
+      monitoring(9127),
+    ]);
+    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+  });
+
+  it('When the Pooler and backups are off, then the API pods reach PostgreSQL directly and nothing reaches the object store', async () => {
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'cnpg.pooler.enabled': 'false', 'backup.enabled': 'false', 'autoscaling.maxReplicas': '5' },
+    });
+    const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.ingress?.[0]?.from).toEqual([
+      { podSelector: { matchLabels: api } },
+      { podSelector: instances },
+    ]);
+    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+    expect(
+      findAll(rendered, 'NetworkPolicy')
+        .map((p) => p.metadata?.name)
+        .sort(),
+    ).toEqual(['social-posts', 'social-posts-db']);
+  });
+
+  it('When the operator runs elsewhere and the store is in the cluster, then the policies name them', async () => {
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'networkPolicy.cnpg.operatorNamespace': 'postgres-operator' },
+      setJson: {
+        'networkPolicy.cnpg.objectStore.to': [
+          { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } },
+        ],
+        'networkPolicy.cnpg.objectStore.ports': [9000],
+      },
+    });
+    const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
+    expect(policy.spec?.ingress?.[1]?.from?.[0]?.namespaceSelector).toEqual({
+      matchLabels: { 'kubernetes.io/metadata.name': 'postgres-operator' },
+    });
+    expect(policy.spec?.egress?.[3]).toEqual({
+      to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } }],
+      ports: tcp(9000),
+    });
+  });
+
+  it("When the API server's addresses are not given, then helm template fails saying how to find them", async () => {
+    expect(
+      await renderRefused({
+        values: ['values-prod.yaml'],
+        setJson: { 'networkPolicy.cnpg.apiServer.cidrs': [] },
+      }),
+    ).toContain('networkPolicy.cnpg.apiServer.cidrs is required with cnpg.enabled and networkPolicy.enabled');
+  });
+});
+
+describe('CloudNativePG: values that cannot work fail the render with one line', () => {
+  it.each<[string, RenderOptions, string]>([
+    [
+      'the in-chart PostgreSQL is on as well',
+      { set: { 'postgresql.enabled': 'true' } },
+      'cnpg.enabled and postgresql.enabled both choose the database',
+    ],
+    [
+      'an external host is named as well',
+      { set: { 'database.host': 'db.example.internal' } },
+      'database.host names an external PostgreSQL while cnpg.enabled makes one',
+    ],
+    [
+      'the Pooler is named like the Cluster',
+      { set: { 'cnpg.cluster.name': 'pg', 'cnpg.pooler.name': 'pg' } },
+      "cnpg.pooler.name must differ from the Cluster's name",
+    ],
+    [
+      'a pooler size is set through the free-form parameters',
+      { setString: { 'cnpg.pooler.parameters.max_client_conn': '5000' } },
+      'cnpg.pooler.parameters.max_client_conn: set it with its own value',
+    ],
+    [
+      "the cluster's max_connections is set through the free-form parameters",
+      { setString: { 'cnpg.cluster.parameters.max_connections': '500' } },
+      'cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections',
+    ],
+    [
+      'prepared statements are on and PgBouncer tracks none',
+      { set: { 'cnpg.pooler.maxPreparedStatements': '0' } },
+      'database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0',
+    ],
+  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
+    // Free-form parameters are strings (the CRD's type), hence --set-string for them.
+    const error = await renderRefused({
+      set: { ...cnpgOn.set, ...options.set },
+      setString: options.setString,
+    });
+    expect(error).toContain(message);
+  });
+});
+
+describe('The connection budget, checked at render', () => {
+  it.each<[string, RenderOptions, string]>([
+    [
+      'the pods could open more connections than one PgBouncer takes',
+      { values: ['values-prod.yaml'], set: { 'autoscaling.maxReplicas': '100' } },
+      'connection budget: (100 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 1111 connections exceed cnpg.pooler.maxClientConn 1000',
+    ],
+    [
+      "the Pooler's server pools exceed the cluster's max_connections",
+      { values: ['values-prod.yaml'], set: { 'cnpg.pooler.defaultPoolSize': '60' } },
+      'connection budget: cnpg.pooler.instances 2 x default_pool_size 60 = 120 server connections exceed cnpg.cluster.maxConnections 100',
+    ],
+    [
+      'an external server without a pooler gets more than its max_connections',
+      {
+        values: ['values-staging.yaml'],
+        set: { 'secret.dbPassword': 'x', replicaCount: '9' },
+      },
+      'connection budget: (9 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 110 connections exceed database.maxConnections 100 less 3 superuser-reserved',
+    ],
+    [
+      'the in-chart PostgreSQL gets more than its max_connections',
+      { values: ['values-dev.yaml'], set: { 'database.poolMax': '60' } },
+      'connection budget: (1 replicas at most + 1 surge) x (database.poolMax 60 + 1 migration connection) = 122 connections exceed database.maxConnections 100',
+    ],
+  ])(
+    'When %s, then helm template fails with one line naming the numbers',
+    async (_case, options, message) => {
+      const error = await renderRefused(options);
+      // helm's own hint (--debug) follows on later lines; the template's message is one line.
+      expect(error.split('\n')[0]).toContain(message);
+    },
+  );
+
+  it.each(environments)('When the %s values are rendered, then they pass the budget', async (environment) => {
+    await expect(renderEnvironment(environment)).resolves.toEqual(expect.any(Array));
+  });
+});
+
+describe('The kind runner with --cnpg (it cannot run here; these checks keep it true)', () => {
+  const runner = readFileSync(resolve(repoRoot, 'k8s-tests/kind/run.sh'), 'utf8');
+  const e2e: RenderOptions = {
+    values: ['values-dev.yaml', '../k8s-tests/values-e2e.yaml', '../k8s-tests/values-e2e-cnpg.yaml'],
+    namespace: 'social-posts-dev',
+  };
+
+  it('When the runner installs the operator, then it is the release whose CRDs the chart tests vendor', () => {
+    const version = must(/^CNPG_VERSION=(\S+)$/m.exec(runner)?.[1], 'CNPG_VERSION');
+    const vendored = readFileSync(resolve(chartDir, 'test/schemas/README.md'), 'utf8');
+    expect(vendored).toContain(`CloudNativePG v${version},`);
+  });
+
+  it('When the e2e values turn cnpg on, then the Cluster and Pooler validate and carry the names the runner and the kind driver wait for', async () => {
+    const objects = await render(e2e);
+    const cluster = one(objects, 'Cluster');
+    const pooler = one(objects, 'Pooler');
+    for (const object of [cluster, pooler])
+      expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
+    expect(cluster.metadata.name).toBe('social-posts-db');
+    expect(runner).toContain('cluster/$RELEASE-db"');
+    expect(pooler.metadata.name).toBe('social-posts-db-pooler-rw');
+    expect(runner).toContain('deployment/$RELEASE-db-pooler-rw"');
+    // Three instances: after the primary is lost a synchronous standby remains, so writes go on.
+    expect(cluster.spec.instances).toBe(3);
+    expect(objects.filter((o) => o.kind === 'StatefulSet')).toEqual([]);
+  });
+});

@@ -1,0 +1,203 @@
+/** Helpers of the chart tests: run helm from .tools/, render the chart and pick objects out of the output. */
+import { execFile } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
+import type { IStatefulSet } from 'kubernetes-models/apps/v1/StatefulSet';
+import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
+import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
+import type { INetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
+import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
+import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
+import type { IContainer } from 'kubernetes-models/v1/Container';
+import type { IPod } from 'kubernetes-models/v1/Pod';
+import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
+import type { ISecret } from 'kubernetes-models/v1/Secret';
+import type { IService } from 'kubernetes-models/v1/Service';
+import type { IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
+import { parseAllDocuments } from 'yaml';
+import { ensureTools } from '../../tools/tools';
+
+export const repoRoot = resolve(__dirname, '..', '..');
+export const chartDir = resolve(repoRoot, 'chart');
+export const environments = ['dev', 'staging', 'prod'] as const;
+export type Environment = (typeof environments)[number];
+
+/** chart-testing's values files, relative to chart/ (ci/<name>-values.yaml). */
+export const ciValuesFiles = readdirSync(resolve(chartDir, 'ci'))
+  .filter((file) => file.endsWith('-values.yaml'))
+  .map((file) => `ci/${file}`);
+
+/** What every rendered Kubernetes object has; kinds are narrowed with the kubernetes-models interfaces. */
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+}
+
+export interface HelmResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+const helmBin = ensureTools().helm;
+
+/** Runs helm asynchronously (a fake API server in this process must keep answering meanwhile). */
+export function runHelm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<HelmResult> {
+  return new Promise((resolvePromise) => {
+    execFile(
+      helmBin,
+      args,
+      // No kubeconfig unless a test provides one: rendering must never reach a real cluster.
+      { env: { ...process.env, KUBECONFIG: '/dev/null', ...env }, maxBuffer: 32 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+        resolvePromise({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+export interface RenderOptions {
+  /** Values files relative to chart/. */
+  values?: string[];
+  /** --set: helm parses numbers and booleans. */
+  set?: Record<string, string>;
+  /** --set-string: always strings (annotations). */
+  setString?: Record<string, string>;
+  /** --set-json: lists and objects (rules, env vars, volumes). */
+  setJson?: Record<string, unknown>;
+  namespace?: string;
+  extraArgs?: string[];
+  env?: NodeJS.ProcessEnv;
+}
+
+/** The values flags of the options, for `helm lint`, `helm template` and `helm install` alike. */
+export function valuesArgs(options: RenderOptions = {}): string[] {
+  const args: string[] = [];
+  for (const file of options.values ?? []) args.push('--values', resolve(chartDir, file));
+  for (const [key, value] of Object.entries(options.set ?? {})) args.push('--set', `${key}=${value}`);
+  for (const [key, value] of Object.entries(options.setString ?? {}))
+    args.push('--set-string', `${key}=${value}`);
+  for (const [key, value] of Object.entries(options.setJson ?? {}))
+    args.push('--set-json', `${key}=${JSON.stringify(value)}`);
+  return [...args, ...(options.extraArgs ?? [])];
+}
+
+/** Release name (always social-posts, as in chart/README.md and docs/operations.md), chart, namespace and values flags. */
+export function releaseArgs(options: RenderOptions = {}): string[] {
+  const namespace = options.namespace ?? 'social-posts-test';
+  return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];
+}
+
+export function template(options: RenderOptions = {}): Promise<HelmResult> {
+  return runHelm(['template', ...releaseArgs(options)], options.env);
+}
+
+export function parseManifests(text: string): KubeObject[] {
+  return parseAllDocuments(text)
+    .map((document) => {
+      if (document.errors.length > 0)
+        throw new Error(`rendered YAML does not parse: ${document.errors[0]?.message ?? ''}`);
+      return document.toJS() as KubeObject | null;
+    })
+    .filter((object): object is KubeObject => object !== null);
+}
+
+export async function render(options: RenderOptions = {}): Promise<KubeObject[]> {
+  const result = await template(options);
+  if (result.code !== 0) throw new Error(`helm template failed:\n${result.stderr}`);
+  return parseManifests(result.stdout);
+}
+
+/** The options an operator uses for an environment (see chart/README.md): the values file alone. */
+export function environmentOptions(environment: Environment): RenderOptions {
+  return {
+    values: [`values-${environment}.yaml`],
+    namespace: `social-posts-${environment}`,
+  };
+}
+
+/** Point-in-time recovery as chart/README.md runs it: prod's values with values-recovery.yaml on top. */
+export const recoveryOptions: RenderOptions = {
+  values: ['values-prod.yaml', 'values-recovery.yaml'],
+  namespace: 'social-posts-prod',
+};
+
+const renderedEnvironments = new Map<Environment, Promise<KubeObject[]>>();
+
+/** Renders an environment once per test file. */
+export function renderEnvironment(environment: Environment): Promise<KubeObject[]> {
+  let rendered = renderedEnvironments.get(environment);
+  if (!rendered) {
+    rendered = render(environmentOptions(environment));
+    renderedEnvironments.set(environment, rendered);
+  }
+  return rendered;
+}
+
+/** The kinds the chart renders, each with its kubernetes-models interface. */
+export interface RenderedKinds {
+  ConfigMap: IConfigMap;
+  Deployment: IDeployment;
+  HorizontalPodAutoscaler: IHorizontalPodAutoscaler;
+  Ingress: IIngress;
+  NetworkPolicy: INetworkPolicy;
+  Pod: IPod;
+  PodDisruptionBudget: IPodDisruptionBudget;
+  Secret: ISecret;
+  Service: IService;
+  ServiceAccount: IServiceAccount;
+  StatefulSet: IStatefulSet;
+}
+
+/** Objects of a kind, typed with its kubernetes-models interface. */
+export function findAll<K extends keyof RenderedKinds>(objects: KubeObject[], kind: K): RenderedKinds[K][] {
+  // The schema tests validate every rendered object against these very types.
+  return objects.filter((object) => object.kind === kind) as unknown as RenderedKinds[K][];
+}
+
+/** The one object of a kind (and name, when given); fails loudly when it is missing or ambiguous. */
+export function findOne<K extends keyof RenderedKinds>(
+  objects: KubeObject[],
+  kind: K,
+  name?: string,
+): RenderedKinds[K] {
+  const matches = findAll(objects, kind).filter(
+    (object) => name === undefined || object.metadata?.name === name,
+  );
+  const [match] = matches;
+  if (matches.length !== 1 || match === undefined) {
+    throw new Error(`expected one ${kind}${name ? ` named ${name}` : ''}, found ${matches.length}`);
+  }
+  return match;
+}
+
+/** The API's settings as the pod reads them: the release ConfigMap's data. */
+export function configMapData(objects: KubeObject[]): Record<string, string> {
+  return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+}
+
+/** Renders with `options`, expects helm to refuse, and returns what it said (the template's fail message first). */
+export async function renderRefused(options: RenderOptions): Promise<string> {
+  const result = await template(options);
+  expect(result.code).not.toBe(0);
+  return result.stderr.trim();
+}
+
+/** The API pods' spec: the Deployment's pod template. */
+export function podSpec(objects: KubeObject[]): IPodSpec {
+  return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+}
+
+/** The API container of the Deployment's pods. */
+export function apiContainer(objects: KubeObject[]): IContainer {
+  return must(podSpec(objects).containers[0], 'API container');
+}
+
+/** Narrows an optional field the test expects to be there. */
+export function must<T>(value: T | null | undefined, what: string): T {
+  if (value === undefined || value === null) throw new Error(`missing: ${what}`);
+  return value;
+}

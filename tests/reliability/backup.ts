@@ -1,0 +1,357 @@
+/**
+ * The backup and point-in-time-recovery drill with the real parts (issue 30): a primary archiving
+ * its WAL into an S3-compatible store with barman-cloud-wal-archive, base backups with
+ * barman-cloud-backup, recovery into a new server with barman-cloud-restore and
+ * barman-cloud-wal-restore, the service under write load through real HTTP. Used by
+ * tests/reliability/backup.test.ts and tools/bench/backup.ts; every setting is a parameter, so a harness that
+ * reads them from the rendered chart can drive it too.
+ */
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import {
+  archiveNow,
+  archivingSettings,
+  massDelete,
+  recoverServer,
+  takeBaseBackup,
+  type BarmanSettings,
+  type Compression,
+  type RecoveryRun,
+} from '../../tools/harness/barman';
+import { ObjectStore } from '../../tools/harness/object-store';
+import { OwnPostgres, queryServer } from '../../tools/harness/postgres';
+import { account, call, sleep, waitForStatus, type ServiceProcess } from './support';
+
+export interface DrillSettings {
+  /** The primary's archive_timeout, in PostgreSQL's syntax ("60s", "5min"). */
+  archiveTimeout: string;
+  /** The ObjectStore's destinationPath: s3://<bucket>/<folder>. */
+  destinationPath: string;
+  /** The folder of this cluster's backups and WAL under destinationPath. */
+  serverName: string;
+  walCompression?: Compression;
+  dataCompression?: Compression;
+  jobs?: number;
+  immediateCheckpoint?: boolean;
+  log?: (line: string) => void;
+}
+
+/** s3://bucket/folder → bucket and folder */
+const splitDestination = (destinationPath: string): { bucket: string; folder: string } => {
+  const match = /^s3:\/\/([^/]+)\/?(.*)$/.exec(destinationPath);
+  if (!match?.[1])
+    throw new Error(`destinationPath must be s3://<bucket>[/<folder>], not ${destinationPath}`);
+  return { bucket: match[1], folder: (match[2] ?? '').replace(/\/+$/, '') };
+};
+
+/** One query on a server of the drill, on a connection of its own. */
+export const query = queryServer;
+
+export interface Recovered extends RecoveryRun {
+  server: OwnPostgres;
+}
+
+export class BackupDrill {
+  readonly store: ObjectStore;
+  readonly primary: OwnPostgres;
+  readonly barman: BarmanSettings;
+  private readonly recovered: OwnPostgres[] = [];
+  private readonly log: (line: string) => void;
+
+  constructor(readonly settings: DrillSettings) {
+    this.store = new ObjectStore(splitDestination(settings.destinationPath).bucket);
+    // The credentials reach the server (and so archive_command) by its environment only.
+    this.primary = new OwnPostgres({ env: this.store.env });
+    this.barman = {
+      destinationPath: settings.destinationPath,
+      endpointUrl: '',
+      serverName: settings.serverName,
+      ...(settings.walCompression ? { walCompression: settings.walCompression } : {}),
+      ...(settings.dataCompression ? { dataCompression: settings.dataCompression } : {}),
+      ...(settings.jobs === undefined ? {} : { jobs: settings.jobs }),
+      ...(settings.immediateCheckpoint ? { immediateCheckpoint: true } : {}),
+    };
+    this.log = settings.log ?? (() => undefined);
+  }
+
+  /** The store and a primary archiving into it (or, with `archiving` false, not yet: startArchiving). */
+  async start(archiving = true): Promise<void> {
+    this.barman.endpointUrl = await this.store.start();
+    await this.primary.init();
+    if (archiving) this.primary.configure(archivingSettings(this.barman, this.settings.archiveTimeout));
+    this.primary.start();
+    this.log(`store at ${this.barman.endpointUrl}, primary on port ${String(this.primary.port)}`);
+  }
+
+  /** The primary restarted archiving (archive_mode takes a restart). */
+  startArchiving(): void {
+    this.primary.stop();
+    this.primary.configure(archivingSettings(this.barman, this.settings.archiveTimeout));
+    this.primary.start();
+  }
+
+  /** A base backup of the primary with barman-cloud-backup; resolves with its id once it is in the store. */
+  async baseBackup(): Promise<{ backupId: string; ms: number; bytes: number }> {
+    const { backup, ms } = await takeBaseBackup(this.barman, this.store.env, {
+      host: this.primary.dir,
+      port: this.primary.port,
+    });
+    this.log(`base backup ${backup.backup_id} in ${String(ms)} ms`);
+    return { backupId: backup.backup_id, ms, bytes: this.stored('base') };
+  }
+
+  /** Closes the current WAL segment and waits until the archiver has shipped it. */
+  async archiveNow(withinMs = 60_000): Promise<string> {
+    const wal = await archiveNow(this.primary.port, withinMs);
+    this.log(`${wal} archived`);
+    return wal;
+  }
+
+  /** An operator's mistake through psql on the primary, every post deleted; resolves with the moment just before it and the ids. */
+  mistake(database: string): Promise<{ before: Date; deleted: number[] }> {
+    return massDelete({ host: this.primary.dir, port: this.primary.port }, database, 'posts');
+  }
+
+  /** The primary's node gone without warning: every process of the server killed, its data folder removed. */
+  loseThePrimary(): void {
+    this.primary.kill();
+    rmSync(this.primary.data, { recursive: true, force: true });
+  }
+
+  /**
+   * A new server on a new port and data folder from the backup `backupId`: to `target` (then
+   * promoted), or to the end of the archived WAL.
+   */
+  async recover(backupId: string, target?: Date, withinMs = 3_600_000): Promise<Recovered> {
+    const server = new OwnPostgres({ env: this.store.env });
+    this.recovered.push(server);
+    await server.reserve();
+    const run = await recoverServer(server, {
+      source: this.barman,
+      backupId,
+      env: this.store.env,
+      ...(target ? { target } : {}),
+      withinMs,
+    });
+    this.log(
+      `recovered into port ${String(server.port)}: download ${String(run.downloadMs)} ms, replay ${String(run.replayMs)} ms`,
+    );
+    return { server, ...run };
+  }
+
+  /** Bytes in the store of this server's base backups or WAL. */
+  stored(what: 'base' | 'wals'): number {
+    const { folder } = splitDestination(this.barman.destinationPath);
+    return this.store.bytes(path.posix.join(folder, this.barman.serverName, what));
+  }
+
+  async destroy(): Promise<void> {
+    for (const server of this.recovered) server.destroy();
+    this.primary.destroy();
+    await this.store.destroy();
+  }
+}
+
+/** The load's users' password. */
+const PASSWORD = 'correct horse battery';
+
+/** One acknowledged write of the load: when it was sent and when its 201 came back. */
+export type Write =
+  | { kind: 'post'; id: number; email: string; sentAt: number; ackAt: number }
+  | { kind: 'vote'; postId: number; email: string; sentAt: number; ackAt: number };
+
+export interface WriteLoad {
+  writes: Write[];
+  /** Answers other than 201 and requests without an answer. */
+  failed: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Registered users, one worker each, creating a post and then voting on a post of anyone's they
+ * have not voted on yet, one request after another, until stopped; every 201 is recorded.
+ */
+export async function writeLoad(base: string, workers: number, label: string): Promise<WriteLoad> {
+  const users = await Promise.all(
+    Array.from({ length: workers }, async (_, n) => {
+      const email = `${label}-${String(n)}@example.com`;
+      return { email, token: await account(base, email, PASSWORD), voted: new Set<number>() };
+    }),
+  );
+  const writes: Write[] = [];
+  const posts: number[] = [];
+  let failed = 0;
+  let running = true;
+  const worker = async (user: (typeof users)[number]) => {
+    for (let i = 0; running; i++) {
+      const sentAt = Date.now();
+      try {
+        if (i % 2 === 0) {
+          const answer = await call(base, '/posts/', {
+            token: user.token,
+            json: { title: `${label} ${user.email} #${String(i)}`, content: 'drill' },
+            timeoutMs: 10_000,
+          });
+          if (answer.status !== 201) throw new Error(String(answer.status));
+          const id = (answer.body as { id: number }).id;
+          writes.push({ kind: 'post', id, email: user.email, sentAt, ackAt: Date.now() });
+          posts.push(id);
+        } else {
+          const choices = posts.slice(-50).filter((id) => !user.voted.has(id));
+          const postId = choices[Math.floor(Math.random() * choices.length)];
+          if (postId === undefined) continue;
+          user.voted.add(postId);
+          const answer = await call(base, '/votes/', {
+            token: user.token,
+            json: { post_id: postId, dir: 1 },
+            timeoutMs: 10_000,
+          });
+          if (answer.status !== 201) throw new Error(String(answer.status));
+          writes.push({ kind: 'vote', postId, email: user.email, sentAt, ackAt: Date.now() });
+        }
+      } catch {
+        failed += 1;
+        // A database that is gone answers at once: no busy loop meanwhile.
+        await sleep(100);
+      }
+    }
+  };
+  const all = Promise.all(users.map(worker));
+  return {
+    writes,
+    get failed() {
+      return failed;
+    },
+    stop: async () => {
+      running = false;
+      await all;
+    },
+  };
+}
+
+/** What a recovered database holds of the acknowledged writes, read in SQL. */
+export async function presentWrites(
+  port: number,
+  database: string,
+  writes: readonly Write[],
+): Promise<Set<Write>> {
+  const postIds = writes.flatMap((w) => (w.kind === 'post' ? [w.id] : []));
+  const votePostIds = writes.flatMap((w) => (w.kind === 'vote' ? [w.postId] : []));
+  const posts = new Set(
+    (
+      await query<{ id: number }>(port, database, 'SELECT id FROM posts WHERE id = ANY($1::int[])', [postIds])
+    ).map((r) => r.id),
+  );
+  const votes = new Set(
+    (
+      await query<{ key: string }>(
+        port,
+        database,
+        `SELECT u.email || ':' || v.post_id AS key FROM votes v JOIN users u ON u.id = v.user_id
+         WHERE v.post_id = ANY($1::int[])`,
+        [votePostIds],
+      )
+    ).map((r) => r.key),
+  );
+  return new Set(
+    writes.filter((w) => (w.kind === 'post' ? posts.has(w.id) : votes.has(`${w.email}:${String(w.postId)}`))),
+  );
+}
+
+/** Posts whose stored vote count differs from their votes rows. */
+export async function countMismatches(port: number, database: string): Promise<number> {
+  const [row] = await query<{ n: number }>(
+    port,
+    database,
+    `SELECT count(*)::int AS n
+     FROM post_vote_counts c
+     FULL JOIN (SELECT post_id, count(*)::int AS n FROM votes GROUP BY post_id) v USING (post_id)
+     WHERE coalesce(c.votes, 0) <> coalesce(v.n, 0)`,
+  );
+  return row?.n ?? -1;
+}
+
+/**
+ * Through the API of a service on the recovered database: posts that do not answer 200 to their
+ * author, and posts whose shown vote count is not their number of votes rows.
+ */
+export async function apiFindings(
+  svc: ServiceProcess,
+  port: number,
+  database: string,
+  writes: readonly Write[],
+  sample: number,
+): Promise<{ checked: number; notShown: number[]; wrongCounts: number[] }> {
+  const tokens = new Map<string, string>();
+  const posts = writes.flatMap((w) => (w.kind === 'post' ? [w] : [])).slice(-sample);
+  const notShown: number[] = [];
+  const shown = new Map<number, number>();
+  for (const post of posts) {
+    let token = tokens.get(post.email);
+    if (!token) {
+      const login = await call(svc.base, '/login', { form: { username: post.email, password: PASSWORD } });
+      if (login.status !== 200)
+        throw new Error(`login ${post.email} on the recovered server: ${String(login.status)}`);
+      token = (login.body as { access_token: string }).access_token;
+      tokens.set(post.email, token);
+    }
+    const answer = await call(svc.base, `/posts/${String(post.id)}`, { token });
+    if (answer.status === 200) shown.set(post.id, (answer.body as { votes: number }).votes);
+    else notShown.push(post.id);
+  }
+  const rows = await query<{ id: number; n: number }>(
+    port,
+    database,
+    `SELECT p.id, count(v.post_id)::int AS n FROM posts p LEFT JOIN votes v ON v.post_id = p.id
+     WHERE p.id = ANY($1::int[]) GROUP BY p.id`,
+    [[...shown.keys()]],
+  );
+  const stored = new Map(rows.map((r) => [r.id, r.n]));
+  const wrongCounts = [...shown].filter(([id, votes]) => stored.get(id) !== votes).map(([id]) => id);
+  return { checked: posts.length, notShown, wrongCounts };
+}
+
+/** Starts a service on a recovered server and measures start to ready. */
+export async function serveRecovered(
+  start: (port: number) => Promise<ServiceProcess>,
+  port: number,
+): Promise<{ svc: ServiceProcess; readyMs: number }> {
+  const started = Date.now();
+  const svc = await start(port);
+  const status = await waitForStatus(svc.base, '/healthz/ready', 200, 120_000);
+  if (status !== 200) throw new Error(`the service on the recovered server was not ready: ${String(status)}`);
+  return { svc, readyMs: Date.now() - started };
+}
+
+export interface Loss {
+  acknowledged: number;
+  lost: Write[];
+  /** The newest acknowledged write that was recovered, and the newest lost (ms since the epoch). */
+  newestRecoveredAt: number | null;
+  newestLostAt: number | null;
+  /** From the newest recovered write to the newest lost: the writes' span the loss took, in s. */
+  rpoSeconds: number;
+  /** Lost writes acknowledged before the last replayed commit: must be none. */
+  lostBeforeLastReplayed: Write[];
+}
+
+/** What the loss of the primary cost, from the record of acknowledged writes and what recovery holds. */
+export function lossOf(writes: readonly Write[], present: Set<Write>, lastReplayed: Date | null): Loss {
+  const lost = writes.filter((w) => !present.has(w));
+  const newest = (list: readonly Write[]) =>
+    list.length === 0 ? null : Math.max(...list.map((w) => w.ackAt));
+  const newestRecoveredAt = newest(writes.filter((w) => present.has(w)));
+  const newestLostAt = newest(lost);
+  const replayedAt = lastReplayed?.getTime() ?? -Infinity;
+  return {
+    acknowledged: writes.length,
+    lost,
+    newestRecoveredAt,
+    newestLostAt,
+    rpoSeconds:
+      newestLostAt === null
+        ? 0
+        : (newestLostAt - (newestRecoveredAt ?? Math.min(...lost.map((w) => w.sentAt)))) / 1000,
+    lostBeforeLastReplayed: lost.filter((w) => w.ackAt <= replayedAt),
+  };
+}

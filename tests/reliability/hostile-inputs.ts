@@ -1,0 +1,611 @@
+/**
+ * The hostile-input generators of tests/reliability/hostile.test.ts (fast-check arbitraries and fixed
+ * lists): what a hostile client sends, per family of issue 11, derived from the service's own
+ * OpenAPI document. The test decides what is sent and what every answer must be.
+ */
+import { createHmac } from 'node:crypto';
+import zlib from 'node:zlib';
+import fc from 'fast-check';
+import jwt from 'jsonwebtoken';
+import { SECRET } from './support';
+
+export interface Schema {
+  type?: string;
+  format?: string;
+  enum?: unknown[];
+  minimum?: number;
+  maximum?: number;
+  maxLength?: number;
+  properties?: Record<string, Schema>;
+  required?: string[];
+  $ref?: string;
+}
+
+export interface Parameter {
+  name: string;
+  in: 'path' | 'query';
+  schema: Schema;
+  $ref?: string;
+}
+
+export interface Operation {
+  method: string;
+  path: string;
+  params: Parameter[];
+  body?: { type: 'json' | 'form'; schema: Schema };
+  /** Whether it needs a bearer token. */
+  secured: boolean;
+}
+
+export interface HostileRequest {
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body?: Buffer;
+  label: string;
+  /** The families of issue 11 this request belongs to (counted, so each is shown to be generated). */
+  families?: string[];
+  /** Why this request must be refused (no 2xx): it carries something the service must not accept. */
+  mustRefuse?: string;
+  /** The only statuses it may get. */
+  expectStatus?: number[];
+  /** Sent on a socket of its own with Connection: close (a declared length it never sends). */
+  fresh?: boolean;
+  /** Bytes written as they are on a socket of their own: requests no HTTP client would send. */
+  raw?: string;
+}
+
+/** The operations the service documents, read from its own OpenAPI document. */
+export function operationsOf(doc: {
+  paths: Record<string, Record<string, unknown>>;
+  components: { parameters: Record<string, Parameter>; schemas: Record<string, Schema> };
+}): Operation[] {
+  const resolveSchema = (s: Schema): Schema => {
+    const ref = s.$ref?.split('/').pop();
+    return ref ? resolveSchema(doc.components.schemas[ref] ?? {}) : s;
+  };
+  const resolveParam = (p: Parameter): Parameter => {
+    const ref = p.$ref?.split('/').pop();
+    return ref ? (doc.components.parameters[ref] as Parameter) : p;
+  };
+  const ops: Operation[] = [];
+  for (const [path, item] of Object.entries(doc.paths)) {
+    const shared = ((item.parameters ?? []) as Parameter[]).map(resolveParam);
+    for (const [method, raw] of Object.entries(item)) {
+      if (method === 'parameters') continue;
+      const op = raw as {
+        parameters?: Parameter[];
+        requestBody?: { content: Record<string, { schema: Schema }> };
+        security?: unknown[];
+      };
+      const content = op.requestBody?.content ?? {};
+      const json = content['application/json'];
+      const form = content['application/x-www-form-urlencoded'];
+      ops.push({
+        method: method.toUpperCase(),
+        path,
+        params: [...shared, ...(op.parameters ?? []).map(resolveParam)],
+        secured: (op.security ?? []).length > 0,
+        body: json
+          ? { type: 'json', schema: resolveSchema(json.schema) }
+          : form
+            ? { type: 'form', schema: resolveSchema(form.schema) }
+            : undefined,
+      });
+    }
+  }
+  return ops;
+}
+
+/** Percent-encodes every byte outside the unreserved set; lone surrogates go as U+FFFD, as a client would send them. */
+export const pct = (s: string): string =>
+  [...Buffer.from(s, 'utf8')]
+    .map((b) =>
+      /[A-Za-z0-9\-._~]/.test(String.fromCharCode(b))
+        ? String.fromCharCode(b)
+        : `%${b.toString(16).toUpperCase().padStart(2, '0')}`,
+    )
+    .join('');
+
+const CONTROL = fc
+  .array(fc.integer({ min: 0, max: 31 }), { minLength: 1, maxLength: 8 })
+  .map((codes) => String.fromCharCode(...codes, 0x7f));
+
+/** Strings a client should never send, and some it rightly may. */
+export const hostileString: fc.Arbitrary<string> = fc.oneof(
+  fc.string({ maxLength: 40 }),
+  fc.string({ unit: 'binary', maxLength: 40 }),
+  CONTROL,
+  fc.string({ maxLength: 10 }).map((s) => `${s}\0${s}`),
+  fc.integer({ min: 250, max: 120_000 }).map((n) => 'x'.repeat(n)),
+  fc.constantFrom('\uD800', 'a\uDFFFb', '\uFEFF', '\u202E', '\u00A0', '\u200B', ' ', '\t\n', ''),
+  fc.constantFrom("' OR 1=1 --", '%', '_', '\\', '%_%', "'; DROP TABLE posts; --", '${7*7}', '<script>'),
+  fc.constantFrom('1', '-1', '0', '1.5', '1e3', '0x10', 'NaN', 'Infinity', '2147483648', '9'.repeat(40)),
+);
+
+export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
+  hostileString,
+  fc.integer(),
+  fc.double(),
+  fc.constantFrom(null, true, false, 0, -1, 2147483648, Number.MAX_SAFE_INTEGER + 2, 1.5, -0),
+  fc.anything({ maxDepth: 3 }),
+  fc.array(fc.integer(), { maxLength: 5 }),
+);
+
+export function validValue(name: string, schema: Schema, postIds: number[]): fc.Arbitrary<unknown> {
+  if (schema.enum) return fc.constantFrom(...schema.enum);
+  if (name === 'post_id' || name === 'id') return fc.constantFrom(...postIds, 1, 2147483647);
+  switch (schema.type) {
+    case 'integer':
+      return fc.integer({ min: schema.minimum ?? -1000, max: Math.min(schema.maximum ?? 1000, 1000) });
+    case 'boolean':
+      return fc.boolean();
+    case 'string':
+      if (schema.format === 'email' || name === 'username')
+        return fc.oneof(
+          fc.emailAddress(),
+          lookalikeEmail,
+          fc.constantFrom('author@example.com', 'other@example.com'),
+        );
+      if (name === 'password') return fc.string({ minLength: 8, maxLength: 30 });
+      return fc.string({ minLength: 1, maxLength: Math.min(schema.maxLength ?? 60, 60) });
+    default:
+      return fc.anything({ maxDepth: 2 });
+  }
+}
+
+/** Each field valid, hostile or missing, plus fields nobody asked for. */
+export function objectValue(schema: Schema, postIds: number[]): fc.Arbitrary<Record<string, unknown>> {
+  const fields = Object.entries(schema.properties ?? {}).map(([name, s]) =>
+    fc
+      .oneof(
+        { weight: 3, arbitrary: validValue(name, s, postIds).map((v) => ({ v })) },
+        { weight: 2, arbitrary: hostileValue.map((v) => ({ v })) },
+        { weight: 1, arbitrary: fc.constant(undefined) },
+      )
+      .map((slot) => [name, slot] as const),
+  );
+  return fc
+    .tuple(fc.tuple(...fields), fc.dictionary(fc.string({ maxLength: 12 }), hostileValue, { maxKeys: 3 }))
+    .map(([slots, extra]) => {
+      const out: Record<string, unknown> = { ...extra };
+      for (const [name, slot] of slots) if (slot) out[name] = slot.v;
+      return out;
+    });
+}
+
+/** Bodies that are not what JSON parsers expect: deep, huge, broken, mis-encoded. */
+export const rawJsonBody: fc.Arbitrary<{ body: Buffer; label: string }> = fc.oneof(
+  fc
+    .integer({ min: 100, max: 45_000 })
+    .map((d) => ({ body: Buffer.from('['.repeat(d) + ']'.repeat(d)), label: 'deep-array' })),
+  fc.integer({ min: 100, max: 18_000 }).map((d) => ({
+    body: Buffer.from('{"a":'.repeat(d) + '1' + '}'.repeat(d)),
+    label: 'deep-object',
+  })),
+  fc.integer({ min: 101, max: 400 }).map((kb) => ({
+    body: Buffer.from(JSON.stringify({ title: 'x'.repeat(kb * 1024), content: 'c' })),
+    label: 'huge',
+  })),
+  fc
+    .constantFrom(
+      '{"title": "a", "content": ',
+      '{"title": "a" "content": "b"}',
+      "{'title': 'a'}",
+      '{"title": "a\u0000b", "content": "c"}',
+      '{"title": "a\\u0000b", "content": "c"}',
+      '{"post_id": 1e400, "dir": 1}',
+      '{"post_id": -1e-400, "dir": 1}',
+      '{"post_id": 1, "dir": 1, "post_id": "x"}',
+      '{"__proto__": {"admin": true}, "title": "t", "content": "c"}',
+      '{"constructor": {"prototype": {"x": 1}}, "email": "a@b.io", "password": "password1"}',
+      '[]',
+      '"just a string"',
+      'null',
+      '12',
+      '',
+      '\uFEFF{"title": "bom", "content": "c"}',
+      'NaN',
+    )
+    .map((s) => ({ body: Buffer.from(s), label: 'malformed' })),
+  fc
+    .uint8Array({ minLength: 1, maxLength: 200 })
+    .map((bytes) => ({ body: Buffer.from(bytes), label: 'random-bytes' })),
+  fc.constant({
+    body: Buffer.concat([
+      Buffer.from('{"title": "'),
+      Buffer.from([0xff, 0xfe, 0xc3, 0x28]),
+      Buffer.from('", "content": "c"}'),
+    ]),
+    label: 'invalid-utf8',
+  }),
+);
+
+export const CONTENT_TYPES = [
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/json; charset=latin1',
+  'application/json; charset=utf-16',
+  'application/vnd.api+json',
+  'application/problem+json',
+  'application/xml',
+  '*/*',
+  'application/json, text/plain',
+  ';;;',
+];
+
+/** Path segments for {id}: fine, out of range, or not numbers at all. */
+export const idSegment = (postIds: number[]): fc.Arbitrary<string> =>
+  fc.oneof(
+    fc.constantFrom(...postIds.map(String)),
+    fc.integer().map(String),
+    hostileString.map((s) => pct(s.slice(0, 3000))),
+    fc.constantFrom(
+      '%',
+      '%zz',
+      '%00',
+      '%2F',
+      '%2e%2e',
+      '..',
+      '.',
+      '1;x=1',
+      '1%20',
+      '+1',
+      '01',
+      '1.0',
+      'null',
+      '%FF%FE',
+    ),
+  );
+
+/** Query strings with wrong types, repeats, bracket syntax, broken escapes and unknown names. */
+export function queryString(params: Parameter[]): fc.Arbitrary<string> {
+  const parts = params
+    .filter((p) => p.in === 'query')
+    .map((p) =>
+      fc.oneof(
+        fc.constant(''),
+        validValue(p.name, p.schema, [1]).map((v) => `${p.name}=${pct(String(v))}`),
+        hostileString.map((v) => `${p.name}=${pct(v.slice(0, 3000))}`),
+        fc.constantFrom(
+          `${p.name}=1&${p.name}=2`,
+          `${p.name}[a]=1`,
+          `${p.name}=`,
+          p.name,
+          `${p.name}=%`,
+          `${p.name}=%FF`,
+          `${p.name}=1e2`,
+          `${p.name}=-0`,
+          `${p.name}=%00`,
+          // Past a documented ceiling (skip's 10000) and the largest safe integer (issue 29).
+          `${p.name}=10001`,
+          `${p.name}=9007199254740991`,
+          // Searches no index serves: answered, or at worst refused with 503 while others run.
+          `${p.name}=%25%25`,
+          `${p.name}=_`,
+        ),
+      ),
+    );
+  return fc
+    .tuple(
+      fc.tuple(...parts),
+      fc.constantFrom('', 'x=1', '&&&', '=', 'a=%E0%A4%A', '__proto__=1', 'constructor[x]=1'),
+    )
+    .map(([ps, extra]) => [...ps, extra].filter((s) => s !== '').join('&'));
+}
+
+/** Variations on the path itself, which routing must refuse cleanly. */
+export const pathOddity: fc.Arbitrary<(p: string) => string> = fc.constantFrom(
+  (p: string) => p,
+  (p: string) => p,
+  (p: string) => p,
+  (p: string) => (p.endsWith('/') ? p.slice(0, -1) : `${p}/`),
+  (p: string) => `/${p}`,
+  (p: string) => p.toUpperCase(),
+  (p: string) => `${p}/..`,
+  (p: string) => `${p};jsessionid=1`,
+  (p: string) => p.replace('/', '/%2e/'),
+  (p: string) => `${p}/extra/segments`,
+  (p: string) => `${p}%00`,
+);
+
+/** Paths nobody documented: unknown, docs assets, broken escapes. */
+export const wildPath: fc.Arbitrary<string> = fc.oneof(
+  fc
+    .array(
+      hostileString.map((s) => pct(s.slice(0, 200))),
+      { maxLength: 4 },
+    )
+    .map((segs) => `/${segs.join('/')}`),
+  fc.constantFrom(
+    '/docs/%ff',
+    '/docs/../package.json',
+    '/docs/%2e%2e/%2e%2e/etc/passwd',
+    '/openapi.json/x',
+    '/healthz/ready/',
+    '/%',
+    '//',
+    '/*',
+    '/posts/public/1',
+    '/votes',
+    '/users',
+    '/Login',
+    '/login/',
+    `/${'a'.repeat(7000)}`,
+  ),
+);
+
+/** Look-alikes of the seeded addresses: invisible characters, full-width, other scripts, case. */
+const INVISIBLES = ['\u200B', '\u00A0', '\uFEFF', '\u00AD', '\u200D', '\u202E', '\u2060', '\u180E', '\u3000'];
+export const CONFUSABLES: Record<string, string> = {
+  a: '\u0430',
+  e: '\u0435',
+  o: '\u043E',
+  p: '\u0440',
+  c: '\u0441',
+  x: '\u0445',
+  i: '\u0456',
+};
+export const lookalikeEmail: fc.Arbitrary<string> = fc
+  .tuple(
+    fc.constantFrom('author@example.com', 'other@example.com'),
+    fc.nat(),
+    fc.constantFrom(
+      'invisible',
+      'full-width',
+      'cyrillic',
+      'greek',
+      'case',
+      'full-width-at',
+      'punycode',
+      'greek-all',
+    ),
+    fc.constantFrom(...INVISIBLES),
+  )
+  .map(([email, n, kind, invisible]) => {
+    const at = n % email.length;
+    switch (kind) {
+      case 'invisible':
+        return email.slice(0, at) + invisible + email.slice(at);
+      case 'full-width':
+        // Full-width Latin sits 0xFEE0 above ASCII; NFKC maps it back.
+        return email.replace(/[a-z]/g, (ch, i: number) =>
+          i <= at ? String.fromCharCode(ch.charCodeAt(0) + 0xfee0) : ch,
+        );
+      case 'cyrillic':
+        return email.replace(/[aeopcxi]/, (ch) => CONFUSABLES[ch] ?? ch);
+      case 'greek':
+        return email.replace('o', '\u03BF');
+      case 'case':
+        return email.toUpperCase();
+      case 'full-width-at':
+        return email.replace('@', '\uFF20');
+      case 'punycode':
+        return email.replace('example.com', 'xn--xample-2of.com');
+      default:
+        return email.replace(/^[a-z]+/, '\u03B1\u03C5\u03C4\u03BF');
+    }
+  });
+
+/** Content-Encoding on a body: valid, corrupt, truncated, stacked, unknown. */
+export interface Coding {
+  header: string;
+  encode(body: Buffer): Buffer;
+  label: string;
+  refused: boolean;
+}
+export const codings: Coding[] = [
+  { header: 'gzip', encode: (b) => zlib.gzipSync(b), label: 'gzip', refused: false },
+  { header: 'deflate', encode: (b) => zlib.deflateSync(b), label: 'deflate', refused: false },
+  { header: 'br', encode: (b) => zlib.brotliCompressSync(b), label: 'br', refused: false },
+  { header: 'GZIP', encode: (b) => zlib.gzipSync(b), label: 'gzip-upper', refused: false },
+  { header: 'identity', encode: (b) => b, label: 'identity', refused: false },
+  { header: 'gzip', encode: (b) => b, label: 'gzip-corrupt', refused: true },
+  { header: 'deflate', encode: (b) => b, label: 'deflate-corrupt', refused: true },
+  {
+    header: 'br',
+    encode: (b) => Buffer.concat([Buffer.from([0xff]), b]),
+    label: 'br-corrupt',
+    refused: true,
+  },
+  { header: 'gzip', encode: (b) => zlib.gzipSync(b).subarray(0, 12), label: 'gzip-truncated', refused: true },
+  {
+    header: 'deflate',
+    encode: (b) => zlib.deflateSync(b).subarray(0, 4),
+    label: 'deflate-truncated',
+    refused: true,
+  },
+  { header: 'gzip, gzip', encode: (b) => zlib.gzipSync(zlib.gzipSync(b)), label: 'stacked', refused: true },
+  { header: 'identity, gzip', encode: (b) => zlib.gzipSync(b), label: 'stacked-identity', refused: true },
+  { header: 'compress', encode: (b) => b, label: 'unknown', refused: true },
+  { header: 'zstd', encode: (b) => b, label: 'zstd', refused: true },
+  { header: 'x-gzip', encode: (b) => zlib.gzipSync(b), label: 'x-gzip', refused: true },
+];
+
+/** Parameters on the content type a body endpoint reads: only UTF-8 (or none) is read. */
+export const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant({ params: '', refused: false }) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .constantFrom(
+        '; charset=utf-8',
+        '; charset=UTF-8',
+        ';charset="utf-8"',
+        '; version=1',
+        '; boundary=x',
+        ';',
+        '; charset',
+      )
+      .map((params) => ({ params, refused: false })),
+  },
+  {
+    weight: 3,
+    arbitrary: fc
+      .constantFrom(
+        '; charset=utf-7',
+        '; charset=utf-16',
+        '; charset=UTF-16LE',
+        '; charset=utf-32',
+        '; charset=iso-8859-1',
+        '; charset=us-ascii',
+        '; charset=utf8',
+        '; charset=utf-8; charset=utf-7',
+        '; charset=""',
+      )
+      .map((params) => ({ params, refused: true })),
+  },
+);
+
+/** Declared lengths over every body limit (100 kB), the body never sent; and Expect values. */
+export const declaredLength = fc.constantFrom(102_401, 1_048_576, 209_715_200, 1_000_000_000_000_000);
+export const expectation = fc.constantFrom(
+  '100-continue',
+  '100-Continue',
+  '200-ok',
+  'foo',
+  '',
+  '100-continue, foo',
+  'foo, 100-continue',
+  '100-continue;q=1',
+  '100-continuex',
+);
+
+/**
+ * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
+ * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
+ */
+export function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
+  const now = Math.floor(Date.now() / 1000);
+  // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
+  const sign = (header: Record<string, unknown>) => {
+    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), iat: now, exp: now + 29 * 60 })}`;
+    return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
+  };
+  return [
+    { token: sign({ crit: ['unknown'], unknown: true }), family: 'crit' },
+    { token: sign({ crit: ['exp'] }), family: 'crit' },
+    { token: sign({ crit: [] }), family: 'crit' },
+    { token: sign({ crit: 'x' }), family: 'crit' },
+    { token: sign({ b64: false, crit: ['b64'] }), family: 'b64' },
+    { token: sign({ b64: false }), family: 'b64' },
+    { token: sign({ b64: true }), family: 'b64' },
+  ];
+}
+
+/** If-Match values that name no current post: each PUT or DELETE carrying one changes nothing. */
+export const staleIfMatch = fc.constantFrom(
+  'W/"10-stale"',
+  '"10-stale"',
+  'W/"a", "b"',
+  '',
+  'garbage',
+  'W/"open',
+  '*, W/"a"',
+  Array.from({ length: 200 }, (_, i) => `W/"${String(i)}"`).join(', '),
+);
+
+/** Requests Node's HTTP layer turns away (or would, left alone): each answered problem+json. */
+const registration = '{"email":"raw@example.com","password":"password123"}';
+export const protocolRequests: string[] = [
+  'GET /posts/public HTTP/1.1\r\nConnection: close\r\n\r\n',
+  'GET /healthz/ready HTTP/1.1\r\nConnection: close\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: a\r\nHost: a\r\nConnection: close\r\n\r\n',
+  `POST /users/ HTTP/1.1\r\nHost: a\r\nhost: b\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${registration.length}\r\n\r\n${registration}`,
+  'GET /posts/public HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nConnection: close\r\n\r\n',
+  'HELLO THERE\r\n\r\n',
+  'GET /posts/public HTTP/9.9\r\nHost: x\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n',
+  'POST /users/ HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!',
+  'POST /users/ HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+  'POST /users/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost : x\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n',
+  'GET /posts/public HTTP/1.1\r\nHost: x\u0000y\r\n\r\n',
+  `GET /posts/public HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+  'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n',
+  'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n',
+  'GET http://evil.example/posts/public HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+  'GET /healthz/live HTTP/1.0\r\n\r\n',
+];
+
+/** The probes: every method, with and without the query strings probes and balancers add. */
+export const healthRequest: fc.Arbitrary<HostileRequest> = fc
+  .record({
+    path: fc.constantFrom('/healthz/live', '/healthz/ready'),
+    query: fc.constantFrom('', '?', '?x=1', '?probe=kubelet&t=1', '?%ZZ', '?a=%00', '?a=1&a=2'),
+    method: fc.constantFrom('GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'TRACE'),
+  })
+  .map(({ path, query, method }) => ({
+    method,
+    path: path + query,
+    headers: {},
+    label: 'health',
+    families: ['health'],
+    expectStatus: method === 'GET' || method === 'HEAD' ? [200] : [405],
+  }));
+
+/** Tokens signed with the right secret whose registered claims are absent, mistyped or out of range. */
+export function claimTokens(userId: number): string[] {
+  const now = Math.floor(Date.now() / 1000);
+  const sign = (payload: Record<string, unknown>) => {
+    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: String(userId), ...payload })}`;
+    return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
+  };
+  // The run lasts minutes: every time here is far enough from now to stay wrong throughout.
+  const day = 24 * 3600;
+  return [
+    sign({ iat: now }),
+    sign({ exp: now + day }),
+    sign({ iat: now + day, exp: now + day + 600 }),
+    sign({ iat: now, exp: now + 300 * 365 * day }),
+    sign({ iat: now - 600, exp: now + day }),
+    sign({ iat: now, exp: String(now + day) }),
+    sign({ iat: String(now), exp: now + day }),
+    sign({ iat: now, exp: null }),
+    sign({ iat: now, exp: { $gt: 0 } }),
+    sign({ iat: now, exp: 1e308 }),
+    sign({ iat: -1e308, exp: now + 600 }),
+    sign({ iat: now, exp: now + 600, nbf: now + day }),
+    sign({ iat: now, exp: now + 600, nbf: 'soon' }),
+    sign({ iat: now, exp: now + 600, iss: 'someone' }),
+    sign({ iat: now, exp: now + 600, aud: 'someone' }),
+    sign({ iat: now, exp: now + 600, jti: '1' }),
+    sign({ iat: now - 2 * day, exp: now - day }),
+  ];
+}
+
+export function tokensFor(userId: number, valid: string): string[] {
+  const now = Math.floor(Date.now() / 1000);
+  const sign = (payload: object, secret = SECRET, algorithm: jwt.Algorithm = 'HS256') =>
+    jwt.sign(payload, secret, { algorithm });
+  const unsigned = (payload: object) =>
+    `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.`;
+  const [header = '', body = ''] = valid.split('.');
+  return [
+    valid,
+    sign({ sub: String(userId) }, 'another-secret-that-is-long-enough-0123456789'),
+    sign({ sub: String(userId), exp: now - 60 }),
+    sign({ sub: 'abc' }),
+    sign({ sub: '0' }),
+    sign({ sub: '999999' }),
+    sign({ sub: '99999999999999999999' }),
+    sign({ sub: userId }),
+    sign({ sub: `0${String(userId)}` }),
+    sign({ sub: String(userId) }, SECRET, 'HS512'),
+    sign({}),
+    unsigned({ sub: String(userId) }),
+    `${header}.${body}.`,
+    `${header}.${body}.${'A'.repeat(43)}`,
+    `${valid}x`,
+    'abc.def.ghi',
+    '...',
+    'x'.repeat(4000),
+    '',
+  ];
+}

@@ -1,0 +1,501 @@
+import http from 'node:http';
+import net from 'node:net';
+import fc from 'fast-check';
+import { parsedBody, problemFaults } from '../../tools/harness/problem';
+import { call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
+import {
+  claimTokens,
+  codings,
+  CONTENT_TYPES,
+  declaredLength,
+  expectation,
+  healthRequest,
+  idSegment,
+  joseHeaderTokens,
+  objectValue,
+  operationsOf,
+  pathOddity,
+  protocolRequests,
+  queryString,
+  rawJsonBody,
+  staleIfMatch,
+  tokensFor,
+  typeParameters,
+  wildPath,
+  type HostileRequest,
+} from './hostile-inputs';
+import { normaliseEmail } from '../../service/src/users/email';
+
+const SEED = 20261121;
+/** The families of issues 11 and 29; each must be generated (see the report line). */
+const FAMILIES = [
+  'encoding',
+  'charset',
+  'length',
+  'expect',
+  'claims',
+  'email',
+  'health',
+  'protocol',
+  // Issue 29.
+  'crit',
+  'b64',
+  'if-match',
+];
+const RUNS = 5000;
+
+const database = scratchDatabase('hostile');
+let svc: ServiceProcess;
+
+beforeAll(async () => {
+  svc = await startService({ DB_NAME: database.name });
+});
+
+type Answer = { status: number; headers: http.IncomingHttpHeaders; body: string };
+
+/** One response read off raw bytes: status, headers, body (Content-Length, chunked or to the close). */
+function parseRaw(text: string): (Answer & { complete: boolean }) | undefined {
+  const end = text.indexOf('\r\n\r\n');
+  if (end < 0) return undefined;
+  const [statusLine = '', ...lines] = text.slice(0, end).split('\r\n');
+  const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine)?.[1] ?? 0);
+  const headers: http.IncomingHttpHeaders = {};
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    if (colon > 0) headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  let body = text.slice(end + 4);
+  let complete = false;
+  const length = headers['content-length'];
+  if (length !== undefined) {
+    // The text is latin1, one character a byte. Bytes past the length are a further answer on the
+    // same connection (a pipelined remainder refused with its own 400), not part of this body.
+    complete = body.length >= Number(length);
+    body = body.slice(0, Number(length));
+  } else if (headers['transfer-encoding'] === 'chunked') {
+    complete = body.endsWith('0\r\n\r\n');
+    let decoded = '';
+    for (let rest = body; ;) {
+      const lineEnd = rest.indexOf('\r\n');
+      const size = parseInt(rest.slice(0, lineEnd), 16);
+      if (lineEnd < 0 || !(size > 0)) break;
+      decoded += rest.slice(lineEnd + 2, lineEnd + 2 + size);
+      rest = rest.slice(lineEnd + 2 + size + 2);
+    }
+    body = decoded;
+  }
+  return { status, headers, body, complete };
+}
+
+/** Raw bytes on a socket of their own; the answer once complete or once the server closes. */
+function sendRaw(port: number, bytes: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let text = '';
+    const finish = () => {
+      clearTimeout(timer);
+      socket.destroy();
+      const answer = parseRaw(text);
+      if (answer && answer.status > 0) resolve(answer);
+      else reject(new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
+    };
+    const timer = setTimeout(finish, 10_000);
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('latin1');
+      if (parseRaw(text)?.complete) finish();
+    });
+    socket.on('close', finish);
+    socket.on('error', () => undefined);
+    socket.on('connect', () => socket.write(bytes, 'latin1'));
+  });
+}
+
+function request(port: number, r: HostileRequest, agent: http.Agent): Promise<Answer> {
+  if (r.raw !== undefined) return sendRaw(port, r.raw);
+  return new Promise((resolve, reject) => {
+    // A declared length never sent goes on a socket of its own, closed after the answer.
+    const headers = r.fresh ? { ...r.headers, Connection: 'close' } : r.headers;
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: r.method,
+        path: r.path,
+        headers,
+        agent: r.fresh ? false : agent,
+        // A refusal from the declared length alone comes at once; waiting for a body never sent is the bug.
+        timeout: r.fresh ? 5_000 : 20_000,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks).toString(),
+          });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timed out')));
+    req.on('error', reject);
+    req.end(r.body);
+  });
+}
+
+test('When 5,000 generated hostile requests reach every endpoint, then none is answered ≥ 500, every refusal has a detail and nothing refused changed the database', async () => {
+  const { token: writer, posts: written } = await author(svc.base, 'author@example.com', 4);
+  const { token: other, posts: othersPosts } = await author(svc.base, 'other@example.com', 2);
+  const postIds = [...written, ...othersPosts];
+  await call(svc.base, '/posts/', { token: other, json: { title: 'draft', content: 'c', published: false } });
+  await call(svc.base, '/votes/', { token: other, json: { post_id: postIds[0], dir: 1 } });
+  const authorId = (
+    (await call(svc.base, `/posts/${String(postIds[0])}`, { token: writer })).body as { user_id: number }
+  ).user_id;
+
+  const doc = (await call(svc.base, '/openapi.json')).body as Parameters<typeof operationsOf>[0];
+  const ops = operationsOf(doc);
+  const tokens = [...tokensFor(authorId, writer), other];
+  const authorization = fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom(...tokens).map((t) => `Bearer ${t}`) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        '',
+        'Bearer',
+        'Bearer  ',
+        'Basic dXNlcjpwYXNz',
+        `bearer ${writer}`,
+        `Bearer ${writer} extra`,
+        `Token ${writer}`,
+      ),
+    },
+    { weight: 1, arbitrary: fc.constant(undefined) },
+  );
+
+  const documented: fc.Arbitrary<HostileRequest> = fc
+    .constantFrom(...ops)
+    .chain((op) =>
+      fc.record({
+        op: fc.constant(op),
+        method: fc.oneof(
+          { weight: 6, arbitrary: fc.constant(op.method) },
+          { weight: 1, arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS') },
+        ),
+        id: idSegment(postIds),
+        query: queryString(op.params),
+        oddity: pathOddity,
+        auth: authorization,
+        body: op.body
+          ? op.body.type === 'json'
+            ? fc.oneof(
+                {
+                  weight: 5,
+                  arbitrary: objectValue(op.body.schema, postIds).map((o) => ({
+                    body: Buffer.from(JSON.stringify(o)),
+                    label: 'object',
+                  })),
+                },
+                { weight: 2, arbitrary: rawJsonBody },
+              )
+            : objectValue(op.body.schema, postIds).chain((o) =>
+                fc.oneof(
+                  fc.constant({
+                    body: Buffer.from(
+                      new URLSearchParams(
+                        Object.entries(o).map(([k, v]): [string, string] => [
+                          k,
+                          typeof v === 'string' ? v : JSON.stringify(v),
+                        ]),
+                      ).toString(),
+                    ),
+                    label: 'form',
+                  }),
+                  fc
+                    .constantFrom(
+                      'username=%ZZ&password=x',
+                      'username=a&username=b&password=p',
+                      'username[x]=1&password=p',
+                      Array.from({ length: 25 }, (_, i) => `f${String(i)}=1`).join('&'),
+                      'username=%FF%FE&password=%00',
+                      'username=author%40example.com&password=correct+horse+battery',
+                    )
+                    .map((s) => ({ body: Buffer.from(s), label: 'form-raw' })),
+                ),
+              )
+          : fc.option(rawJsonBody, { nil: undefined }),
+        contentType: fc.oneof(
+          { weight: 6, arbitrary: fc.constant(undefined) },
+          { weight: 2, arbitrary: fc.constantFrom(...CONTENT_TYPES) },
+          { weight: 1, arbitrary: fc.constant('none') },
+        ),
+        chunked: fc.boolean(),
+        // The families of issue 11, each on a share of the requests.
+        claim: fc.oneof(
+          { weight: 6, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: fc.constantFrom(...claimTokens(authorId)) },
+        ),
+        coding: fc.oneof(
+          { weight: 5, arbitrary: fc.constant(undefined) },
+          { weight: 2, arbitrary: fc.constantFrom(...codings) },
+        ),
+        params: fc.oneof(
+          { weight: 5, arbitrary: fc.constant(undefined) },
+          { weight: 2, arbitrary: typeParameters },
+        ),
+        length: fc.oneof(
+          { weight: 10, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: declaredLength },
+        ),
+        expect: fc.oneof(
+          { weight: 10, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: expectation },
+        ),
+        jose: fc.oneof(
+          { weight: 12, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: fc.constantFrom(...joseHeaderTokens(authorId)) },
+        ),
+        ifMatch: fc.oneof(
+          { weight: 4, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: staleIfMatch },
+        ),
+      }),
+    )
+    .map(
+      ({
+        op,
+        method,
+        id,
+        query,
+        oddity,
+        auth,
+        body,
+        contentType,
+        chunked,
+        claim,
+        coding,
+        params,
+        length,
+        expect,
+        jose,
+        ifMatch,
+      }) => {
+        const path = oddity(op.path.replace('{id}', id)) + (query ? `?${query}` : '');
+        const headers: Record<string, string> = {};
+        const families: string[] = [];
+        let mustRefuse: string | undefined;
+        let expectStatus: number[] | undefined;
+        let fresh = false;
+        // The documented operation itself (its method, its body), which a refusal must come from.
+        const reads = method === op.method && op.body !== undefined;
+        if (auth !== undefined) headers.Authorization = auth;
+        if (claim !== undefined) {
+          headers.Authorization = `Bearer ${claim}`;
+          families.push('claims');
+          if (op.secured && method === op.method && id !== 'public') mustRefuse = 'its token has bad claims';
+        }
+        if (jose !== undefined) {
+          headers.Authorization = `Bearer ${jose.token}`;
+          families.push(jose.family);
+          if (op.secured && method === op.method && id !== 'public')
+            mustRefuse = `its token header has ${jose.family}`;
+        }
+        if (
+          ifMatch !== undefined &&
+          op.path === '/posts/{id}' &&
+          method === op.method &&
+          op.method !== 'GET'
+        ) {
+          headers['If-Match'] = ifMatch;
+          families.push('if-match');
+          // Whatever else is wrong with it, a change under a tag of no current post never succeeds.
+          mustRefuse ??= 'its If-Match names no current post';
+        }
+        let bytes = body?.body;
+        if (body && bytes) {
+          const natural = op.body?.type === 'form' ? 'application/x-www-form-urlencoded' : 'application/json';
+          if (contentType === undefined && params) {
+            families.push('charset');
+            if (params.refused && reads) mustRefuse ??= `it is ${natural}${params.params}`;
+          }
+          if (contentType !== 'none')
+            headers['Content-Type'] = contentType ?? natural + (params?.params ?? '');
+          if (coding) {
+            bytes = coding.encode(bytes);
+            headers['Content-Encoding'] = coding.header;
+            families.push('encoding');
+            if (coding.refused && reads) mustRefuse ??= `its Content-Encoding is ${coding.label}`;
+          }
+          if (
+            /author|other|αυτο/i.test(bytes.toString().normalize('NFKC')) &&
+            /[^\x20-\x7e]|AUTHOR|OTHER|xn--/.test(bytes.toString())
+          )
+            families.push('email');
+          if (length !== undefined) {
+            // Declared, never sent: the answer must come from the declared length alone.
+            headers['Content-Length'] = String(length);
+            bytes = undefined;
+            fresh = true;
+            families.push('length');
+            if (reads) mustRefuse ??= `it declares ${String(length)} bytes`;
+          } else if (chunked) headers['Transfer-Encoding'] = 'chunked';
+          else headers['Content-Length'] = String(bytes.length);
+        }
+        if (expect !== undefined) {
+          headers.Expect = expect;
+          families.push('expect');
+          if (!/^100-continue$/i.test(expect)) expectStatus = [417];
+        }
+        return {
+          method,
+          path,
+          headers,
+          body: bytes,
+          label: `${op.method} ${op.path} ${[body?.label, ...families].filter(Boolean).join(' ')}`.trim(),
+          families,
+          mustRefuse,
+          expectStatus,
+          fresh,
+        };
+      },
+    );
+
+  const undocumented: fc.Arbitrary<HostileRequest> = fc
+    .record({
+      path: wildPath,
+      method: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH'),
+      auth: authorization,
+    })
+    .map(({ path, method, auth }) => {
+      const headers: Record<string, string> = {};
+      if (auth !== undefined) headers.Authorization = auth;
+      return { method, path, headers, label: 'undocumented path' };
+    });
+
+  const protocol: fc.Arbitrary<HostileRequest> = fc.constantFrom(...protocolRequests).map((raw) => ({
+    method: raw.slice(0, raw.indexOf(' ')),
+    path: raw.slice(0, raw.indexOf('\r')),
+    headers: {},
+    raw,
+    label: 'protocol',
+    families: ['protocol'],
+    mustRefuse: /host: b/i.test(raw) ? 'it has two Host headers' : undefined,
+  }));
+
+  const hostile = fc.oneof(
+    { weight: 9, arbitrary: documented },
+    { weight: 1, arbitrary: undocumented },
+    { weight: 1, arbitrary: healthRequest },
+    { weight: 1, arbitrary: protocol },
+  );
+  const families: Record<string, number> = {};
+
+  // A digest of every row: a refused request must leave it as it was.
+  const digest = async (): Promise<string> =>
+    JSON.stringify(
+      (
+        await database.db.raw<{ rows: unknown[] }>(
+          `SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(u::text)), 0) FROM users u) AS users,
+                  (SELECT count(*) || ':' || coalesce(sum(hashtext(p::text)), 0) FROM posts p) AS posts,
+                  (SELECT count(*) || ':' || coalesce(sum(hashtext(v::text)), 0) FROM votes v) AS votes`,
+        )
+      ).rows[0],
+    );
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const statuses: Record<number, number> = {};
+  const violations: string[] = [];
+  let sent = 0;
+  let transportErrors = 0;
+  let before = await digest();
+  const started = Date.now();
+  const describe = (r: HostileRequest) =>
+    `${r.method} ${r.path.slice(0, 200)} [${r.label}] ${JSON.stringify(r.headers).slice(0, 200)} body=${r.body?.subarray(0, 120).toString() ?? ''}`;
+
+  await fc.assert(
+    fc.asyncProperty(hostile, async (r) => {
+      // 50 violations say enough; the rest of the run would only add time (a hanging family costs seconds each).
+      if (violations.length >= 50) return;
+      sent += 1;
+      for (const family of r.families ?? []) families[family] = (families[family] ?? 0) + 1;
+      let res: Awaited<ReturnType<typeof request>>;
+      try {
+        res = await request(svc.port, r, agent);
+      } catch (error) {
+        transportErrors += 1;
+        violations.push(`transport error ${String(error)}: ${describe(r)}`);
+        before = await digest();
+        return;
+      }
+      statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+      const after = await digest();
+      const problems: string[] = [];
+      if (res.status >= 500) problems.push(`status ${String(res.status)}`);
+      if (r.mustRefuse && res.status < 400) problems.push(`accepted although ${r.mustRefuse}`);
+      if (r.expectStatus && !r.expectStatus.includes(res.status))
+        problems.push(`status ${String(res.status)}, expected ${r.expectStatus.join(' or ')}`);
+      if (res.headers['set-cookie']) problems.push('Set-Cookie');
+      if (/\n\s+at |node_modules|knex|syntax error at/i.test(res.body)) problems.push('internals leaked');
+      if (res.status >= 400) {
+        // The one problem+json check of every suite (content type, type, status, title, detail).
+        problems.push(
+          ...problemFaults({
+            status: res.status,
+            contentType: res.headers['content-type'],
+            body: parsedBody(res.body),
+          }),
+        );
+        if (after !== before) problems.push('a refused request changed the database');
+      }
+      if (problems.length > 0 && violations.length < 50)
+        violations.push(
+          `${problems.join(', ')} → ${String(res.status)} ${res.body.slice(0, 200)}: ${describe(r)}`,
+        );
+      before = after;
+    }),
+    { seed: SEED, numRuns: RUNS, endOnFailure: true },
+  );
+  agent.destroy();
+
+  const live = (await call(svc.base, '/healthz/live')).status;
+  const ready = (await call(svc.base, '/healthz/ready')).status;
+  // Every stored address is in the e-mail policy's normalised form, and no two are one mailbox.
+  const emails = await database.db<{ email: string }>('users').pluck('email');
+  const notNormalised = emails.filter((email) => {
+    const result = normaliseEmail(email);
+    return !result.ok || result.email !== email;
+  });
+  const sameMailbox = emails.length - new Set(emails.map((email) => email.toLowerCase())).size;
+  report('hostile input', {
+    seed: SEED,
+    requests: sent,
+    operations: ops.length,
+    statuses: Object.entries(statuses)
+      .map(([s, n]) => `${s}x${String(n)}`)
+      .join(','),
+    answers5xx: Object.entries(statuses)
+      .filter(([s]) => Number(s) >= 500)
+      .reduce((n, [, c]) => n + c, 0),
+    violations: violations.length,
+    transportErrors,
+    seconds: Math.round((Date.now() - started) / 1000),
+    live,
+    ready,
+    families: Object.entries(families)
+      .map(([f, n]) => `${f}x${String(n)}`)
+      .join(','),
+    users: emails.length,
+  });
+  for (const family of FAMILIES)
+    expect(`${family}: ${String(families[family] ?? 0)}`).not.toBe(`${family}: 0`);
+  expect(notNormalised).toEqual([]);
+  expect(sameMailbox).toBe(0);
+  // The violations first: a run cut short after 50 of them fails here, with the list to read.
+  expect(violations).toEqual([]);
+  expect(sent).toBeGreaterThanOrEqual(RUNS);
+  expect(live).toBe(200);
+  expect(ready).toBe(200);
+  expect(svc.child.exitCode).toBeNull();
+});

@@ -1,0 +1,252 @@
+import { migrations } from '../../migrations';
+import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
+import {
+  account,
+  call,
+  connect,
+  createDatabase,
+  isProblem,
+  pg,
+  report,
+  sleep,
+  startService,
+  statusCounts,
+  stopAllServices,
+  type Answer,
+  type ServiceProcess,
+} from './support';
+
+/**
+ * The service behind a real PgBouncer in transaction mode, as CloudNativePG's Pooler and most
+ * managed poolers run it, with nothing set on the pooler's side for it: 1.18 (Debian 12's, which
+ * tracks no prepared statements, so the service runs with DB_PREPARED_STATEMENTS=false) and
+ * 1.24.1 (which tracks them; the service's defaults). The pooler's server pool is smaller than
+ * the service's, so server connections are shared between clients and between processes.
+ */
+const SERVER_POOL = 3;
+const SERVICE_POOL = 8;
+const STATEMENT_TIMEOUT_MS = 1500;
+const LOAD_MS = 4000;
+const WORKERS_PER_PROCESS = 8;
+
+/** A PgBouncer of `version` in front of this suite's server and a scratch database, for one describe block. */
+function pooled(version: '1.18' | '1.24', label: string): { bouncer: OwnPgBouncer; database: () => string } {
+  const bouncer = new OwnPgBouncer({
+    version,
+    target: { host: pg.host, port: pg.port },
+    poolSize: SERVER_POOL,
+  });
+  let database: { name: string; drop(): Promise<void> } | undefined;
+  beforeAll(async () => {
+    await bouncer.start();
+    database = await createDatabase(label);
+  });
+  afterAll(async () => {
+    await stopAllServices();
+    await bouncer.destroy();
+    await database?.drop();
+  });
+  return {
+    bouncer,
+    database: () => {
+      if (!database) throw new Error('the database exists only while the cases run');
+      return database.name;
+    },
+  };
+}
+
+const versions: { version: '1.18' | '1.24'; env: Record<string, string> }[] = [
+  { version: '1.18', env: { DB_PREPARED_STATEMENTS: 'false' } },
+  { version: '1.24', env: {} },
+];
+
+describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ version, env }) => {
+  const { bouncer, database } = pooled(version, `pgb${version.replace('.', '')}`);
+  let replicas: ServiceProcess[] = [];
+  const start = () =>
+    startService({
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(bouncer.port),
+      DB_NAME: database(),
+      DB_POOL_MAX: String(SERVICE_POOL),
+      DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
+      SHUTDOWN_DELAY_SECONDS: '0',
+      ...env,
+    });
+
+  test(`When two processes cold-start together on an empty database through PgBouncer ${version}, then both become ready, the migrations ran once, and a restarted process starts and serves`, async () => {
+    const started = Date.now();
+    replicas = await Promise.all([start(), start()]);
+    const ready = await Promise.all(replicas.map((r) => call(r.base, '/healthz/ready')));
+    const allReadyMs = Date.now() - started;
+    const db = connect(database());
+    const applied = await db<{ name: string }>('knex_migrations').select('name');
+    await db.destroy();
+
+    const [first, second] = replicas as [ServiceProcess, ServiceProcess];
+    expect(await first.stop('SIGTERM')).toBe(0);
+    const restarted = await start();
+    const restartedReady = (await call(restarted.base, '/healthz/ready')).status;
+    const served = (await call(restarted.base, '/posts/public')).status;
+    replicas = [restarted, second];
+    report(`pgbouncer ${version} start-up`, {
+      pgbouncer: bouncer.version,
+      ready: ready.map((r) => r.status).join(','),
+      allReadyMs,
+      migrationRows: applied.length,
+      restartedReady,
+    });
+
+    expect(ready.map((r) => r.status)).toEqual([200, 200]);
+    // About 2 s here: one waits for the other's migrations, not for a time-out of the pooler's.
+    expect(allReadyMs).toBeLessThan(30_000);
+    expect(applied.map((a) => a.name).sort()).toEqual(Object.keys(migrations).sort());
+    expect(restartedReady).toBe(200);
+    expect(served).toBe(200);
+  });
+
+  test(`When a mixed read and write load runs from two processes through PgBouncer ${version}, then no answer is a 5xx and every acknowledged write is in the database`, async () => {
+    const tokens = await Promise.all(
+      replicas.map((r, i) => account(r.base, `load${String(i)}-${version}@example.com`)),
+    );
+    const acknowledged: number[] = [];
+    const answers: { status: number }[] = [];
+    const failures: string[] = [];
+    const until = Date.now() + LOAD_MS;
+    const worker = async (base: string, token: string, n: number) => {
+      let mine: number | undefined;
+      for (let i = 0; Date.now() < until; i++) {
+        let answer: Answer;
+        try {
+          switch (i % 5) {
+            case 0:
+              answer = await call(base, '/posts/', {
+                token,
+                json: { title: `mixed w${String(n)} ${String(i)}`, content: 'c' },
+              });
+              if (answer.status === 201) {
+                mine = (answer.body as { id: number }).id;
+                acknowledged.push(mine);
+              }
+              break;
+            case 1:
+              answer = await call(base, '/posts/public?limit=20');
+              break;
+            case 2:
+              // A term the title index serves: one that has none is limited per process, by design.
+              answer = await call(base, '/posts/?search=mixed', { token });
+              break;
+            case 3:
+              answer = await call(base, `/posts/${String(mine ?? 1)}`, { token });
+              break;
+            default:
+              answer = await call(base, '/votes/', { token, json: { post_id: mine ?? 1, dir: i % 2 } });
+          }
+          answers.push(answer);
+        } catch (error) {
+          failures.push(error instanceof Error ? error.message : String(error));
+        }
+      }
+    };
+    await Promise.all(
+      replicas.flatMap((r, p) =>
+        Array.from({ length: WORKERS_PER_PROCESS }, (_, w) => worker(r.base, tokens[p] ?? '', p * 100 + w)),
+      ),
+    );
+    const db = connect(database());
+    const stored = await db<{ id: number }>('posts').whereIn('id', acknowledged).pluck('id');
+    await db.destroy();
+    const pools = await bouncer.admin('SHOW POOLS');
+    report(`pgbouncer ${version} load`, {
+      answers: answers.length,
+      statuses: statusCounts(answers),
+      acknowledgedWrites: acknowledged.length,
+      storedWrites: stored.length,
+      transportFailures: failures.length,
+      serverConnections: pools
+        .filter((p) => p.database === database())
+        .map((p) => Number(p.sv_active) + Number(p.sv_idle) + Number(p.sv_used))
+        .join(','),
+    });
+
+    expect(failures).toEqual([]);
+    expect(answers.filter((a) => a.status >= 500)).toEqual([]);
+    expect(answers.length).toBeGreaterThan(100);
+    expect(acknowledged.length).toBeGreaterThan(10);
+    expect(stored.sort((a, b) => a - b)).toEqual([...acknowledged].sort((a, b) => a - b));
+  });
+
+  test(`When a table is locked past the statement time-out through PgBouncer ${version}, then the list answers 503 problem+json in bounded time, the statement is gone from the server, and the list serves again once the lock is released`, async () => {
+    const [svc] = replicas as [ServiceProcess];
+    const locker = connect(database());
+    const lock = await locker.transaction();
+    let answer: Answer;
+    let waitingAfter: number;
+    try {
+      await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
+      answer = await call(svc.base, '/posts/public', { timeoutMs: 20_000 });
+      await sleep(300);
+      // Behind the pooler the server sees PgBouncer's connections: any statement of the
+      // scratch database still waiting on the lock, other than the locker's own, is left over.
+      const { rows } = await locker.raw<{ rows: { n: number }[] }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
+        [database()],
+      );
+      waitingAfter = rows[0]?.n ?? -1;
+    } finally {
+      await lock.rollback();
+      await locker.destroy();
+    }
+    const after = await call(svc.base, '/posts/public');
+    report(`pgbouncer ${version} locked table`, {
+      status: answer.status,
+      ms: Math.round(answer.ms),
+      statementsLeftWaiting: waitingAfter,
+      afterStatus: after.status,
+    });
+
+    expect({ status: answer.status, problem: isProblem(answer) }).toEqual({ status: 503, problem: true });
+    expect(answer.ms).toBeGreaterThanOrEqual(STATEMENT_TIMEOUT_MS - 100);
+    // The deadline, the cancel's grace (0.5 s) and slack for a busy machine.
+    expect(answer.ms).toBeLessThan(STATEMENT_TIMEOUT_MS + 500 + 1500);
+    expect(waitingAfter).toBe(0);
+    expect(after.status).toBe(200);
+  });
+});
+
+describe('Behind PgBouncer 1.18 with the defaults', () => {
+  const { bouncer, database } = pooled('1.18', 'pgb118_named');
+
+  test('When named prepared statements stay on behind a pooler that does not track them, then the failures are problem+json and each logged failure names DB_PREPARED_STATEMENTS=false', async () => {
+    const svc = await startService({
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(bouncer.port),
+      DB_NAME: database(),
+      DB_POOL_MAX: String(SERVICE_POOL),
+    });
+    // Registration and login use no named statement; every authenticated call does.
+    const token = await account(svc.base, 'named@example.com');
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        const out: Answer[] = [];
+        for (let i = 0; i < 25; i++) out.push(await call(svc.base, '/posts/', { token }));
+        return out;
+      }),
+    ).then((a) => a.flat());
+    const failed = answers.filter((a) => a.status >= 500);
+    const failedLines = () => svc.lines.filter((l) => l.msg === 'request failed');
+    // A log line is read from the child's stdout and may arrive just after its answer.
+    for (const until = Date.now() + 2000; failedLines().length < failed.length && Date.now() < until;)
+      await sleep(50);
+    const logged = failedLines();
+    report('pgbouncer 1.18 named statements left on', {
+      statuses: statusCounts(answers),
+      loggedFailures: logged.length,
+    });
+
+    expect(failed.length).toBeGreaterThan(0);
+    for (const a of failed) expect(isProblem(a)).toBe(true);
+    expect(logged.length).toBe(failed.length);
+    for (const line of logged) expect(String(line.hint)).toMatch(/set DB_PREPARED_STATEMENTS=false/);
+  });
+});

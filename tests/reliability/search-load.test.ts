@@ -1,0 +1,130 @@
+/**
+ * Issue 29: anonymous searches no index can serve (`%%%%`, `zz`, `q`, `_`) were each a scan of the
+ * whole table; a handful of clients filled the pool, the cheap feed waited seconds and readiness,
+ * which asked on the same pool, answered 503 on every replica at once. Now they run a few at a time
+ * per process, the excess is refused at once, and readiness asks on a connection of its own.
+ */
+import { seed } from '../../tools/bench/seed';
+import { call, isProblem, report, sleep, startService, statusCounts, type Answer } from './support';
+import { stopAll } from '../../tools/harness/service';
+
+/** Enough posts that a search without a match costs a walk of real length; seeded once, then reused. */
+const POSTS = Number(process.env.SEARCH_LOAD_POSTS ?? 20_000);
+const CLIENTS = 20;
+const ATTACK_MS = 8000;
+/** A small pool, as a replica's share of a busy database is: the attack could fill it on its own. */
+const POOL_MAX = 4;
+/** Each client's pause between its searches: ~40 requests a second in all, a trickle. */
+const CLIENT_PAUSE_MS = 500;
+const UNINDEXED = ['%25%25%25%25', 'zz', 'q', '_', 'xq', '%25'];
+
+const p50 = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+};
+
+afterAll(async () => {
+  await stopAll();
+});
+
+test('When 20 anonymous clients keep sending searches no index serves, then the excess is 503 with Retry-After at once, the feed stays quick and readiness stays 200', async () => {
+  const seeded = await seed(POSTS, false, (line) => process.stdout.write(`${line}\n`));
+  const svc = await startService({
+    DB_NAME: seeded.database,
+    DB_POOL_MAX: String(POOL_MAX),
+    // One at a time leaves the second core of a CI machine to everything else.
+    SEARCH_UNINDEXED_CONCURRENCY: '1',
+  });
+
+  const feed = async (): Promise<Answer> => call(svc.base, '/posts/public?limit=10', { timeoutMs: 10_000 });
+  // Warm the statements and connections (the probe's own too, as a kubelet's probing keeps it),
+  // then the quiet figure.
+  for (let i = 0; i < 5; i += 1) {
+    await feed();
+    await call(svc.base, '/healthz/ready');
+  }
+  const quiet: number[] = [];
+  for (let i = 0; i < 15; i += 1) quiet.push((await feed()).ms);
+
+  let running = true;
+  const searches: Answer[] = [];
+  const feedDuring: Answer[] = [];
+  const readyDuring: Answer[] = [];
+  const failures: string[] = [];
+  const attacker = async (n: number) => {
+    for (let i = 0; running; i += 1) {
+      const term = UNINDEXED[(n + i) % UNINDEXED.length] ?? 'q';
+      try {
+        const started = performance.now();
+        const res = await fetch(`${svc.base}/posts/public?search=${term}&limit=100`, {
+          signal: AbortSignal.timeout(10_000),
+        });
+        const text = await res.text();
+        const contentType = res.headers.get('content-type') ?? '';
+        searches.push({
+          status: res.status,
+          contentType,
+          body: contentType.includes('json') ? (JSON.parse(text) as unknown) : text,
+          ms: performance.now() - started,
+          retryAfter: res.headers.get('retry-after'),
+        });
+      } catch (error) {
+        failures.push(error instanceof Error ? error.message : String(error));
+      }
+      await sleep(CLIENT_PAUSE_MS);
+    }
+  };
+  const prober = async (into: Answer[], path: string, everyMs: number) => {
+    while (running) {
+      try {
+        into.push(await call(svc.base, path, { timeoutMs: 10_000 }));
+      } catch (error) {
+        failures.push(error instanceof Error ? error.message : String(error));
+      }
+      await sleep(everyMs);
+    }
+  };
+  const all = Promise.all([
+    ...Array.from({ length: CLIENTS }, (_, n) => attacker(n)),
+    prober(feedDuring, '/posts/public?limit=10', 50),
+    prober(readyDuring, '/healthz/ready', 250),
+  ]);
+  await sleep(ATTACK_MS);
+  running = false;
+  await all;
+
+  const served = searches.filter((a) => a.status === 200);
+  const shed = searches.filter((a) => a.status === 503);
+  report('unindexed searches', {
+    posts: POSTS,
+    clients: CLIENTS,
+    searchStatuses: statusCounts(searches),
+    servedP50Ms: Math.round(p50(served.map((a) => a.ms))),
+    shedP50Ms: Math.round(p50(shed.map((a) => a.ms))),
+    feedQuietP50Ms: Math.round(p50(quiet)),
+    feedDuringP50Ms: Math.round(p50(feedDuring.map((a) => a.ms))),
+    feedStatuses: statusCounts(feedDuring),
+    readyStatuses: statusCounts(readyDuring),
+    readySlowestMs: Math.round(Math.max(...readyDuring.map((a) => a.ms))),
+    failures: failures.length,
+  });
+
+  expect(failures).toEqual([]);
+  // Searches are answered (the substring rule holds) or refused at once, nothing else.
+  expect(served.length).toBeGreaterThan(0);
+  expect(shed.length).toBeGreaterThan(0);
+  for (const a of searches) expect([200, 503]).toContain(a.status);
+  for (const a of shed) {
+    expect({ problem: isProblem(a), retryAfter: a.retryAfter }).toEqual({ problem: true, retryAfter: '1' });
+    expect((a.body as { detail: string }).detail).toMatch(/Too many searches/);
+  }
+  // Refused at once: not queued behind the running ones.
+  expect(p50(shed.map((a) => a.ms))).toBeLessThan(250);
+  // The cheap feed keeps answering quickly (against its own quiet figure, as CI machines differ),
+  // and readiness never takes the replica out.
+  expect(feedDuring.length).toBeGreaterThan(10);
+  for (const a of feedDuring) expect(a.status).toBe(200);
+  expect(p50(feedDuring.map((a) => a.ms))).toBeLessThan(Math.max(250, 4 * p50(quiet)));
+  expect(readyDuring.length).toBeGreaterThan(5);
+  for (const a of readyDuring) expect(a.status).toBe(200);
+});

@@ -1,0 +1,328 @@
+import { pollUntil } from '../../tools/harness/poll';
+import { account, call, isProblem, sleep, type Answer, type ServiceProcess } from './support';
+
+/** One answer of the traffic, with when it came back (ms since the epoch). */
+export interface Recorded {
+  kind: 'create' | 'list' | 'ready';
+  at: number;
+  status: number;
+  ms: number;
+  problem: boolean;
+  /** The post's id, for an acknowledged create. */
+  id?: number;
+}
+
+export interface Traffic {
+  answers: Recorded[];
+  /** Transport failures (a hang past the call's own time-out included), with their time. */
+  failures: { at: number; message: string }[];
+  /** Waits, at most `withinMs`, for a create acknowledged after the moment `after`. */
+  writeAcknowledgedAfter(after: number, withinMs: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Workers that create posts and read the signed-in list, one request after another each, and a
+ * readiness poller, until stopped: the record a failover or lost-node case reads afterwards.
+ */
+export function traffic(base: string, token: string, workers: number): Traffic {
+  const answers: Recorded[] = [];
+  const failures: Traffic['failures'] = [];
+  let running = true;
+  const record = async (kind: Recorded['kind'], request: () => Promise<Answer>) => {
+    try {
+      const answer = await request();
+      const id = kind === 'create' && answer.status === 201 ? (answer.body as { id: number }).id : undefined;
+      answers.push({
+        kind,
+        at: Date.now(),
+        status: answer.status,
+        ms: answer.ms,
+        problem: isProblem(answer),
+        ...(id === undefined ? {} : { id }),
+      });
+    } catch (error) {
+      failures.push({ at: Date.now(), message: error instanceof Error ? error.message : String(error) });
+    }
+  };
+  const worker = async (n: number) => {
+    for (let i = 0; running; i++) {
+      if (i % 2 === 0)
+        await record('create', () =>
+          call(base, '/posts/', {
+            token,
+            json: { title: `w${String(n)} #${String(i)}`, content: 'c' },
+            timeoutMs: 30_000,
+          }),
+        );
+      else await record('list', () => call(base, '/posts/', { token, timeoutMs: 30_000 }));
+    }
+  };
+  const poller = async () => {
+    while (running) {
+      await record('ready', () => call(base, '/healthz/ready', { timeoutMs: 30_000 }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  };
+  const all = Promise.all([poller(), ...Array.from({ length: workers }, (_, n) => worker(n))]);
+  return {
+    answers,
+    failures,
+    writeAcknowledgedAfter: async (after, withinMs) => {
+      await pollUntil(
+        () => answers.some((a) => a.kind === 'create' && a.status === 201 && a.at > after),
+        (seen) => seen,
+        { withinMs },
+      );
+    },
+    stop: async () => {
+      running = false;
+      await all;
+    },
+  };
+}
+
+/**
+ * Starts the service, signs `email` up and runs `workers` of traffic for 1.5 s, so the pool is
+ * busy and the record has a steady start before the case breaks anything.
+ */
+export async function startUnderTraffic(
+  start: () => Promise<ServiceProcess>,
+  email: string,
+  workers: number,
+): Promise<{ svc: ServiceProcess; load: Traffic }> {
+  const svc = await start();
+  const load = traffic(svc.base, await account(svc.base, email), workers);
+  await sleep(1500);
+  return { svc, load };
+}
+
+/** One replica behind the Service: its name in the record and where it listens. */
+export interface Instance {
+  name: string;
+  base: string;
+}
+
+/** The calls of the steady mix. */
+export type CallKind = 'public-list' | 'list' | 'get' | 'vote' | 'unvote' | 'create';
+
+/** The statuses API.md lists for each call (503 is every call's answer to a database that does not answer). */
+export const API_STATUSES: Record<CallKind, readonly number[]> = {
+  'public-list': [200, 304, 422, 503],
+  list: [200, 304, 401, 422, 503],
+  get: [200, 304, 401, 404, 422, 503],
+  vote: [201, 401, 404, 409, 422, 503],
+  unvote: [201, 401, 404, 409, 422, 503],
+  create: [201, 401, 422, 503],
+};
+
+/** One request of the steady mix: which replica answered what, and how long the client waited. */
+export interface MixedAnswer {
+  kind: CallKind;
+  instance: string;
+  /** What the caller's `phase` said when it was sent. */
+  phase: string;
+  /** When it was sent (ms since the epoch). */
+  at: number;
+  /** 0 when no answer came (refused, reset, or the client's own time-out). */
+  status: number;
+  ms: number;
+  /** A 5xx answer's detail, or why no answer came. */
+  error?: string;
+}
+
+/** What a signed-in user's vote on a post is known to be after the traffic. */
+export type VoteState = 'present' | 'absent' | 'unknown';
+
+export interface SignedIn {
+  id: number;
+  token: string;
+}
+
+export interface SteadyTraffic {
+  answers: MixedAnswer[];
+  /** Posts whose create was answered 201, with their titles. */
+  created: { id: number; title: string }[];
+  /**
+   * Per `user:post` pair the traffic voted on: present after an acknowledged vote (or a 409),
+   * absent after an acknowledged withdrawal (or a 404), unknown when an answer never came or was a 5xx.
+   */
+  votes: Map<string, VoteState>;
+  /** Requests sent and not yet answered. */
+  pending(): number;
+  stop(): Promise<void>;
+}
+
+export interface SteadyOptions {
+  /** The replicas in rotation at this moment; requests go round-robin over them. */
+  rotation: () => readonly Instance[];
+  perSecond: number;
+  users: readonly SignedIn[];
+  /** Published posts the voters and readers pick from (the newest, as on a real site). */
+  hotPosts: readonly number[];
+  /** Every post id is at most this (GET one post also reads older, unpublished, missing ones). */
+  maxPostId: number;
+  /** The client's own time-out; latency beyond any budget is still measured up to it. */
+  timeoutMs?: number;
+  /** A label for what is going on, recorded with each request as it is sent. */
+  phase?: () => string;
+}
+
+/** An error's message with its cause's, as fetch puts the reason (reset, refused, time-out) in the cause. */
+const reason = (error: unknown): string => {
+  // Duck-typed: under jest, fetch's errors come from another realm and fail instanceof Error.
+  const e = error as { name?: string; message?: string; cause?: { code?: string; message?: string } };
+  if (typeof e.message !== 'string') return String(error);
+  const cause = e.cause ? ` (${e.cause.code ?? e.cause.message ?? ''})` : '';
+  return `${e.name ?? 'Error'}: ${e.message}${cause}`;
+};
+
+const pick = <T>(items: readonly T[]): T => {
+  const item = items[Math.floor(Math.random() * items.length)];
+  if (item === undefined) throw new Error('nothing to pick from');
+  return item;
+};
+
+/**
+ * Open-loop mixed traffic at a fixed rate, as many independent clients make it: a request is sent
+ * on schedule whether or not earlier ones have been answered, so a slow replica gathers a queue
+ * instead of slowing the load. The mix: public list 30 %, signed-in list 25 %, one post 20 %,
+ * votes 20 % (casts and withdrawals), new posts 5 %. A user never has two requests on the same
+ * vote in flight, so each pair's outcome is known from its acknowledged answers.
+ */
+export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
+  const answers: MixedAnswer[] = [];
+  const created: SteadyTraffic['created'] = [];
+  const votes = new Map<string, VoteState>();
+  const voting = new Set<string>();
+  const present: string[] = [];
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const inFlight = new Set<Promise<void>>();
+  let turn = 0;
+  let sent = 0;
+
+  const send = (
+    kind: CallKind,
+    run: (base: string) => Promise<Answer>,
+    then?: (answer: Answer | undefined) => void,
+  ) => {
+    const live = options.rotation();
+    if (live.length === 0) return;
+    const instance = live[turn++ % live.length] as Instance;
+    const phase = options.phase?.() ?? '';
+    const at = Date.now();
+    const started = performance.now();
+    const request = run(instance.base).then(
+      (answer) => {
+        const body = answer.body as { detail?: unknown } | string;
+        const detail =
+          answer.status < 500
+            ? undefined
+            : typeof body === 'string'
+              ? body
+              : JSON.stringify(body.detail ?? null);
+        answers.push({
+          kind,
+          instance: instance.name,
+          phase,
+          at,
+          status: answer.status,
+          ms: answer.ms,
+          ...(detail === undefined ? {} : { error: detail.slice(0, 200) }),
+        });
+        then?.(answer);
+      },
+      (error: unknown) => {
+        answers.push({
+          kind,
+          instance: instance.name,
+          phase,
+          at,
+          status: 0,
+          ms: performance.now() - started,
+          error: reason(error),
+        });
+        then?.(undefined);
+      },
+    );
+    inFlight.add(request);
+    void request.finally(() => inFlight.delete(request));
+  };
+
+  const vote = () => {
+    const user = pick(options.users);
+    // A third of the votes withdraw one the traffic cast, so withdrawals race the migration too.
+    let key: string | undefined;
+    if (Math.random() < 0.35 && present.length > 0) {
+      const at = Math.floor(Math.random() * present.length);
+      key = present[at];
+      present.splice(at, 1);
+    } else key = `${String(user.id)}:${String(pick(options.hotPosts))}`;
+    if (key === undefined || voting.has(key)) return;
+    const [userId, postId] = key.split(':').map(Number) as [number, number];
+    const token = options.users.find((u) => u.id === userId)?.token ?? user.token;
+    const dir = votes.get(key) === 'present' ? 0 : 1;
+    voting.add(key);
+    send(
+      dir === 1 ? 'vote' : 'unvote',
+      (base) => call(base, '/votes/', { token, json: { post_id: postId, dir }, timeoutMs }),
+      (answer) => {
+        voting.delete(key);
+        let state: VoteState = 'unknown';
+        if (answer?.status === 201) state = dir === 1 ? 'present' : 'absent';
+        else if (answer?.status === 409) state = 'present';
+        else if (answer?.status === 404 && dir === 0) state = 'absent';
+        else if (answer && answer.status < 500) state = votes.get(key) ?? 'absent';
+        votes.set(key, state);
+        if (state === 'present') present.push(key);
+      },
+    );
+  };
+
+  const one = () => {
+    const r = Math.random();
+    const user = pick(options.users);
+    if (r < 0.3)
+      send('public-list', (base) =>
+        call(base, `/posts/public?skip=${String(pick([0, 0, 0, 10, 20]))}`, { timeoutMs }),
+      );
+    else if (r < 0.55) send('list', (base) => call(base, '/posts/', { token: user.token, timeoutMs }));
+    else if (r < 0.75) {
+      const id =
+        Math.random() < 0.7 ? pick(options.hotPosts) : 1 + Math.floor(Math.random() * options.maxPostId);
+      send('get', (base) => call(base, `/posts/${String(id)}`, { token: user.token, timeoutMs }));
+    } else if (r < 0.95) vote();
+    else {
+      const title = `upgrade ${String(user.id)} #${String(sent)}`;
+      send(
+        'create',
+        (base) =>
+          call(base, '/posts/', { token: user.token, json: { title, content: 'steady traffic' }, timeoutMs }),
+        (answer) => {
+          if (answer?.status === 201) created.push({ id: (answer.body as { id: number }).id, title });
+        },
+      );
+    }
+  };
+
+  const began = performance.now();
+  // Catches up by elapsed time, so a late timer (a busy event loop) does not lower the rate.
+  const ticker = setInterval(() => {
+    const due = Math.floor(((performance.now() - began) / 1000) * options.perSecond);
+    while (sent < due) {
+      sent += 1;
+      one();
+    }
+  }, 5);
+
+  return {
+    answers,
+    created,
+    votes,
+    pending: () => inFlight.size,
+    stop: async () => {
+      clearInterval(ticker);
+      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+    },
+  };
+}

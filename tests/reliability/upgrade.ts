@@ -1,0 +1,679 @@
+/**
+ * A rolling upgrade with the real parts, as a Deployment with maxSurge 1 and maxUnavailable 0
+ * makes it: the previous release (built from the commit CHANGELOG.md records) serves a seeded
+ * database under steady mixed traffic; this release starts beside it and migrates; both serve;
+ * the previous one leaves the rotation and is stopped; this one serves alone. What clients saw,
+ * what the database kept and what the counts say afterwards is the record the suite asserts on
+ * (tests/reliability/upgrade.test.ts) and the benchmark prints (tools/bench/upgrade.ts).
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import bcrypt from 'bcrypt';
+import knex, { type Knex } from 'knex';
+import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from '../../tools/bench/seed';
+import { createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
+import { pollUntil } from '../../tools/harness/poll';
+import { previousRelease, type Release } from '../../tools/harness/releases';
+import { ROOT, startService, type LogLine, type ServiceProcess } from '../../tools/harness/service';
+import { steadyTraffic, API_STATUSES, type Instance, type MixedAnswer, type SignedIn } from './traffic';
+import { call, sleep, type Answer } from './support';
+
+/** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
+export const STATEMENT_BUDGET_MS = 2000;
+export const ANSWER_BUDGET_MS = STATEMENT_BUDGET_MS + 500;
+/** A surge replica must be ready well within a probe's patience. */
+export const READY_BUDGET_MS = 30_000;
+
+/** The files a release runs from; its dependencies are today's (a superset of its own). */
+const RELEASE_FILES = ['service', 'migrations', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
+
+/**
+ * The release's source tree, taken from this repository's history without the network, in a
+ * folder under the OS temp dir named by its commit and by this checkout (built once, then reused),
+ * with this checkout's node_modules linked in.
+ */
+export function buildRelease(release: Release): string {
+  if (!release.commit) throw new Error(`release ${release.version} names no commit to build from`);
+  const checkout = createHash('sha256').update(ROOT).digest('hex').slice(0, 8);
+  const dir = path.join(tmpdir(), `sp-release-${release.commit}-${checkout}`);
+  if (existsSync(path.join(dir, 'node_modules'))) return dir;
+  // A folder whose node_modules link points nowhere (its checkout is gone) is rebuilt, not trusted.
+  rmSync(dir, { recursive: true, force: true });
+  const staging = mkdtempSync(path.join(tmpdir(), `sp-release-${release.commit.slice(0, 12)}-`));
+  try {
+    const archive = execFileSync('git', ['archive', '--format=tar', release.commit, ...RELEASE_FILES], {
+      cwd: ROOT,
+      maxBuffer: 256 * 1024 * 1024,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    execFileSync('tar', ['-x', '-C', staging], { input: archive });
+    symlinkSync(path.join(ROOT, 'node_modules'), path.join(staging, 'node_modules'), 'dir');
+    // Whole or not at all: a half-extracted folder must never pass for the release.
+    renameSync(staging, dir);
+  } catch (error) {
+    rmSync(staging, { recursive: true, force: true });
+    if (existsSync(path.join(dir, 'node_modules'))) return dir; // another run built it meanwhile
+    const reason = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    throw new Error(
+      `cannot build release ${release.version} from ${release.commit}: ${reason} (a shallow clone lacks it: fetch the history)`,
+      { cause: error },
+    );
+  }
+  return dir;
+}
+
+/** Lines kept from a release's log: start-up, migrations, shutdown, backfill, and anything at warn or worse. */
+const NOTABLE = /listening on|migrat|shutdown|closing|another replica|backfill/;
+const keep = (line: LogLine): boolean => (line.level ?? 0) >= 40 || NOTABLE.test(line.msg ?? '');
+
+export interface Started {
+  svc: ServiceProcess;
+  /** From spawn to the "listening" line (migrations included). */
+  listeningMs: number;
+  /** From spawn to the first 200 from /healthz/ready. */
+  readyMs: number;
+}
+
+/** Starts a release from its folder (the repository root for this one) and waits until it is ready. */
+export async function startRelease(cwd: string, env: NodeJS.ProcessEnv, withinMs: number): Promise<Started> {
+  const spawned = Date.now();
+  const svc = await startService(env, { cwd, keep, withinMs });
+  const listeningMs = Date.now() - spawned;
+  const ready = await pollUntil(
+    () =>
+      call(svc.base, '/healthz/ready', { timeoutMs: 2000 }).then(
+        (a) => a.status,
+        () => 0,
+      ),
+    (status) => status === 200,
+    { withinMs, everyMs: 50 },
+  );
+  if (!ready.held) throw new Error(`${cwd}: /healthz/ready is ${String(ready.value)} after ${withinMs} ms`);
+  return { svc, listeningMs, readyMs: Date.now() - spawned };
+}
+
+export interface UpgradeOptions {
+  posts: number;
+  votes: number;
+  /** The environment both releases get on `database` (same SECRET_KEY, LOG_LEVEL info, PORT 0). */
+  env: (database: string) => NodeJS.ProcessEnv;
+  /** bcrypt cost of the seeded users' one shared hash. */
+  passwordRounds: number;
+  perSecond?: number;
+  /** Users of the seed who sign in and make the signed-in half of the traffic. */
+  signedIn?: number;
+  /** Only the previous release serves, before the new one is started. */
+  warmMs?: number;
+  /** Both serve. */
+  bothMs?: number;
+  /** The new one serves alone before the traffic stops. */
+  aloneMs?: number;
+  /** How long the new release may take to finish a background backfill after the traffic. */
+  backfillWithinMs?: number;
+  log?: (line: string) => void;
+}
+
+export interface Figures {
+  posts: number;
+  votes: number;
+  users: number;
+  seedSeconds: number;
+  requests: number;
+  /** Answers by status, and by which release gave them. */
+  statuses: Record<string, number>;
+  byInstance: Record<string, number>;
+  /** 5xx answers, and requests that got no answer at all. */
+  serverErrors: number;
+  noAnswer: number;
+  outsideApi: MixedAnswer[];
+  overBudget: number;
+  /** Answers past the budget, by phase and release. */
+  overBudgetBy: Record<string, number>;
+  slowest: MixedAnswer | undefined;
+  /** The slowest answer in each phase. */
+  slowestByPhase: Partial<Record<Phase, number>>;
+  /** 5xx or no answer, per phase of the upgrade. */
+  failedByPhase: Record<Phase, number>;
+  /** Failed answers by status, release and detail. */
+  failures: Record<string, number>;
+  /** The errors each release logged (distinct messages, with how often). */
+  logged: Record<string, number>;
+  /** The previous release's start on an empty database, for comparison. */
+  oldReadyMs: number;
+  newListeningMs: number;
+  newReadyMs: number;
+  /** How the new release's vote-count backfill ended, and how long it took by its own log. */
+  backfill: Backfill;
+  oldExit: number | null;
+}
+
+export type Phase = 'old alone' | 'new starting' | 'both' | 'new alone';
+
+export type Backfill =
+  | { how: 'logged'; durationMs: number | null; rows: number | null; afterReadyMs: number }
+  | { how: 'in migration' }
+  | { how: 'not finished'; pendingNullCounts: number };
+
+export interface Findings {
+  /** Posts answered 201 that the database does not hold. */
+  lostPosts: number[];
+  /** Votes acknowledged (and not withdrawn since) that are missing, and withdrawn ones still there. */
+  lostVotes: string[];
+  undeadVotes: string[];
+  /** Posts whose `votes` through the new release differs from their rows in `votes`. */
+  apiMismatches: { id: number; api: number | string; rows: number }[];
+  apiChecked: number;
+  /** Posts whose stored count (`post_vote_counts`) differs from their rows in `votes` (null: none stored). */
+  columnMismatches: { id: number; column: number | null; rows: number }[];
+}
+
+export interface UpgradeResult {
+  release: Release;
+  figures: Figures;
+  findings: Findings;
+}
+
+/** Posts without a stored count: not counted yet. */
+const UNCOUNTED =
+  'SELECT count(*) AS n FROM posts p WHERE NOT EXISTS (SELECT 1 FROM post_vote_counts c WHERE c.post_id = p.id)';
+
+const count = async (k: Knex, sql: string, bindings: readonly Knex.Value[] = []): Promise<number> =>
+  Number((await k.raw<{ rows: { n: string }[] }>(sql, bindings)).rows[0]?.n ?? 0);
+
+async function login(base: string, email: string): Promise<string> {
+  const answer = await call(base, '/login', { form: { username: email, password: BENCH_PASSWORD } });
+  if (answer.status !== 200) throw new Error(`login ${email}: ${answer.status}`);
+  return (answer.body as { access_token: string }).access_token;
+}
+
+/** Metrics series named db_backfill_pending, with their values ([] when the release has none). */
+async function pendingGauges(svc: ServiceProcess): Promise<number[]> {
+  const text = await fetch(`http://127.0.0.1:${String(svc.metricsPort)}/metrics`, {
+    signal: AbortSignal.timeout(5000),
+  }).then((r) => r.text());
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('db_backfill_pending'))
+    .map((l) => Number(l.split(' ').pop()));
+}
+
+/**
+ * Waits for the new release's vote-count backfill to end. A release that backfills in the
+ * background logs "backfill finished" (and exposes db_backfill_pending until then). One that has
+ * neither, a few seconds after it became ready, counted during its migration: it is done when no
+ * post lacks a count.
+ */
+async function backfillEnd(
+  svc: ServiceProcess,
+  k: Knex,
+  readyAt: number,
+  withinMs: number,
+): Promise<Backfill> {
+  const finished = () => svc.lines.find((l) => l.msg === 'backfill finished');
+  const backgrounded = async () =>
+    svc.lines.some((l) => /backfill/.test(l.msg ?? '')) || (await pendingGauges(svc)).length > 0;
+  await sleep(Math.max(0, readyAt + 5000 - Date.now()));
+  if (!finished() && !(await backgrounded())) {
+    const nulls = await count(k, UNCOUNTED);
+    return nulls === 0 ? { how: 'in migration' } : { how: 'not finished', pendingNullCounts: nulls };
+  }
+  try {
+    await svc.waitForLog(/^backfill finished$/, withinMs);
+  } catch {
+    const nulls = await count(k, UNCOUNTED);
+    return { how: 'not finished', pendingNullCounts: nulls };
+  }
+  const line = finished() as LogLine;
+  const n = (v: unknown) => (typeof v === 'number' ? v : null);
+  return {
+    how: 'logged',
+    durationMs: n(line.durationMs),
+    rows: n(line.rows),
+    afterReadyMs: line.at - readyAt,
+  };
+}
+
+function loggedErrors(releases: [string, ServiceProcess][]): Record<string, number> {
+  const seen: Record<string, number> = {};
+  for (const [name, svc] of releases)
+    for (const line of svc.lines.filter((l) => (l.level ?? 0) >= 50)) {
+      const err = line.err as { message?: string } | undefined;
+      const key = `${name}: ${line.msg ?? ''}${err?.message ? ` (${err.message})` : ''}`;
+      seen[key] = (seen[key] ?? 0) + 1;
+    }
+  return seen;
+}
+
+/** Each post's rows in `votes`, for the ids given. */
+async function voteRows(k: Knex, ids: readonly number[]): Promise<Map<number, number>> {
+  const rows = (
+    await k.raw<{ rows: { id: number; n: string }[] }>(
+      `SELECT p.id, (SELECT count(*) FROM votes v WHERE v.post_id = p.id) AS n
+       FROM posts p WHERE p.id = ANY(?::int[])`,
+      [ids as number[]],
+    )
+  ).rows;
+  return new Map(rows.map((r) => [r.id, Number(r.n)]));
+}
+
+async function check(
+  k: Knex,
+  base: string,
+  token: string,
+  load: ReturnType<typeof steadyTraffic>,
+  hotPosts: readonly number[],
+): Promise<Findings> {
+  const createdIds = load.created.map((c) => c.id);
+  const kept = new Set(
+    (
+      await k.raw<{ rows: { id: number }[] }>('SELECT id FROM posts WHERE id = ANY(?::int[])', [createdIds])
+    ).rows.map((r) => r.id),
+  );
+  const lostPosts = createdIds.filter((id) => !kept.has(id));
+
+  const pairs = [...load.votes.entries()].filter(([, state]) => state !== 'unknown');
+  const stored = new Set(
+    (
+      await k.raw<{ rows: { key: string }[] }>(
+        `SELECT user_id || ':' || post_id AS key FROM votes
+         WHERE (user_id, post_id) IN (SELECT * FROM unnest(?::int[], ?::int[]))`,
+        [pairs.map(([key]) => Number(key.split(':')[0])), pairs.map(([key]) => Number(key.split(':')[1]))],
+      )
+    ).rows.map((r) => r.key),
+  );
+  const lostVotes = pairs.filter(([key, s]) => s === 'present' && !stored.has(key)).map(([key]) => key);
+  const undeadVotes = pairs.filter(([key, s]) => s === 'absent' && stored.has(key)).map(([key]) => key);
+
+  // Through the API: every post the traffic voted on or created, and the newest posts of the
+  // public list (where the seeded votes gather), each against its rows in `votes`.
+  const votedOn = [...load.votes.keys()].map((key) => Number(key.split(':')[1]));
+  const shown = new Map<number, number | string>();
+  for (let skip = 0; skip < 1000; skip += 100) {
+    const page = await call(base, `/posts/public?limit=100&skip=${String(skip)}`);
+    for (const post of page.body as { id: number; votes: number }[]) shown.set(post.id, post.votes);
+  }
+  const ids = [...new Set([...votedOn, ...createdIds, ...hotPosts.slice(0, 200)])].filter(
+    (id) => !shown.has(id),
+  );
+  for (let i = 0; i < ids.length; i += 8) {
+    await Promise.all(
+      ids.slice(i, i + 8).map(async (id) => {
+        const answer = await call(base, `/posts/${String(id)}`, { token });
+        shown.set(
+          id,
+          answer.status === 200 ? (answer.body as { votes: number }).votes : `status ${answer.status}`,
+        );
+      }),
+    );
+  }
+  const rows = await voteRows(k, [...shown.keys()]);
+  const apiMismatches = [...shown.entries()]
+    .filter(([id, api]) => api !== (rows.get(id) ?? 0))
+    .map(([id, api]) => ({ id, api, rows: rows.get(id) ?? 0 }));
+
+  const columnMismatches = (
+    await k.raw<{ rows: { id: number; column: number | null; n: string }[] }>(
+      `SELECT p.id, s.votes AS column, coalesce(c.n, 0) AS n
+       FROM posts p LEFT JOIN post_vote_counts s ON s.post_id = p.id
+       LEFT JOIN (SELECT post_id, count(*) AS n FROM votes GROUP BY post_id) c ON c.post_id = p.id
+       WHERE s.votes IS DISTINCT FROM coalesce(c.n, 0)
+       ORDER BY p.id LIMIT 1000`,
+    )
+  ).rows.map((r) => ({ id: r.id, column: r.column, rows: Number(r.n) }));
+
+  return { lostPosts, lostVotes, undeadVotes, apiMismatches, apiChecked: shown.size, columnMismatches };
+}
+
+/** The previous release on a fresh database, migrated by itself, then filled in bulk. */
+async function seedPrevious(
+  dir: string,
+  options: UpgradeOptions,
+  database: string,
+  k: Knex,
+  log: (line: string) => void,
+): Promise<{ old: Started; users: number; seedSeconds: number; migrations: string[] }> {
+  const old = await startRelease(dir, options.env(database), 120_000);
+  const migrations = (
+    await k.raw<{ rows: { name: string }[] }>('SELECT name FROM knex_migrations ORDER BY id')
+  ).rows.map((r) => r.name);
+  const users = usersFor(options.posts);
+  log(`seeding ${String(users)} users, ${String(options.posts)} posts, ~${String(options.votes)} votes`);
+  const began = Date.now();
+  // One hash for all: hashing each user's would take hours, and a login costs the same.
+  const passwordHash = await bcrypt.hash(BENCH_PASSWORD, options.passwordRounds);
+  await insertRows(k, { users, posts: options.posts, votes: options.votes, passwordHash, voteCounts: false });
+  await vacuumAnalyze(k);
+  return { old, users, seedSeconds: (Date.now() - began) / 1000, migrations };
+}
+
+/**
+ * The whole upgrade on a scratch database (dropped afterwards): seed under the previous release,
+ * traffic, the surge replica, both serving, the old one stopped, the new one alone; then what the
+ * database holds.
+ */
+export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult> {
+  const log = options.log ?? (() => undefined);
+  const release = previousRelease();
+  const dir = buildRelease(release);
+  const database = await createScratchDatabase('sp_upgrade');
+  const k = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: database.name },
+    pool: { min: 0, max: 2 },
+  });
+  const started: ServiceProcess[] = [];
+  // Whatever fails, no traffic outlives the case.
+  const running: { stop(): Promise<void> }[] = [];
+  let progress: NodeJS.Timeout | undefined;
+  try {
+    const seeded = await seedPrevious(dir, options, database.name, k, log);
+    const old = seeded.old.svc;
+    started.push(old);
+    // Its migrations are the files of its own migrations/ folder (index.ts lists them).
+    const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
+    if (seeded.migrations.length !== own.length || own.length === 0)
+      throw new Error(
+        `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its ${String(own.length)} migrations`,
+      );
+    const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
+    log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
+
+    const signedIn: SignedIn[] = [];
+    for (let id = 1; id <= (options.signedIn ?? 10); id++)
+      signedIn.push({ id, token: await login(old.base, `user${String(id)}@bench.example`) });
+    const hotPosts = (
+      await k.raw<{ rows: { id: number }[] }>(
+        'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 2000',
+      )
+    ).rows.map((r) => r.id);
+
+    void old.exited.then((code) => {
+      log(`the previous release exited (${String(code)})`);
+    });
+    const oldInstance: Instance = { name: `old ${release.version}`, base: old.base };
+    let rotation: Instance[] = [oldInstance];
+    // Unrecorded: a release that has served for days has its code compiled and every statement
+    // prepared on every connection; a cold one would blame its own first seconds on the upgrade.
+    const warm = steadyTraffic({
+      rotation: () => rotation,
+      perSecond: options.perSecond ?? 90,
+      users: signedIn,
+      hotPosts,
+      maxPostId: options.posts,
+    });
+    running.push(warm);
+    await sleep(5000);
+    await warm.stop();
+    let phase: Phase = 'old alone';
+    const load = steadyTraffic({
+      rotation: () => rotation,
+      perSecond: options.perSecond ?? 90,
+      users: signedIn,
+      hotPosts,
+      maxPostId: options.posts,
+      phase: () => phase,
+    });
+    running.push(load);
+    progress = setInterval(() => {
+      const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
+      log(
+        `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
+      );
+    }, 5000);
+    await sleep(options.warmMs ?? 5000);
+
+    log('starting this release beside it');
+    phase = 'new starting';
+    const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
+    started.push(fresh.svc);
+    log(`this release ready after ${String(fresh.readyMs)} ms`);
+    rotation = [oldInstance, { name: 'new', base: fresh.svc.base }];
+    phase = 'both';
+    const readyAt = Date.now();
+    await sleep(options.bothMs ?? 8000);
+
+    // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
+    rotation = [{ name: 'new', base: fresh.svc.base }];
+    phase = 'new alone';
+    log('the previous release out of rotation; SIGTERM');
+    const oldExit = await Promise.race([old.stop('SIGTERM'), sleep(60_000).then(() => old.stop('SIGKILL'))]);
+    log(`the previous release exited with ${String(oldExit)}`);
+    await sleep(options.aloneMs ?? 5000);
+    await load.stop();
+    clearInterval(progress);
+    log(`traffic stopped after ${String(load.answers.length)} requests`);
+
+    const backfill = await backfillEnd(fresh.svc, k, readyAt, options.backfillWithinMs ?? 120_000);
+    log(`backfill: ${JSON.stringify(backfill)}; checking writes and counts`);
+    const findings = await check(k, fresh.svc.base, signedIn[0]?.token ?? '', load, hotPosts);
+
+    const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
+    const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500);
+    const failedByPhase: Record<Phase, number> = {
+      'old alone': 0,
+      'new starting': 0,
+      both: 0,
+      'new alone': 0,
+    };
+    for (const a of failed) failedByPhase[phaseOf(a)] += 1;
+    const slowestByPhase: Partial<Record<Phase, number>> = {};
+    for (const a of load.answers) {
+      const at = phaseOf(a);
+      slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
+    }
+    const tally = (key: (a: MixedAnswer) => string) =>
+      load.answers.reduce<Record<string, number>>(
+        (acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }),
+        {},
+      );
+    const figures: Figures = {
+      posts: options.posts,
+      votes: seededVotes,
+      users: seeded.users,
+      seedSeconds: seeded.seedSeconds,
+      requests: load.answers.length,
+      statuses: tally((a) => String(a.status)),
+      byInstance: tally((a) => a.instance),
+      serverErrors: load.answers.filter((a) => a.status >= 500).length,
+      noAnswer: load.answers.filter((a) => a.status === 0).length,
+      outsideApi: load.answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
+      overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
+      overBudgetBy: load.answers
+        .filter((a) => a.ms > ANSWER_BUDGET_MS)
+        .reduce<Record<string, number>>((acc, a) => {
+          const key = `${a.phase} @${a.instance}`;
+          return { ...acc, [key]: (acc[key] ?? 0) + 1 };
+        }, {}),
+      slowest: load.answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
+      failedByPhase,
+      slowestByPhase,
+      failures: failed.reduce<Record<string, number>>((acc, a) => {
+        const key = `${String(a.status)} ${a.instance}: ${a.error ?? ''}`;
+        return { ...acc, [key]: (acc[key] ?? 0) + 1 };
+      }, {}),
+      logged: loggedErrors([
+        [oldInstance.name, old],
+        ['new', fresh.svc],
+      ]),
+      oldReadyMs: seeded.old.readyMs,
+      newListeningMs: fresh.listeningMs,
+      newReadyMs: fresh.readyMs,
+      backfill,
+      oldExit,
+    };
+    return { release, figures, findings };
+  } finally {
+    clearInterval(progress);
+    await Promise.all(running.map((traffic) => traffic.stop()));
+    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
+    await k.destroy();
+    await database.drop();
+  }
+}
+
+/** One line of figures: what an operator would ask first. */
+export function summary(result: UpgradeResult): Record<string, unknown> {
+  const f = result.figures;
+  return {
+    from: result.release.version,
+    posts: f.posts,
+    votes: f.votes,
+    requests: f.requests,
+    failed: f.serverErrors + f.noAnswer,
+    serverErrors: f.serverErrors,
+    noAnswer: f.noAnswer,
+    outsideApi: f.outsideApi.length,
+    overBudget: f.overBudget,
+    overBudgetBy: f.overBudgetBy,
+    slowestMs: Math.round(f.slowest?.ms ?? 0),
+    slowest: f.slowest ? `${f.slowest.kind}@${f.slowest.instance}:${String(f.slowest.status)}` : '',
+    readyMs: f.newReadyMs,
+    oldReadyMs: f.oldReadyMs,
+    oldExit: f.oldExit,
+    backfill: f.backfill,
+    failedByPhase: f.failedByPhase,
+    slowestByPhase: f.slowestByPhase,
+    failures: f.failures,
+    logged: f.logged,
+    statuses: f.statuses,
+    byInstance: f.byInstance,
+    seedSeconds: f.seedSeconds,
+  };
+}
+
+export interface OldOnNewResult {
+  release: Release;
+  /** Answers of the previous release, after this one migrated, that were not a success. */
+  wrong: { call: string; status: number; detail: string }[];
+  answered: number;
+  /** Posts whose votes through either release, or whose stored count, differ from their rows. */
+  mismatches: {
+    id: number;
+    old: number | string;
+    new: number | string;
+    column: number | null;
+    rows: number;
+  }[];
+  checked: number;
+}
+
+/**
+ * The previous release keeps serving on the schema this release migrated to: it reads, lists and
+ * takes votes (and their withdrawals), and every count either release shows, and the stored one, is
+ * the rows in `votes`. Before the migration it serves concurrently for a while, so every pooled
+ * connection holds its prepared statements, as after days of service.
+ */
+export async function runOldOnNewSchema(options: {
+  posts: number;
+  env: (database: string) => NodeJS.ProcessEnv;
+  passwordRounds: number;
+  log?: (line: string) => void;
+}): Promise<OldOnNewResult> {
+  const log = options.log ?? (() => undefined);
+  const release = previousRelease();
+  const dir = buildRelease(release);
+  const database = await createScratchDatabase('sp_upgrade_old');
+  const k = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: database.name },
+    pool: { min: 0, max: 2 },
+  });
+  const started: ServiceProcess[] = [];
+  try {
+    const upgrade: UpgradeOptions = { ...options, votes: options.posts };
+    const seeded = await seedPrevious(dir, upgrade, database.name, k, log);
+    const old = seeded.old.svc;
+    started.push(old);
+    const tokens: string[] = [];
+    for (let id = 1; id <= 4; id++) tokens.push(await login(old.base, `user${String(id)}@bench.example`));
+    const token = (i: number) => tokens[i % tokens.length] ?? '';
+    const hot = (
+      await k.raw<{ rows: { id: number }[] }>(
+        'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 40',
+      )
+    ).rows.map((r) => r.id);
+    const reads = (base: string, i: number) => [
+      call(base, '/posts/public', {}),
+      call(base, '/posts/', { token: token(i) }),
+      call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
+    ];
+    // Ten at once, more than once: the statements get prepared on every connection of its pool.
+    for (let round = 0; round < 5; round++)
+      await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat());
+    await Promise.all(
+      hot
+        .slice(20, 30)
+        .map((id, i) =>
+          call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(() =>
+            call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }),
+          ),
+        ),
+    );
+
+    log('starting this release beside it');
+    const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
+    started.push(fresh.svc);
+
+    const wrong: OldOnNewResult['wrong'] = [];
+    let answered = 0;
+    const judge = (what: string, ok: readonly number[]) => (answer: Answer) => {
+      answered += 1;
+      if (!ok.includes(answer.status))
+        wrong.push({ call: what, status: answer.status, detail: JSON.stringify(answer.body).slice(0, 200) });
+      return answer;
+    };
+    const votedOn = hot.slice(0, 20);
+    // Votes through the previous release: cast (409 when the seed had one), then half withdrawn.
+    const cast = await Promise.all(
+      votedOn.map((id, i) =>
+        call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
+          judge('cast a vote', [201, 409]),
+        ),
+      ),
+    );
+    await Promise.all(
+      votedOn.map((id, i) =>
+        i % 2 === 0 && cast[i]?.status === 201
+          ? call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
+              judge('withdraw a vote', [201]),
+            )
+          : Promise.resolve(),
+      ),
+    );
+    for (let round = 0; round < 3; round++)
+      (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat())).forEach(
+        judge('read', [200]),
+      );
+
+    const shown = async (base: string, id: number): Promise<number | string> => {
+      const answer = await call(base, `/posts/${String(id)}`, { token: token(0) });
+      return answer.status === 200
+        ? (answer.body as { votes: number }).votes
+        : `status ${String(answer.status)}`;
+    };
+    const rows = await voteRows(k, votedOn);
+    const columns = new Map(
+      (
+        await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
+          'SELECT post_id AS id, votes AS vote_count FROM post_vote_counts WHERE post_id = ANY(?::int[])',
+          [votedOn],
+        )
+      ).rows.map((r) => [r.id, r.vote_count]),
+    );
+    const mismatches: OldOnNewResult['mismatches'] = [];
+    for (const id of votedOn) {
+      const seen = { old: await shown(old.base, id), new: await shown(fresh.svc.base, id) };
+      const n = rows.get(id) ?? 0;
+      const column = columns.get(id) ?? null;
+      if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
+    }
+    return { release, wrong, answered, mismatches, checked: votedOn.length };
+  } finally {
+    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
+    await k.destroy();
+    await database.drop();
+  }
+}

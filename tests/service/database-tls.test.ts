@@ -1,0 +1,349 @@
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import knex, { type Knex } from 'knex';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { isDatabaseUnavailable, operatorHint } from '../../service/src/db/errors';
+import { createLogger } from '../../service/src/logger';
+import { describeSettings, loadSettings, SettingsError } from '../../service/src/settings';
+import { makeCa, signServer } from '../../tools/harness/certificates';
+import { initdb, ownForPostgres, postgresServer, runPostgresTool } from '../../tools/harness/postgres';
+import {
+  freePort,
+  spawnScript,
+  startService,
+  stopAll,
+  type LogLine,
+  type ScriptProcess,
+} from '../../tools/harness/service';
+import { testEnv, usingPostgres } from './helpers';
+
+/**
+ * TLS to PostgreSQL with a private CA (DB_SSL_CA_FILE), as CloudNativePG's clusters need: a
+ * PostgreSQL of this file's own that accepts TLS connections only, its certificate signed by a CA
+ * made here for the name "localhost". The service must trust that CA, and that CA only, for that
+ * name only.
+ */
+const onPostgres = usingPostgres() ? describe : describe.skip;
+const logger = createLogger('silent');
+
+describe('DB_SSL_CA_FILE', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-settings-'));
+  afterAll(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const settings = (env: Record<string, string>) => () => loadSettings(testEnv({ DB_SSL: 'true', ...env }));
+
+  test('When DB_SSL_CA_FILE names a missing file, then start-up stops with one line naming the setting', () => {
+    const missing = path.join(dir, 'missing.crt');
+    expect(settings({ DB_SSL_CA_FILE: missing })).toThrow(
+      new SettingsError(`Invalid setting DB_SSL_CA_FILE: cannot read ${missing} (ENOENT)`),
+    );
+  });
+
+  test('When DB_SSL_CA_FILE holds no PEM certificate, then start-up stops naming the setting', () => {
+    const file = path.join(dir, 'not-pem.crt');
+    writeFileSync(file, 'not a certificate\n');
+    expect(settings({ DB_SSL_CA_FILE: file })).toThrow(
+      /^Invalid setting DB_SSL_CA_FILE: .* holds no PEM certificate$/,
+    );
+  });
+
+  test('When DB_SSL_CA_FILE is set without DB_SSL, then start-up stops: a CA without TLS would be ignored', () => {
+    const ca = makeCa(dir, 'ca', 'settings test');
+    expect(settings({ DB_SSL: 'false', DB_SSL_CA_FILE: ca.cert })).toThrow(
+      'Invalid setting DB_SSL_CA_FILE: it needs DB_SSL=true',
+    );
+  });
+
+  test('When DB_SSL_CA_FILE is a PEM file, then the database settings carry its path and the logged settings name it', () => {
+    const ca = makeCa(dir, 'ca2', 'settings test');
+    const loaded = settings({ DB_SSL_CA_FILE: ca.cert })();
+    expect(loaded.db.sslCaFile).toBe(ca.cert);
+    expect(describeSettings({ ...loaded, db: { ...loaded.db, hostname: 'db' } }).database).toMatchObject({
+      ssl: true,
+      sslCaFile: ca.cert,
+    });
+    expect(settings({})().db.sslCaFile).toBeUndefined();
+  });
+});
+
+onPostgres('TLS to PostgreSQL verified against a private CA', () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-pg-'));
+  const data = path.join(dir, 'data');
+  let port = 0;
+  let ca = { cert: '', key: '' };
+  let stranger = { cert: '', key: '' };
+  const opened: Database[] = [];
+  // The server's view, over its Unix socket (not TLS, not the service's name): who is connected how.
+  let admin: Knex;
+  const env = (overrides: Record<string, string>) =>
+    testEnv({
+      DB_HOSTNAME: 'localhost',
+      DB_PORT: String(port),
+      DB_USERNAME: postgresServer.user,
+      DB_NAME: 'postgres',
+      DB_SSL: 'true',
+      DB_SSL_CA_FILE: ca.cert,
+      ...overrides,
+    });
+  const open = async (overrides: Record<string, string>) => {
+    const db = await openDatabase(loadSettings(env(overrides)), logger);
+    opened.push(db);
+    return db;
+  };
+
+  beforeAll(async () => {
+    ownForPostgres(dir);
+    ca = makeCa(dir, 'ca', 'test cluster CA');
+    stranger = makeCa(dir, 'stranger', 'another CA');
+    const server = signServer(dir, 'server', ca, ['localhost']);
+    port = await freePort();
+    initdb(data, postgresServer.user, ['-A', 'trust', '--no-sync']);
+    // TLS or nothing: a connection without it is refused, so a success proves TLS was used.
+    writeFileSync(
+      path.join(data, 'pg_hba.conf'),
+      'local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n',
+    );
+    ownForPostgres(path.join(data, 'pg_hba.conf'));
+    const options = [
+      `-p ${String(port)}`,
+      `-k ${dir}`,
+      "-c listen_addresses='localhost'",
+      '-c ssl=on',
+      `-c ssl_cert_file=${server.cert}`,
+      `-c ssl_key_file=${server.key}`,
+    ].join(' ');
+    runPostgresTool('pg_ctl', ['-D', data, '-o', options, '-l', path.join(dir, 'log'), '-w', 'start']);
+    admin = knex({
+      client: 'pg',
+      connection: { host: dir, port, user: postgresServer.user, database: 'postgres' },
+      pool: { min: 0, max: 1 },
+    });
+  });
+
+  afterAll(async () => {
+    await stopAll();
+    await admin.destroy();
+    await Promise.all(opened.map((db) => db.close()));
+    runPostgresTool('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("When the server's certificate chains to DB_SSL_CA_FILE and names the host dialled, then the service connects over TLS", async () => {
+    const db = await open({});
+    const { rows } = await db.knex.raw<{ rows: { ssl: boolean }[] }>(
+      'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()',
+    );
+    expect(rows).toEqual([{ ssl: true }]);
+  });
+
+  test('When the certificate does not name the host dialled (127.0.0.1, not localhost), then no connection is made and the error says why', async () => {
+    const db = await open({ DB_HOSTNAME: '127.0.0.1' });
+    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(/does not match certificate's altnames/);
+  });
+
+  test('When DB_SSL_CA_FILE is another CA, then no connection is made and the error says the chain is untrusted', async () => {
+    const db = await open({ DB_SSL_CA_FILE: stranger.cert });
+    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(
+      /unable to (get local issuer|verify the first) certificate/,
+    );
+  });
+
+  test('When DB_SSL_CA_FILE is unset, then only the public roots are trusted and the private CA is refused', async () => {
+    const settings = loadSettings(env({}));
+    const db = await openDatabase({ ...settings, db: { ...settings.db, sslCaFile: undefined } }, logger);
+    opened.push(db);
+    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(
+      /unable to (get local issuer|verify the first) certificate/,
+    );
+  });
+
+  test('When the service starts with the CA, then it migrates, reports ready, and a user can register and log in', async () => {
+    const service = await startService(env({ PORT: '0', LOG_LEVEL: 'info', DB_NAME: 'postgres' }));
+    expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
+    const email = `tls-${Date.now().toString(36)}@example.com`;
+    const registered = await fetch(`${service.base}/users/`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ email, password: 'correct horse battery' }),
+    });
+    expect(registered.status).toBe(201);
+    const login = await fetch(`${service.base}/login`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ username: email, password: 'correct horse battery' }),
+    });
+    expect(login.status).toBe(200);
+    expect(((await login.json()) as { access_token?: string }).access_token).toEqual(expect.any(String));
+    // The service's own connections, as the server sees them: the earlier cases' pools are closed
+    // first, so every connection under the service's application_name is the process's.
+    await Promise.all(opened.splice(0).map((db) => db.close()));
+    const { rows } = await admin.raw<{ rows: { ssl: boolean; version: string | null }[] }>(
+      "SELECT s.ssl, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'social-posts'",
+    );
+    expect(rows.length).toBeGreaterThan(0);
+    for (const row of rows) {
+      expect(row.ssl).toBe(true);
+      expect(row.version).toMatch(/^TLSv1\.[23]$/);
+    }
+  });
+
+  /**
+   * The service migrates before it listens, so a server it cannot trust stops the start: exit 1, no
+   * port ever opened (no client gets any answer, let alone a 500), and the fatal line carries the
+   * TLS error for the operator.
+   */
+  const refusedStart = async (overrides: Record<string, string>) => {
+    const proc = spawnScript('service/src/main.ts', env({ PORT: '0', LOG_LEVEL: 'info', ...overrides }));
+    // Bounded: a service that starts anyway is stopped, and the case fails on `listened`.
+    const first = await proc.waitForLog(/^(listening on|migrations failed)/, 20_000);
+    const code = /^listening on/.test(first.msg ?? '') ? await proc.stop() : await proc.exited;
+    const fatal = proc.lines.find((l) => l.msg === 'migrations failed; not starting');
+    return {
+      code,
+      listened: proc.lines.some((l) => /^listening on/.test(l.msg ?? '')),
+      error: (fatal?.err as { message?: string; code?: string } | undefined) ?? {},
+      hint: typeof fatal?.hint === 'string' ? fatal.hint : '',
+    };
+  };
+
+  test('When the service dials an address its certificate does not name (127.0.0.1), then it does not start, and its log says the host does not match the certificate', async () => {
+    const started = await refusedStart({ DB_HOSTNAME: '127.0.0.1' });
+    expect(started).toMatchObject({ code: 1, listened: false });
+    expect(started.error.code).toBe('ERR_TLS_CERT_ALTNAME_INVALID');
+    expect(started.error.message).toMatch(/IP: 127\.0\.0\.1 is not in the cert's list/);
+    expect(started.hint).toContain('name DB_HOSTNAME');
+  });
+
+  test('When DB_SSL_CA_FILE is a CA that did not sign the server certificate, then the service does not start, and its log says the certificate is untrusted', async () => {
+    const started = await refusedStart({ DB_SSL_CA_FILE: stranger.cert });
+    expect(started).toMatchObject({ code: 1, listened: false });
+    expect(started.error.message).toMatch(/unable to (get local issuer|verify the first) certificate/);
+    expect(started.hint).toContain('chain to DB_SSL_CA_FILE');
+  });
+
+  test('When a running service meets a server certificate it does not trust (the server moved to another CA), then readiness and requests answer 503, never 500, the log names the setting to check, and it recovers once the certificate is trusted again', async () => {
+    const service = await startService(env({ PORT: '0', LOG_LEVEL: 'info' }));
+    const register = () =>
+      fetch(`${service.base}/users/`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({
+          email: `tls-${Date.now().toString(36)}@example.com`,
+          password: 'correct horse battery',
+        }),
+      });
+    expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
+    try {
+      // What a CA renewal looks like to a pod whose mounted CA file has not followed yet: the server
+      // presents a certificate of a CA the service does not know, and each new connection is refused.
+      signServer(dir, 'server', stranger, ['localhost']);
+      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+      // The pooled connections, made before, would still serve: end them, so new ones are needed.
+      await admin.raw(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'social-posts'",
+      );
+      // A pooled connection may not have read its termination yet and fail with that first (also
+      // 503): probe until a fresh connection meets the certificate, each answer 503 on the way.
+      const unready = await probeUntilLogged(
+        service,
+        async () => {
+          expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(503);
+        },
+        (line) => /^readiness check failed$/.test(line.msg ?? '') && !/terminat/.test(errorMessage(line)),
+      );
+      // Node 24 appends a hint about --use-system-ca to OpenSSL's reason.
+      expect(unready).toMatchObject({
+        err: { message: expect.stringMatching(/^unable to verify the first certificate\b/) as unknown },
+      });
+      expect(unready.hint).toMatch(/DB_SSL_CA_FILE/);
+      const failed = await probeUntilLogged(
+        service,
+        async () => {
+          const refused = await register();
+          expect(refused.status).toBe(503);
+          expect(refused.headers.get('retry-after')).toBe('1');
+        },
+        (line) => /^request failed$/.test(line.msg ?? '') && !/terminat/.test(errorMessage(line)),
+      );
+      expect(failed).toMatchObject({ err: { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' } });
+      expect(failed.hint).toMatch(/DB_SSL_CA_FILE/);
+    } finally {
+      signServer(dir, 'server', ca, ['localhost']);
+      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+    }
+    expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
+    expect((await register()).status).toBe(201);
+    await service.stop();
+  });
+
+  test('When DB_SSL is true and the server offers no TLS, then it counts as unavailable (503, not 500) and the start stops with a hint naming the setting', async () => {
+    // The shared test server (DB_HOSTNAME) runs without TLS.
+    const db = await openDatabase(loadSettings(testEnv({ DB_SSL: 'true' })), logger);
+    opened.push(db);
+    const error: unknown = await db.knex.raw('SELECT 1').catch((e: unknown) => e);
+    expect(isDatabaseUnavailable(error)).toBe(true);
+    expect(operatorHint(error)).toContain('DB_SSL=true but the server offers no TLS');
+    const refused = spawnScript(
+      'service/src/main.ts',
+      testEnv({ PORT: '0', LOG_LEVEL: 'info', DB_SSL: 'true' }),
+    );
+    expect(await refused.exited).toBe(1);
+    expect(refused.lines.find((l) => l.msg === 'migrations failed; not starting')?.hint).toContain(
+      'DB_SSL=true but the server offers no TLS',
+    );
+  });
+
+  // Last: it moves the server to another certificate.
+  test('When the CA is renewed (the server presents a certificate of the new CA and the mounted file follows), then new connections trust it without a restart', async () => {
+    const mounted = path.join(dir, 'mounted-ca.crt');
+    copyFileSync(ca.cert, mounted);
+    const db = await open({ DB_SSL_CA_FILE: mounted });
+    await db.knex.raw('SELECT 1');
+    // The renewal: a certificate from the new CA, which PostgreSQL loads on reload, and the kubelet
+    // updating the Secret's file in the pod.
+    const renewed = makeCa(dir, 'renewed', 'renewed cluster CA');
+    signServer(dir, 'server', renewed, ['localhost']);
+    runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+    copyFileSync(renewed.cert, mounted);
+    // The service looks at the file at most every 2 s.
+    await new Promise((resolve) => setTimeout(resolve, 2100));
+    // The pooled connection is held by the transaction, so the next query opens a new one.
+    await db.knex.transaction(async (trx) => {
+      await trx.raw('SELECT 1');
+      const { rows } = await db.knex.raw<{ rows: { ssl: boolean }[] }>(
+        'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()',
+      );
+      expect(rows).toEqual([{ ssl: true }]);
+    });
+  });
+});
+
+const errorMessage = (line: LogLine): string => {
+  const err = line.err as { message?: unknown } | undefined;
+  return typeof err?.message === 'string' ? err.message : '';
+};
+
+/**
+ * Runs `probe` (which asserts its own answer) until a log line written after it matches, for up to
+ * 5 s; the line may reach this process a little after the answer did.
+ */
+async function probeUntilLogged(
+  proc: ScriptProcess,
+  probe: () => Promise<void>,
+  match: (line: LogLine) => boolean,
+): Promise<LogLine> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const from = proc.lines.length;
+    await probe();
+    const seenBy = Date.now() + 300;
+    while (Date.now() < seenBy) {
+      const line = proc.lines.slice(from).find(match);
+      if (line) return line;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    if (Date.now() > deadline) throw new Error('no matching log line within 5 s of probing');
+  }
+}

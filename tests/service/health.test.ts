@@ -1,0 +1,196 @@
+import { once } from 'node:events';
+import net from 'node:net';
+import type { Server } from 'node:http';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger } from '../../service/src/logger';
+import { startServer } from '../../service/src/server';
+import { loadSettings } from '../../service/src/settings';
+import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { pollUntil } from '../../tools/harness/poll';
+
+/** A TCP relay in front of PostgreSQL: closing it is, to the service, the database going away. */
+class DatabaseSwitch {
+  private server: net.Server | undefined;
+  private readonly sockets = new Set<net.Socket>();
+  port = 0;
+
+  async start(): Promise<void> {
+    const server = net.createServer((client) => {
+      const upstream = net.connect(Number(process.env.DB_PORT ?? 5432), process.env.DB_HOSTNAME);
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('error', () => {
+          client.destroy();
+          upstream.destroy();
+        });
+        s.on('close', () => this.sockets.delete(s));
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    server.listen(this.port, '127.0.0.1');
+    await once(server, 'listening');
+    this.port = (server.address() as net.AddressInfo).port;
+    this.server = server;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+const ALLOWED = 'https://status.example.com';
+let db: Database;
+let server: Server;
+let base: string;
+let dropDatabase: () => Promise<void>;
+const dbSwitch = new DatabaseSwitch();
+
+beforeAll(async () => {
+  const fresh = await freshDatabaseEnv();
+  dropDatabase = () => fresh.drop();
+  const overrides: Record<string, string> = { ...fresh.env, PORT: '0', CORS_ALLOWED_ORIGINS: ALLOWED };
+  if (usingPostgres()) {
+    await dbSwitch.start();
+    overrides.DB_HOSTNAME = '127.0.0.1';
+    overrides.DB_PORT = String(dbSwitch.port);
+  }
+  const settings = loadSettings(testEnv(overrides));
+  const logger = createLogger(settings.logLevel);
+  db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  const running = await startServer(settings, db, logger);
+  server = running.server;
+  base = `http://127.0.0.1:${running.port}`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+  await db.close().catch(() => undefined);
+  await dbSwitch.stop();
+  await dropDatabase();
+  // terminus traps these for the lifetime of the server; this test process must not keep them.
+  process.removeAllListeners('SIGTERM');
+  process.removeAllListeners('SIGINT');
+});
+
+const get = (path: string) => fetch(`${base}${path}`);
+
+/** Polls until the answer has the wanted status or the time runs out; returns the last answer. */
+async function waitForStatus(path: string, status: number, withinMs: number): Promise<Response> {
+  return (
+    await pollUntil(
+      () => get(path),
+      (res) => res.status === status,
+      { withinMs },
+    )
+  ).value;
+}
+
+/** Sends raw bytes and returns everything the server answers before it closes. */
+async function rawExchange(bytes: string): Promise<string> {
+  const socket = net.connect(Number(new URL(base).port), '127.0.0.1');
+  let answer = '';
+  socket.on('data', (chunk: Buffer) => {
+    answer += chunk.toString();
+  });
+  socket.write(bytes);
+  await once(socket, 'close');
+  return answer;
+}
+
+describe('Malformed HTTP', () => {
+  test('When the request line is garbage, then 400 problem+json and the connection closes', async () => {
+    const answer = await rawExchange('HELLO THERE\r\n\r\n');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(answer).toContain('Content-Type: application/problem+json');
+    expect(answer).toContain('"detail":"The request is not valid HTTP"');
+  });
+
+  test('When the headers are too large, then 431 problem+json', async () => {
+    const answer = await rawExchange(
+      `GET /posts/public HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 431 /);
+    expect(answer).toContain('"status":431');
+  });
+});
+
+describe('Health endpoints', () => {
+  test('When the database answers, then live and ready are both 200', async () => {
+    const live = await get('/healthz/live');
+    const ready = await get('/healthz/ready');
+    expect(live.status).toBe(200);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: 'ok' });
+    expect(ready.headers.get('cache-control')).toBe('no-store');
+  });
+
+  test.each(['/healthz/live', '/healthz/ready'])(
+    'When an allowed origin sends a preflight to %s, then 200 allows it like any API path',
+    async (path) => {
+      const res = await fetch(`${base}${path}`, {
+        method: 'OPTIONS',
+        headers: {
+          Origin: ALLOWED,
+          'Access-Control-Request-Method': 'GET',
+          'Access-Control-Request-Headers': 'x-probe',
+        },
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+      expect(res.headers.get('access-control-allow-methods')).toContain('GET');
+      expect(res.headers.get('access-control-allow-headers')).toBe('x-probe');
+      expect(res.headers.get('vary')).toMatch(/Origin/);
+    },
+  );
+
+  test('When a browser reads a probe, then only an allowed origin gets Access-Control-Allow-Origin, and the answer is the same', async () => {
+    const allowed = await fetch(`${base}/healthz/ready`, { headers: { Origin: ALLOWED } });
+    expect(allowed.status).toBe(200);
+    expect(await allowed.json()).toEqual({ status: 'ok' });
+    expect(allowed.headers.get('access-control-allow-origin')).toBe(ALLOWED);
+    expect(allowed.headers.get('vary')).toMatch(/Origin/);
+    expect(allowed.headers.get('cache-control')).toBe('no-store');
+    const foreign = await fetch(`${base}/healthz/live`, { headers: { Origin: 'https://evil.example.net' } });
+    expect(foreign.status).toBe(200);
+    expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
+  });
+
+  test('When the database stops, then ready is 503 within 2 s, live stays 200 and API calls get 503 problem+json', async () => {
+    if (usingPostgres()) await dbSwitch.stop();
+    else await db.close();
+
+    const started = Date.now();
+    const ready = await waitForStatus('/healthz/ready', 503, 2000);
+    expect(ready.status).toBe(503);
+    expect(Date.now() - started).toBeLessThan(2500);
+    // The contract's error shape, as every other 503; and never cached by a proxy.
+    expect(ready.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(ready.headers.get('cache-control')).toBe('no-store');
+    const body = (await ready.json()) as { detail: string };
+    expect(body.detail).toMatch(/database/);
+    expect(JSON.stringify(body)).not.toMatch(/ECONNREFUSED|stack|at /);
+
+    expect((await get('/healthz/live')).status).toBe(200);
+
+    const api = await get('/posts/public');
+    expect(api.status).toBe(503);
+    expect(api.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(((await api.json()) as { detail: string }).detail).toMatch(/database/);
+  });
+
+  (usingPostgres() ? test : test.skip)(
+    'When the database comes back, then ready is 200 again without a restart',
+    async () => {
+      await dbSwitch.start();
+      const ready = await waitForStatus('/healthz/ready', 200, 5000);
+      expect(ready.status).toBe(200);
+      expect((await get('/posts/public')).status).toBe(200);
+    },
+  );
+});

@@ -1,0 +1,192 @@
+import { randomBytes } from 'node:crypto';
+import type { Express } from 'express';
+import knex from 'knex';
+import request from 'supertest';
+import { createApp } from '../../service/src/app';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger, type Logger } from '../../service/src/logger';
+import { startServer, type RunningServer } from '../../service/src/server';
+import { loadSettings, type Settings } from '../../service/src/settings';
+import type { Post } from '../../service/src/posts/posts.repository';
+import type { User } from '../../service/src/users/users.repository';
+import { serviceEnv } from '../../tools/harness/env';
+import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
+import { problemFaults } from '../../tools/harness/problem';
+
+export { TEST_SECRET } from '../../tools/harness/env';
+
+/** Environment for the service under test: PostgreSQL when DB_HOSTNAME is set, else embedded in memory. */
+export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {
+  // A test that meets an unreachable database wants the failure now; the wait has cases of its own.
+  return serviceEnv({ DB_STARTUP_WAIT_SECONDS: '0', ...overrides });
+}
+
+export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
+
+/** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
+export function postgresConnection(database = adminDatabase) {
+  return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
+}
+
+/** A fresh, empty database for one test file: its own PostgreSQL database, or a new in-memory PGlite. */
+export async function freshDatabaseEnv(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
+  if (!usingPostgres()) return { env: {}, drop: () => Promise.resolve() };
+  const database = await createScratchDatabase('sp_test');
+  return { env: { DB_NAME: database.name }, drop: () => database.drop() };
+}
+
+export interface TestService {
+  app: Express;
+  db: Database;
+  settings: Settings;
+  logger: Logger;
+  close(): Promise<void>;
+}
+
+/** The app in-process on a fresh, migrated database; requests go over real HTTP via supertest. */
+export async function startTestService(overrides: Record<string, string> = {}): Promise<TestService> {
+  const fresh = await freshDatabaseEnv();
+  const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  return {
+    app: createApp({ db, settings, logger }),
+    db,
+    settings,
+    logger,
+    close: async () => {
+      await db.close();
+      await fresh.drop();
+    },
+  };
+}
+
+export interface TestServer {
+  running: RunningServer;
+  db: Database;
+  /** http://127.0.0.1:<port> */
+  base: string;
+  close: () => Promise<void>;
+}
+
+/**
+ * The server as it runs in production (startServer: terminus, Node's HTTP layer, the app, the
+ * metrics listener) inside this process, on ephemeral ports and a fresh, migrated database.
+ */
+export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
+  const fresh = await freshDatabaseEnv();
+  const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  const running = await startServer(settings, db, logger);
+  return {
+    running,
+    db,
+    base: `http://127.0.0.1:${running.port}`,
+    close: async () => {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close().catch(() => undefined);
+      await fresh.drop();
+      // terminus traps these for the lifetime of the server; this test process must not keep them.
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
+    },
+  };
+}
+
+let emailCounter = 0;
+export const uniqueEmail = (prefix = 'user'): string =>
+  `${prefix}${++emailCounter}.${process.pid}@example.com`;
+
+/** Letters and digits no other title holds, so a search finds exactly the posts a test made. */
+export const uniqueToken = (prefix = 't'): string => `${prefix}${randomBytes(6).toString('hex')}`;
+
+export interface Account {
+  user: User;
+  token: string;
+  email: string;
+  password: string;
+}
+
+/** Where supertest sends a request: an app it serves itself, or a listening server's base URL. */
+export type Target = Express | string;
+
+/** Registers and logs in a new user through the API, as a client would. */
+export async function newAccount(app: Target, email = uniqueEmail()): Promise<Account> {
+  const password = 'correct horse battery';
+  const created = await request(app).post('/users/').send({ email, password }).expect(201);
+  const login = await request(app)
+    .post('/login')
+    .type('form')
+    .send({ username: email, password })
+    .expect(200);
+  return {
+    user: created.body as User,
+    token: (login.body as { access_token: string }).access_token,
+    email,
+    password,
+  };
+}
+
+/**
+ * A file's app on a fresh, migrated database and the named accounts, registered and logged in
+ * through the API (each e-mail begins with its name). The objects are returned at once and filled
+ * in before the file's first case, so a table may name them; the database goes after the last case.
+ */
+export function postsFixture<Name extends string = never>(
+  accounts: readonly Name[] = [],
+  settings: Record<string, string> = {},
+): { service: TestService } & Record<Name, Account> {
+  const service = {} as TestService;
+  const made = Object.fromEntries(accounts.map((name) => [name, {} as Account])) as Record<Name, Account>;
+  beforeAll(async () => {
+    Object.assign(service, await startTestService(settings));
+    for (const name of accounts) Object.assign(made[name], await newAccount(service.app, uniqueEmail(name)));
+  });
+  afterAll(async () => {
+    // Only what was started is closed: a failed start has already said why.
+    if ('close' in service) await service.close();
+  });
+  return { service, ...made };
+}
+
+export const bearer = (account: Account | string): { Authorization: string } => ({
+  Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
+});
+
+export async function newPost(
+  app: Target,
+  account: Account,
+  fields: Partial<{ title: string; content: string; published: boolean }> = {},
+): Promise<Post> {
+  const res = await request(app)
+    .post('/posts/')
+    .set(bearer(account))
+    .send({ title: 'A title', content: 'Some content', ...fields })
+    .expect(201);
+  return res.body as Post;
+}
+
+/** The rows a request could change (users, posts, votes), to show that a refused one changed nothing. */
+export async function databaseSnapshot(db: Database): Promise<string> {
+  const [users, posts, votes] = await Promise.all([
+    db.knex('users').orderBy('id').select('id', 'email'),
+    db.knex('posts').orderBy('id').select('id', 'title', 'content', 'published'),
+    db.knex('votes').orderBy(['post_id', 'user_id']).select('post_id', 'user_id'),
+  ]);
+  return JSON.stringify({ users, posts, votes });
+}
+
+/** Asserts the problem+json shape every error shares and returns its body. */
+export function expectProblem(
+  res: request.Response,
+  status: number,
+): { detail: string; errors?: { field: string; message: string }[] } {
+  expect(res.status).toBe(status);
+  expect(problemFaults({ status, contentType: res.headers['content-type'], body: res.body })).toEqual([]);
+  return res.body as { detail: string };
+}

@@ -1,0 +1,367 @@
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { migrations } from '../../migrations';
+import * as postVoteCounts from '../../migrations/20261125000005_post_vote_counts';
+import * as backfillProgress from '../../migrations/20261126000006_backfills';
+import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../../service/src/db/backfill';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { migrateDown, migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger } from '../../service/src/logger';
+import { getPost } from '../../service/src/posts/posts.repository';
+import { loadSettings } from '../../service/src/settings';
+import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+
+const logger = createLogger('silent');
+const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
+
+async function tables(db: Database): Promise<string[]> {
+  const result = await db.knex.raw<{ rows: { tablename: string }[] }>(
+    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+  );
+  return result.rows.map((r) => r.tablename);
+}
+
+async function indexes(db: Database): Promise<string[]> {
+  const result = await db.knex.raw<{ rows: { indexname: string }[] }>(
+    "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexname",
+  );
+  return result.rows.map((r) => r.indexname);
+}
+
+const SCHEMA_TABLES = [
+  'knex_migrations',
+  'knex_migrations_lock',
+  'post_vote_counts',
+  'posts',
+  'schema_backfills',
+  'users',
+  'votes',
+];
+
+async function sequences(db: Database): Promise<string[]> {
+  const result = await db.knex.raw<{ rows: { relname: string }[] }>(
+    "SELECT relname FROM pg_class WHERE relkind = 'S' ORDER BY relname",
+  );
+  return result.rows.map((r) => r.relname);
+}
+
+// The race is over in milliseconds and lost only now and then, so it is run several times.
+const RACE_ROUNDS = 8;
+
+(usingPostgres() ? test : test.skip)(
+  'When three replicas migrate an empty database at once, then all succeed, each migration ran once and the schema is the one a single replica builds',
+  async () => {
+    for (let round = 0; round < RACE_ROUNDS; round++) {
+      const fresh = await freshDatabaseEnv();
+      const replicas = await Promise.all([open(fresh.env), open(fresh.env), open(fresh.env)]);
+      try {
+        const applied = await Promise.all(replicas.map((db) => migrateToLatest(db, logger)));
+        // Exactly one replica applied every migration; the others found them done.
+        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, Object.keys(migrations).length]);
+        const [first] = replicas;
+        const runs = await first.knex<{ name: string }>('knex_migrations').select('name');
+        expect(runs.map((r) => r.name).sort()).toEqual(applied.flat().sort());
+        expect(await tables(first)).toEqual(SCHEMA_TABLES);
+        // One lock row, free: a second row would leave knex's lock taken for good.
+        expect(await first.knex('knex_migrations_lock').select('is_locked')).toEqual([{ is_locked: 0 }]);
+        // Names a lone replica would give: a racing CREATE TABLE would have picked "..._seq1".
+        expect(await sequences(first)).toEqual([
+          'knex_migrations_id_seq',
+          'knex_migrations_lock_index_seq',
+          'posts_id_seq',
+          'users_id_seq',
+        ]);
+      } finally {
+        await Promise.all(replicas.map((db) => db.close()));
+        await fresh.drop();
+      }
+    }
+  },
+);
+
+test('When migrated, then the schema has the indexes the queries rely on', async () => {
+  await onMigrated(async (db) => {
+    expect(await indexes(db)).toEqual(
+      expect.arrayContaining([
+        'users_email_lower_unique',
+        'posts_newest',
+        'posts_published_newest',
+        'posts_title_trgm',
+        'posts_user_id',
+        'votes_pkey',
+        'votes_post_id',
+      ]),
+    );
+    // The search uses the trigram index on any size of table.
+    await db.knex.raw('SET enable_seqscan = off');
+    const plan = await db.knex.raw<{ rows: { 'QUERY PLAN': string }[] }>(
+      "EXPLAIN SELECT id FROM posts WHERE title ILIKE '%needle%'",
+    );
+    expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('posts_title_trgm');
+  });
+});
+
+/** A fresh database at the latest schema for one case, closed and dropped after it. */
+async function onMigrated(work: (db: Database) => Promise<void>): Promise<void> {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    await migrateToLatest(db, logger);
+    await work(db);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+}
+
+/** Each post's stored count, or null where the post has none yet (not counted). */
+async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
+  const rows = await k('posts as p')
+    .leftJoin('post_vote_counts as c', 'c.post_id', 'p.id')
+    .select<{ id: number; votes: number | null }[]>('p.id', 'c.votes')
+    .orderBy('p.id');
+  return Object.fromEntries(rows.map((r) => [String(r.id), r.votes]));
+}
+
+/** The database as the previous release left it: no counts, no triggers, no backfill progress. */
+async function asPreviousRelease(k: Knex): Promise<void> {
+  await backfillProgress.down(k);
+  await postVoteCounts.down(k);
+}
+
+test("When the vote-count migration meets votes cast before it, then it writes no post's row, readers count those posts' votes until the backfill has, and then each post's count is its number of votes, kept by later votes, withdrawals and deletions", async () => {
+  await onMigrated(async (db) => {
+    const k = db.knex;
+    await asPreviousRelease(k);
+    const [one, two, three] = await k('users')
+      .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
+      .returning<{ id: number }[]>('id');
+    const [a, b] = await k('posts')
+      .insert(['a', 'b'].map((title) => ({ title, content: 'c', published: true, user_id: one?.id })))
+      .returning<{ id: number }[]>('id');
+    await k('votes').insert([
+      { user_id: one?.id, post_id: a?.id },
+      { user_id: two?.id, post_id: a?.id },
+      { user_id: three?.id, post_id: a?.id },
+      { user_id: one?.id, post_id: b?.id },
+    ]);
+    const columnsBefore = await k('posts').columnInfo();
+    await postVoteCounts.up(k);
+    await backfillProgress.up(k);
+    // The posts' row type is untouched: the previous release's prepared statements keep theirs.
+    expect(await k('posts').columnInfo()).toEqual(columnsBefore);
+    // The existing posts wait for the backfill; a new one starts at 0.
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null });
+    const [c] = await k('posts')
+      .insert({ title: 'c', content: 'c', published: true, user_id: one?.id })
+      .returning<{ id: number }[]>('id');
+    // A vote before the backfill leaves "not counted" as it is; what a reader sees is still right.
+    await k('votes').insert({ user_id: two?.id, post_id: b?.id });
+    expect(await storedCounts(k)).toEqual({
+      [String(a?.id)]: null,
+      [String(b?.id)]: null,
+      [String(c?.id)]: 0,
+    });
+    const shown = await getPost(db, Number(b?.id), 'public');
+    expect(shown?.votes).toBe(2);
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
+
+    await startBackfills(db, logger).done;
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 2, [String(c?.id)]: 0 });
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 2 }]);
+    await k('votes').insert({ user_id: two?.id, post_id: c?.id });
+    await k('votes').where({ user_id: one?.id, post_id: a?.id }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2, [String(c?.id)]: 1 });
+    // A user's removal takes their votes (the cascade fires the trigger); a post's takes its own.
+    await k('users').where({ id: two?.id }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
+    await k('posts').where({ id: b?.id }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
+  });
+});
+
+test('When the backfill runs in batches, stops half-way and starts again, then it carries on where it stopped and counts every post once', async () => {
+  await onMigrated(async (db) => {
+    const k = db.knex;
+    const [user] = await k('users')
+      .insert({ email: 'many@example.com', password: 'x' })
+      .returning<{ id: number }[]>('id');
+    // Enough posts for several batches, each with as many votes as its id modulo 3.
+    const posts = 2 * BACKFILL_BATCH_IDS + 10;
+    await k.raw(`INSERT INTO posts (title, content, user_id) SELECT 't', 'c', ? FROM generate_series(1, ?)`, [
+      Number(user?.id),
+      posts,
+    ]);
+    await k.raw(
+      `INSERT INTO users (email, password) SELECT 'voter' || g || '@example.com', 'x' FROM generate_series(1, 2) g`,
+    );
+    await k.raw(
+      `INSERT INTO votes (user_id, post_id)
+       SELECT u.id, p.id FROM posts p JOIN users u ON u.email LIKE 'voter%'
+       WHERE (SELECT count(*) FROM users u2 WHERE u2.email LIKE 'voter%' AND u2.id <= u.id) <= p.id % 3`,
+    );
+    // As if they were posted before the migration: not counted.
+    await k('post_vote_counts').delete();
+    await k('schema_backfills').delete();
+
+    const first = startBackfills(db, logger);
+    // Stopped after its first batch or so: the progress row keeps where it got to.
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await first.stop();
+    const [mid] = await k<{ last_id: string; finished_at: Date | null }>('schema_backfills').select(
+      'last_id',
+      'finished_at',
+    );
+    expect(Number(mid?.last_id)).toBeGreaterThan(0);
+    expect(Number(mid?.last_id)).toBeLessThan(posts);
+    expect(mid?.finished_at).toBeNull();
+    await startBackfills(db, logger).done;
+
+    const wrong = await k.raw<{ rows: unknown[] }>(
+      `SELECT p.id FROM posts p LEFT JOIN post_vote_counts c ON c.post_id = p.id
+       WHERE c.votes IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
+    );
+    expect(wrong.rows).toEqual([]);
+    const [done] = await k<{ rows_done: string; finished_at: Date | null }>('schema_backfills').select(
+      'rows_done',
+      'finished_at',
+    );
+    expect(Number(done?.rows_done)).toBe(posts);
+    expect(done?.finished_at).not.toBeNull();
+  });
+});
+
+test('When a database applied the first form of the vote-count migration (a posts.vote_count column), then it gets the count table beside it, its backfill counts every post, and the column keeps being kept', async () => {
+  await onMigrated(async (db) => {
+    const k = db.knex;
+    await asPreviousRelease(k);
+    // The first form: a counted column and its own trigger.
+    await k.raw('ALTER TABLE posts ADD COLUMN vote_count integer NOT NULL DEFAULT 0');
+    await k.raw(`
+      CREATE FUNCTION posts_vote_count() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF TG_OP = 'INSERT' THEN UPDATE posts SET vote_count = vote_count + 1 WHERE id = NEW.post_id;
+        ELSE UPDATE posts SET vote_count = vote_count - 1 WHERE id = OLD.post_id; END IF;
+        RETURN NULL;
+      END $$`);
+    await k.raw(
+      'CREATE TRIGGER votes_count AFTER INSERT OR DELETE ON votes FOR EACH ROW EXECUTE FUNCTION posts_vote_count()',
+    );
+    const [user] = await k('users')
+      .insert({ email: 'first@example.com', password: 'x' })
+      .returning<{ id: number }[]>('id');
+    const [post] = await k('posts')
+      .insert({ title: 't', content: 'c', user_id: user?.id })
+      .returning<{ id: number }[]>('id');
+    await k('votes').insert({ user_id: user?.id, post_id: post?.id });
+    await backfillProgress.up(k);
+    expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
+    await startBackfills(db, logger).done;
+    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 1 });
+    await k('votes').where({ user_id: user?.id }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 0 });
+    expect(await k('posts').select('vote_count')).toEqual([{ vote_count: 0 }]);
+  });
+});
+
+test('When the database holds a migration this release does not know (a newer release ran it), then this release still starts and applies nothing', async () => {
+  await onMigrated(async (db) => {
+    await db
+      .knex('knex_migrations')
+      .insert({ name: '29991231000099_from_a_newer_release', batch: 99, migration_time: new Date() });
+    expect(await migrateToLatest(db, logger)).toEqual([]);
+  });
+});
+
+(usingPostgres() ? test : test.skip)(
+  'When a table a migration alters is held by a long write transaction, then the migration waits no longer than its lock time-out each try, lets writes through between tries, and applies once the table is free',
+  async () => {
+    const fresh = await freshDatabaseEnv();
+    const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
+    const holder = await open(fresh.env);
+    const k = db.knex;
+    try {
+      await migrateToLatest(db, logger);
+      await asPreviousRelease(k);
+      await k('knex_migrations')
+        .whereIn('name', ['20261125000005_post_vote_counts', '20261126000006_backfills'])
+        .delete();
+      // A writer holding posts for 1.5 s, as a slow request's transaction would.
+      const held = holder.knex.transaction(async (trx) => {
+        await trx.raw('LOCK TABLE posts IN ROW EXCLUSIVE MODE');
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+      });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const lines: string[] = [];
+      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
+      const migrating = migrateToLatest(db, recording);
+      // While the migration waits between tries, another write to posts is not queued behind it.
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const started = Date.now();
+      await holder.knex.raw('UPDATE posts SET title = title WHERE false');
+      expect(Date.now() - started).toBeLessThan(300);
+      await held;
+      expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);
+      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+    } finally {
+      await holder.close();
+      await db.close();
+      await fresh.drop();
+    }
+  },
+);
+
+test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
+  await onMigrated(async (db) => {
+    const undone = await migrateDown(db, logger);
+    expect(undone).toHaveLength(Object.keys(migrations).length);
+    expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
+    expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
+    expect(await tables(db)).toEqual(SCHEMA_TABLES);
+  });
+});
+
+test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    // The schema as it was before the policy: the first three migrations only.
+    const names = Object.keys(migrations).slice(0, 3);
+    await db.knex.migrate.latest({
+      migrationSource: {
+        getMigrations: () => Promise.resolve(names),
+        getMigrationName: (name: string) => name,
+        getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
+      },
+    });
+    const rows = [
+      'ａｄａ@example.com', // full-width: becomes ada@example.com
+      'bob@XN--BCHER-KVA.example', // punycode domain: becomes bob@bücher.example
+      'carol@example.com',
+      'ｃａｒｏｌ@example.com', // a second account for carol's mailbox: left as stored
+      'plain@example.com',
+    ];
+    for (const email of rows) await db.knex('users').insert({ email, password: 'x' });
+    await migrateToLatest(db, logger);
+    const stored = await db.knex<{ email: string }>('users').orderBy('id').pluck('email');
+    expect(stored).toEqual([
+      'ada@example.com',
+      'bob@bücher.example',
+      'carol@example.com',
+      'ｃａｒｏｌ@example.com',
+      'plain@example.com',
+    ]);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
+test('When the migrations folder is read, then migrations/index.ts lists every migration file in it, and nothing else', () => {
+  const folder = path.join(__dirname, '..', '..', 'migrations');
+  const files = readdirSync(folder)
+    .filter((file) => file !== 'index.ts' && /\.[cm]?[jt]s$/.test(file))
+    .map((file) => file.replace(/\.[cm]?[jt]s$/, ''));
+  expect(Object.keys(migrations).sort()).toEqual(files.sort());
+});

@@ -1,0 +1,620 @@
+import { request as httpRequest } from 'node:http';
+import { connect as tcpConnect } from 'node:net';
+import { Writable } from 'node:stream';
+import express from 'express';
+import request from 'supertest';
+import { createApp } from '../../service/src/app';
+import { errorHandler } from '../../service/src/http/errors';
+import { requestLog } from '../../service/src/http/request-log';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { knownMigrations, migrateDown, migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger } from '../../service/src/logger';
+import { startServer, type RunningServer } from '../../service/src/server';
+import { describeSettings, loadSettings } from '../../service/src/settings';
+import { sample, samples } from '../../tools/harness/metrics-text';
+import { startService } from '../../tools/harness/service';
+import {
+  bearer,
+  freshDatabaseEnv,
+  newAccount,
+  newPost,
+  startTestServer,
+  testEnv,
+  usingPostgres,
+} from './helpers';
+
+describe('Metrics', () => {
+  let db: Database;
+  let running: RunningServer;
+  let close: () => Promise<void>;
+  let api: string;
+  let scrapeUrl: string;
+
+  beforeAll(async () => {
+    const started = await startTestServer();
+    ({ db, running, close, base: api } = started);
+    scrapeUrl = `http://127.0.0.1:${running.metricsPort}/metrics`;
+  });
+
+  afterAll(async () => {
+    await close();
+  });
+
+  const scrape = async () => {
+    const res = await fetch(scrapeUrl);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+    return res.text();
+  };
+
+  test('When the service runs, then metrics answer on their own port and never on the API port', async () => {
+    expect(running.metricsPort).not.toBe(running.port);
+    const onApi = await fetch(`${api}/metrics`);
+    expect(onApi.status).toBe(404);
+    expect(onApi.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    // The metrics listener serves nothing but /metrics: no API route leaks through it.
+    for (const other of ['/', '/posts/public', '/docs', '/metrics/x']) {
+      expect((await fetch(`http://127.0.0.1:${running.metricsPort}${other}`)).status).toBe(404);
+    }
+    expect(await scrape()).toContain('# TYPE http_request_duration_seconds histogram');
+  });
+
+  test('When the probes are called, then they are answered before the metrics middleware and not counted as API requests', async () => {
+    const counted = async () => samples(await scrape(), 'http_request_duration_seconds_count');
+    const before = await counted();
+    expect((await fetch(`${api}/healthz/live`)).status).toBe(200);
+    expect((await fetch(`${api}/healthz/ready`)).status).toBe(200);
+    expect(await counted()).toEqual(before);
+  });
+
+  test('When API calls are answered, then their durations are counted by route template, method and status, never by raw path', async () => {
+    // Through the real listener, so the server's own registry counts them.
+    const app = api;
+    const credentials = { email: 'metrics@example.com', password: 'correct horse battery' };
+    await request(app).post('/users/').send(credentials).expect(201);
+    const login = await request(app)
+      .post('/login')
+      .type('form')
+      .send({ username: credentials.email, password: credentials.password })
+      .expect(200);
+    const { access_token: token } = login.body as { access_token: string };
+    const created = await request(app)
+      .post('/posts/')
+      .set(bearer(token))
+      .send({ title: 'Counted', content: 'in the histogram' })
+      .expect(201);
+    const post = created.body as { id: number };
+    await request(app).get(`/posts/${post.id}`).set(bearer(token)).expect(200);
+    await request(app).get('/posts/2147480000').set(bearer(token)).expect(404);
+    await request(app).get('/posts/public').expect(200);
+    await request(app).get('/no/such/path/12345').expect(404);
+    await request(app).get('/another/unknown/path').expect(404);
+
+    const text = await scrape();
+    const count = (labels: string) => sample(text, 'http_request_duration_seconds_count', labels);
+    expect(count('method="POST",route="/users/",status_code="201"')).toBe(1);
+    expect(count('method="POST",route="/login",status_code="200"')).toBe(1);
+    expect(count('method="POST",route="/posts/",status_code="201"')).toBe(1);
+    expect(count('method="GET",route="/posts/:id",status_code="200"')).toBe(1);
+    expect(count('method="GET",route="/posts/:id",status_code="404"')).toBe(1);
+    expect(count('method="GET",route="/posts/public",status_code="200"')).toBe(1);
+    // Unknown paths share one label, so a scanner cannot create time series without bound.
+    expect(count('method="GET",route="unmatched",status_code="404"')).toBe(3);
+    const routes = new Set(
+      samples(text, 'http_request_duration_seconds_count').map((s) => /route="([^"]*)"/.exec(s.labels)?.[1]),
+    );
+    expect([...routes].sort()).toEqual([
+      '/login',
+      '/posts/',
+      '/posts/:id',
+      '/posts/public',
+      '/users/',
+      'unmatched',
+    ]);
+    expect(
+      sample(
+        text,
+        'http_request_duration_seconds_bucket',
+        'le="+Inf",method="GET",route="/posts/:id",status_code="200"',
+      ),
+    ).toBe(1);
+  });
+
+  test('When a request is still being received, then it counts as in flight until it ends', async () => {
+    const before = sample(await scrape(), 'http_requests_in_flight');
+    expect(before).toBe(0);
+    // A body that never completes keeps the request open on the server.
+    const pending = httpRequest(`${api}/users/`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'Content-Length': '100' },
+    });
+    pending.on('error', () => undefined);
+    pending.write('{"email": ');
+    let during: number | undefined;
+    for (let i = 0; i < 50 && during !== 1; i++) {
+      during = sample(await scrape(), 'http_requests_in_flight');
+      if (during !== 1) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(during).toBe(1);
+
+    pending.destroy();
+    let after: number | undefined;
+    for (let i = 0; i < 50 && after !== 0; i++) {
+      after = sample(await scrape(), 'http_requests_in_flight');
+      if (after !== 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(after).toBe(0);
+  });
+
+  test('When scraped, then the database pool reports used, idle, waiting and maximum connections', async () => {
+    const text = await scrape();
+    const used = sample(text, 'db_pool_connections_used');
+    const idle = sample(text, 'db_pool_connections_idle');
+    const max = sample(text, 'db_pool_connections_max');
+    expect(sample(text, 'db_pool_acquires_pending')).toBe(0);
+    // The embedded database has a single connection; PostgreSQL has DB_POOL_MAX (10 by default).
+    expect(max).toBe(usingPostgres() ? 10 : 1);
+    expect(used).toBe(0);
+    expect(idle).toBeGreaterThanOrEqual(usingPostgres() ? 0 : 1);
+    expect((used ?? 0) + (idle ?? 0)).toBeLessThanOrEqual(max ?? 0);
+  });
+
+  test('When scraped, then process and event-loop metrics are there', async () => {
+    const text = await scrape();
+    for (const name of [
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_eventloop_lag_p99_seconds',
+      'process_cpu_seconds_total',
+      'process_resident_memory_bytes',
+      'nodejs_heap_size_used_bytes',
+    ]) {
+      expect(sample(text, name)).toBeGreaterThanOrEqual(0);
+    }
+  });
+
+  test('When the schema is up to date, then the migration metrics say so, and they follow a rollback', async () => {
+    let text = await scrape();
+    const shipped = knownMigrations().length;
+    expect(shipped).toBeGreaterThan(0);
+    expect(sample(text, 'db_migrations_known')).toBe(shipped);
+    expect(sample(text, 'db_migrations_applied')).toBe(shipped);
+    expect(sample(text, 'db_migrations_pending')).toBe(0);
+    expect(sample(text, 'db_schema_up_to_date')).toBe(1);
+    const appliedAt = sample(text, 'db_migration_last_applied_timestamp_seconds') ?? 0;
+    expect(Math.abs(appliedAt - Date.now() / 1000)).toBeLessThan(3600);
+
+    const logger = createLogger('silent');
+    await migrateDown(db, logger);
+    try {
+      text = await scrape();
+      expect(sample(text, 'db_migrations_applied')).toBe(0);
+      expect(sample(text, 'db_migrations_pending')).toBe(shipped);
+      expect(sample(text, 'db_schema_up_to_date')).toBe(0);
+    } finally {
+      await migrateToLatest(db, logger);
+    }
+    expect(sample(await scrape(), 'db_schema_up_to_date')).toBe(1);
+  });
+
+  test('When the API listener closes, then the metrics listener closes with it', async () => {
+    running.server.closeAllConnections();
+    await new Promise((resolve) => running.server.close(resolve));
+    for (let i = 0; i < 50 && running.metricsServer.listening; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(running.metricsServer.listening).toBe(false);
+    await expect(fetch(scrapeUrl)).rejects.toThrow();
+  });
+});
+
+/** A log destination that keeps every line, parsed. */
+function captureLog() {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  return {
+    stream,
+    text: () => lines.join('\n'),
+    entries: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
+}
+
+describe('Request log', () => {
+  let db: Database;
+  let drop: () => Promise<void>;
+  const log = captureLog();
+  let app: ReturnType<typeof createApp>;
+
+  beforeAll(async () => {
+    const fresh = await freshDatabaseEnv();
+    drop = () => fresh.drop();
+    const settings = loadSettings(testEnv({ ...fresh.env, LOG_LEVEL: 'info' }));
+    const logger = createLogger('info', log.stream);
+    db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    app = createApp({ db, settings, logger });
+  });
+
+  afterAll(async () => {
+    await db.close();
+    await drop();
+  });
+
+  const requestLines = () => log.entries().filter((entry) => entry.msg === 'request completed');
+
+  test('When a request carries X-Request-Id, then the answer and its one JSON log line carry the same id, with method, path, status and duration', async () => {
+    const res = await request(app)
+      .get('/posts/public?search=secret-query')
+      .set('X-Request-Id', 'trace-42.a:b');
+    expect(res.status).toBe(200);
+    expect(res.headers['x-request-id']).toBe('trace-42.a:b');
+    const lines = requestLines().filter((entry) => (entry.req as { id: string }).id === 'trace-42.a:b');
+    expect(lines).toHaveLength(1);
+    const [line] = lines;
+    expect(line).toMatchObject({
+      level: 30,
+      service: 'social-posts',
+      req: { id: 'trace-42.a:b', method: 'GET', path: '/posts/public' },
+      res: { status: 200 },
+    });
+    expect(typeof line?.responseTime).toBe('number');
+    expect(typeof line?.time).toBe('string');
+    // The query string (search terms) stays out of the log.
+    expect(log.text()).not.toContain('secret-query');
+  });
+
+  test.each([
+    ['no X-Request-Id', undefined],
+    ['an X-Request-Id with spaces', 'not a valid id'],
+    ['an oversized X-Request-Id', 'x'.repeat(200)],
+  ])('When a request has %s, then a fresh UUID is used and returned', async (_name, given) => {
+    const call = request(app).get('/posts/public');
+    if (given !== undefined) void call.set('X-Request-Id', given);
+    const res = await call.expect(200);
+    const id = res.headers['x-request-id'] as string;
+    expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(requestLines().filter((entry) => (entry.req as { id: string }).id === id)).toHaveLength(1);
+  });
+
+  test('When a user registers, logs in and calls with a token, then neither the password, the token nor the Authorization header is logged', async () => {
+    const before = requestLines().length;
+    const account = await newAccount(app, 'logged@example.com');
+    await newPost(app, account);
+    await request(app).get('/posts/').set(bearer(account)).expect(200);
+    await request(app).get('/posts/').set('Authorization', 'Bearer forged.token.value').expect(401);
+    expect(requestLines().length - before).toBe(5);
+    const text = log.text();
+    expect(text).not.toContain(account.password);
+    expect(text).not.toContain(account.token);
+    expect(text).not.toContain('forged.token.value');
+    expect(text).not.toMatch(/bearer|authorization/i);
+  });
+
+  test('When an object with secrets is logged by mistake, then those fields are redacted', () => {
+    const sink = captureLog();
+    const logger = createLogger('info', sink.stream);
+    logger.info(
+      {
+        password: 'p1-secret',
+        token: 't1-secret',
+        access_token: 'a1-secret',
+        user: { password: 'p2-secret', secretKey: 's1-secret' },
+        req: { headers: { authorization: 'Bearer h1-secret', cookie: 'c1-secret' } },
+        env: { SECRET_KEY: 's2-secret', DB_PASSWORD: 'd1-secret' },
+      },
+      'oops',
+    );
+    expect(sink.text()).not.toMatch(/-secret/);
+    expect(sink.text()).toContain('[redacted]');
+  });
+
+  test('When settings are described for the log, then the signing key and database password are left out', () => {
+    const settings = loadSettings(
+      testEnv({
+        SECRET_KEY: 'k'.repeat(40),
+        DB_HOSTNAME: 'db.example.internal',
+        DB_PASSWORD: 'db-password-value',
+        METRICS_PORT: '9999',
+        PORT: '8001',
+      }),
+    );
+    const described = JSON.stringify(describeSettings(settings));
+    expect(described).not.toContain('k'.repeat(40));
+    expect(described).not.toContain('db-password-value');
+    expect(describeSettings(settings)).toMatchObject({
+      port: 8001,
+      metricsPort: 9999,
+      database: { kind: 'postgres', host: 'db.example.internal' },
+    });
+  });
+});
+
+describe('Request log edge cases', () => {
+  // The middleware on its own, in front of routes that fail and that never answer.
+  function appLoggingAt(level: 'info' | 'warn') {
+    const log = captureLog();
+    const logger = createLogger(level, log.stream);
+    const app = express();
+    app.use(requestLog(logger));
+    app.get('/ok', (_req, res) => {
+      res.json({ ok: true });
+    });
+    app.get('/boom', () => {
+      throw new Error('kaboom');
+    });
+    app.get('/never', () => undefined);
+    app.use(errorHandler(logger));
+    const requestLines = () =>
+      log.entries().filter((entry) => entry.msg === 'request completed' || entry.msg === 'request aborted');
+    return { app, log, requestLines };
+  }
+
+  test('When a request fails with a 500, then its line is logged at error level with the same id as the failure', async () => {
+    const { app, log, requestLines } = appLoggingAt('info');
+    const res = await request(app).get('/boom').set('X-Request-Id', 'boom-1').expect(500);
+    expect(res.headers['x-request-id']).toBe('boom-1');
+    expect(requestLines()).toEqual([
+      expect.objectContaining({
+        level: 50,
+        msg: 'request completed',
+        req: { id: 'boom-1', method: 'GET', path: '/boom' },
+        res: { status: 500 },
+      }),
+    ]);
+    expect(log.entries()).toContainEqual(
+      expect.objectContaining({ level: 50, msg: 'request failed', reqId: 'boom-1' }),
+    );
+  });
+
+  test('When the level is warn, then answered requests write nothing and failed ones still do', async () => {
+    const { app, requestLines } = appLoggingAt('warn');
+    await request(app).get('/ok').expect(200);
+    expect(requestLines()).toHaveLength(0);
+    await request(app).get('/boom').expect(500);
+    expect(requestLines()).toEqual([expect.objectContaining({ level: 50, res: { status: 500 } })]);
+  });
+
+  test('When the client hangs up before the answer, then one "request aborted" line is logged', async () => {
+    const { app, requestLines } = appLoggingAt('info');
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    try {
+      const { port } = server.address() as { port: number };
+      const call = httpRequest({
+        host: '127.0.0.1',
+        port,
+        path: '/never?q=1',
+        headers: { 'X-Request-Id': 'gone-1' },
+      });
+      call.on('error', () => undefined);
+      call.end();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      call.destroy();
+      for (let i = 0; i < 50 && requestLines().length === 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(requestLines()).toEqual([
+        expect.objectContaining({
+          level: 30,
+          msg: 'request aborted',
+          req: { id: 'gone-1', method: 'GET', path: '/never' },
+        }),
+      ]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
+describe('Pipelined requests abandoned by their client', () => {
+  const log = captureLog();
+  let db: Database;
+  let running: RunningServer;
+  let drop: () => Promise<void>;
+
+  beforeAll(async () => {
+    const fresh = await freshDatabaseEnv();
+    drop = () => fresh.drop();
+    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    running = await startServer(settings, db, createLogger('info', log.stream));
+  });
+
+  afterAll(async () => {
+    running.server.closeAllConnections();
+    await new Promise((resolve) => running.server.close(resolve));
+    await db.close();
+    await drop();
+    process.removeAllListeners('SIGTERM');
+    process.removeAllListeners('SIGINT');
+  });
+
+  const inFlight = async () => {
+    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
+    return sample(text, 'http_requests_in_flight');
+  };
+
+  test('When 50 pipelined requests are sent and the connection is closed unread, then each has one log line (its status, or 499) and none stays in flight', async () => {
+    const base = `http://127.0.0.1:${running.port}`;
+    const account = await newAccount(base);
+    // Pages of 200 kB: more than the socket buffers hold, so some answers are still unsent at the close.
+    for (let i = 0; i < 10; i++) await newPost(base, account, { content: 'x'.repeat(20_000) });
+
+    const ids = Array.from({ length: 50 }, (_, i) => `pipelined-${i}`);
+    const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+    // Never read: the answers stay unsent once the buffers between the two ends are full.
+    socket.pause();
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      ids
+        .map((id) => `GET /posts/public?limit=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: ${id}\r\n\r\n`)
+        .join(''),
+    );
+    const logged = () =>
+      log
+        .entries()
+        .filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''))
+        .map((entry) => ({
+          id: (entry.req as { id: string }).id,
+          status: (entry.res as { status: number }).status,
+        }));
+    // Some are answered before the close.
+    for (let i = 0; i < 100 && logged().length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    socket.destroy();
+
+    for (let i = 0; i < 100 && logged().length < ids.length; i++) await new Promise((r) => setTimeout(r, 50));
+    const lines = logged();
+    expect(lines.map((line) => line.id).sort()).toEqual([...ids].sort());
+    const statuses = new Set(lines.map((line) => line.status));
+    expect([...statuses].every((status) => status === 200 || status === 499)).toBe(true);
+    expect(statuses).toContain(499);
+    // Answered in order: nothing after the first abandoned one was answered.
+    const byId = new Map(lines.map((line) => [line.id, line.status]));
+    const firstAbandoned = ids.findIndex((id) => byId.get(id) === 499);
+    expect(ids.slice(firstAbandoned).every((id) => byId.get(id) === 499)).toBe(true);
+
+    let left = await inFlight();
+    for (let i = 0; i < 50 && left !== 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      left = await inFlight();
+    }
+    expect(left).toBe(0);
+    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
+    const counted = samples(text, 'http_request_duration_seconds_count')
+      .filter((s) => s.labels.includes('method="GET"'))
+      .reduce((sum, s) => sum + s.value, 0);
+    // Every one is counted once, with the page reads the set-up made none.
+    expect(counted).toBe(ids.length);
+    expect(
+      samples(text, 'http_request_duration_seconds_count')
+        .filter((s) => s.labels.includes('status_code="499"'))
+        .reduce((sum, s) => sum + s.value, 0),
+    ).toBe(lines.filter((line) => line.status === 499).length);
+  });
+});
+
+describe('A connection flooded with pipelined requests', () => {
+  test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
+    const log = captureLog();
+    const fresh = await freshDatabaseEnv();
+    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    const db = await openDatabase(settings, createLogger('silent'));
+    await migrateToLatest(db, createLogger('silent'));
+    const running = await startServer(settings, db, createLogger('info', log.stream));
+    try {
+      const ids = Array.from({ length: 100 }, (_, i) => `flood-${i}`);
+      const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+      socket.on('error', () => undefined);
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.write(
+        ids
+          .map((id) => `GET /posts/public?limit=1 HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${id}\r\n\r\n`)
+          .join(''),
+      );
+      await closed;
+      const logged = () =>
+        log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
+      for (let i = 0; i < 100 && logged().length < ids.length; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(logged()).toHaveLength(ids.length);
+      // Far fewer answers than requests: the flood was cut off, not queued.
+      expect((received.match(/HTTP\/1\.1 200/g) ?? []).length).toBeLessThan(10);
+      expect(
+        logged().filter((entry) => (entry.res as { status: number }).status === 499).length,
+      ).toBeGreaterThan(90);
+    } finally {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+      await db.close();
+      await fresh.drop();
+      process.removeAllListeners('SIGTERM');
+      process.removeAllListeners('SIGINT');
+    }
+  });
+});
+
+describe('METRICS_PORT setting', () => {
+  test.each([
+    [{}, 8000, 9464],
+    [{ PORT: '0' }, 0, 0],
+    [{ PORT: '8080', METRICS_PORT: '9100' }, 8080, 9100],
+  ])(
+    'When the environment is %j, then the API port is %d and the metrics port %d',
+    (env, port, metricsPort) => {
+      const settings = loadSettings({ ...env });
+      expect(settings.port).toBe(port);
+      expect(settings.metricsPort).toBe(metricsPort);
+    },
+  );
+
+  test.each([
+    [{ METRICS_PORT: 'nine' }, 'METRICS_PORT must be a number'],
+    [{ METRICS_PORT: '70000' }, 'METRICS_PORT must be a valid port'],
+    [{ PORT: '8000', METRICS_PORT: '8000' }, 'METRICS_PORT must differ from PORT'],
+  ])('When the environment is %j, then loading stops with one line naming METRICS_PORT', (env, message) => {
+    expect(() => loadSettings({ ...env })).toThrow(`Invalid setting METRICS_PORT: ${message}`);
+  });
+});
+
+describe('Start-up and shutdown log', () => {
+  test('When the process starts and gets SIGTERM, then it logs the settings in effect, where it listens and each shutdown step, never a secret', async () => {
+    const fresh = await freshDatabaseEnv();
+    const secret = 'signing-key-that-must-never-be-logged-0123';
+    const env = testEnv({
+      ...fresh.env,
+      LOG_LEVEL: 'info',
+      PORT: '0',
+      SECRET_KEY: secret,
+      // Trust authentication (tests) ignores it; it is here to prove it never reaches the log.
+      DB_PASSWORD: 'database-password-never-logged',
+      SHUTDOWN_DELAY_SECONDS: '0',
+      CORS_ALLOWED_ORIGINS: 'https://app.example.com',
+    });
+    const svc = await startService(env);
+    try {
+      const entries = () => svc.lines;
+      const { port, metricsPort } = svc;
+      expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200);
+      expect((await fetch(`http://127.0.0.1:${port}/healthz/ready`)).status).toBe(200);
+
+      expect(await svc.stop('SIGTERM')).toBe(0);
+      const messages = entries().map((entry) => entry.msg);
+      expect(messages).toEqual(
+        expect.arrayContaining([
+          'starting',
+          'shutdown started: readiness is 503, still serving',
+          'closing the listener and draining in-flight requests',
+          'metrics listener and database closed',
+          'shutdown complete',
+        ]),
+      );
+      const starting = entries().find((entry) => entry.msg === 'starting');
+      expect(starting?.settings).toMatchObject({
+        port: 0,
+        metricsPort: 0,
+        corsAllowedOrigins: ['https://app.example.com'],
+        shutdownDelaySeconds: 0,
+        shutdownTimeoutSeconds: 15,
+        database: { kind: usingPostgres() ? 'postgres' : 'embedded' },
+      });
+      expect(entries().find((entry) => String(entry.msg).startsWith('shutdown started'))).toMatchObject({
+        delaySeconds: 0,
+        timeoutSeconds: 15,
+      });
+      expect(svc.stdout() + svc.stderr()).not.toContain(secret);
+      expect(svc.stdout() + svc.stderr()).not.toContain('database-password-never-logged');
+    } finally {
+      await svc.stop();
+      await fresh.drop();
+    }
+  });
+});

@@ -1,0 +1,824 @@
+import request from 'supertest';
+import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
+import { MAX_ID } from '../../service/src/db/limits';
+
+interface OwnerBody {
+  id: number;
+  email: string;
+  created_at: string;
+}
+
+interface PostBody {
+  id: number;
+  title: string;
+  content: string;
+  published: boolean;
+  created_at: string;
+  user_id: number;
+  owner: OwnerBody;
+  votes: number;
+}
+
+const POST_KEYS = ['content', 'created_at', 'id', 'owner', 'published', 'title', 'user_id', 'votes'];
+const OWNER_KEYS = ['created_at', 'email', 'id'];
+const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
+/** The largest id a column holds: no test gets that far, so no post has it. */
+const MISSING_ID = MAX_ID;
+
+const token = (): string => uniqueToken('t');
+
+const { service, alice, bob } = postsFixture(['alice', 'bob']);
+
+const api = () => request(service.app);
+
+async function getPost(account: Account, id: number): Promise<request.Response> {
+  return api().get(`/posts/${id}`).set(bearer(account));
+}
+
+async function listIds(path: string, account?: Account): Promise<number[]> {
+  const req = api().get(path);
+  if (account) void req.set(bearer(account));
+  const res = await req;
+  expect(res.status).toBe(200);
+  return (res.body as PostBody[]).map((p) => p.id);
+}
+
+const searchPath = (base: string, search: string, extra = ''): string =>
+  `${base}?search=${encodeURIComponent(search)}${extra}`;
+
+/** A post on the public feed: the same shape, its owner without an e-mail address (API.md). */
+function expectPublicPostShape(body: PostBody, owner: Account): void {
+  expect(Object.keys(body).sort()).toEqual(POST_KEYS);
+  expect(body.owner).toEqual({ id: owner.user.id, created_at: owner.user.created_at as unknown as string });
+  expect(JSON.stringify(body)).not.toContain(owner.user.email);
+}
+
+function expectPostShape(body: PostBody, owner: Account): void {
+  expect(Object.keys(body).sort()).toEqual(POST_KEYS);
+  expect(Object.keys(body.owner).sort()).toEqual(OWNER_KEYS);
+  expect(typeof body.id).toBe('number');
+  expect(Number.isInteger(body.id)).toBe(true);
+  expect(body.created_at).toMatch(ISO_UTC);
+  expect(new Date(body.created_at).toISOString()).toBe(body.created_at);
+  expect(body.user_id).toBe(owner.user.id);
+  expect(body.owner).toEqual({
+    id: owner.user.id,
+    email: owner.user.email,
+    created_at: owner.user.created_at as unknown as string,
+  });
+  expect(body.owner.created_at).toMatch(ISO_UTC);
+  expect(JSON.stringify(body)).not.toMatch(/password|\$2[aby]\$/);
+}
+
+describe('POST /posts/', () => {
+  test('When an authenticated user creates a post, then 201 returns exactly the post with its owner and 0 votes', async () => {
+    const title = `Created ${token()}`;
+    const before = Date.now();
+    const res = await api()
+      .post('/posts/')
+      .set(bearer(alice))
+      .send({ title, content: 'Body text', published: false });
+    expect(res.status).toBe(201);
+    expect(res.headers['content-type']).toMatch(/^application\/json/);
+    const body = res.body as PostBody;
+    expectPostShape(body, alice);
+    expect(body).toMatchObject({ title, content: 'Body text', published: false, votes: 0 });
+    expect(Math.abs(new Date(body.created_at).getTime() - before)).toBeLessThan(60_000);
+
+    const fetched = await getPost(alice, body.id);
+    expect(fetched.status).toBe(200);
+    expect(fetched.body).toEqual(body);
+  });
+
+  test('When published is omitted on create, then the post is published and appears in the public list', async () => {
+    const title = `Default published ${token()}`;
+    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content: 'x' });
+    expect(res.status).toBe(201);
+    const body = res.body as PostBody;
+    expect(body.published).toBe(true);
+    expect(await listIds(searchPath('/posts/public', title))).toEqual([body.id]);
+  });
+
+  test('When the collection is addressed without the trailing slash, then the post is created too', async () => {
+    const res = await api()
+      .post('/posts')
+      .set(bearer(alice))
+      .send({ title: `No slash ${token()}`, content: 'x' });
+    expect(res.status).toBe(201);
+    expectPostShape(res.body as PostBody, alice);
+  });
+
+  test('When unknown fields are sent on create, then they are ignored', async () => {
+    const res = await api()
+      .post('/posts/')
+      .set(bearer(alice))
+      .send({ id: 999_999, votes: 42, user_id: bob.user.id, title: `Extra ${token()}`, content: 'x' });
+    expect(res.status).toBe(201);
+    const body = res.body as PostBody;
+    expectPostShape(body, alice);
+    expect(body.id).not.toBe(999_999);
+    expect(body.votes).toBe(0);
+  });
+
+  test('When a title of exactly 300 characters and content of exactly 20,000 are sent, then 201', async () => {
+    const title = `${token()} `.padEnd(300, 'x');
+    const content = 'c'.repeat(20_000);
+    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content });
+    expect(res.status).toBe(201);
+    const body = res.body as PostBody;
+    expect(body.title).toBe(title);
+    expect(body.content).toBe(content);
+  });
+
+  const invalidBodies: [string, Record<string, unknown>, string][] = [
+    ['title is missing', { content: 'x' }, 'title'],
+    ['content is missing', { title: 'x' }, 'content'],
+    ['title is blank', { title: '   ', content: 'x' }, 'title'],
+    ['title is empty', { title: '', content: 'x' }, 'title'],
+    ['title has 301 characters', { title: 'a'.repeat(301), content: 'x' }, 'title'],
+    ['content has 20,001 characters', { title: 'x', content: 'c'.repeat(20_001) }, 'content'],
+    ['title contains a NUL character', { title: 'a\u0000b', content: 'x' }, 'title'],
+    ['content contains a NUL character', { title: 'x', content: 'a\u0000b' }, 'content'],
+    ['published is not a boolean', { title: 'x', content: 'y', published: 'yes' }, 'published'],
+    ['published is the string "true"', { title: 'x', content: 'y', published: 'true' }, 'published'],
+    ['title is a number', { title: 42, content: 'x' }, 'title'],
+    ['content is null', { title: 'x', content: null }, 'content'],
+  ];
+
+  test.each(invalidBodies)(
+    'When %s, then 422 names the field and nothing is created',
+    async (_label, payload, field) => {
+      const newestBefore = await listIds('/posts/?limit=1', alice);
+      const res = await api().post('/posts/').set(bearer(alice)).send(payload);
+      const problem = expectProblem(res, 422);
+      expect(problem.errors?.map((e) => e.field)).toContain(field);
+      expect(await listIds('/posts/?limit=1', alice)).toEqual(newestBefore);
+    },
+  );
+
+  test('When the body is a JSON array, then 422', async () => {
+    const res = await api()
+      .post('/posts/')
+      .set(bearer(alice))
+      .send([{ title: 'x', content: 'y' }]);
+    expectProblem(res, 422);
+  });
+});
+
+describe('GET /posts/{id}', () => {
+  test('When the post exists, then 200 returns the post in the one flat shape', async () => {
+    const created = await newPost(service.app, alice, { title: `Get ${token()}` });
+    const res = await getPost(bob, created.id);
+    expect(res.status).toBe(200);
+    const body = res.body as PostBody;
+    expectPostShape(body, alice);
+    expect(body).toMatchObject({ id: created.id, title: created.title, published: true, votes: 0 });
+  });
+
+  test('When the caller asks for their own draft, then 200', async () => {
+    const draft = await newPost(service.app, alice, { title: `Own draft ${token()}`, published: false });
+    const res = await getPost(alice, draft.id);
+    expect(res.status).toBe(200);
+    expect((res.body as PostBody).published).toBe(false);
+  });
+
+  test('When no token is sent, then 401', async () => {
+    const created = await newPost(service.app, alice);
+    const res = await api().get(`/posts/${created.id}`);
+    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
+  });
+
+  test('When the post does not exist, then 404 with a detail naming the id', async () => {
+    const res = await getPost(alice, MISSING_ID);
+    expect(expectProblem(res, 404).detail).toBe(`post with id: ${MISSING_ID} was not found`);
+  });
+
+  test("When the post is another user's draft, then 404 as if it did not exist", async () => {
+    const draft = await newPost(service.app, alice, { title: `Hidden ${token()}`, published: false });
+    const res = await getPost(bob, draft.id);
+    expect(expectProblem(res, 404).detail).toBe(`post with id: ${draft.id} was not found`);
+  });
+
+  test.each([['abc'], ['1.5'], ['2147483648'], ['99999999999999999999']])(
+    'When the id is %s, then 422',
+    async (id) => {
+      const res = await api().get(`/posts/${id}`).set(bearer(alice));
+      expectProblem(res, 422);
+    },
+  );
+});
+
+describe('PUT /posts/{id}', () => {
+  test('When the owner updates a post, then 200 returns the updated post and GET shows the change', async () => {
+    const created = await newPost(service.app, alice, { title: `Before ${token()}` });
+    const title = `After ${token()}`;
+    const res = await api()
+      .put(`/posts/${created.id}`)
+      .set(bearer(alice))
+      .send({ title, content: 'New content', published: false });
+    expect(res.status).toBe(200);
+    const body = res.body as PostBody;
+    expectPostShape(body, alice);
+    expect(body).toMatchObject({
+      id: created.id,
+      title,
+      content: 'New content',
+      published: false,
+      votes: 0,
+      created_at: created.created_at as unknown as string,
+    });
+    const fetched = await getPost(alice, created.id);
+    expect(fetched.body).toEqual(body);
+  });
+
+  test('When published is omitted on update, then it becomes true again', async () => {
+    const draft = await newPost(service.app, alice, { title: `Draft ${token()}`, published: false });
+    const title = `Republished ${token()}`;
+    const res = await api().put(`/posts/${draft.id}`).set(bearer(alice)).send({ title, content: 'x' });
+    expect(res.status).toBe(200);
+    expect((res.body as PostBody).published).toBe(true);
+    expect(await listIds(searchPath('/posts/public', title))).toEqual([draft.id]);
+  });
+
+  test('When the body carries an id (and other unknown fields), then they are ignored', async () => {
+    const target = await newPost(service.app, alice, { title: `Target ${token()}` });
+    const other = await newPost(service.app, alice, { title: `Other ${token()}` });
+    const res = await api()
+      .put(`/posts/${target.id}`)
+      .set(bearer(alice))
+      .send({ id: other.id, user_id: bob.user.id, votes: 9, title: 'Renamed', content: 'x' });
+    expect(res.status).toBe(200);
+    const body = res.body as PostBody;
+    expect(body).toMatchObject({ id: target.id, user_id: alice.user.id, votes: 0, title: 'Renamed' });
+    const untouched = await getPost(alice, other.id);
+    expect((untouched.body as PostBody).title).toBe(other.title);
+  });
+
+  test('When the post keeps its votes through an update, then the total is still returned', async () => {
+    const created = await newPost(service.app, alice, { title: `Voted ${token()}` });
+    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    const res = await api().put(`/posts/${created.id}`).set(bearer(alice)).send({ title: 'x', content: 'y' });
+    expect(res.status).toBe(200);
+    expect((res.body as PostBody).votes).toBe(1);
+  });
+
+  // Without a token on an existing post: json-endpoints.test.ts.
+  test('When no token is sent with an id that is not one, then 401 before the id is read', async () => {
+    expectProblem(await api().put('/posts/abc').send({}), 401);
+  });
+
+  test("When another user updates someone's published post, then 403 and the post is unchanged", async () => {
+    const title = `Alice only ${token()}`;
+    const created = await newPost(service.app, alice, { title });
+    const res = await api()
+      .put(`/posts/${created.id}`)
+      .set(bearer(bob))
+      .send({ title: 'Hijacked', content: 'x' });
+    expectProblem(res, 403);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+  });
+
+  test('When the post does not exist, then 404', async () => {
+    const res = await api().put(`/posts/${MISSING_ID}`).set(bearer(alice)).send({ title: 'x', content: 'y' });
+    expectProblem(res, 404);
+  });
+
+  test("When the post is another user's draft, then 404 and the draft is unchanged", async () => {
+    const title = `Secret draft ${token()}`;
+    const draft = await newPost(service.app, alice, { title, published: false });
+    const res = await api().put(`/posts/${draft.id}`).set(bearer(bob)).send({ title: 'x', content: 'y' });
+    expectProblem(res, 404);
+    expect(((await getPost(alice, draft.id)).body as PostBody).title).toBe(title);
+  });
+
+  test.each<[string, Record<string, unknown>]>([
+    ['title is missing', { content: 'x' }],
+    ['title is blank', { title: '   ', content: 'x' }],
+    ['title has 301 characters', { title: 'a'.repeat(301), content: 'x' }],
+    ['content has 20,001 characters', { title: 'x', content: 'c'.repeat(20_001) }],
+    ['title contains NUL', { title: '\u0000', content: 'x' }],
+    ['content contains NUL', { title: 'x', content: 'ok\u0000' }],
+    ['published is not a boolean', { title: 'x', content: 'y', published: 1 }],
+    ['title is a number', { title: 7, content: 'x' }],
+  ])('When %s on update, then 422 and the post is unchanged', async (_label, payload) => {
+    const title = `Stable ${token()}`;
+    const created = await newPost(service.app, alice, { title });
+    const res = await api().put(`/posts/${created.id}`).set(bearer(alice)).send(payload);
+    expectProblem(res, 422);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+  });
+
+  test.each([['abc'], ['2147483648']])('When the id is %s, then 422', async (id) => {
+    const res = await api().put(`/posts/${id}`).set(bearer(alice)).send({ title: 'x', content: 'y' });
+    expectProblem(res, 422);
+  });
+});
+
+describe('DELETE /posts/{id}', () => {
+  test('When the owner deletes a post, then 204 with an empty body and the post is gone', async () => {
+    const title = `Doomed ${token()}`;
+    const created = await newPost(service.app, alice, { title });
+    const res = await api().delete(`/posts/${created.id}`).set(bearer(alice));
+    expect(res.status).toBe(204);
+    expect(res.text).toBeFalsy();
+    expect(res.headers['content-type']).toBeUndefined();
+    expectProblem(await getPost(alice, created.id), 404);
+    expect(await listIds(searchPath('/posts/', title), alice)).toEqual([]);
+    expect(await listIds(searchPath('/posts/public', title))).toEqual([]);
+    expectProblem(await api().delete(`/posts/${created.id}`).set(bearer(alice)), 404);
+  });
+
+  test('When a voted post is deleted, then its votes go with it and voting on its id is 404', async () => {
+    const created = await newPost(service.app, alice, { title: `Voted doomed ${token()}` });
+    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    await api().post('/votes/').set(bearer(alice)).send({ post_id: created.id, dir: 1 }).expect(201);
+    expect(((await getPost(alice, created.id)).body as PostBody).votes).toBe(2);
+
+    const res = await api().delete(`/posts/${created.id}`).set(bearer(alice));
+    expect(res.status).toBe(204);
+
+    const withdraw = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 0 });
+    expect(expectProblem(withdraw, 404).detail).toBe(`post with id: ${created.id} was not found`);
+    const revote = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 });
+    expect(expectProblem(revote, 404).detail).toBe(`post with id: ${created.id} was not found`);
+    const left = await service.db
+      .knex('votes')
+      .where({ post_id: created.id })
+      .count<{ count: string }[]>('* as count');
+    expect(Number(left[0]?.count)).toBe(0);
+  });
+
+  test('When no token is sent, then 401 and the post remains', async () => {
+    const created = await newPost(service.app, alice);
+    const res = await api().delete(`/posts/${created.id}`);
+    expect(expectProblem(res, 401).detail).toBe('Not authenticated');
+    expect((await getPost(alice, created.id)).status).toBe(200);
+  });
+
+  test("When another user deletes someone's published post, then 403 and the post remains", async () => {
+    const created = await newPost(service.app, alice);
+    expectProblem(await api().delete(`/posts/${created.id}`).set(bearer(bob)), 403);
+    expect((await getPost(alice, created.id)).status).toBe(200);
+  });
+
+  test('When the post does not exist, then 404', async () => {
+    expectProblem(await api().delete(`/posts/${MISSING_ID}`).set(bearer(alice)), 404);
+  });
+
+  test("When the post is another user's draft, then 404 and the draft remains", async () => {
+    const draft = await newPost(service.app, alice, { published: false });
+    expectProblem(await api().delete(`/posts/${draft.id}`).set(bearer(bob)), 404);
+    expect((await getPost(alice, draft.id)).status).toBe(200);
+  });
+
+  test.each([['abc'], ['2147483648']])('When the id is %s, then 422', async (id) => {
+    expectProblem(await api().delete(`/posts/${id}`).set(bearer(alice)), 422);
+  });
+});
+
+describe('Visibility of the lists', () => {
+  test("When listing, then the authenticated list shows published posts and the caller's own drafts, never another user's drafts; the public list shows published only", async () => {
+    const tok = token();
+    const alicePublished = await newPost(service.app, alice, { title: `${tok} alice pub` });
+    const aliceDraft = await newPost(service.app, alice, { title: `${tok} alice draft`, published: false });
+    const bobPublished = await newPost(service.app, bob, { title: `${tok} bob pub` });
+    const bobDraft = await newPost(service.app, bob, { title: `${tok} bob draft`, published: false });
+
+    const forAlice = await listIds(searchPath('/posts/', tok, '&limit=100'), alice);
+    expect(forAlice.sort()).toEqual([alicePublished.id, aliceDraft.id, bobPublished.id].sort());
+
+    const forBob = await listIds(searchPath('/posts', tok, '&limit=100'), bob);
+    expect(forBob.sort()).toEqual([alicePublished.id, bobPublished.id, bobDraft.id].sort());
+
+    const publicRes = await api().get(searchPath('/posts/public', tok, '&limit=100'));
+    expect(publicRes.status).toBe(200);
+    const publicPosts = publicRes.body as PostBody[];
+    expect(publicPosts.map((p) => p.id).sort()).toEqual([alicePublished.id, bobPublished.id].sort());
+    expect(publicPosts.every((p) => p.published)).toBe(true);
+    for (const p of publicPosts) expectPublicPostShape(p, p.user_id === alice.user.id ? alice : bob);
+    // The signed-in list keeps the owner's e-mail address.
+    const signedIn = (
+      await api()
+        .get(searchPath('/posts/', tok, '&limit=100'))
+        .set(bearer(bob))
+    ).body as PostBody[];
+    for (const p of signedIn) expectPostShape(p, p.user_id === alice.user.id ? alice : bob);
+  });
+
+  test('When anyone reads the public feed, with or without a token, then no e-mail address is in it', async () => {
+    const tok = token();
+    await newPost(service.app, alice, { title: `${tok} mail` });
+    for (const call of [
+      api().get(searchPath('/posts/public', tok)),
+      api().get(searchPath('/posts/public', tok)).set(bearer(bob)),
+    ]) {
+      const res = await call;
+      expect(res.status).toBe(200);
+      expect(res.body).toHaveLength(1);
+      expect(res.text).not.toContain(alice.user.email);
+      expect(res.text).not.toContain('"email"');
+    }
+  });
+
+  test('When the public list is asked with a token of any kind, then it still shows published posts only', async () => {
+    const tok = token();
+    const pub = await newPost(service.app, alice, { title: `${tok} pub` });
+    await newPost(service.app, alice, { title: `${tok} draft`, published: false });
+    expect(await listIds(searchPath('/posts/public', tok), alice)).toEqual([pub.id]);
+  });
+
+  test('When the lists are fetched, then each post carries its owner and vote total', async () => {
+    const tok = token();
+    const created = await newPost(service.app, bob, { title: `${tok} shaped` });
+    await api().post('/votes/').set(bearer(alice)).send({ post_id: created.id, dir: 1 }).expect(201);
+    for (const [path, account] of [
+      ['/posts/', alice],
+      ['/posts', bob],
+      ['/posts/public', undefined],
+    ] as const) {
+      const req = api().get(searchPath(path, tok));
+      if (account) void req.set(bearer(account));
+      const res = await req;
+      expect(res.status).toBe(200);
+      const posts = res.body as PostBody[];
+      expect(posts).toHaveLength(1);
+      const [post] = posts;
+      if (!post) throw new Error('no post');
+      if (account) expectPostShape(post, bob);
+      else expectPublicPostShape(post, bob);
+      expect(post.votes).toBe(1);
+    }
+  });
+
+  test('When no token is sent to the authenticated list, then 401 on /posts/ and /posts', async () => {
+    expect(expectProblem(await api().get('/posts/'), 401).detail).toBe('Not authenticated');
+    expect(expectProblem(await api().get('/posts'), 401).detail).toBe('Not authenticated');
+    expect(expectProblem(await api().get('/posts?limit=0'), 401).detail).toBe('Not authenticated');
+    const bad = await api()
+      .get('/posts/')
+      .set(bearer(`${alice.token}x`));
+    expect(expectProblem(bad, 401).detail).toBe('Could not validate credentials');
+  });
+});
+
+describe('List query rules', () => {
+  const badQueries = [
+    'limit=0',
+    'limit=101',
+    'limit=-1',
+    'limit=abc',
+    'limit=1.5',
+    'limit=',
+    'skip=-1',
+    'skip=abc',
+    'skip=1.5',
+    'limit=5&limit=6',
+    'skip=1&skip=2',
+    'search=a&search=b',
+  ];
+
+  test.each(badQueries)('When the authenticated list gets ?%s, then 422', async (query) => {
+    const res = await api().get(`/posts/?${query}`).set(bearer(alice));
+    const problem = expectProblem(res, 422);
+    expect(problem.errors?.length).toBeGreaterThan(0);
+  });
+
+  test.each(badQueries)('When /posts (no slash) gets ?%s, then 422', async (query) => {
+    expectProblem(await api().get(`/posts?${query}`).set(bearer(alice)), 422);
+  });
+
+  test.each(badQueries)('When the public list gets ?%s, then 422', async (query) => {
+    expectProblem(await api().get(`/posts/public?${query}`), 422);
+  });
+
+  test.each(['/posts/', '/posts/public'])(
+    'When %s is asked to skip past the ceiling (10,000), then 422 naming skip and pointing to the cursor; at the ceiling, 200',
+    async (path) => {
+      for (const skip of ['10001', '9007199254740991']) {
+        const res = await api().get(`${path}?skip=${skip}`).set(bearer(alice));
+        const problem = expectProblem(res, 422);
+        expect(problem.errors).toEqual([
+          { field: 'skip', message: expect.stringMatching(/10000.*cursor/) as string },
+        ]);
+      }
+      expect((await api().get(`${path}?skip=10000`).set(bearer(alice))).status).toBe(200);
+    },
+  );
+
+  test('When the query names a field, then the 422 errors name it too', async () => {
+    const res = await api().get('/posts/?limit=0&skip=-1').set(bearer(alice));
+    const fields = expectProblem(res, 422).errors?.map((e) => e.field);
+    expect(fields).toEqual(expect.arrayContaining(['limit', 'skip']));
+  });
+});
+
+describe('Pagination and order', () => {
+  const count = 25;
+  let tok: string;
+  let createdIds: number[];
+
+  beforeAll(async () => {
+    tok = token();
+    createdIds = [];
+    for (let i = 0; i < count; i += 1) {
+      const post = await newPost(service.app, i % 2 === 0 ? alice : bob, { title: `${tok} page ${i}` });
+      createdIds.push(post.id);
+    }
+  });
+
+  test('When 25 posts are walked with limit 10 and skip 0, 10, 20, then pages have 10, 10 and 5 posts with no overlap and no gap, newest first', async () => {
+    const pages: PostBody[][] = [];
+    for (const skip of [0, 10, 20, 30]) {
+      const res = await api()
+        .get(searchPath('/posts', tok, `&limit=10&skip=${skip}`))
+        .set(bearer(alice));
+      expect(res.status).toBe(200);
+      pages.push(res.body as PostBody[]);
+    }
+    expect(pages.map((p) => p.length)).toEqual([10, 10, 5, 0]);
+    const walked = pages.flat();
+    const ids = walked.map((p) => p.id);
+    expect(new Set(ids).size).toBe(count);
+    expect(ids).toEqual([...createdIds].reverse());
+    for (let i = 1; i < walked.length; i += 1) {
+      const prev = walked[i - 1];
+      const cur = walked[i];
+      if (!prev || !cur) throw new Error('missing post');
+      const prevTime = new Date(prev.created_at).getTime();
+      const curTime = new Date(cur.created_at).getTime();
+      expect(prevTime).toBeGreaterThanOrEqual(curTime);
+      if (prevTime === curTime) expect(prev.id).toBeGreaterThan(cur.id);
+    }
+  });
+
+  test('When the public list is walked the same way, then it gives the same order', async () => {
+    const ids: number[] = [];
+    for (const skip of [0, 10, 20]) {
+      ids.push(...(await listIds(searchPath('/posts/public', tok, `&limit=10&skip=${skip}`))));
+    }
+    expect(ids).toEqual([...createdIds].reverse());
+  });
+
+  test('When limit is omitted, then 10 posts are returned (the newest 10)', async () => {
+    const ids = await listIds(searchPath('/posts/', tok), alice);
+    expect(ids).toEqual([...createdIds].reverse().slice(0, 10));
+    expect(await listIds(searchPath('/posts/public', tok))).toEqual(ids);
+  });
+
+  test('When skip is omitted, then it defaults to 0', async () => {
+    const ids = await listIds(searchPath('/posts/', tok, '&limit=3'), alice);
+    expect(ids).toEqual([...createdIds].reverse().slice(0, 3));
+  });
+
+  test('When limit is 100 (the maximum), then all matching posts are returned', async () => {
+    const ids = await listIds(searchPath('/posts/', tok, '&limit=100'), alice);
+    expect(ids).toEqual([...createdIds].reverse());
+    const unfiltered = await api().get('/posts/?limit=100').set(bearer(alice));
+    expect(unfiltered.status).toBe(200);
+    expect((unfiltered.body as PostBody[]).length).toBeGreaterThan(25);
+    expect((unfiltered.body as PostBody[]).length).toBeLessThanOrEqual(100);
+    expect(expectProblem(await api().get('/posts/public?limit=101'), 422).errors?.[0]?.field).toBe('limit');
+  });
+
+  test('When posts share created_at, then they are ordered by id descending, across pages too', async () => {
+    const t = token();
+    const ids: number[] = [];
+    for (let i = 0; i < 4; i += 1)
+      ids.push((await newPost(service.app, alice, { title: `${t} tie ${i}` })).id);
+    // Force the tie the ordering rule is about (sequential inserts rarely share a timestamp).
+    await service.db
+      .knex('posts')
+      .whereIn('id', ids)
+      .update({ created_at: new Date('2030-01-01T00:00:00.000Z') });
+
+    const all = await api().get(searchPath('/posts/', t)).set(bearer(alice));
+    const posts = all.body as PostBody[];
+    expect(posts.map((p) => p.created_at)).toEqual(Array<string>(4).fill('2030-01-01T00:00:00.000Z'));
+    expect(posts.map((p) => p.id)).toEqual([...ids].sort((a, b) => b - a));
+
+    const oneByOne: number[] = [];
+    for (let skip = 0; skip < 4; skip += 1) {
+      oneByOne.push(...(await listIds(searchPath('/posts/public', t, `&limit=1&skip=${skip}`))));
+    }
+    expect(oneByOne).toEqual([...ids].sort((a, b) => b - a));
+  });
+
+  test('When created_at and id disagree, then created_at decides (newest first)', async () => {
+    const t = token();
+    const first = await newPost(service.app, alice, { title: `${t} older id` });
+    const second = await newPost(service.app, alice, { title: `${t} newer id` });
+    await service.db
+      .knex('posts')
+      .where({ id: first.id })
+      .update({ created_at: new Date('2031-01-01T00:00:00.000Z') });
+    expect(await listIds(searchPath('/posts/', t), alice)).toEqual([first.id, second.id]);
+    expect(await listIds(searchPath('/posts/public', t))).toEqual([first.id, second.id]);
+  });
+});
+
+describe('Search', () => {
+  test('When searching, then the match is a case-insensitive substring of the title, with a space sent as %20', async () => {
+    const t = token();
+    const hit = await newPost(service.app, alice, { title: `Hello Big ${t} World` });
+    await newPost(service.app, alice, { title: `Hello ${t} World`, content: `Big ${t} World` });
+    const search = `big ${t.toUpperCase()} wORLD`;
+    const url = searchPath('/posts/', search);
+    expect(url).toContain('%20');
+    expect(await listIds(url, alice)).toEqual([hit.id]);
+    expect(await listIds(searchPath('/posts/public', search))).toEqual([hit.id]);
+  });
+
+  test('When searching for "100%", then "%" matches itself only (no "1000 things")', async () => {
+    const t = token();
+    const literal = await newPost(service.app, alice, { title: `${t} 100% sure` });
+    await newPost(service.app, alice, { title: `${t} 1000 things` });
+    const url = searchPath('/posts/', `${t} 100%`);
+    expect(url).toContain('100%25');
+    expect(await listIds(url, alice)).toEqual([literal.id]);
+    expect(await listIds(searchPath('/posts/public', `${t} 100%`))).toEqual([literal.id]);
+  });
+
+  test('When searching for "a_b", then "_" matches itself only (no "axb")', async () => {
+    const t = token();
+    const literal = await newPost(service.app, alice, { title: `${t} a_b` });
+    await newPost(service.app, alice, { title: `${t} axb` });
+    expect(await listIds(searchPath('/posts/', `${t} a_b`), alice)).toEqual([literal.id]);
+    expect(await listIds(searchPath('/posts/public', `${t} a_b`))).toEqual([literal.id]);
+  });
+
+  test('When searching for a backslash, then it matches itself', async () => {
+    const t = token();
+    const literal = await newPost(service.app, alice, { title: `${t} c\\d` });
+    await newPost(service.app, alice, { title: `${t} cd` });
+    expect(await listIds(searchPath('/posts/', `${t} c\\d`), alice)).toEqual([literal.id]);
+  });
+
+  test('When search is combined with limit and skip, then the page is taken from the matches', async () => {
+    const t = token();
+    const ids: number[] = [];
+    for (let i = 0; i < 5; i += 1)
+      ids.push((await newPost(service.app, bob, { title: `${t} combo ${i}` })).id);
+    await newPost(service.app, bob, { title: `unrelated ${token()}` });
+    const newestFirst = [...ids].reverse();
+    expect(await listIds(searchPath('/posts/', t, '&limit=2&skip=1'), alice)).toEqual(
+      newestFirst.slice(1, 3),
+    );
+    expect(await listIds(`/posts?limit=2&skip=3&search=${t}`, alice)).toEqual(newestFirst.slice(3, 5));
+    expect(await listIds(searchPath('/posts/public', t, '&skip=4&limit=10'))).toEqual(newestFirst.slice(4));
+  });
+
+  test('When the search is shorter than three letters (one, two), then it is still a case-insensitive substring of titles, drafts only for their owner', async () => {
+    // "zq" and "ǂ" appear in no other title of this file: a short term can carry no unique token.
+    const t = token();
+    const published = await newPost(service.app, alice, { title: `${t} ZQuiet ǂ` });
+    const draft = await newPost(service.app, alice, { title: `${t} lazq`, published: false });
+    await newPost(service.app, alice, { title: `${t} z q` });
+    expect(await listIds(searchPath('/posts/', 'zq'), alice)).toEqual([draft.id, published.id]);
+    expect(await listIds(searchPath('/posts/', 'Zq'), bob)).toEqual([published.id]);
+    expect(await listIds(searchPath('/posts/public', 'zQ'))).toEqual([published.id]);
+    expect(await listIds(searchPath('/posts/public', 'ǂ'))).toEqual([published.id]);
+  });
+
+  test('When the search holds only wildcard characters ("%%", "_%"), then they match themselves, however few', async () => {
+    const t = token();
+    const twoPercent = await newPost(service.app, bob, { title: `${t} 50%% off` });
+    const underscorePercent = await newPost(service.app, bob, { title: `${t} 9_%` });
+    expect(await listIds(searchPath('/posts/public', '%%'))).toEqual([twoPercent.id]);
+    expect(await listIds(searchPath('/posts/', '_%'), alice)).toEqual([underscorePercent.id]);
+  });
+
+  test('When a short search is paged by skip and by cursor, then the pages are its matches, newest first, without overlap', async () => {
+    const t = token();
+    const ids: number[] = [];
+    for (let i = 0; i < 5; i += 1) ids.push((await newPost(service.app, bob, { title: `${t} qj${i}` })).id);
+    const newestFirst = [...ids].reverse();
+    expect(await listIds(searchPath('/posts/public', 'qj', '&limit=2&skip=1'))).toEqual(
+      newestFirst.slice(1, 3),
+    );
+    const first = await api()
+      .get(searchPath('/posts/', 'qj', '&limit=3'))
+      .set(bearer(alice));
+    expect((first.body as PostBody[]).map((p) => p.id)).toEqual(newestFirst.slice(0, 3));
+    const next = /<([^>]+)>; rel="next"/.exec(String(first.headers.link))?.[1];
+    expect(next).toContain('search=qj');
+    expect(await listIds(String(next), alice)).toEqual(newestFirst.slice(3));
+  });
+
+  test('When the search matches nothing, then 200 with []', async () => {
+    const res = await api()
+      .get(searchPath('/posts/', `nothing ${token()}`))
+      .set(bearer(alice));
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual([]);
+    const pub = await api().get(searchPath('/posts/public', `nothing ${token()}`));
+    expect(pub.status).toBe(200);
+    expect(pub.body).toEqual([]);
+  });
+
+  test("When searching another user's draft title, then it is not found", async () => {
+    const t = token();
+    await newPost(service.app, bob, { title: `${t} bob secret`, published: false });
+    expect(await listIds(searchPath('/posts/', t), alice)).toEqual([]);
+    expect(await listIds(searchPath('/posts/', t), bob)).toHaveLength(1);
+  });
+});
+
+describe('If-Match on PUT and DELETE /posts/{id}', () => {
+  const etagOf = async (account: Account, id: number): Promise<string> => {
+    const res = await getPost(account, id);
+    expect(res.status).toBe(200);
+    return res.headers.etag as string;
+  };
+  const update = (id: number, ifMatch: string | undefined, title: string) => {
+    const req = api().put(`/posts/${id}`).set(bearer(alice));
+    if (ifMatch !== undefined) void req.set('If-Match', ifMatch);
+    return req.send({ title, content: 'edited' });
+  };
+
+  test('When the ETag of the GET answer is sent with PUT, then the update succeeds and its answer carries the new ETag', async () => {
+    const created = await newPost(service.app, alice, { title: `Tagged ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    expect(tag).toMatch(/^W\/"/);
+    const res = await update(created.id, tag, 'First edit');
+    expect(res.status).toBe(200);
+    expect((res.body as PostBody).title).toBe('First edit');
+    expect(res.headers.etag).not.toBe(tag);
+    expect(res.headers.etag).toBe(await etagOf(alice, created.id));
+  });
+
+  test.each([
+    ['the tag without W/', (tag: string) => tag.slice(2)],
+    ['a list holding the tag', (tag: string) => `W/"other", ${tag}`],
+    ['*', () => '*'],
+  ])('When If-Match is %s, then it matches the current post', async (_name, form) => {
+    const created = await newPost(service.app, alice, { title: `Forms ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    expect((await update(created.id, form(tag), 'Matched')).status).toBe(200);
+  });
+
+  test('When the post changed after the client read it, then a PUT with the old ETag is 412 problem+json and changes nothing', async () => {
+    const created = await newPost(service.app, alice, { title: `Stale ${token()}` });
+    const stale = await etagOf(alice, created.id);
+    await update(created.id, stale, 'Someone else won').expect(200);
+    const res = await update(created.id, stale, 'Lost update');
+    expectProblem(res, 412);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Someone else won');
+  });
+
+  test("When a vote changed the post after it was read, then its old ETag no longer matches (the tag is the GET answer's)", async () => {
+    const created = await newPost(service.app, alice, { title: `Voted tag ${token()}` });
+    const before = await etagOf(alice, created.id);
+    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    expectProblem(await update(created.id, before, 'x'), 412);
+  });
+
+  test.each([['garbage'], [''], ['"unquoted'], ['W/"x" junk']])(
+    'When If-Match is %j (no tag of the post), then 412 and nothing changes',
+    async (value) => {
+      const title = `Odd ${token()}`;
+      const created = await newPost(service.app, alice, { title });
+      expectProblem(await update(created.id, value, 'x'), 412);
+      expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+    },
+  );
+
+  test('When DELETE carries a stale ETag, then 412 and the post stays; with the current one, 204', async () => {
+    const created = await newPost(service.app, alice, { title: `Delete tag ${token()}` });
+    const stale = await etagOf(alice, created.id);
+    await update(created.id, undefined, 'Changed meanwhile').expect(200);
+    expectProblem(await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', stale), 412);
+    expect((await getPost(alice, created.id)).status).toBe(200);
+    const current = await etagOf(alice, created.id);
+    await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', current).expect(204);
+    expectProblem(await getPost(alice, created.id), 404);
+  });
+
+  test("When If-Match names a post that is missing, another user's draft, or not the caller's, then 404, 404 and 403 as without it", async () => {
+    expectProblem(await update(MISSING_ID, '*', 'x'), 404);
+    const draft = await newPost(service.app, bob, { title: `Bob draft ${token()}`, published: false });
+    expectProblem(await update(draft.id, '*', 'x'), 404);
+    const bobs = await newPost(service.app, bob, { title: `Bob post ${token()}` });
+    const tag = await etagOf(alice, bobs.id);
+    expectProblem(await update(bobs.id, tag, 'x'), 403);
+    expectProblem(await api().delete(`/posts/${bobs.id}`).set(bearer(alice)).set('If-Match', tag), 403);
+  });
+
+  test('When two editors send the same ETag at once, then exactly one wins and the other gets 412', async () => {
+    const created = await newPost(service.app, alice, { title: `Race ${token()}` });
+    const tag = await etagOf(alice, created.id);
+    const results = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => update(created.id, tag, `Editor ${i}`)),
+    );
+    const statuses = results.map((res) => res.status).sort();
+    expect(statuses).toEqual([200, 412, 412, 412, 412, 412]);
+    const winner = results.find((res) => res.status === 200)?.body as PostBody;
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(winner.title);
+  });
+
+  test('When no If-Match is sent, then the last writer wins as before', async () => {
+    const created = await newPost(service.app, alice, { title: `No tag ${token()}` });
+    await update(created.id, undefined, 'One').expect(200);
+    await update(created.id, undefined, 'Two').expect(200);
+    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Two');
+  });
+});

@@ -1,0 +1,462 @@
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import {
+  changelogProblems,
+  changeProblems,
+  compareSemVer,
+  parseChangelog,
+  previousRelease,
+  readReleases,
+  treeVersions,
+  versionProblems,
+} from '../../tools/harness/releases';
+
+describe('The releases of this tree', () => {
+  it('When CHANGELOG.md is read, then it is in Keep a Changelog form: Unreleased first, releases newest first with ISO dates, a record line and an Upgrading subsection each', () => {
+    expect(changelogProblems()).toEqual([]);
+  });
+
+  it('When the versions are read, then package.json, its lock file and Chart.yaml agree, and CHANGELOG.md records the current version as its newest release, with this chart', () => {
+    expect(versionProblems()).toEqual([]);
+  });
+
+  it('When the service or the chart changed since the newest recorded release, then its version moved past that release', () => {
+    expect(changeProblems()).toEqual([]);
+  });
+
+  it('When the upgrade suite asks for the previous release, then it gets a recorded one older than this tree', () => {
+    const previous = previousRelease();
+    expect(previous.commit).toMatch(/^[0-9a-f]{40}$/);
+    expect(compareSemVer(previous.version, treeVersions().app)).toBeLessThan(0);
+    expect(readReleases()).toContainEqual(previous);
+  });
+});
+
+// The checks above, run against small repositories of the same shape, so that each is seen to fail.
+const scratchRoots: string[] = [];
+afterAll(() => {
+  for (const root of scratchRoots) rmSync(root, { recursive: true, force: true });
+});
+
+function git(root: string, ...args: string[]): string {
+  return execFileSync(
+    'git',
+    [
+      '-C',
+      root,
+      '-c',
+      'user.name=Releases test',
+      '-c',
+      'user.email=releases@example.invalid',
+      '-c',
+      'commit.gpgsign=false',
+      ...args,
+    ],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+  ).trim();
+}
+
+function write(root: string, file: string, text: string): void {
+  mkdirSync(path.dirname(path.join(root, file)), { recursive: true });
+  writeFileSync(path.join(root, file), text);
+}
+
+function edit(root: string, file: string, change: (text: string) => string): void {
+  const before = readFileSync(path.join(root, file), 'utf8');
+  const after = change(before);
+  if (after === before) throw new Error(`the edit left ${file} as it was`);
+  writeFileSync(path.join(root, file), after);
+}
+
+function lockFile(version: string, runtimeVersion = '1.0.0', devVersion = '2.0.0'): string {
+  const root = { name: 'app', version, dependencies: { lib: '^1.0.0' }, devDependencies: { tool: '^2.0.0' } };
+  const packages = {
+    '': root,
+    'node_modules/lib': { version: runtimeVersion },
+    'node_modules/tool': { version: devVersion, dev: true },
+  };
+  return `${JSON.stringify({ name: 'app', version, lockfileVersion: 3, requires: true, packages }, null, 2)}\n`;
+}
+
+const section = (version: string, date: string, chart: string, commit: string) =>
+  `## [${version}] - ${date}\n\nChart ${chart} · commit ${commit}\n\n### Added\n\n- It.\n\n### Upgrading\n\n- Nothing.\n`;
+
+function scratchRoot(): string {
+  const root = mkdtempSync(path.join(tmpdir(), 'releases-'));
+  scratchRoots.push(root);
+  return root;
+}
+
+let released: string | undefined;
+
+/** A copy of a repository of this one's shape with release 1.0.0 (chart 0.2.0) cut and recorded. */
+function releasedRepository(): string {
+  released ??= makeReleasedRepository();
+  const root = scratchRoot();
+  cpSync(released, root, { recursive: true });
+  return root;
+}
+
+function makeReleasedRepository(): string {
+  const root = scratchRoot();
+  write(
+    root,
+    'package.json',
+    JSON.stringify(
+      {
+        name: 'app',
+        version: '1.0.0',
+        engines: { node: '>=20' },
+        dependencies: { lib: '^1.0.0' },
+        devDependencies: { tool: '^2.0.0' },
+      },
+      null,
+      2,
+    ),
+  );
+  write(root, 'package-lock.json', lockFile('1.0.0'));
+  write(root, 'tsconfig.json', JSON.stringify({ compilerOptions: { strict: true }, include: ['service'] }));
+  write(
+    root,
+    'chart/Chart.yaml',
+    'apiVersion: v2\nname: app\n# the chart\nversion: 0.2.0\nappVersion: "1.0.0"\n',
+  );
+  write(root, 'chart/templates/deployment.yaml', 'kind: Deployment\n');
+  write(root, 'chart/README.md', '# app\n');
+  write(root, 'chart/test/render.test.ts', 'export {};\n');
+  write(root, 'service/src/main.ts', 'export {};\n');
+  write(root, 'README.md', '# app\n');
+  write(
+    root,
+    'CHANGELOG.md',
+    `# Changelog\n\n## [Unreleased]\n\n${section('1.0.0', '2026-11-25', '0.2.0', 'pending')}`,
+  );
+  git(root, 'init', '-q');
+  git(root, 'add', '-A');
+  git(root, 'commit', '-qm', 'Release 1.0.0');
+  const commit = git(root, 'rev-parse', 'HEAD');
+  edit(root, 'CHANGELOG.md', (text) => text.replace('commit pending', `commit ${commit}`));
+  git(root, 'commit', '-qam', 'Record 1.0.0');
+  return root;
+}
+
+/** Prepares release 1.1.0 (chart 0.3.0) in the working tree, as its release commit would. */
+function prepare110(root: string): void {
+  edit(root, 'package.json', (text) => text.replace('"version": "1.0.0"', '"version": "1.1.0"'));
+  write(root, 'package-lock.json', lockFile('1.1.0'));
+  edit(root, 'chart/Chart.yaml', (text) => text.replace('0.2.0', '0.3.0').replace('"1.0.0"', '"1.1.0"'));
+  edit(root, 'CHANGELOG.md', (text) =>
+    text.replace(
+      '## [Unreleased]\n\n',
+      `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
+    ),
+  );
+}
+
+const allProblems = (root: string) => [
+  ...changelogProblems(root),
+  ...versionProblems(root),
+  ...changeProblems(root),
+];
+
+describe('The release checks on a repository of the same shape', () => {
+  it('When nothing changed since the recorded release, then there is no problem', () => {
+    expect(allProblems(releasedRepository())).toEqual([]);
+  });
+
+  it.each([
+    [
+      'a template changed',
+      (root: string) => {
+        edit(root, 'chart/templates/deployment.yaml', (t) => `${t}# more\n`);
+      },
+    ],
+    [
+      'a values file was added',
+      (root: string) => {
+        write(root, 'chart/values-qa.yaml', 'replicas: 1\n');
+      },
+    ],
+    [
+      'Chart.yaml changed beyond its versions',
+      (root: string) => {
+        edit(root, 'chart/Chart.yaml', (t) => t.replace('name: app', 'name: app2'));
+      },
+    ],
+  ])('When %s and the chart version did not move, then the chart check fails', (_what, change) => {
+    const root = releasedRepository();
+    change(root);
+    expect(changeProblems(root)).toEqual([
+      expect.stringMatching(/^the chart changed since 1\.0\.0 .* still 0\.2\.0/),
+    ]);
+  });
+
+  it.each([
+    [
+      'the chart README',
+      (root: string) => {
+        edit(root, 'chart/README.md', (t) => `${t}more\n`);
+      },
+    ],
+    [
+      'a chart test',
+      (root: string) => {
+        edit(root, 'chart/test/render.test.ts', (t) => `${t}// more\n`);
+      },
+    ],
+    [
+      'a comment in Chart.yaml',
+      (root: string) => {
+        edit(root, 'chart/Chart.yaml', (t) => t.replace('# the chart', '# the chart, said again'));
+      },
+    ],
+    [
+      'a development dependency',
+      (root: string) => {
+        write(root, 'package-lock.json', lockFile('1.0.0', '1.0.0', '2.1.0'));
+      },
+    ],
+    [
+      'the root README',
+      (root: string) => {
+        edit(root, 'README.md', (t) => `${t}more\n`);
+      },
+    ],
+    [
+      "tsconfig.json's file list",
+      (root: string) => {
+        edit(root, 'tsconfig.json', (t) => t.replace('"service"', '"service","bench"'));
+      },
+    ],
+  ])('When only %s changed, then no version needs to move', (_what, change) => {
+    const root = releasedRepository();
+    change(root);
+    expect(allProblems(root)).toEqual([]);
+  });
+
+  it.each([
+    [
+      'the service source changed',
+      (root: string) => {
+        edit(root, 'service/src/main.ts', (t) => `${t}// more\n`);
+      },
+    ],
+    [
+      'a migration was added (untracked)',
+      (root: string) => {
+        write(root, 'migrations/0002_more.ts', 'export {};\n');
+      },
+    ],
+    [
+      'a runtime package in the lock changed',
+      (root: string) => {
+        write(root, 'package-lock.json', lockFile('1.0.0', '1.0.1'));
+      },
+    ],
+    [
+      "package.json's engines changed",
+      (root: string) => {
+        edit(root, 'package.json', (t) => t.replace('>=20', '>=22'));
+      },
+    ],
+    [
+      "tsconfig.json's compiler options changed",
+      (root: string) => {
+        edit(root, 'tsconfig.json', (t) => t.replace('true', 'false'));
+      },
+    ],
+  ])(
+    'When %s and the version did not move, then the service check fails; once 1.1.0 is prepared it passes',
+    (_what, change) => {
+      const root = releasedRepository();
+      change(root);
+      expect(changeProblems(root)).toEqual([
+        expect.stringMatching(/^the service changed since 1\.0\.0 .* still 1\.0\.0/),
+      ]);
+      prepare110(root);
+      expect(allProblems(root)).toEqual([]);
+    },
+  );
+
+  it("When the recorded release's commit is not in the clone, then the check says to fetch full history", () => {
+    const root = releasedRepository();
+    edit(root, 'CHANGELOG.md', (text) => text.replace(/commit [0-9a-f]{40}/, `commit ${'0'.repeat(40)}`));
+    expect(changeProblems(root)).toEqual([expect.stringContaining('fetch full history')]);
+    expect(versionProblems(root)).toEqual([expect.stringContaining('fetch full history')]);
+  });
+
+  it.each([
+    [
+      'appVersion differs from package.json',
+      (root: string) => {
+        edit(root, 'chart/Chart.yaml', (t) => t.replace('"1.0.0"', '"1.0.1"'));
+      },
+      /appVersion 1\.0\.1/,
+    ],
+    [
+      "the lock file's root version differs",
+      (root: string) => {
+        write(root, 'package-lock.json', lockFile('1.0.1'));
+      },
+      /package-lock\.json says 1\.0\.1/,
+    ],
+    [
+      'the version is not SemVer',
+      (root: string) => {
+        edit(root, 'package.json', (t) => t.replace('"version": "1.0.0"', '"version": "1.1"'));
+        write(root, 'package-lock.json', lockFile('1.1'));
+        edit(root, 'chart/Chart.yaml', (t) => t.replace('"1.0.0"', '"1.1"'));
+      },
+      /1\.1 is not a semantic version/,
+    ],
+    [
+      'the current version has no section',
+      (root: string) => {
+        prepare110(root);
+        edit(root, 'CHANGELOG.md', (t) => t.replace(/## \[1\.1\.0\][^]*?(?=## \[1\.0\.0\])/, ''));
+      },
+      /no section for 1\.1\.0/,
+    ],
+    [
+      'the current version is not the newest section',
+      (root: string) => {
+        edit(root, 'CHANGELOG.md', (t) =>
+          t.replace(
+            '## [Unreleased]\n\n',
+            `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
+          ),
+        );
+      },
+      /newest section is 1\.1\.0, not 1\.0\.0/,
+    ],
+    [
+      "the section's chart is not Chart.yaml's",
+      (root: string) => {
+        prepare110(root);
+        edit(root, 'chart/Chart.yaml', (t) => t.replace('0.3.0', '0.4.0'));
+      },
+      /records chart 0\.3\.0 for 1\.1\.0, Chart\.yaml says 0\.4\.0/,
+    ],
+    [
+      'the recorded commit carries other versions',
+      (root: string) => {
+        edit(root, 'package.json', (t) => t.replace('"version": "1.0.0"', '"version": "1.0.1"'));
+        git(root, 'commit', '-qam', 'Not the release');
+        edit(root, 'package.json', (t) => t.replace('"version": "1.0.1"', '"version": "1.0.0"'));
+        edit(root, 'CHANGELOG.md', (t) =>
+          t.replace(/commit [0-9a-f]{40}/, `commit ${git(root, 'rev-parse', 'HEAD')}`),
+        );
+      },
+      /carries version 1\.0\.1 and chart 0\.2\.0, not 1\.0\.0 and 0\.2\.0/,
+    ],
+  ])('When %s, then the version check fails', (_what, change, problem) => {
+    const root = releasedRepository();
+    change(root);
+    expect(versionProblems(root)).toContainEqual(expect.stringMatching(problem));
+  });
+});
+
+describe('The changelog form', () => {
+  const good = `# Changelog\n\nPreamble.\n\n## [Unreleased]\n\n### Added\n\n- Soon.\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n${section('1.0.0', '2026-11-25', '0.2.0', 'a'.repeat(40))}`;
+
+  it('When the file is in form, then its releases are read newest first, pending without a commit', () => {
+    expect(parseChangelog(good)).toEqual({
+      releases: [
+        { version: '1.1.0', chartVersion: '0.3.0', commit: null, date: '2026-11-26' },
+        { version: '1.0.0', chartVersion: '0.2.0', commit: 'a'.repeat(40), date: '2026-11-25' },
+      ],
+      problems: [],
+      unreadable: [],
+    });
+  });
+
+  it.each([
+    ['the title is missing', (t: string) => t.replace('# Changelog\n', ''), /first line/],
+    [
+      'Unreleased is not first',
+      (t: string) =>
+        t
+          .replace('## [Unreleased]\n\n### Added\n\n- Soon.\n\n', '')
+          .replace('## [1.0.0]', '## [Unreleased]\n\n## [1.0.0]'),
+      /first section is not/,
+    ],
+    ['a date is not ISO', (t: string) => t.replace('2026-11-25', '25/11/2026'), /not an ISO date/],
+    ['a date does not exist', (t: string) => t.replace('2026-11-25', '2026-02-30'), /not an ISO date/],
+    [
+      'a heading has no date',
+      (t: string) => t.replace('## [1.0.0] - 2026-11-25', '## [1.0.0]'),
+      /not a release heading/,
+    ],
+    [
+      'releases are oldest first',
+      (t: string) => t.replace('## [1.1.0]', '## [0.9.0]').replace('Chart 0.3.0', 'Chart 0.1.0'),
+      /versions are not newest first/,
+    ],
+    [
+      'the chart version did not move with a release',
+      (t: string) => t.replace('Chart 0.3.0', 'Chart 0.2.0'),
+      /chart 0\.2\.0 does not follow chart 0\.2\.0/,
+    ],
+    [
+      'dates go backwards',
+      (t: string) => t.replace('2026-11-26', '2026-11-24'),
+      /dated 2026-11-24, before 2026-11-25/,
+    ],
+    [
+      'a release has no Upgrading',
+      (t: string) => t.replace(/(## \[1\.0\.0\][^]*?)### Upgrading\n\n- Nothing\.\n/, '$1'),
+      /"## \[1\.0\.0\] - 2026-11-25" has no "### Upgrading"/,
+    ],
+    [
+      'an Upgrading says nothing',
+      (t: string) => t.replace(/(## \[1\.0\.0\][^]*?### Upgrading\n)\n- Nothing\.\n/, '$1'),
+      /says nothing/,
+    ],
+    [
+      'a subsection is not one of the form',
+      (t: string) => t.replace('### Added\n\n- It.', '### Notes\n\n- It.'),
+      /subsection "Notes"/,
+    ],
+    [
+      'a release has no record line',
+      (t: string) => t.replace('Chart 0.2.0 · commit ', 'Chart 0.2.0, commit '),
+      /record line/,
+    ],
+    ['a commit is abbreviated', (t: string) => t.replace('a'.repeat(40), 'a'.repeat(12)), /record line/],
+    [
+      'a pending release sits below a recorded one',
+      (t: string) =>
+        t
+          .replace('commit pending', `commit ${'b'.repeat(40)}`)
+          .replace(`commit ${'a'.repeat(40)}`, 'commit pending'),
+      /1\.0\.0 is still pending below the recorded 1\.1\.0/,
+    ],
+  ])('When %s, then the form check fails', (_what, change, problem) => {
+    const text = change(good);
+    expect(text).not.toBe(good);
+    expect(parseChangelog(text).problems).toContainEqual(expect.stringMatching(problem));
+  });
+
+  it('When versions carry pre-releases, then they are ordered by SemVer precedence', () => {
+    const ordered = [
+      '1.0.0-alpha',
+      '1.0.0-alpha.1',
+      '1.0.0-alpha.beta',
+      '1.0.0-beta',
+      '1.0.0-beta.2',
+      '1.0.0-beta.11',
+      '1.0.0-rc.1',
+      '1.0.0',
+      '1.0.1',
+      '1.10.0',
+      '2.0.0',
+    ];
+    for (let i = 1; i < ordered.length; i++) {
+      expect(compareSemVer(ordered[i - 1] ?? '', ordered[i] ?? '')).toBe(-1);
+      expect(compareSemVer(ordered[i] ?? '', ordered[i - 1] ?? '')).toBe(1);
+    }
+    expect(compareSemVer('1.0.0+build.1', '1.0.0')).toBe(0);
+  });
+});

@@ -1,0 +1,216 @@
+import jwt from 'jsonwebtoken';
+import { openDatabase, type Database } from '../../service/src/db/connection';
+import { migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger } from '../../service/src/logger';
+import { startServer, type RunningServer } from '../../service/src/server';
+import { keyId, loadSettings } from '../../service/src/settings';
+import { freshDatabaseEnv, newAccount, TEST_SECRET, testEnv, type Account } from './helpers';
+
+// A key this service never knew, and the key after a rotation.
+const FOREIGN = 'a-key-of-some-other-service-0123456789abcdef';
+const K2 = 'token-cache-key-two-0123456789abcdef0123456789';
+
+/** A listening service (API and metrics) on the file's database, with its own settings. */
+interface Pod {
+  base: string;
+  /** The sample values of one metric on this pod's /metrics, by their label text ('' for none). */
+  metric(name: string): Promise<Map<string, number>>;
+  close(): Promise<void>;
+}
+
+describe('The cache of verified tokens, through the API and its metrics', () => {
+  let db: Database;
+  let drop: () => Promise<void>;
+  let dbEnv: Record<string, string>;
+  const pods: RunningServer[] = [];
+  let account: Account;
+
+  async function pod(overrides: Record<string, string> = {}): Promise<Pod> {
+    const logger = createLogger('silent');
+    const settings = loadSettings(testEnv({ ...dbEnv, PORT: '0', METRICS_PORT: '0', ...overrides }));
+    const running = await startServer(settings, db, logger);
+    pods.push(running);
+    return {
+      base: `http://127.0.0.1:${String(running.port)}`,
+      metric: async (name) => {
+        const text = await (await fetch(`http://127.0.0.1:${String(running.metricsPort)}/metrics`)).text();
+        const values = new Map<string, number>();
+        for (const line of text.split('\n')) {
+          const m = /^([a-z_]+)(\{[^}]*\})? (\S+)$/.exec(line);
+          if (m?.[1] === name) values.set(m[2] ?? '', Number(m[3]));
+        }
+        return values;
+      },
+      close: async () => {
+        running.server.closeAllConnections();
+        await new Promise((resolve) => running.server.close(resolve));
+      },
+    };
+  }
+
+  const checks = async (p: Pod) => {
+    const values = await p.metric('auth_token_checks_total');
+    const of = (result: string) => values.get(`{result="${result}"}`) ?? 0;
+    return { cached: of('cached'), verified: of('verified'), refused: of('refused') };
+  };
+  const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
+  const list = (p: Pod, token: string) =>
+    fetch(`${p.base}/posts/`, { headers: { authorization: `Bearer ${token}` } });
+  /** A token as the service signs them, each one distinct by its expiry. */
+  const signed = (key: string, options: jwt.SignOptions = {}, userId = account.user.id) =>
+    jwt.sign({}, key, {
+      algorithm: 'HS256',
+      keyid: keyId(key),
+      subject: String(userId),
+      expiresIn: 600,
+      ...options,
+    });
+
+  beforeAll(async () => {
+    const fresh = await freshDatabaseEnv();
+    drop = () => fresh.drop();
+    dbEnv = fresh.env;
+    const logger = createLogger('silent');
+    db = await openDatabase(loadSettings(testEnv(dbEnv)), logger);
+    await migrateToLatest(db, logger);
+    const first = await pod();
+    account = await newAccount(first.base);
+    await first.close();
+  });
+
+  afterAll(async () => {
+    for (const running of pods) {
+      running.server.closeAllConnections();
+      await new Promise((resolve) => running.server.close(resolve));
+    }
+    // terminus traps these for the lifetime of each server; this test process must not keep them.
+    process.removeAllListeners('SIGTERM');
+    process.removeAllListeners('SIGINT');
+    await db.close();
+    await drop();
+  });
+
+  test('When a token is used again, then the answer is the same and it is found in the cache instead of verified again', async () => {
+    const p = await pod();
+    const first = await list(p, account.token);
+    const again = await list(p, account.token);
+    expect(first.status).toBe(200);
+    expect(again.status).toBe(200);
+    expect(await again.text()).toBe(await first.text());
+    expect(await checks(p)).toEqual({ cached: 1, verified: 1, refused: 0 });
+    expect(await held(p)).toBe(1);
+    await p.close();
+  });
+
+  test('When a flood of distinct forged tokens arrives, then each is 401, none enters the cache, and an honest token is still found there', async () => {
+    const p = await pod({ TOKEN_CACHE_SIZE: '2' });
+    await list(p, account.token);
+    const [head = '', body = ''] = account.token.split('.');
+    const forged = [
+      ...Array.from({ length: 40 }, (_, i) => signed(FOREIGN, { expiresIn: 600 + i })),
+      // Our key's id in the header, a signature made with another key.
+      ...Array.from({ length: 40 }, (_, i) =>
+        signed(FOREIGN, { expiresIn: 600 + i, keyid: keyId(TEST_SECRET) }),
+      ),
+      // Our own header and claims with a signature that is not theirs.
+      ...Array.from(
+        { length: 40 },
+        (_, i) => `${head}.${body}.${Buffer.from(`x${String(i)}`).toString('base64url')}`,
+      ),
+      // Signed with our key, but already expired or with no expiry at all.
+      ...Array.from({ length: 20 }, (_, i) =>
+        jwt.sign({ sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i }, TEST_SECRET, {
+          algorithm: 'HS256',
+          keyid: keyId(TEST_SECRET),
+        }),
+      ),
+    ];
+    for (const token of forged) {
+      const res = await list(p, token);
+      expect(res.status).toBe(401);
+      await res.arrayBuffer();
+    }
+    expect(await held(p)).toBe(1);
+    expect((await list(p, account.token)).status).toBe(200);
+    expect(await checks(p)).toEqual({ cached: 1, verified: 1, refused: forged.length });
+    await p.close();
+  });
+
+  test('When more distinct valid tokens arrive than it holds, then it holds no more, the first stay in it, and the later ones are still accepted, checked in full', async () => {
+    const p = await pod({ TOKEN_CACHE_SIZE: '3' });
+    const tokens = Array.from({ length: 6 }, (_, i) => signed(TEST_SECRET, { expiresIn: 600 + i }));
+    for (const token of tokens) expect((await list(p, token)).status).toBe(200);
+    expect(await held(p)).toBe(3);
+    expect((await p.metric('auth_token_cache_capacity')).get('')).toBe(3);
+    for (const token of tokens) expect((await list(p, token)).status).toBe(200);
+    // The first three found in the cache on their second use; the last three verified both times.
+    expect(await checks(p)).toEqual({ cached: 3, verified: 9, refused: 0 });
+    expect(await held(p)).toBe(3);
+    await p.close();
+  });
+
+  test('When a cached token expires, then it is refused 401 from that second on and leaves the cache', async () => {
+    const p = await pod();
+    const token = signed(TEST_SECRET, { expiresIn: 2 });
+    expect((await list(p, token)).status).toBe(200);
+    expect((await list(p, token)).status).toBe(200);
+    expect(await checks(p)).toMatchObject({ cached: 1, verified: 1 });
+    const { exp } = jwt.decode(token) as { exp: number };
+    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 50));
+    const res = await list(p, token);
+    expect(res.status).toBe(401);
+    expect(((await res.json()) as { detail: string }).detail).toBe('Could not validate credentials');
+    expect(await held(p)).toBe(0);
+    expect(await checks(p)).toEqual({ cached: 1, verified: 1, refused: 1 });
+    await p.close();
+  });
+
+  test('When the user of a cached token is deleted, then that token gets 401 on every route, as before', async () => {
+    const p = await pod();
+    const gone = await newAccount(p.base);
+    const post = await fetch(`${p.base}/posts/`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gone.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ title: 'soon gone', content: 'c' }),
+    });
+    expect(post.status).toBe(201);
+    const { id } = (await post.json()) as { id: number };
+    expect((await list(p, gone.token)).status).toBe(200);
+    expect(await held(p)).toBe(1);
+    await db.knex('users').where({ id: gone.user.id }).delete();
+    for (const path of ['/posts/', `/posts/${String(id)}`, '/posts/?search=soon'])
+      expect(
+        (await fetch(`${p.base}${path}`, { headers: { authorization: `Bearer ${gone.token}` } })).status,
+      ).toBe(401);
+    const vote = await fetch(`${p.base}/votes/`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gone.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ post_id: id, dir: 1 }),
+    });
+    expect(vote.status).toBe(401);
+    expect((await checks(p)).cached).toBeGreaterThanOrEqual(4);
+    await p.close();
+  });
+
+  test('When the accepted keys change, then tokens verified under the old keys count for nothing: the new pod verifies them anew, and refuses those of a key it no longer accepts', async () => {
+    const before = await pod();
+    const token = signed(TEST_SECRET);
+    expect((await list(before, token)).status).toBe(200);
+    expect((await list(before, token)).status).toBe(200);
+    expect(await checks(before)).toMatchObject({ cached: 1, verified: 1 });
+    // The same process, the same database, the keys rotated: SECRET_KEY retired.
+    const retired = await pod({ SECRET_KEY: K2 });
+    expect(await held(retired)).toBe(0);
+    const refused = await list(retired, token);
+    expect(refused.status).toBe(401);
+    expect(await checks(retired)).toEqual({ cached: 0, verified: 0, refused: 1 });
+    // Still accepted where it is one of the keys: verified in full there, then looked up.
+    const accepting = await pod({ SECRET_KEY: K2, SECRET_KEYS_ACCEPTED: TEST_SECRET });
+    expect((await list(accepting, token)).status).toBe(200);
+    expect((await list(accepting, token)).status).toBe(200);
+    expect(await checks(accepting)).toEqual({ cached: 1, verified: 1, refused: 0 });
+    await before.close();
+    await retired.close();
+    await accepting.close();
+  });
+});

@@ -1,0 +1,165 @@
+/** The figures of `npm run bench:limit` (tools/bench/limit.ts), and their section of docs/benchmarks.md. */
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { median } from './measure';
+
+export const LIMIT_RESULT_FILE = 'limit.json';
+/** Every list's service / limit req/s, median of the rounds, at every count. */
+export const LIMIT_RATIO_TARGET = 0.75;
+/** The signed-in list's ratio to the limit within this fraction of the public list's. */
+export const SIGNED_IN_GAP_TARGET = 0.1;
+
+/** The three servers: the service, the library reference and the physical limit. */
+export type LimitKey = 'service' | 'reference' | 'limit';
+
+/** One server on one list at one count, over the rounds (index i: round i). */
+export interface LimitSeries {
+  key: LimitKey;
+  list: string;
+  signedIn: boolean;
+  connections: number;
+  rps: number[];
+  /** The server process's CPU time per request in each round (µs). */
+  cpuUs: number[];
+  p50: number[];
+  errors: number;
+  non2xx: number;
+}
+
+export interface LimitResult {
+  measuredAt: string;
+  posts: number;
+  duration: number;
+  rounds: number;
+  note?: string;
+  machine: {
+    cpus: string;
+    memoryGb: number;
+    node: string;
+    postgres: string;
+    /** The 1, 5 and 15 minute load averages when the rounds began and when they ended. */
+    loadAverage: { start: number[]; end: number[] };
+  };
+  series: LimitSeries[];
+}
+
+const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** Round by round a / b, for the rounds both measured. */
+const roundRatios = (a: number[], b: number[]): number[] =>
+  a.flatMap((x, i) => {
+    const y = b[i];
+    return y !== undefined && y > 0 ? [x / y] : [];
+  });
+
+/** A ratio's median over the rounds and their spread. */
+export interface Ratio {
+  median: number;
+  min: number;
+  max: number;
+}
+const ratioOf = (rs: number[]): Ratio | undefined =>
+  rs.length === 0 ? undefined : { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) };
+const ratioText = (r: Ratio | undefined) =>
+  r ? `**${r.median.toFixed(2)}** (${r.min.toFixed(2)}–${r.max.toFixed(2)})` : '–';
+
+/** The service against the limit and the reference, each list at each count. */
+export interface LimitRow {
+  list: string;
+  signedIn: boolean;
+  connections: number;
+  service?: LimitSeries;
+  reference?: LimitSeries;
+  limit?: LimitSeries;
+  ofLimit?: Ratio;
+  ofReference?: Ratio;
+  cpuOfLimit?: Ratio;
+}
+
+export function limitRows(r: LimitResult): LimitRow[] {
+  const shapes = [...new Set(r.series.map((s) => `${String(s.connections)}|${s.list}`))];
+  return shapes.map((shape) => {
+    const [c = '', list = ''] = shape.split('|');
+    const connections = Number(c);
+    const find = (key: LimitKey) =>
+      r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
+    const service = find('service');
+    const reference = find('reference');
+    const limit = find('limit');
+    return {
+      list,
+      signedIn: service?.signedIn ?? false,
+      connections,
+      service,
+      reference,
+      limit,
+      ofLimit: service && limit ? ratioOf(roundRatios(service.rps, limit.rps)) : undefined,
+      ofReference: service && reference ? ratioOf(roundRatios(service.rps, reference.rps)) : undefined,
+      cpuOfLimit: service && limit ? ratioOf(roundRatios(service.cpuUs, limit.cpuUs)) : undefined,
+    };
+  });
+}
+
+/** Each count's signed-in list ratio to the limit over the public list's (1 = the same share). */
+export function signedInGaps(rows: LimitRow[]): { connections: number; gap: number }[] {
+  return [...new Set(rows.map((row) => row.connections))].flatMap((connections) => {
+    const at = rows.filter((row) => row.connections === connections && !row.list.includes('search'));
+    const pub = at.find((row) => !row.signedIn)?.ofLimit;
+    const signed = at.find((row) => row.signedIn)?.ofLimit;
+    return pub && signed ? [{ connections, gap: signed.median / pub.median }] : [];
+  });
+}
+
+/** The table and the targets, as Markdown (printed by tools/bench/limit.ts too). */
+export function limitLines(r: LimitResult): string[] {
+  const rows = limitRows(r);
+  const med = (s: LimitSeries | undefined, pick: (s: LimitSeries) => number[]) =>
+    s ? fmt(median(pick(s))) : '–';
+  const failed = r.series.filter((s) => s.errors + s.non2xx > 0);
+  const mark = (ok: boolean) => (ok ? '✅ met' : '❌ missed');
+  const lines = [
+    `| List | Connections | Service req/s | Reference req/s | Limit req/s | Service / limit req/s | Service / reference req/s | CPU µs/req service / limit | Target ≥ ${String(LIMIT_RATIO_TARGET)} of the limit |`,
+    '|---|---:|---:|---:|---:|---:|---:|---:|---|',
+    ...rows.map(
+      (row) =>
+        `| ${row.list} | ${String(row.connections)} | ${med(row.service, (s) => s.rps)} | ${med(row.reference, (s) => s.rps)} | ${med(row.limit, (s) => s.rps)} | ${ratioText(row.ofLimit)} | ${ratioText(row.ofReference)} | ${med(row.service, (s) => s.cpuUs)} / ${med(row.limit, (s) => s.cpuUs)} (${row.cpuOfLimit ? row.cpuOfLimit.median.toFixed(2) : '–'} ×) | ${row.ofLimit ? mark(row.ofLimit.median >= LIMIT_RATIO_TARGET) : '–'} |`,
+    ),
+    '',
+    ...signedInGaps(rows).map(
+      ({ connections, gap }) =>
+        `- ${String(connections)} connections: the signed-in list's share of the limit is ${gap.toFixed(2)} × the public list's (target within ${String(SIGNED_IN_GAP_TARGET * 100)} %): ${mark(Math.abs(gap - 1) <= SIGNED_IN_GAP_TARGET)}`,
+    ),
+    `- errors and non-2xx answers: ${failed.length === 0 ? '0 ✅' : failed.map((s) => `${s.key} ${s.list} @${String(s.connections)}: ${String(s.errors + s.non2xx)}`).join('; ')}`,
+  ];
+  return lines;
+}
+
+/** The section of docs/benchmarks.md, or nothing when the folder has no limit run. */
+export function limitSection(resultsDir: string): string[] {
+  const file = path.join(resultsDir, LIMIT_RESULT_FILE);
+  if (!existsSync(file)) return [];
+  const r = JSON.parse(readFileSync(file, 'utf8')) as LimitResult;
+  return [
+    '## Against the physical limit',
+    '',
+    '```sh',
+    'npm run bench:limit -- --posts 100000 --rounds 7 --duration 4   # --connections 10,64',
+    '```',
+    '',
+    `Three servers on the same data (\`sp_bench_${String(r.posts)}\`), the lists only: the service; the library reference`,
+    "(`tools/bench/reference.ts`: bare `node:http` + `pg`, the service's own statements prepared per shape, the token checked",
+    'with `jsonwebtoken`); and the **limit**, the same server checking the token with `node:crypto` alone (HMAC-SHA256',
+    'over the first two parts, a constant-time compare, then the claims the service checks). Their answers are',
+    'compared first (status, body and `Link` must be equal). Then every round measures each server on each list at',
+    'each count, one after the other, the one going first turning each round; a ratio is taken within a round',
+    `(the machine's speed drifts over minutes) and the table gives the median of ${String(r.rounds)} rounds of ${String(r.duration)} s`,
+    "(after a 1 s warm-up each) with the rounds' spread in brackets.",
+    '',
+    `Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB, servers on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}; load average ${r.machine.loadAverage.start.join(' / ')} when the rounds began, ${r.machine.loadAverage.end.join(' / ')} when they ended.`,
+    '',
+    ...(r.note ? [`> ${r.note}`, ''] : []),
+    ...limitLines(r),
+    '',
+  ];
+}

@@ -1,0 +1,147 @@
+/**
+ * Whether failed logins slow unrelated requests (issue 29): bcrypt runs on libuv's threadpool,
+ * which request decompression (zlib) shares. For each PASSWORD_HASH_CONCURRENCY given (64 stands
+ * for "no bound", as before it existed; 2 is the default), a server on a seeded database is
+ * measured quiet and then while 8 clients send failed logins back to back: the p50 of a
+ * gzip-bodied POST /posts/ and of a valid login, and of the failed logins themselves (which must
+ * cost what a valid one does). Sequential probes, so each figure is one request's own time.
+ *
+ *   npm run bench:login -- [--posts 10000] [--seconds 15] [--concurrency 64,2]
+ *
+ * Writes tools/bench/results/login-starvation.json and rebuilds docs/benchmarks.md, whose section
+ * "Login and the threadpool" shows it (tools/bench/login-report.ts).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { gzipSync } from 'node:zlib';
+import * as prettier from 'prettier';
+import { LOGIN_RESULT_FILE, loginTable, type LoginResult, type LoginRound } from './login-report';
+import { startServer } from './measure';
+import { readResults, renderDocs } from './report';
+import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
+import { ROOT } from '../harness/service';
+
+const args = process.argv.slice(2);
+const option = (name: string, fallback: string): string => {
+  const at = args.indexOf(`--${name}`);
+  return at >= 0 ? (args[at + 1] ?? fallback) : fallback;
+};
+const POSTS = Number(option('posts', '10000'));
+const SECONDS = Number(option('seconds', '15'));
+const VARIANTS = option('concurrency', '64,2').split(',').map(Number);
+const ATTACKERS = 8;
+
+const p50 = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return Math.round(sorted[Math.floor(sorted.length / 2)] ?? Number.NaN);
+};
+
+async function timed(url: string, init: RequestInit): Promise<{ status: number; ms: number }> {
+  const started = performance.now();
+  const res = await fetch(url, { ...init, signal: AbortSignal.timeout(30_000) });
+  await res.arrayBuffer();
+  return { status: res.status, ms: performance.now() - started };
+}
+
+const loginInit = (username: string, password: string): RequestInit => ({
+  method: 'POST',
+  headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+  body: new URLSearchParams({ username, password }).toString(),
+});
+
+const log = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};
+
+/** Runs the probes (and the failed-login clients, when `attack`) for SECONDS; their figures. */
+async function round(base: string, token: string, attack: boolean): Promise<LoginRound> {
+  const gzipped = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
+  const gzipPost: RequestInit = {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      'Content-Encoding': 'gzip',
+    },
+    body: gzipped,
+  };
+  const figures = { gzip: [] as number[], valid: [] as number[], failed: [] as number[] };
+  const unexpected: string[] = [];
+  const until = Date.now() + SECONDS * 1000;
+  const loop = async (into: number[], url: string, init: () => RequestInit, expected: number) => {
+    while (Date.now() < until) {
+      const { status, ms } = await timed(url, init());
+      if (status !== expected) unexpected.push(`${url} ${String(status)}`);
+      into.push(ms);
+    }
+  };
+  await Promise.all([
+    loop(figures.gzip, `${base}/posts/`, () => gzipPost, 201),
+    loop(figures.valid, `${base}/login`, () => loginInit('user1@bench.example', BENCH_PASSWORD), 200),
+    ...(attack
+      ? Array.from({ length: ATTACKERS }, (_, n) =>
+          loop(
+            figures.failed,
+            `${base}/login`,
+            () => loginInit(`user${String(n + 2)}@bench.example`, 'wrong-password'),
+            403,
+          ),
+        )
+      : []),
+  ]);
+  if (unexpected.length > 0) throw new Error(`unexpected answers: ${unexpected.slice(0, 5).join(', ')}`);
+  return {
+    gzipPostP50: p50(figures.gzip),
+    validLoginP50: p50(figures.valid),
+    ...(attack ? { failedLoginP50: p50(figures.failed) } : {}),
+    requests: {
+      gzipPosts: figures.gzip.length,
+      validLogins: figures.valid.length,
+      failedLogins: figures.failed.length,
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const seeded = await seed(POSTS, false, log);
+  const results: LoginResult['results'] = [];
+  for (const concurrency of VARIANTS) {
+    const server = await startServer(
+      'service/src/main.ts',
+      { ...benchServiceEnv(seeded.database), PASSWORD_HASH_CONCURRENCY: String(concurrency) },
+      { node: process.execPath },
+    );
+    try {
+      const login = await fetch(`${server.base}/login`, loginInit('user1@bench.example', BENCH_PASSWORD));
+      const { access_token: token } = (await login.json()) as { access_token: string };
+      const quiet = await round(server.base, token, false);
+      const attacked = await round(server.base, token, true);
+      results.push({ concurrency, quiet, attacked });
+      log(`PASSWORD_HASH_CONCURRENCY=${String(concurrency)}: ${JSON.stringify({ quiet, attacked })}`);
+    } finally {
+      await server.stop();
+    }
+  }
+  const result: LoginResult = {
+    measuredAt: new Date().toISOString(),
+    posts: POSTS,
+    seconds: SECONDS,
+    attackers: ATTACKERS,
+    bcryptRounds: Number(benchServiceEnv(seeded.database).BCRYPT_ROUNDS),
+    node: process.version,
+    loadAverage: os.loadavg().map((l) => Math.round(l * 100) / 100),
+    results,
+  };
+  const resultsDir = path.join(ROOT, 'tools', 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const file = path.join(resultsDir, LOGIN_RESULT_FILE);
+  writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
+  const written = renderDocs(readResults(resultsDir, log), path.join(ROOT, 'docs'), resultsDir);
+  log(['', ...loginTable(result), '', `wrote ${[file, ...written].join(', ')}`].join('\n'));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});

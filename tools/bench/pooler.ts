@@ -1,0 +1,308 @@
+/**
+ * `npm run bench:pooler -- [--posts 100000] [--duration 6] [--rounds 5] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH] [--out DIR]`
+ *
+ * The lists (public, authenticated, and the public list with a search) served by the bare
+ * reference (tools/bench/reference.ts: the service's own statements, prepared per shape, the caller
+ * looked up per request, the same pool), by the service direct to PostgreSQL and behind PgBouncer
+ * 1.24 in transaction mode (prepared statements tracked, its default; and with
+ * DB_PREPARED_STATEMENTS=false), and with `--before` by another commit's service (git worktree),
+ * direct: what the framework costs, what the pooler costs, what a change costs. Every server runs at once on the same seeded database; each round measures
+ * them one after the other, in an order that turns each round, so a disturbance of the machine
+ * lands on all of them. Prints the median and spread of the rounds and the ratios; writes
+ * results/pooler.json and rebuilds docs/benchmarks.md with it.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import knex from 'knex';
+import * as prettier from 'prettier';
+import { cpuMsOf, median, startServer } from './measure';
+import { serverNode } from './node';
+import { CpuSplit } from './cpu-split';
+import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
+import { readResults, renderDocs } from './report';
+import {
+  alternatingRounds,
+  benchToken as token,
+  sameAnswers,
+  type Contender,
+  type MeasuredList,
+} from './rounds';
+import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
+import { migrations } from '../../migrations';
+import { OwnPgBouncer } from '../harness/pgbouncer';
+import { ROOT } from '../harness/service';
+
+/** The service's pool, and the pooler's server pool: the same number of server connections. */
+const POOL = 10;
+const WARMUP = 1;
+
+function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+const posts = Number(option('posts', '100000'));
+// Short rounds, several of them: a ratio is taken within a round (pooler-report.ts), and this
+// shared host's speed drifts over minutes.
+const duration = Number(option('duration', '6'));
+const rounds = Number(option('rounds', '5'));
+const connectionCounts = option('connections', '10,64')
+  .split(',')
+  .map((s) => Number(s.trim()));
+const before = option('before', '');
+/**
+ * With a number: one more contender, `pgbouncer-wide`, the service behind PgBouncer with this many
+ * client connections (DB_POOL_MAX) on the same server pool: connections to the pooler are cheap, and
+ * more of them keep queries waiting in PgBouncer rather than in the service while the hop adds latency.
+ */
+const widePool = Number(option('pooler-client-pool', '0'));
+/** Only these contenders (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before). */
+const only = option('only', '')
+  .split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
+const wanted = (key: string) => only.length === 0 || only.includes(key);
+/** More PgBouncer settings (pkt_buf=16384, say), to try one before a chart's Pooler carries it. */
+const pgbouncerSettings = Object.fromEntries(
+  option('pgbouncer-settings', '')
+    .split(',')
+    .filter((pair) => pair.includes('='))
+    .map((pair) => pair.split('=', 2).map((part) => part.trim()) as [string, string]),
+);
+/**
+ * Cores of CPU for PgBouncer alone, the rest for everything else (tools/bench/cpu-split.ts): the pooler
+ * as it runs in a cluster, on CPU of its own. Unset, everything shares the machine.
+ */
+const poolerCpu = option('pooler-cpu', '');
+const outDir = option('out', '');
+const node = serverNode(option('node', 'image'));
+if (
+  ![10_000, 100_000, 1_000_000].includes(posts) ||
+  !(rounds >= 1) ||
+  !(duration >= 1) ||
+  !Number.isInteger(widePool) ||
+  widePool < 0
+) {
+  process.stderr.write(
+    '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number\n',
+  );
+  process.exit(2);
+}
+
+const log = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+
+/** Another commit's checkout beside this one, sharing its node_modules; removed afterwards. */
+function worktree(ref: string): { dir: string; commit: string; remove(): void } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sp-bench-before-'));
+  rmSync(dir, { recursive: true });
+  execFileSync('git', ['worktree', 'add', '--detach', dir, ref], { cwd: ROOT, stdio: 'pipe' });
+  symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
+  const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: dir, encoding: 'utf8' }).trim();
+  return {
+    dir,
+    commit,
+    remove: () => {
+      execFileSync('git', ['worktree', 'remove', '--force', dir], { cwd: ROOT, stdio: 'pipe' });
+    },
+  };
+}
+
+/**
+ * A copy of the bench database with the schema an older checkout knows: the migrations it does
+ * not list are undone (newest first), so its service starts on the same data. Replaced each run.
+ */
+async function schemaAsOf(database: string, checkoutDir: string): Promise<string> {
+  const copy = `${database}_before`;
+  const admin = knex({ client: 'pg', connection: { ...pgConnection, database: 'postgres' } });
+  try {
+    await admin.raw(`DROP DATABASE IF EXISTS "${copy}" WITH (FORCE)`);
+    await admin.raw(`CREATE DATABASE "${copy}" TEMPLATE "${database}"`);
+  } finally {
+    await admin.destroy();
+  }
+  const known = readFileSync(path.join(checkoutDir, 'migrations', 'index.ts'), 'utf8');
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database: copy } });
+  try {
+    for (const [name, migration] of Object.entries(migrations).reverse()) {
+      if (known.includes(`'${name}'`)) continue;
+      await migration.down?.(k);
+      await k('knex_migrations').where({ name }).delete();
+    }
+  } finally {
+    await k.destroy();
+  }
+  return copy;
+}
+
+async function main(): Promise<void> {
+  const info = await seed(posts, false, log);
+  const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
+  const bouncer = new OwnPgBouncer({
+    version: '1.24',
+    target: { host: pgConnection.host, port: pgConnection.port },
+    poolSize: POOL,
+    overrides: { settings: pgbouncerSettings },
+  });
+  const split = poolerCpu ? new CpuSplit(Number(poolerCpu)) : undefined;
+  try {
+    split?.enterRest(await postgresSetting(info.database, 'data_directory'));
+    await bouncer.start();
+    if (split && bouncer.pid !== undefined) split.placePooler(bouncer.pid);
+  } catch (error) {
+    split?.restore();
+    throw error;
+  }
+  const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };
+  const checkout = before ? worktree(before) : undefined;
+  // Copied before any server connects: a template must have no other session.
+  const beforeDatabase = checkout ? await schemaAsOf(info.database, checkout.dir) : undefined;
+  const contenders: Contender[] = [];
+  try {
+    const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
+      if (!wanted(key)) return;
+      const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
+      contenders.push({ key, name, server, token: await token(server.base) });
+    };
+    if (wanted('reference')) {
+      const reference = await startServer('tools/bench/reference.ts', env, { node: node.path });
+      contenders.push({
+        key: 'reference',
+        name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
+        server: reference,
+        token: await token(reference.base),
+      });
+    }
+    await add('direct', 'the service, direct to PostgreSQL', {});
+    await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
+    if (widePool > 0)
+      await add(
+        'pgbouncer-wide',
+        `${bouncer.version}, prepared statements, the service's pool ${String(widePool)}`,
+        {
+          ...viaBouncer,
+          DB_POOL_MAX: String(widePool),
+        },
+      );
+    await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
+      ...viaBouncer,
+      DB_PREPARED_STATEMENTS: 'false',
+    });
+    if (checkout)
+      await add(
+        'before',
+        `before: ${checkout.commit}, direct to PostgreSQL`,
+        beforeDatabase ? { DB_NAME: beforeDatabase } : {},
+        checkout.dir,
+      );
+
+    const series: PoolerSeries[] = [];
+    const lists: MeasuredList[] = [
+      { list: 'public list', path: '/posts/public', signedIn: false },
+      { list: 'authenticated list', path: '/posts/', signedIn: true },
+      {
+        list: `public search ("${COMMON_WORD}")`,
+        path: `/posts/public?search=${COMMON_WORD}`,
+        signedIn: false,
+      },
+    ];
+    await sameAnswers(contenders, lists);
+    // The pooler's own CPU over each measured run, where it serves the contender.
+    let poolerBefore: number | undefined;
+    await alternatingRounds(
+      contenders,
+      lists,
+      { rounds, connectionCounts, duration, warmup: WARMUP },
+      ({ round, connections, list: { list }, contender: c, figures: f }) => {
+        const viaPooler = c.key.startsWith('pgbouncer');
+        const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
+        let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
+        if (!s) {
+          s = {
+            key: c.key,
+            name: c.name,
+            list,
+            connections,
+            rps: [],
+            serviceCpuUs: [],
+            poolerCpuUs: [],
+            errors: 0,
+            non2xx: 0,
+          };
+          series.push(s);
+        }
+        s.rps.push(f.rps);
+        if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
+        if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
+          s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
+        s.errors += f.errors;
+        s.non2xx += f.non2xx;
+        log(
+          `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
+        );
+      },
+      (c) => {
+        poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+      },
+    );
+
+    const pgVersion = await postgresSetting(info.database, 'server_version');
+    const result: PoolerResult = {
+      measuredAt: new Date().toISOString(),
+      posts,
+      duration,
+      rounds,
+      pool: POOL,
+      machine: {
+        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+        memoryGb: Math.round(os.totalmem() / 2 ** 30),
+        node: node.version,
+        postgres: pgVersion,
+        pgbouncer: bouncer.version,
+        ...(split ? { cpuSplit: split.shares } : {}),
+      },
+      series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
+    };
+    const resultsDir = outDir
+      ? path.resolve(outDir, 'results')
+      : path.join(ROOT, 'tools', 'bench', 'results');
+    mkdirSync(resultsDir, { recursive: true });
+    const file = path.join(resultsDir, poolerResultFile(split !== undefined));
+    writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
+    const written = renderDocs(
+      readResults(resultsDir, log),
+      outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
+      resultsDir,
+    );
+    log('');
+    for (const line of poolerLines(result)) log(line);
+    log(`\nwrote ${[file, ...written].join(', ')}`);
+  } finally {
+    await Promise.all(contenders.map((c) => c.server.stop()));
+    await bouncer.destroy();
+    checkout?.remove();
+    split?.restore();
+  }
+}
+
+/** One of the PostgreSQL server's settings (server_version, data_directory). */
+async function postgresSetting(database: string, name: string): Promise<string> {
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database } });
+  try {
+    return (
+      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
+    );
+  } finally {
+    await k.destroy();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  // A server that did not start says why in the cause (its exit and last log line).
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,521 @@
+/**
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed] [--out DIR]`
+ *
+ * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
+ * data, measures every endpoint with autocannon against both at each connection count, then (at
+ * the first count) the public list one layer at a time between the two, deep pages by offset and
+ * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
+ * and prints the targets. Results go to tools/bench/results/; docs/benchmarks.svg, the generated part of
+ * docs/benchmarks.md and its headline figures are rebuilt from every result there (with --out, only
+ * the generated docs, there; the headline figures in docs/ are left alone).
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import knex from 'knex';
+import * as prettier from 'prettier';
+import {
+  readResults,
+  renderDocs,
+  targetLines,
+  targetsOf,
+  updateHeadlineFigures,
+  type ConnectionRun,
+  type DeepPage,
+  type EndpointFigures,
+  type LadderStep,
+  type SizeResult,
+} from './report';
+import { serverNode } from './node';
+import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
+import {
+  load,
+  measure as measureOn,
+  median,
+  settle,
+  startServer as startServerOn,
+  type Server,
+} from './measure';
+import { ROOT } from '../harness/service';
+
+function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+const sizes = option('posts', '10000')
+  .split(',')
+  .map((s) => Number(s.trim()));
+const duration = Number(option('duration', '10'));
+const connectionCounts = option('connections', '10,64')
+  .split(',')
+  .map((s) => Number(s.trim()));
+/** The ladder and the deep pages run at this count only. */
+const firstCount = connectionCounts[0] ?? 10;
+const reseed = process.argv.includes('--reseed');
+/** Results and docs go to DIR/results and DIR/docs instead of tools/bench/results and docs (a smoke run in CI). */
+const outDir = option('out', '');
+/** Free text on the conditions (other load on the machine, say), printed with the figures. */
+const note = option('note', '');
+/** The Node the servers run on (tools/bench/node.ts): the image's release unless told otherwise. */
+const node = serverNode(option('node', 'image'));
+if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
+  process.stderr.write('--posts takes 10000, 100000 or 1000000 (comma-separated for several)\n');
+  process.exit(2);
+}
+if (connectionCounts.some((c) => !Number.isInteger(c) || c < 1)) {
+  process.stderr.write('--connections takes positive whole numbers, comma-separated\n');
+  process.exit(2);
+}
+/** Seconds of warm-up before each measured run (JIT, pool connections, PostgreSQL's cache). */
+const WARMUP = 1;
+/** Seconds per deep-page run: one page fetched over and over needs less than a whole endpoint. */
+const deepDuration = Math.min(5, duration);
+const DEPTHS = [0, 1_000, 10_000, 100_000];
+/** The endpoint table's rows (endpointsOf), for the time estimate. */
+const ENDPOINTS = 7;
+
+const log = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+
+const startServer = (script: string, env: Record<string, string>): Promise<Server> =>
+  startServerOn(script, env, { node: node.path });
+
+const run = (options: autocannon.Options): Promise<autocannon.Result> =>
+  load(options, { duration, connections: firstCount });
+
+/**
+ * One server on one endpoint at the first count (see measure.ts); `warm: false` skips the warm-up
+ * (logins: bcrypt needs none, and its queue only delays the run).
+ */
+const measure = (
+  server: Server,
+  options: autocannon.Options,
+  beforeRun?: () => Promise<void>,
+  warm = true,
+): Promise<EndpointFigures> =>
+  measureOn(server, options, { duration, connections: firstCount, warmup: warm ? WARMUP : 0 }, beforeRun);
+
+function logFigures(who: string, what: string, f: EndpointFigures): void {
+  log(
+    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
+  );
+}
+
+async function login(
+  base: string,
+  username: string,
+  password: string,
+): Promise<{ status: number; ms: number; token?: string }> {
+  const started = performance.now();
+  const res = await fetch(`${base}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ username, password }),
+  });
+  const body = (await res.json()) as { access_token?: string };
+  return { status: res.status, ms: performance.now() - started, token: body.access_token };
+}
+
+const rssMb = (pid: number): number => {
+  const status = readFileSync(`/proc/${String(pid)}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+};
+
+/** Everything the bench asks of a server, endpoint by endpoint. */
+function endpointsOf(
+  base: string,
+  token: string,
+  publishedIds: number[],
+  voteIds: number[],
+): [string, autocannon.Options][] {
+  const auth = { authorization: `Bearer ${token}` };
+  return [
+    ['public list', { url: `${base}/posts/public` }],
+    ['authenticated list', { url: `${base}/posts/`, headers: auth }],
+    [`search rare ("${RARE_WORD}")`, { url: `${base}/posts/?search=${RARE_WORD}`, headers: auth }],
+    [`search common ("${COMMON_WORD}")`, { url: `${base}/posts/?search=${COMMON_WORD}`, headers: auth }],
+    [
+      'get by id',
+      {
+        url: base,
+        requests: [
+          {
+            method: 'GET',
+            headers: auth,
+            setupRequest: (req) => ({
+              ...req,
+              path: `/posts/${String(publishedIds[Math.floor(Math.random() * publishedIds.length)])}`,
+            }),
+          },
+        ],
+      },
+    ],
+    [
+      'vote + unvote',
+      {
+        url: base,
+        // Each connection toggles its own vote on its own post, so every answer is a 201.
+        setupClient: (() => {
+          let next = 0;
+          return (client: autocannon.Client) => {
+            const postId = voteIds[next++ % voteIds.length] ?? 1;
+            const headers = { ...auth, 'content-type': 'application/json' };
+            client.setRequests([
+              { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 1 }) },
+              { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 0 }) },
+            ]);
+          };
+        })(),
+      },
+    ],
+    [
+      'login (bcrypt cost 12)',
+      {
+        url: `${base}/login`,
+        // 64 logins at once queue for seconds behind bcrypt; autocannon's 10 s default would count them as errors.
+        timeout: 30,
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+      },
+    ],
+  ];
+}
+
+/**
+ * The ladder's rungs in the order measured: `key` is ladder.ts's RUNG (or one of the two servers),
+ * `basedOn` the rung it adds to. The "express + …" rungs each add exactly one piece of the app.
+ */
+const LADDER: { key: string; name: string; basedOn?: string }[] = [
+  { key: 'reference', name: 'reference: node:http + pg, the same SQL' },
+  { key: 'knex', name: "node:http + the service's knex repository", basedOn: 'reference' },
+  { key: 'express', name: 'Express 5 + the knex repository + res.json, no ETag', basedOn: 'knex' },
+  { key: 'cors', name: 'express + cors (crossOrigin)', basedOn: 'express' },
+  { key: 'metrics', name: 'express + metrics middleware', basedOn: 'express' },
+  { key: 'request-log', name: 'express + request log', basedOn: 'express' },
+  { key: 'security-headers', name: 'express + security headers', basedOn: 'express' },
+  { key: 'protocol', name: 'express + requireHost + closeAfterOversizedBody', basedOn: 'express' },
+  { key: 'etag', name: "express + Express's weak ETag", basedOn: 'express' },
+  { key: 'app', name: 'the whole app (createApp): middleware, validation, routers', basedOn: 'express' },
+  { key: 'service', name: 'the service (main.ts): the app inside terminus', basedOn: 'app' },
+];
+
+/**
+ * The public list up the ladder from the reference to the service, one layer added per step, so
+ * the gap between the two is split into what each layer costs. The steps run one after the other
+ * on a quiet machine; their order is the order of the ladder.
+ */
+async function measureLadder(
+  env: Record<string, string>,
+  servers: { service: Server; reference: Server },
+): Promise<LadderStep[]> {
+  const out: LadderStep[] = [];
+  for (const { key, name, basedOn } of LADDER) {
+    const started =
+      key === 'reference' || key === 'service'
+        ? undefined
+        : await startServer('tools/bench/ladder.ts', { ...env, RUNG: key });
+    const server = started ?? (key === 'reference' ? servers.reference : servers.service);
+    try {
+      const f = await measure(server, { url: `${server.base}/posts/public` });
+      out.push({ key, name, ...(basedOn ? { basedOn } : {}), figures: f });
+      logFigures('ladder', key, f);
+    } finally {
+      await started?.stop();
+    }
+  }
+  return out;
+}
+
+/**
+ * Measures both servers endpoint by endpoint, back to back, the one going first alternating from
+ * one endpoint to the next: a disturbance on the machine (a checkpoint, another process) then
+ * lands on both sides instead of on whichever server would otherwise be measured first.
+ */
+async function measureBoth(
+  servers: { service: Server; reference: Server },
+  connections: number,
+  token: string,
+  publishedIds: number[],
+  voteIds: number[],
+  resetVotes: () => Promise<void>,
+): Promise<ConnectionRun> {
+  const out: ConnectionRun = { connections, service: {}, reference: {} };
+  const endpoints = {
+    service: endpointsOf(servers.service.base, token, publishedIds, voteIds),
+    reference: endpointsOf(servers.reference.base, token, publishedIds, voteIds),
+  };
+  for (const [i, [name]] of endpoints.service.entries()) {
+    const order = i % 2 === 0 ? (['service', 'reference'] as const) : (['reference', 'service'] as const);
+    for (const side of order) {
+      const options = endpoints[side][i]?.[1];
+      if (!options) throw new Error(`no endpoint ${name} for the ${side}`);
+      // A run stopped between a vote and its withdrawal leaves the vote; the next run starts clean.
+      const f = await measure(
+        servers[side],
+        { connections, ...options },
+        resetVotes,
+        !name.startsWith('login'),
+      );
+      out[side][name] = f;
+      logFigures(side, name, f);
+    }
+  }
+  return out;
+}
+
+/** The `rel="next"` target of a Link header, if there is one. */
+function nextLink(header: string | null): string | undefined {
+  for (const part of (header ?? '').split(',')) {
+    const m = /^\s*<([^>]*)>\s*;(.*)$/.exec(part);
+    if (m && /(^|;)\s*rel\s*=\s*"?([^";]*\s)?next(\s[^";]*)?"?\s*(;|$)/i.test(m[2] ?? '')) return m[1];
+  }
+  return undefined;
+}
+
+/**
+ * Both lists at each depth below the number of posts, service only: the page at `?skip=<depth>`,
+ * and the same page reached by cursor, i.e. the Link `rel="next"` of the page `?skip=<depth - 10>`.
+ * Without a Link header (no cursors served) the cursor figures are null.
+ */
+async function measureDeepPages(service: Server, token: string, posts: number): Promise<DeepPage[]> {
+  const auth = { authorization: `Bearer ${token}` };
+  const lists: [string, string, Record<string, string>][] = [
+    ['public list', '/posts/public', {}],
+    ['authenticated list', '/posts/', auth],
+  ];
+  const out: DeepPage[] = [];
+  for (const [list, listPath, headers] of lists)
+    for (const depth of DEPTHS.filter((d) => d < posts)) {
+      const deep = (url: string) => measure(service, { url, headers, duration: deepDuration });
+      const offset = await deep(`${service.base}${listPath}?skip=${String(depth)}`);
+      logFigures('deep', `${list} skip ${String(depth)}`, offset);
+      let cursor: EndpointFigures | null = null;
+      if (depth > 0) {
+        const before = await fetch(`${service.base}${listPath}?limit=10&skip=${String(depth - 10)}`, {
+          headers,
+        });
+        await before.arrayBuffer();
+        const next = nextLink(before.headers.get('link'));
+        if (next) {
+          // Path-absolute by contract; resolved against the base in case it is a full URL.
+          cursor = await deep(new URL(next, service.base).href);
+          logFigures('deep', `${list} cursor ${String(depth)}`, cursor);
+        } else
+          log(
+            `  deep      ${list} cursor ${String(depth)}: no Link rel="next" on the page before (no cursors served)`,
+          );
+      }
+      out.push({ list, depth, offset, cursor });
+    }
+  return out;
+}
+
+async function benchSize(posts: number): Promise<SizeResult> {
+  const info = await seed(posts, reseed, log);
+  log(
+    `${info.database}: ${String(info.users)} users, ${String(info.posts)} posts, ${String(info.votes)} votes${info.seededNow ? ` (seeded in ${info.seedSeconds.toFixed(0)} s)` : ' (reused)'}`,
+  );
+  const db = knex({
+    client: 'pg',
+    connection: { ...pgConnection, database: info.database },
+    pool: { min: 0, max: 1 },
+  });
+  const publishedIds = (
+    await db.raw<{ rows: { id: number }[] }>(
+      'SELECT id FROM posts WHERE published ORDER BY random() LIMIT 2000',
+    )
+  ).rows.map((r) => r.id);
+  const voteIds = publishedIds.slice(0, 200);
+  const benchUserId = 1;
+  const resetVotes = async () => {
+    await db('votes').where('user_id', benchUserId).whereIn('post_id', voteIds).delete();
+  };
+
+  const env = benchServiceEnv(info.database);
+  // Seeding leaves much to write out; a checkpoint now keeps that flush out of the measurements.
+  await db.raw('CHECKPOINT').catch(() => {
+    log('  (no CHECKPOINT: the bench user may not run one; measuring anyway)');
+  });
+  const service = await startServer('service/src/main.ts', env);
+  const reference = await startServer('tools/bench/reference.ts', env);
+  try {
+    const token = (await login(service.base, 'user1@bench.example', BENCH_PASSWORD)).token ?? '';
+    log(`service ${service.base}, reference (bare node:http + pg) ${reference.base}:`);
+    const runs: ConnectionRun[] = [];
+    for (const connections of connectionCounts) {
+      log(`${String(connections)} connections:`);
+      runs.push(
+        await measureBoth({ service, reference }, connections, token, publishedIds, voteIds, resetVotes),
+      );
+    }
+    log(`the public list, one layer at a time (${String(firstCount)} connections):`);
+    const ladder = await measureLadder(env, { service, reference });
+    log(`deep pages, service only (${String(firstCount)} connections, ${String(deepDuration)} s each):`);
+    const deepPages = await measureDeepPages(service, token, posts);
+
+    // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
+    const [logins, live] = await Promise.all([
+      run({
+        url: `${service.base}/login`,
+        connections: 20,
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+      }),
+      run({ url: `${service.base}/healthz/live`, connections: 1 }),
+    ]);
+    log(
+      `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
+    );
+    await settle(service);
+
+    // Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them.
+    const auth = { authorization: `Bearer ${token}` };
+    const mix: autocannon.Request[] = [
+      { method: 'GET', path: '/posts/public?limit=5' },
+      { method: 'GET', path: `/posts/${String(publishedIds[0])}`, headers: auth },
+      { method: 'GET', path: '/posts/?limit=5', headers: auth },
+      { method: 'GET', path: '/no/such/path' },
+    ];
+    // A single reading lands anywhere in a garbage-collection cycle (±20 % seen); the median of
+    // readings taken through the last 10,000 requests of each stretch does not.
+    const residentDuring = async (amount: number): Promise<number> => {
+      const samples: number[] = [];
+      const timer = setInterval(() => samples.push(rssMb(service.child.pid ?? 0)), 100);
+      try {
+        await run({ url: service.base, requests: mix, amount });
+      } finally {
+        clearInterval(timer);
+      }
+      return median(samples);
+    };
+    await run({ url: service.base, requests: mix, amount: 10_000 });
+    const rss20k = await residentDuring(10_000);
+    await run({ url: service.base, requests: mix, amount: 70_000 });
+    const rss100k = await residentDuring(10_000);
+    log(
+      `  resident memory (median through requests 10,000-20,000 and 90,000-100,000): ${rss20k.toFixed(1)} MB, ${rss100k.toFixed(1)} MB`,
+    );
+
+    // Login timing: unknown e-mail against known e-mail with a wrong password, interleaved.
+    const unknown: number[] = [];
+    const wrong: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      unknown.push((await login(service.base, `nobody${String(i)}@bench.example`, 'wrong-password-1')).ms);
+      wrong.push((await login(service.base, 'user2@bench.example', 'wrong-password-1')).ms);
+    }
+    log(
+      `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
+    );
+
+    const targets = targetsOf({ runs });
+    log(`targets at ${String(posts)} posts:`);
+    for (const line of targetLines(targets)) log(line);
+    return {
+      posts,
+      users: info.users,
+      votes: info.votes,
+      measuredAt: new Date().toISOString(),
+      duration,
+      deepDuration,
+      connections: connectionCounts,
+      ...(note ? { note } : {}),
+      machine: {
+        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
+        memoryGb: Math.round(os.totalmem() / 2 ** 30),
+        node: node.version,
+        postgres: await postgresVersion(),
+        loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
+      },
+      runs,
+      ladder,
+      deepPages,
+      targets,
+      liveDuringLogins: {
+        p50: live.latency.p50,
+        p99: live.latency.p99,
+        loginRps: Math.round(logins.requests.average),
+      },
+      memory: { rss20k, rss100k },
+      loginTiming: { unknownMedianMs: median(unknown), wrongPasswordMedianMs: median(wrong) },
+    };
+  } finally {
+    await service.stop();
+    await reference.stop();
+    await db.destroy();
+  }
+}
+
+async function postgresVersion(): Promise<string> {
+  const db = knex({
+    client: 'pg',
+    connection: { ...pgConnection, database: 'postgres' },
+    pool: { min: 0, max: 1 },
+  });
+  const v =
+    (await db.raw<{ rows: { v: string }[] }>("SELECT current_setting('server_version') AS v")).rows[0]?.v ??
+    '?';
+  await db.destroy();
+  return v;
+}
+
+/**
+ * Rough seconds a size takes: the endpoint table at every count on both servers, the ladder (a
+ * few seconds to start each rung's process), the deep pages, and the service-only checks (the
+ * memory check is 100,000 requests, about a minute here).
+ */
+function estimateSeconds(posts: number): number {
+  const table = connectionCounts.length * ENDPOINTS * 2 * (WARMUP + duration);
+  const ladder = LADDER.length * (WARMUP + duration + 3);
+  const depths = DEPTHS.filter((d) => d < posts).length;
+  const deep = 2 * (2 * depths - 1) * (WARMUP + deepDuration);
+  const checks = duration + 70 + 15 + 10;
+  // Waiting for idle: about 0.4 s a run, and the logins left queued (bcrypt: about 8 a second here).
+  const settling = 0.4 * (connectionCounts.length * ENDPOINTS * 2 + LADDER.length + 2 * depths * 2);
+  const loginQueues = connectionCounts.reduce((t, c) => t + (2 * c) / 8, 0);
+  return table + ladder + deep + checks + settling + loginQueues;
+}
+
+async function main(): Promise<void> {
+  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'tools', 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const estimate = sizes.reduce((t, posts) => t + estimateSeconds(posts), 0);
+  log(
+    `sizes ${sizes.join(', ')}; ${connectionCounts.join(' and ')} connections; ${String(duration)} s per run (${String(WARMUP)} s warm-up, deep pages ${String(deepDuration)} s); about ${String(Math.ceil(estimate / 60))} min in all (seeding not counted)`,
+  );
+  for (const posts of sizes) {
+    log(
+      `\n== ${String(posts)} posts (load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')})`,
+    );
+    const result = await benchSize(posts);
+    // Formatted as the repository's Prettier check expects, so `npm run lint` stays clean.
+    const json = await prettier.format(JSON.stringify(result), { parser: 'json' });
+    writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
+  }
+  const results = readResults(resultsDir, log);
+  const written = renderDocs(
+    results,
+    outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
+    resultsDir,
+  );
+  // A scratch run (--out) must not rewrite the headline figures in docs/.
+  if (!outDir) {
+    const doc = path.join(ROOT, 'docs', 'benchmarks.md');
+    // renderDocs has listed the file already.
+    if (!updateHeadlineFigures(results, doc))
+      log('docs/benchmarks.md: headline figures left as they were (no figure markers, or no current result)');
+  }
+  log(`\nwrote ${written.join(', ')}`);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -1,0 +1,389 @@
+/**
+ * The releases recorded in CHANGELOG.md, and the checks that keep them true: versions in SemVer
+ * and in step (package.json, its lock file, Chart.yaml), the changelog in Keep a Changelog form,
+ * and a new version wherever the service or the chart changed since the last recorded release.
+ * The record lives in the file, not in git tags, because a clone may arrive without tags.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { ROOT } from './service';
+
+export interface Release {
+  version: string;
+  chartVersion: string;
+  /** The commit the release was cut from; null while it is being prepared (`commit pending`). */
+  commit: string | null;
+  date: string | null;
+}
+
+export interface ParsedChangelog {
+  /** Newest first, Unreleased excluded. */
+  releases: Release[];
+  /** What keeps the file from Keep a Changelog form or from these rules, one sentence each. */
+  problems: string[];
+  /** Those of the problems that leave a release's record unreadable (also in `problems`). */
+  unreadable: string[];
+}
+
+const SEMVER =
+  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$/;
+const RELEASE_HEADING = /^## \[([^\]]+)\] - (\S+)$/;
+const RECORD_LINE = /^Chart (\S+) · commit ([0-9a-f]{40}|pending)$/;
+const SUBSECTIONS = ['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security', 'Upgrading'];
+
+export function isSemVer(version: string): boolean {
+  return SEMVER.test(version);
+}
+
+/** SemVer 2.0.0 precedence: negative when a comes first, 0 when equal (build metadata ignored). */
+export function compareSemVer(a: string, b: string): number {
+  const [left, right] = [SEMVER.exec(a), SEMVER.exec(b)];
+  if (!left || !right) throw new Error(`not a semantic version: ${left ? b : a}`);
+  for (const index of [1, 2, 3]) {
+    const difference = Number(left[index]) - Number(right[index]);
+    if (difference !== 0) return Math.sign(difference);
+  }
+  const [preLeft, preRight] = [left[4], right[4]];
+  if (preLeft === undefined || preRight === undefined) {
+    // A pre-release comes before its release.
+    return (preLeft === undefined ? 1 : 0) - (preRight === undefined ? 1 : 0);
+  }
+  const [partsLeft, partsRight] = [preLeft.split('.'), preRight.split('.')];
+  for (let index = 0; index < Math.min(partsLeft.length, partsRight.length); index++) {
+    const [x, y] = [partsLeft[index] ?? '', partsRight[index] ?? ''];
+    const [xNumeric, yNumeric] = [/^\d+$/.test(x), /^\d+$/.test(y)];
+    if (xNumeric && yNumeric && x !== y) return Math.sign(Number(x) - Number(y));
+    if (xNumeric !== yNumeric) return xNumeric ? -1 : 1;
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  return Math.sign(partsLeft.length - partsRight.length);
+}
+
+function isIsoDate(text: string): boolean {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(text)) return false;
+  const date = new Date(`${text}T00:00:00Z`);
+  return !Number.isNaN(date.getTime()) && date.toISOString().startsWith(text);
+}
+
+/** Reads a changelog's text: its releases, and every way it departs from the form. */
+export function parseChangelog(text: string): ParsedChangelog {
+  const problems: string[] = [];
+  const unreadable: string[] = [];
+  const cannotRead = (problem: string) => {
+    problems.push(problem);
+    unreadable.push(problem);
+  };
+  const lines = text.split('\n');
+  if (lines[0] !== '# Changelog') problems.push('the first line is not "# Changelog"');
+
+  // Sections start at each level-two heading; what precedes the first is the preamble.
+  const sections: { heading: string; body: string[] }[] = [];
+  for (const line of lines) {
+    if (line.startsWith('## ')) sections.push({ heading: line, body: [] });
+    else sections.at(-1)?.body.push(line);
+  }
+  if (sections[0]?.heading !== '## [Unreleased]') problems.push('the first section is not "## [Unreleased]"');
+
+  const releases: Release[] = [];
+  sections.forEach(({ heading, body }, index) => {
+    const subsections = body.filter((line) => line.startsWith('### ')).map((line) => line.slice(4));
+    for (const name of subsections)
+      if (!SUBSECTIONS.includes(name))
+        problems.push(`"${heading}" has a subsection "${name}" (allowed: ${SUBSECTIONS.join(', ')})`);
+    if (index === 0 && heading === '## [Unreleased]') return;
+
+    const match = RELEASE_HEADING.exec(heading);
+    if (!match) {
+      cannotRead(`"${heading}" is not a release heading "## [X.Y.Z] - YYYY-MM-DD"`);
+      return;
+    }
+    const [, version = '', date = ''] = match;
+    if (!isSemVer(version)) cannotRead(`"${heading}": ${version} is not a semantic version`);
+    if (!isIsoDate(date)) problems.push(`"${heading}": ${date} is not an ISO date (YYYY-MM-DD)`);
+    const firstLine = body.find((line) => line.trim() !== '') ?? '';
+    const record = RECORD_LINE.exec(firstLine);
+    if (!record) {
+      cannotRead(
+        `"${heading}" does not begin with its record line "Chart X.Y.Z · commit <40-hex commit or pending>"`,
+      );
+      return;
+    }
+    const [, chartVersion = '', commit = ''] = record;
+    if (!isSemVer(chartVersion)) cannotRead(`"${heading}": chart ${chartVersion} is not a semantic version`);
+    const upgrading = body.indexOf('### Upgrading');
+    const upgradingText = upgrading < 0 ? [] : body.slice(upgrading + 1);
+    const upgradingEnd = upgradingText.findIndex((line) => line.startsWith('### '));
+    if (upgrading < 0) problems.push(`"${heading}" has no "### Upgrading" subsection`);
+    else if (
+      upgradingText
+        .slice(0, upgradingEnd < 0 ? undefined : upgradingEnd)
+        .join('')
+        .trim() === ''
+    )
+      problems.push(`"${heading}": its "### Upgrading" says nothing (write "Nothing." when so)`);
+    releases.push({ version, chartVersion, commit: commit === 'pending' ? null : commit, date });
+  });
+
+  // Newest first: each release after its predecessor in versions, chart versions and dates.
+  releases.forEach((release, index) => {
+    const older = releases[index + 1];
+    if (!older) return;
+    const pair = `${release.version} above ${older.version}`;
+    if (
+      isSemVer(release.version) &&
+      isSemVer(older.version) &&
+      compareSemVer(release.version, older.version) <= 0
+    )
+      problems.push(`${pair}: versions are not newest first`);
+    if (
+      isSemVer(release.chartVersion) &&
+      isSemVer(older.chartVersion) &&
+      compareSemVer(release.chartVersion, older.chartVersion) <= 0
+    )
+      problems.push(
+        `${pair}: chart ${release.chartVersion} does not follow chart ${older.chartVersion} (each release ships a chart of its own: appVersion is part of it)`,
+      );
+    if (release.date !== null && older.date !== null && release.date < older.date)
+      problems.push(`${pair}: dated ${release.date}, before ${older.date}`);
+    if (release.commit !== null && older.commit === null)
+      problems.push(`${older.version} is still pending below the recorded ${release.version}`);
+  });
+  return { releases, problems, unreadable };
+}
+
+function readText(root: string, file: string): string {
+  return readFileSync(path.join(root, file), 'utf8');
+}
+
+/** The releases recorded in CHANGELOG.md, newest first; throws when a record cannot be read. */
+export function readReleases(root: string = ROOT): Release[] {
+  const { releases, unreadable } = parseChangelog(readText(root, 'CHANGELOG.md'));
+  if (unreadable.length > 0) throw new Error(`CHANGELOG.md: ${unreadable.join('; ')}`);
+  return releases;
+}
+
+/** The newest release with a recorded commit that is not the version this tree carries. */
+export function previousRelease(root: string = ROOT): Release {
+  const current = packageJson(root).version;
+  const previous = readReleases(root).find(
+    (release) => release.commit !== null && release.version !== current,
+  );
+  if (!previous) throw new Error(`CHANGELOG.md records no release before ${String(current)} with a commit`);
+  return previous;
+}
+
+interface PackageJson {
+  version?: string;
+  [key: string]: unknown;
+}
+
+interface LockFile {
+  version?: string;
+  packages?: Record<string, { version?: string; dev?: boolean; [key: string]: unknown }>;
+}
+
+function packageJson(root: string): PackageJson {
+  return JSON.parse(readText(root, 'package.json')) as PackageJson;
+}
+
+function chartYaml(text: string): Record<string, unknown> {
+  return parseYaml(text) as Record<string, unknown>;
+}
+
+function git(root: string, args: string[]): string {
+  return execFileSync('git', ['-C', root, ...args], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    maxBuffer: 64 * 1024 * 1024,
+  });
+}
+
+export function hasCommit(commit: string, root: string = ROOT): boolean {
+  try {
+    git(root, ['cat-file', '-e', `${commit}^{commit}`]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A file as the commit has it; null when it did not exist there. */
+function atCommit(root: string, commit: string, file: string): string | null {
+  try {
+    return git(root, ['show', `${commit}:${file}`]);
+  } catch {
+    return null;
+  }
+}
+
+/** Paths that differ between the commit and the working tree (untracked files included). */
+function changedPaths(root: string, commit: string, pathspecs: string[]): string[] {
+  const tracked = git(root, ['diff', '--name-only', commit, '--', ...pathspecs]);
+  const untracked = git(root, ['ls-files', '--others', '--exclude-standard', '--', ...pathspecs]);
+  return [...new Set(`${tracked}\n${untracked}`.split('\n').filter(Boolean))].sort();
+}
+
+function parsedAt<T>(root: string, commit: string, file: string, parse: (text: string) => T): T | null {
+  const text = atCommit(root, commit, file);
+  return text === null ? null : parse(text);
+}
+
+function without(object: Record<string, unknown>, keys: string[]): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(object).filter(([key]) => !keys.includes(key)));
+}
+
+/** What the image is built from, beyond these files: the runtime part of package.json and the lock. */
+const APP_PATHS = ['service/src', 'migrations', 'Dockerfile', 'tsconfig.build.json'];
+const APP_PACKAGE_FIELDS = ['dependencies', 'optionalDependencies', 'engines'];
+
+/** The lock's packages the image can install: development-only entries and the root's own version and dev list left out. */
+function runtimeLock(lock: LockFile | null): unknown {
+  if (!lock?.packages) return null;
+  return Object.fromEntries(
+    Object.entries(lock.packages)
+      .filter(([, entry]) => entry.dev !== true)
+      .map(([name, entry]) =>
+        name === '' ? [name, without(entry, ['version', 'devDependencies'])] : [name, entry],
+      ),
+  );
+}
+
+/** How the service changed between the commit and the working tree: paths, or the file and part. */
+export function appChanges(commit: string, root: string = ROOT): string[] {
+  const changes = changedPaths(root, commit, APP_PATHS);
+  const pick = (json: PackageJson | null) =>
+    Object.fromEntries(APP_PACKAGE_FIELDS.map((field) => [field, json?.[field] ?? null]));
+  const before = parsedAt(root, commit, 'package.json', (text) => JSON.parse(text) as PackageJson);
+  if (!isDeepStrictEqual(pick(before), pick(packageJson(root))))
+    changes.push(`package.json (${APP_PACKAGE_FIELDS.join(', ')})`);
+  const lockBefore = parsedAt(root, commit, 'package-lock.json', (text) => JSON.parse(text) as LockFile);
+  const lockNow = JSON.parse(readText(root, 'package-lock.json')) as LockFile;
+  if (!isDeepStrictEqual(runtimeLock(lockBefore), runtimeLock(lockNow)))
+    changes.push('package-lock.json (packages outside development)');
+  const tsconfig = (text: string | null) =>
+    text === null ? null : (JSON.parse(text) as { compilerOptions?: unknown }).compilerOptions;
+  if (
+    !isDeepStrictEqual(
+      tsconfig(atCommit(root, commit, 'tsconfig.json')),
+      tsconfig(readText(root, 'tsconfig.json')),
+    )
+  )
+    changes.push('tsconfig.json (compilerOptions)');
+  return changes;
+}
+
+/** Chart.yaml without the two versions a release moves. */
+function chartIdentity(chart: Record<string, unknown> | null): unknown {
+  return chart && without(chart, ['version', 'appVersion']);
+}
+
+/** How the chart changed between the commit and the working tree (its tests, CI values and README aside). */
+export function chartChanges(commit: string, root: string = ROOT): string[] {
+  const changes = changedPaths(root, commit, [
+    'chart',
+    // Where the chart's tests lived up to 1.1.0 (tests/chart/ since): a commit before that has them.
+    ':(exclude)chart/test',
+    ':(exclude)chart/ci',
+    ':(exclude)chart/README.md',
+    ':(exclude)chart/Chart.yaml',
+  ]);
+  const before = parsedAt(root, commit, 'chart/Chart.yaml', chartYaml);
+  if (!isDeepStrictEqual(chartIdentity(before), chartIdentity(chartYaml(readText(root, 'chart/Chart.yaml')))))
+    changes.push('chart/Chart.yaml (beyond version and appVersion)');
+  return changes;
+}
+
+export interface TreeVersions {
+  app: string;
+  lock: string;
+  lockRoot: string;
+  chart: string;
+  appVersion: string;
+}
+
+export function treeVersions(root: string = ROOT): TreeVersions {
+  const lock = JSON.parse(readText(root, 'package-lock.json')) as LockFile;
+  const chart = chartYaml(readText(root, 'chart/Chart.yaml'));
+  return {
+    app: String(packageJson(root).version),
+    lock: String(lock.version),
+    lockRoot: String(lock.packages?.['']?.version),
+    chart: String(chart['version']),
+    appVersion: String(chart['appVersion']),
+  };
+}
+
+/** The tree's versions against each other and against the changelog's newest release. */
+export function versionProblems(root: string = ROOT): string[] {
+  const problems: string[] = [];
+  const versions = treeVersions(root);
+  if (!isSemVer(versions.app))
+    problems.push(`package.json version ${versions.app} is not a semantic version`);
+  if (!isSemVer(versions.chart))
+    problems.push(`chart/Chart.yaml version ${versions.chart} is not a semantic version`);
+  if (versions.appVersion !== versions.app)
+    problems.push(`chart/Chart.yaml appVersion ${versions.appVersion} is not package.json's ${versions.app}`);
+  if (versions.lock !== versions.app || versions.lockRoot !== versions.app)
+    problems.push(
+      `package-lock.json says ${versions.lock} (root package ${versions.lockRoot}), package.json ${versions.app}: run npm install --package-lock-only`,
+    );
+
+  const { releases } = parseChangelog(readText(root, 'CHANGELOG.md'));
+  const newest = releases[0];
+  if (!releases.some((release) => release.version === versions.app))
+    problems.push(`CHANGELOG.md has no section for ${versions.app}, the version in package.json`);
+  else if (newest?.version !== versions.app)
+    problems.push(`CHANGELOG.md's newest section is ${String(newest?.version)}, not ${versions.app}`);
+  else if (newest.chartVersion !== versions.chart)
+    problems.push(
+      `CHANGELOG.md records chart ${newest.chartVersion} for ${versions.app}, Chart.yaml says ${versions.chart}`,
+    );
+
+  for (const release of releases) {
+    if (release.commit === null) continue;
+    if (!hasCommit(release.commit, root)) {
+      problems.push(missingCommit(release));
+      continue;
+    }
+    const app = parsedAt(root, release.commit, 'package.json', (text) => JSON.parse(text) as PackageJson);
+    const chart = parsedAt(root, release.commit, 'chart/Chart.yaml', chartYaml);
+    if (app?.version !== release.version || chart?.['version'] !== release.chartVersion)
+      problems.push(
+        `${release.version}'s commit ${release.commit} carries version ${String(app?.version)} and chart ${String(chart?.['version'])}, not ${release.version} and ${release.chartVersion}`,
+      );
+  }
+  return problems;
+}
+
+function missingCommit(release: Release): string {
+  return `${release.version}'s commit ${String(release.commit)} is not in this clone: fetch full history (git fetch --unshallow, or a CI checkout with fetch-depth 0)`;
+}
+
+/** Service or chart changes since the newest recorded release that did not move their version past it. */
+export function changeProblems(root: string = ROOT): string[] {
+  const base = readReleases(root).find((release) => release.commit !== null);
+  if (!base?.commit) return [];
+  if (!hasCommit(base.commit, root)) return [missingCommit(base)];
+  const problems: string[] = [];
+  const versions = treeVersions(root);
+  const since = `since ${base.version} (chart ${base.chartVersion}, commit ${base.commit.slice(0, 12)})`;
+  const app = appChanges(base.commit, root);
+  if (app.length > 0 && isSemVer(versions.app) && compareSemVer(versions.app, base.version) <= 0)
+    problems.push(
+      `the service changed ${since} but package.json is still ${versions.app}: bump it and add its CHANGELOG.md section (${app.slice(0, 5).join(', ')})`,
+    );
+  const chart = chartChanges(base.commit, root);
+  if (chart.length > 0 && isSemVer(versions.chart) && compareSemVer(versions.chart, base.chartVersion) <= 0)
+    problems.push(
+      `the chart changed ${since} but Chart.yaml is still ${versions.chart}: bump it and record it in CHANGELOG.md (${chart.slice(0, 5).join(', ')})`,
+    );
+  return problems;
+}
+
+export function changelogProblems(root: string = ROOT): string[] {
+  const file = path.join(root, 'CHANGELOG.md');
+  return existsSync(file) ? parseChangelog(readFileSync(file, 'utf8')).problems : ['CHANGELOG.md is missing'];
+}
