@@ -9,7 +9,7 @@ import { createLogger, type Logger } from '../src/logger';
 import { startServer, type RunningServer } from '../src/server';
 import { loadSettings, type Settings } from '../src/settings';
 import type { Post } from '../src/posts/posts.repository';
-import type { User } from '../src/users/users.repository';
+import type { User } from '../src/users/user';
 import { serviceEnv } from '../../testing/env';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../testing/postgres';
 import { problemFaults } from '../../testing/problem';

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { brokenForeignKey } from '../db/errors';
 import { statement, type Param } from '../db/statements';
-import type { User } from '../http/auth';
+import type { User } from '../users/user';
 import type { Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
 
@@ -204,7 +204,7 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
     if (kind === 'public') return listed;
     // The signed-in viewer's own row, with the page joined to it: a viewer whose user is gone gets
     // no row at all, one with nothing to see gets one row without a post. So the caller's check
-    // (auth.ts, `token`) and the page are one statement, one round trip.
+    // (auth.ts, `callerFoundBy`) and the page are one statement, one round trip.
     return knex
       .with('viewer', knex('users').select('id').where('id', param('userId')))
       .select('viewer.id as viewer_id', 'listed.*')

@@ -2,9 +2,7 @@ import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
 import { hasNul } from '../db/limits';
 import { statement } from '../db/statements';
-import type { User } from '../http/auth';
-
-export type { User };
+import type { User } from './user';
 
 export interface UserWithHash extends User {
   password: string;
