@@ -17,7 +17,7 @@ import { ensureTools } from '../../tools/tools';
 import type { BackedUpCluster } from '../local/cnpg-backup';
 import { renderChart } from '../local/release';
 import type { Report } from '../report';
-import { closeConnections, postForm, postJson, send, show, type SendOptions } from './client';
+import { closeConnections, postForm, postJson, send, describeAnswer, type SendOptions } from './client';
 import { driverFromEnv } from './drivers';
 
 const driver = driverFromEnv();
@@ -125,7 +125,9 @@ backupCase(
       (answer) => answer.status === 200,
       { withinMs: SERVING_WITHIN_MS, everyMs: 500 },
     );
-    expect({ serving: show(serving.value) }).toEqual({ serving: expect.stringMatching(/^200 /) as unknown });
+    expect({ serving: describeAnswer(serving.value) }).toEqual({
+      serving: expect.stringMatching(/^200 /) as unknown,
+    });
     const servingMs = Date.now() - moved;
 
     const back: { id: number; status: number; votes: number | undefined }[] = [];

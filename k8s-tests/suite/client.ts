@@ -119,11 +119,12 @@ export const isProblem = (answer: Answer): boolean => problemFaultsOf(answer).le
  * Whether the service produced the answer. Every response of the Express app carries X-Request-Id;
  * the controller's own pages (429, 503 without endpoints, 404 for unknown hosts) do not.
  */
-export function fromApplication(answer: Answer): boolean {
+export function answeredByService(answer: Answer): boolean {
   return answer.headers['x-request-id'] !== undefined;
 }
 
-export function show(answer: Answer): string {
+/** The answer in one line for a failure message: status and start of body, or why none came. */
+export function describeAnswer(answer: Answer): string {
   return answer.error ? `no answer (${answer.error})` : `${answer.status} ${answer.body.slice(0, 120)}`;
 }
 

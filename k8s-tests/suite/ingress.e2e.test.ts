@@ -14,7 +14,7 @@ import type { Report } from '../report';
 import {
   baseUrl,
   closeConnections,
-  fromApplication,
+  answeredByService,
   host,
   isProblem,
   isProxyPage,
@@ -22,7 +22,7 @@ import {
   postJson,
   problemFaultsOf,
   send,
-  show,
+  describeAnswer,
   tally,
   type Answer,
 } from './client';
@@ -141,12 +141,12 @@ test('When 13 POSTs to /login and /users/ come back to back, then 11 pass, the r
 
   // The first 11 (1 + burst 10) reached the application: its own statuses, its request id.
   expect(passed.map((a) => a.status)).toEqual([201, 200, 201, 201, 201, 201, 403, 403, 403, 403, 403]);
-  expect(passed.every(fromApplication)).toBe(true);
+  expect(passed.every(answeredByService)).toBe(true);
   token = (JSON.parse(passed[1]?.body ?? '{}') as { access_token?: string }).access_token ?? '';
   expect(token).not.toBe('');
   // Then 429, answered by the proxy (the application never answers 429 and always sends X-Request-Id).
   expect(limited.map((a) => a.status)).toEqual([429, 429]);
-  expect(limited.some(fromApplication)).toBe(false);
+  expect(limited.some(answeredByService)).toBe(false);
   // The claim only holds if the 12 went out before one slot (6 s) refilled.
   expect(sentFor12Ms).toBeLessThan(60_000 / LIMIT_RPM);
 
@@ -157,7 +157,7 @@ test('When 13 POSTs to /login and /users/ come back to back, then 11 pass, the r
   // The 429'd registration of B created no user: the login reaches the application and is refused.
   const afterRefill = await postForm('/login', { username: userB.email, password }, { fresh: true });
   expect(afterRefill.status).toBe(403);
-  expect(fromApplication(afterRefill)).toBe(true);
+  expect(answeredByService(afterRefill)).toBe(true);
   // Only one slot refilled.
   const next = await postForm('/login', { username: userB.email, password }, { fresh: true });
   expect(next.status).toBe(429);
@@ -166,7 +166,7 @@ test('When 13 POSTs to /login and /users/ come back to back, then 11 pass, the r
   report.rateLimit = {
     passed: passed.length,
     limited: allLimited.length,
-    limitedByProxy: allLimited.filter((a) => !fromApplication(a)).length,
+    limitedByProxy: allLimited.filter((a) => !answeredByService(a)).length,
     refillWaitMs,
     refillAnswer: afterRefill.status,
   };
@@ -202,7 +202,7 @@ test('When variants of /login and /users/ are posted, then each is limited (429)
     const register = await postJson(path, { email: email('bypass'), password }, { fresh: true });
     report.bypass.push({ path, login: login.status, register: register.status });
     for (const answer of [login, register]) {
-      const seen = { path, status: answer.status, fromApplication: fromApplication(answer) };
+      const seen = { path, status: answer.status, answeredByService: answeredByService(answer) };
       // The chart's HTTPRoute redirects /users explicitly: on the Gateway path nothing else will do.
       if (proxy === 'nginx-gateway-fabric' && path === '/users') expect(seen.status).toBe(308);
       if (answer.status === 301 || answer.status === 308) {
@@ -215,7 +215,7 @@ test('When variants of /login and /users/ are posted, then each is limited (429)
         expect({ ...seen, location: location.pathname }).toEqual({
           ...seen,
           status: proxy === 'nginx-gateway-fabric' ? 308 : 301,
-          fromApplication: false,
+          answeredByService: false,
           location: '/users/',
         });
         const followed = await postJson(
@@ -226,10 +226,10 @@ test('When variants of /login and /users/ are posted, then each is limited (429)
         expect({ path, followed: followed.status }).toEqual({ path, followed: 429 });
       } else if (answer.status === 429) {
         // Limited: the proxy's answer, so the request was counted.
-        expect(seen).toEqual({ path, status: 429, fromApplication: false });
+        expect(seen).toEqual({ path, status: 429, answeredByService: false });
       } else {
         // Past the proxy on the general route: the application refuses the path.
-        expect(seen).toEqual({ path, status: 404, fromApplication: true });
+        expect(seen).toEqual({ path, status: 404, answeredByService: true });
       }
     }
   }
@@ -357,7 +357,7 @@ platformCase(
         const path = sent % 2 === 0 ? '/posts/public' : '/posts/?limit=1';
         sent++;
         const answer = await send('GET', path, { headers: auth(), fresh: true });
-        if (answer.status !== 200) failures.push(`${path}: ${show(answer)}`);
+        if (answer.status !== 200) failures.push(`${path}: ${describeAnswer(answer)}`);
       }
     };
     await Promise.all([client(), client(), rollout]);
@@ -365,7 +365,7 @@ platformCase(
     for (let i = 0; i < 10; i++) {
       sent++;
       const answer = await send('GET', '/posts/public', { fresh: true });
-      if (answer.status !== 200) failures.push(`after the rollout: ${show(answer)}`);
+      if (answer.status !== 200) failures.push(`after the rollout: ${describeAnswer(answer)}`);
     }
     report.rollout = { sent, failed: failures.length, detail };
     expect(failures.slice(0, 10)).toEqual([]);
@@ -408,10 +408,10 @@ failoverCase(
             backAt = Date.now();
             stopAt = backAt + 2000;
           }
-        } else if (answer.status === 503 && isProblem(answer) && fromApplication(answer)) unavailable++;
+        } else if (answer.status === 503 && isProblem(answer) && answeredByService(answer)) unavailable++;
         // The proxy's own 503 (no ready endpoint) if the replicas' readiness dropped meanwhile.
         else if (answer.status === 503 && isProxyPage(answer)) fromProxy++;
-        else refused.push(show(answer));
+        else refused.push(describeAnswer(answer));
       }
     };
     const writers = Promise.all([writer('a'), writer('b')]);

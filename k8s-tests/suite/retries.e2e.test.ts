@@ -6,7 +6,7 @@
  * rate-limit case's counter is untouched: each one is answered by a replica (200 public list, 401
  * otherwise) or by the proxy itself.
  */
-import { fromApplication, send, show, type Answer } from './client';
+import { answeredByService, send, describeAnswer, type Answer } from './client';
 import { driverFromEnv, type BrokenEndpointControl } from './drivers';
 
 const control = driverFromEnv().brokenEndpoint;
@@ -63,8 +63,8 @@ const statusOf = (method: Method) => calls.find((c) => c.method === method)?.sta
 const seen = (r: Timed) => ({
   method: r.method,
   status: r.answer.status,
-  by: fromApplication(r.answer) ? 'replica' : 'proxy',
-  ...(r.answer.error ? { error: show(r.answer) } : {}),
+  by: answeredByService(r.answer) ? 'replica' : 'proxy',
+  ...(r.answer.error ? { error: describeAnswer(r.answer) } : {}),
 });
 
 describeLocal(

@@ -15,7 +15,15 @@ import { writeFileSync } from 'node:fs';
 import { sample } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
 import type { Report } from '../report';
-import { closeConnections, postForm, postJson, send, show, type Answer, type SendOptions } from './client';
+import {
+  closeConnections,
+  postForm,
+  postJson,
+  send,
+  describeAnswer,
+  type Answer,
+  type SendOptions,
+} from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';
 
 const driver = driverFromEnv();
@@ -146,7 +154,7 @@ upgradeCase(
           if (answer.status === expected) voted = !voted;
         }
         if (answer.status !== expected) {
-          failures.push(`${kind}: ${show(answer)}`);
+          failures.push(`${kind}: ${describeAnswer(answer)}`);
           const key = `${kind} ${answer.error ? 'no answer' : String(answer.status)}`;
           failedBy[key] = (failedBy[key] ?? 0) + 1;
         }

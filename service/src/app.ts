@@ -98,7 +98,7 @@ export function createApp({
   votesRoutes(
     api,
     db,
-    auth.user,
+    auth,
     async (postId, userId) => (await visiblePostOwner(db, postId, { userId })) !== undefined,
   );
   usersRoutes(api, db, { ...settings, signing: keys.signing });

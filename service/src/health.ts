@@ -1,7 +1,7 @@
 import { Router, type RequestHandler, type Response } from 'express';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
 import { errorWithHint } from './db/errors';
-import { ApiError, methodNotAllowed, sendProblem } from './http/errors';
+import { ApiError, methodNotAllowed, writeProblem } from './http/errors';
 import { sendJson } from './http/json';
 import { exactRouter } from './http/router';
 import type { Logger } from './logger';
@@ -26,10 +26,9 @@ export function healthRouter(
   const answer = (res: Response, status: number, body: object) => {
     sendJson(res.status(status).set('Cache-Control', 'no-store'), body);
   };
-  // problem+json like every other error (terminus, which served the probes before, sent it as
-  // application/json).
+  // problem+json like every other error.
   const unavailable = (res: Response, detail: string) => {
-    sendProblem(res, new ApiError(503, detail, {}, { 'Cache-Control': 'no-store' }));
+    writeProblem(res, new ApiError(503, detail, {}, { 'Cache-Control': 'no-store' }), { close: false });
   };
 
   router

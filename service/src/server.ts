@@ -7,7 +7,8 @@ import { createApp } from './app';
 import { startBackfills, type BackfillRunner } from './db/backfill';
 import type { Database } from './db/connection';
 import type { ShutdownState } from './health';
-import { clientErrorProblem, rawProblem, writeProblem } from './http/protocol';
+import { rawProblem, writeProblem } from './http/errors';
+import { clientErrorProblem } from './http/protocol';
 import { deferContinue } from './http/body';
 import type { Logger } from './logger';
 import { createMetrics, createMetricsServer } from './metrics';
@@ -34,9 +35,8 @@ function listen(server: Server, port: number): Promise<number> {
 function expectationFailed(res: ServerResponse): void {
   writeProblem(
     res,
-    417,
     // The header's value is not echoed: nothing a client sends is reflected in an answer.
-    'The Expect header cannot be met; only 100-continue is supported',
+    { status: 417, detail: 'The Expect header cannot be met; only 100-continue is supported' },
     { close: false },
   );
 }
@@ -147,7 +147,11 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
     socket.end(
-      rawProblem(405, 'CONNECT is not served here', { Allow: 'GET, HEAD, POST, PUT, DELETE, OPTIONS' }),
+      rawProblem({
+        status: 405,
+        detail: 'CONNECT is not served here',
+        headers: { Allow: 'GET, HEAD, POST, PUT, DELETE, OPTIONS' },
+      }),
     );
   });
 
@@ -157,8 +161,7 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       socket.destroy();
       return;
     }
-    const { status, detail } = clientErrorProblem(error.code);
-    socket.end(rawProblem(status, detail));
+    socket.end(rawProblem(clientErrorProblem(error.code)));
   });
 
   const metricsPort = await listen(metricsServer, settings.metricsPort);

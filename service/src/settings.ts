@@ -351,7 +351,7 @@ const table = {
       summary:
         'Most verified access tokens one process keeps, each until its `exp`, so that their next requests cost a look-up instead of a signature check; 0 checks every request in full. Only a token that passed the full check enters; when full, newer tokens are checked in full each time and none is pushed out',
       detail:
-        'About half a kilobyte each. A token kept is still refused the second it expires, and its user is still looked up on every request, so a deleted user gets 401 as before; the cache starts empty with each process, the only time the keys change.',
+        'About half a kilobyte each. A token kept is still refused the second it expires, and its user is still looked up on every request, so a deleted user gets 401 whether or not its token is kept; the cache starts empty with each process, the only time the keys change.',
     },
   }),
   corsAllowedOrigins: variable({

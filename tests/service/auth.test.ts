@@ -150,7 +150,7 @@ describe('Bearer tokens on protected endpoints', () => {
       .expect(201);
     const postId = (post.body as { id: number }).id;
     await svc.db.knex('users').where({ id: doomed.user.id }).delete();
-    const asked = [
+    const requests = [
       request(svc.app).get('/posts/'),
       request(svc.app).get('/posts'),
       request(svc.app).get('/posts/?search=nothing-matches-this&limit=3'),
@@ -164,7 +164,7 @@ describe('Bearer tokens on protected endpoints', () => {
       request(svc.app).delete(`/posts/${String(postId)}`),
       request(svc.app).post('/votes/').send({ post_id: postId, dir: 1 }),
     ];
-    for (const res of await Promise.all(asked.map((r) => r.set(bearer(doomed))))) {
+    for (const res of await Promise.all(requests.map((r) => r.set(bearer(doomed))))) {
       expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
       expect(res.headers['www-authenticate']).toBe('Bearer');
     }

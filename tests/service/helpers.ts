@@ -9,7 +9,7 @@ import { createLogger, type Logger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
 import type { Post } from '../../service/src/posts/posts.repository';
-import type { User } from '../../service/src/users/users.repository';
+import type { User } from '../../service/src/users/user';
 import { serviceEnv } from '../../tools/harness/env';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import { problemFaults } from '../../tools/harness/problem';

@@ -1,10 +1,10 @@
 /**
  * The steps between the reference and the service, for `npm run bench`: the public list answered
- * by the service's own knex repository behind bare `node:http` (RUNG=knex), behind bare Express
- * (RUNG=express), bare Express plus exactly one piece of the app (RUNG=cors, metrics, request-log,
- * security-headers, protocol, etag), and by the whole app without the process around it
- * (RUNG=app). Measured one after the other, they show which layer costs what, each piece on its
- * own. Reads the service's settings from the environment, as the service does.
+ * by the service's own knex repository behind bare `node:http` (LADDER_STEP=knex), behind bare
+ * Express (LADDER_STEP=express), bare Express plus exactly one piece of the app (LADDER_STEP=cors,
+ * metrics, request-log, security-headers, protocol, etag), and by the whole app without the process
+ * around it (LADDER_STEP=app). Measured one after the other, they show which layer costs what, each
+ * piece on its own. Reads the service's settings from the environment, as the service does.
  */
 import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -43,7 +43,7 @@ async function main(): Promise<void> {
   };
 
   let listener: RequestListener;
-  switch (process.env.RUNG) {
+  switch (process.env.LADDER_STEP) {
     case 'knex':
       listener = (req, res) => {
         if (req.url !== '/posts/public') {
@@ -93,13 +93,13 @@ async function main(): Promise<void> {
       break;
     default:
       throw new Error(
-        'RUNG must be knex, express, cors, metrics, request-log, security-headers, protocol, etag or app',
+        'LADDER_STEP must be knex, express, cors, metrics, request-log, security-headers, protocol, etag or app',
       );
   }
   const server = createServer(listener);
   server.listen(settings.port, '127.0.0.1', () => {
     const { port } = server.address() as AddressInfo;
-    process.stdout.write(`${JSON.stringify({ port, rung: process.env.RUNG, msg: 'listening' })}\n`);
+    process.stdout.write(`${JSON.stringify({ port, step: process.env.LADDER_STEP, msg: 'listening' })}\n`);
   });
 }
 

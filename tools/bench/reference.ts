@@ -21,15 +21,19 @@ import bcrypt from 'bcrypt';
 import jwt from 'jsonwebtoken';
 import knex from 'knex';
 import pg from 'pg';
-import { definedStatement, type Compiled } from '../../service/src/db/statements';
+import type { Compiled, Statement } from '../../service/src/db/statements';
 import { MAX_ID } from '../../service/src/db/limits';
 import { claimsAcceptable, TOKEN_ALGORITHM, tokenKeys } from '../../service/src/http/tokens';
 import { encodeCursor } from '../../service/src/posts/posts.cursor';
+import {
+  listStatement,
+  postOwnerStatements,
+  postStatements,
+  type ListParams,
+} from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
-// Loaded for the statements they define: the reference never calls them.
-import '../../service/src/posts/posts.repository';
-import '../../service/src/users/users.repository';
-import '../../service/src/votes/votes.repository';
+import { userByEmail, userById } from '../../service/src/users/users.repository';
+import { deleteVote, insertVote } from '../../service/src/votes/votes.repository';
 
 // The service's settings, read from the same environment the bench gives the service.
 const settings = loadSettings();
@@ -53,8 +57,8 @@ interface Prepared<P> {
   name: string;
   compiled: Compiled<P>;
 }
-function prepared<P extends object>(name: string): Prepared<P> {
-  return { name, compiled: definedStatement<P>(name).compile(compiler) };
+function prepared<P>(statement: Statement<P>): Prepared<P> {
+  return { name: statement.name, compiled: statement.compile(compiler) };
 }
 async function run<Row, P extends object>(statement: Prepared<P>, params: P): Promise<Row[]> {
   const { rows } = await pool.query({
@@ -65,25 +69,18 @@ async function run<Row, P extends object>(statement: Prepared<P>, params: P): Pr
   return rows as Row[];
 }
 
-interface ListParams {
-  userId?: number;
-  search?: string;
-  read: number;
-  limit: number;
-  offset: number;
-}
 const lists = {
-  public: prepared<ListParams>('posts_public'),
-  public_search: prepared<ListParams>('posts_public_search'),
-  user: prepared<ListParams>('posts_user'),
-  user_search: prepared<ListParams>('posts_user_search'),
+  public: prepared(listStatement('public', false, false)),
+  public_search: prepared(listStatement('public', true, false)),
+  user: prepared(listStatement('user', false, false)),
+  user_search: prepared(listStatement('user', true, false)),
 };
-const userById = prepared<{ id: number }>('user_by_id');
-const userByEmail = prepared<{ email: string }>('user_by_email');
-const postForUser = prepared<{ id: number; userId: number }>('post_for_user');
-const postOwnerForUser = prepared<{ id: number; userId: number }>('post_owner_for_user');
-const voteInsert = prepared<{ userId: number; postId: number }>('vote_insert');
-const voteDelete = prepared<{ userId: number; postId: number }>('vote_delete');
+const findUserById = prepared(userById);
+const findUserByEmail = prepared(userByEmail);
+const postForUser = prepared(postStatements.user);
+const postOwnerForUser = prepared(postOwnerStatements.user);
+const voteInsert = prepared(insertVote);
+const voteDelete = prepared(deleteVote);
 
 interface Row {
   /** Only in a signed-in list's rows; all the others are null in its row for an empty page. */
@@ -187,7 +184,7 @@ function tokenSubject(req: IncomingMessage): number | undefined {
 async function userFromToken(req: IncomingMessage): Promise<{ id: number } | undefined> {
   const id = tokenSubject(req);
   if (id === undefined) return undefined;
-  return (await run<{ id: number }, { id: number }>(userById, { id }))[0];
+  return (await run<{ id: number }, { id: number }>(findUserById, { id }))[0];
 }
 
 function likeSubstring(search: string): string {
@@ -202,7 +199,7 @@ async function list(res: ServerResponse, url: URL, userId: number | undefined): 
   const rows = await run<Row, ListParams>(statement, {
     ...(userId === undefined ? {} : { userId }),
     ...(search ? { search: likeSubstring(search) } : {}),
-    read: limit + 1,
+    limitPlusOne: limit + 1,
     limit,
     offset: 0,
   });
@@ -235,7 +232,7 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   if (req.method === 'GET' && path === '/posts/public') return list(res, url, undefined);
   if (req.method === 'POST' && path === '/login') {
     const form = new URLSearchParams(await readBody(req));
-    const [user] = await run<{ id: number; password: string }, { email: string }>(userByEmail, {
+    const [user] = await run<{ id: number; password: string }, { email: string }>(findUserByEmail, {
       email: form.get('username') ?? '',
     });
     const matches = await bcrypt.compare(form.get('password') ?? '', user?.password ?? (await dummyHash));

@@ -10,7 +10,7 @@ export type { EndpointFigures };
 
 /** One rung of the ladder from the reference to the service (public list). */
 export interface LadderStep {
-  /** ladder.ts's RUNG, or 'reference' / 'service'. */
+  /** ladder.ts's LADDER_STEP, or 'reference' / 'service'. */
   key: string;
   name: string;
   /** The key of the rung this one adds to; its CPU cost is counted over that one. */

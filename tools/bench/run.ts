@@ -184,8 +184,9 @@ function endpointsOf(
 }
 
 /**
- * The ladder's rungs in the order measured: `key` is ladder.ts's RUNG (or one of the two servers),
- * `basedOn` the rung it adds to. The "express + …" rungs each add exactly one piece of the app.
+ * The ladder's rungs in the order measured: `key` is ladder.ts's LADDER_STEP (or one of the two
+ * servers), `basedOn` the rung it adds to. The "express + …" rungs each add exactly one piece of
+ * the app.
  */
 const LADDER: { key: string; name: string; basedOn?: string }[] = [
   { key: 'reference', name: 'reference: node:http + pg, the same SQL' },
@@ -215,7 +216,7 @@ async function measureLadder(
     const started =
       key === 'reference' || key === 'service'
         ? undefined
-        : await startServer('tools/bench/ladder.ts', { ...env, RUNG: key });
+        : await startServer('tools/bench/ladder.ts', { ...env, LADDER_STEP: key });
     const server = started ?? (key === 'reference' ? servers.reference : servers.service);
     try {
       const f = await measure(server, { url: `${server.base}/posts/public` });

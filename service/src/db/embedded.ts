@@ -10,7 +10,7 @@ interface EmbeddedModules {
 
 /**
  * The embedded database's packages are optional dependencies, loaded only when DB_HOSTNAME is
- * unset: the production image leaves them out (about 27 MB) because the chart always names a
+ * unset: the production image leaves them out because the chart always names a
  * PostgreSQL server, and there the read-only root filesystem would refuse PGlite's files anyway.
  */
 function loadEmbedded(): EmbeddedModules {

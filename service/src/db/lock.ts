@@ -12,7 +12,7 @@ const EXCLUSIVE_LOCK_KEY = 7_262_017_450;
  * of its own, so a waiting process pins no server connection between tries. The lock goes with
  * the transaction: committed, rolled back, or its holder's connection gone.
  */
-export async function exclusively<T>(
+export async function withAdvisoryLock<T>(
   knex: Knex,
   work: (trx: Knex.Transaction) => Promise<T>,
   waitMs: number,

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { migrations } from '../../../migrations';
 import type { Database, MigrationConnection } from './connection';
 import { errorFields, errorWithHint, isDatabaseUnavailable } from './errors';
-import { exclusively } from './lock';
+import { withAdvisoryLock } from './lock';
 
 /**
  * Migrations: the source (migrations/index.ts), one replica at a time (lock.ts), and
@@ -58,7 +58,7 @@ async function underLock<T>(
   logger: Logger,
   work: (trx: Knex.Transaction) => Promise<T>,
 ): Promise<T> {
-  return exclusively(
+  return withAdvisoryLock(
     connection.knex,
     async (trx) => {
       await trx.raw(`SET LOCAL statement_timeout = ${String(connection.timeoutMs)}`);

@@ -14,14 +14,14 @@ export interface Statement<P> {
   compile(knex: Knex): Compiled<P>;
 }
 
-/** What a statement's builder gets: a stand-in for each parameter, bound at run time. */
+/** What a statement's builder gets: a placeholder number for each parameter, bound at run time. */
 export type Param<P> = (key: keyof P & string) => number;
 
-// Stand-ins are numbers because knex only binds a number as limit or offset. Far beyond any value
-// a query of this service holds as a constant, so no constant is mistaken for a parameter.
-const STAND_IN_BASE = 7_000_000_000_000;
+// Placeholders are numbers because knex only binds a number as limit or offset. Far beyond any
+// value a query of this service holds as a constant, so no constant is mistaken for a parameter.
+const PLACEHOLDER_BASE = 7_000_000_000_000;
 
-const defined = new Map<string, Statement<never>>();
+const definedNames = new Set<string>();
 
 export interface Compiled<P> {
   text: string;
@@ -37,7 +37,7 @@ export function statement<P extends object>(
   build: (knex: Knex, param: Param<P>) => Knex.QueryBuilder | Knex.Raw,
 ): Statement<P> {
   // A name must stand for one SQL text: PostgreSQL refuses a second text under a prepared name.
-  if (defined.has(name)) throw new Error(`statement ${name} is defined twice`);
+  if (definedNames.has(name)) throw new Error(`statement ${name} is defined twice`);
   // Per knex instance: tests open many databases in one process (the SQL is the same for each).
   const compiledFor = new WeakMap<Knex, Compiled<P>>();
   const defining: Statement<P> = {
@@ -49,12 +49,12 @@ export function statement<P extends object>(
       const param: Param<P> = (key) => {
         let index = keys.indexOf(key);
         if (index < 0) index = keys.push(key) - 1;
-        return STAND_IN_BASE + index;
+        return PLACEHOLDER_BASE + index;
       };
       const { sql, bindings } = build(knex, param).toSQL().toNative();
       // Each placeholder reads its parameter, or holds the constant the builder bound.
       const slots = bindings.map((binding): { key: keyof P & string } | { constant: unknown } => {
-        const index = typeof binding === 'number' ? binding - STAND_IN_BASE : -1;
+        const index = typeof binding === 'number' ? binding - PLACEHOLDER_BASE : -1;
         const key = index >= 0 && index < keys.length ? keys[index] : undefined;
         return key === undefined ? { constant: binding } : { key };
       });
@@ -66,16 +66,6 @@ export function statement<P extends object>(
       return compiled;
     },
   };
-  defined.set(name, defining);
+  definedNames.add(name);
   return defining;
-}
-
-/**
- * A statement defined by a module already loaded, by name: what the bench's bare reference server
- * sends, so its SQL and bindings are the service's by construction.
- */
-export function definedStatement<P extends object>(name: string): Statement<P> {
-  const found = defined.get(name);
-  if (!found) throw new Error(`no statement ${name} is defined`);
-  return found as unknown as Statement<P>;
 }

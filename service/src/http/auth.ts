@@ -1,29 +1,19 @@
-import type { RequestHandler } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
 import { errorFields } from '../db/errors';
 import { MAX_ID } from '../db/limits';
-import { notAuthenticated, type ApiError } from './errors';
+import { ApiError, notAuthenticated } from './errors';
 import { VerifiedTokens } from './token-cache';
 import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
 
-declare global {
-  // passport types req.user as Express.User; ours is the API's user.
-  // eslint-disable-next-line @typescript-eslint/no-namespace
-  namespace Express {
-    interface User {
-      id: number;
-      email: string;
-      created_at: Date;
-    }
-  }
+/** What authentication needs of a user: its id. The domain's user (users/user.ts) is one. */
+export interface Identified {
+  id: number;
 }
 
-/** A user as the API shows one (never the password hash): the caller, a post's owner. */
-export type User = Express.User;
-
 /** The user a token's subject names, or undefined when there is none (users.repository's findUserById). */
-export type FindUser = (id: number) => Promise<User | undefined>;
+export type FindUser<U extends Identified> = (id: number) => Promise<U | undefined>;
 
 const NOT_AUTHENTICATED = 'Not authenticated';
 const INVALID = 'Could not validate credentials';
@@ -42,30 +32,33 @@ export interface TokenChecks {
   capacity: number;
 }
 
+/** The caller of a request that Authentication.required let through. */
+export interface Caller<U extends Identified> {
+  /** Their user, looked up before the route ran. */
+  readonly user: U;
+  /** Whether that user still exists: a write that found the caller's rows gone asks (401 if not). */
+  exists(): Promise<boolean>;
+}
+
 /**
- * Bearer-token authentication for the routes. Between requests only verified tokens are kept
- * (VerifiedTokens); a user is looked up on every request, as each route asks.
+ * Bearer-token authentication: a signed-in route makes one call, `required` or `callerFoundBy`.
+ * Between requests only verified tokens are kept (VerifiedTokens); the user is looked up on every
+ * request.
  */
-export interface Authentication {
-  /** Before a route: the token, then its user (one query); the route reads caller(req). */
-  user: RequestHandler;
+export interface Authentication<U extends Identified> {
+  /** Before a route: the token, then its user (one query), 401 if either fails; read by caller(req). */
+  required: RequestHandler;
+  /** The caller of a request `required` let through. */
+  caller(req: Request): Caller<U>;
   /**
-   * Before a route that looks its caller up in its own statement (one round trip, not two): the
-   * token only. The route reads callerId(req) and answers unknownCaller() when that user is gone.
+   * For a route whose own statement finds the caller (one round trip, not two), in place of
+   * `required`: the token, then `find` with the caller's id, whose undefined (no such user) is 401.
+   * A client error `find` throws (a bad query) reaches only a caller whose user exists: 401 first.
    */
-  token: RequestHandler;
-  /**
-   * Behind `token`, for a route about to answer without its statement (a bad query): 401 comes
-   * before 422 (API.md), so the caller's user is confirmed first. Behind `user`, for a route
-   * whose write found the caller's rows gone: whether their user went too. Throws unknownCaller().
-   */
-  confirm(req: Express.Request): Promise<void>;
+  callerFoundBy<T>(req: Request, res: Response, find: (userId: number) => Promise<T | undefined>): Promise<T>;
   /** For the metrics (auth_token_*). */
   checks(): TokenChecks;
 }
-
-/** The user ids `token` has let through, per request (req.user is only ever a confirmed user). */
-const tokenSubjects = new WeakMap<Express.Request, number>();
 
 /**
  * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
@@ -74,12 +67,12 @@ const tokenSubjects = new WeakMap<Express.Request, number>();
  * its `exp`, `iat` and `nbf` checked again) after that; and, as each route asks, that the user
  * exists (findUser, which the app hands in). Answers 401 itself, before any body is read.
  */
-export function requireAuth(
-  findUser: FindUser,
+export function requireAuth<U extends Identified>(
+  findUser: FindUser<U>,
   keys: TokenKeys,
   accessTokenExpireMinutes: number,
   tokenCacheSize: number,
-): Authentication {
+): Authentication<U> {
   // Its own cache and Passport instance, so apps built with different keys (tests) never share either.
   const cache = new VerifiedTokens(tokenCacheSize);
   const counts = { cached: 0, verified: 0, refused: 0 };
@@ -127,72 +120,77 @@ export function requireAuth(
     ),
   );
 
-  /**
-   * A token verified before: `verified` with its user id at once. Otherwise passport's check, then
-   * `verified`; 401 for any bad token.
-   */
-  const checkToken =
-    (verified: (req: Express.Request, id: number, next: (error?: unknown) => void) => void): RequestHandler =>
-    (req, res, next) => {
-      const token = bearerToken(req);
-      const known = token ? cache.subject(token, Date.now() / 1000) : undefined;
-      if (known !== undefined) {
-        counts.cached++;
-        verified(req, known, next);
-        return;
-      }
-      const authenticate = passport.authenticate(
-        'jwt',
-        { session: false },
-        (error: unknown, subject: { id: number } | false, info: unknown) => {
-          if (error) {
-            next(error);
-            return;
-          }
-          if (!subject) {
-            counts.refused++;
-            const missing = errorFields(info).message === 'No auth token';
-            next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
-            return;
-          }
-          counts.verified++;
-          verified(req, subject.id, next);
-        },
-      ) as RequestHandler;
-      authenticate(req, res, next);
-    };
-
-  return {
-    user: checkToken((req, id, next) => {
-      findUser(id).then((user) => {
-        if (!user) {
-          next(unknownCaller());
+  /** The token's subject to `verified`: from the cache at once, else after passport's check; 401 to next. */
+  const checkToken = (
+    req: Request,
+    res: Response,
+    next: (error?: unknown) => void,
+    verified: (id: number) => void,
+  ): void => {
+    const token = bearerToken(req);
+    const known = token ? cache.subject(token, Date.now() / 1000) : undefined;
+    if (known !== undefined) {
+      counts.cached++;
+      verified(known);
+      return;
+    }
+    const authenticate = passport.authenticate(
+      'jwt',
+      { session: false },
+      (error: unknown, subject: { id: number } | false, info: unknown) => {
+        if (error) {
+          next(error);
           return;
         }
-        req.user = user;
-        next();
-      }, next);
-    }),
-    token: checkToken((req, id, next) => {
-      tokenSubjects.set(req, id);
-      next();
-    }),
-    async confirm(req) {
-      if (!(await findUser(req.user?.id ?? callerId(req)))) throw unknownCaller();
+        if (!subject) {
+          counts.refused++;
+          const missing = errorFields(info).message === 'No auth token';
+          next(notAuthenticated(missing ? NOT_AUTHENTICATED : INVALID));
+          return;
+        }
+        counts.verified++;
+        verified(subject.id);
+      },
+    ) as RequestHandler;
+    authenticate(req, res, next);
+  };
+
+  const callers = new WeakMap<Request, Caller<U>>();
+  const exists = async (id: number): Promise<boolean> => (await findUser(id)) !== undefined;
+
+  return {
+    required: (req, res, next) => {
+      checkToken(req, res, next, (id) => {
+        findUser(id).then((user) => {
+          if (!user) {
+            next(unknownCaller());
+            return;
+          }
+          callers.set(req, { user, exists: () => exists(id) });
+          next();
+        }, next);
+      });
+    },
+    caller(req) {
+      const known = callers.get(req);
+      if (!known) throw notAuthenticated(NOT_AUTHENTICATED);
+      return known;
+    },
+    async callerFoundBy(req, res, find) {
+      const id = await new Promise<number>((resolve, reject) => {
+        checkToken(req, res, reject, resolve);
+      });
+      let found;
+      try {
+        found = await find(id);
+      } catch (error) {
+        // Authentication comes first (API.md): the route's own 4xx only once its caller is confirmed.
+        if (error instanceof ApiError && error.status < 500 && !(await exists(id))) throw unknownCaller();
+        throw error;
+      }
+      if (found === undefined) throw unknownCaller();
+      return found;
     },
     checks: () => ({ ...counts, held: cache.size, capacity: cache.capacity }),
   };
-}
-
-/** The user id of a request `token` let through; its user is the route's to confirm. */
-export function callerId(req: Express.Request): number {
-  const id = tokenSubjects.get(req);
-  if (id === undefined) throw notAuthenticated(NOT_AUTHENTICATED);
-  return id;
-}
-
-/** The authenticated caller; only valid behind Authentication.user. */
-export function caller(req: Express.Request): User {
-  if (!req.user) throw notAuthenticated(NOT_AUTHENTICATED);
-  return req.user;
 }

@@ -1,5 +1,5 @@
-import { STATUS_CODES } from 'node:http';
-import type { ErrorRequestHandler, RequestHandler, Response } from 'express';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { errorFields, errorWithHint, isDatabaseUnavailable } from '../db/errors';
 import type { Logger } from '../logger';
 
@@ -22,20 +22,57 @@ export const notAuthenticated = (detail: string): ApiError =>
 /** A post missing, or another user's draft: the two are answered alike, by posts and by votes. */
 export const postNotFound = (id: number): ApiError => new ApiError(404, `post with id: ${id} was not found`);
 
-/** RFC 9457 problem details; `detail` is always present because clients read it. */
-export function problemBody(
-  status: number,
-  detail: string,
-  extra: Record<string, unknown> = {},
-): Record<string, unknown> {
-  return { type: 'about:blank', title: STATUS_CODES[status] ?? 'Error', status, detail, ...extra };
+/** What an error answer says: an ApiError, or a bare status and detail. */
+export interface Problem {
+  status: number;
+  detail: string;
+  extra?: Record<string, unknown>;
+  headers?: Record<string, string>;
 }
 
-export function sendProblem(res: Response, error: ApiError): void {
-  res.status(error.status);
-  res.set(error.headers);
-  res.type('application/problem+json');
-  res.send(JSON.stringify(problemBody(error.status, error.detail, error.extra)));
+/**
+ * A problem+json answer (RFC 9457; `detail` is always present because clients read it): its
+ * headers and body. With `close` the connection ends after it.
+ */
+function problemAnswer(
+  { status, detail, extra = {}, headers = {} }: Problem,
+  close: boolean,
+): { headers: Record<string, string>; body: string } {
+  const body = JSON.stringify({
+    type: 'about:blank',
+    title: STATUS_CODES[status] ?? 'Error',
+    status,
+    detail,
+    ...extra,
+  });
+  return {
+    headers: {
+      ...headers,
+      'Content-Type': 'application/problem+json',
+      'Content-Length': String(Buffer.byteLength(body)),
+      ...(close ? { Connection: 'close' } : {}),
+    },
+    body,
+  };
+}
+
+/**
+ * Writes a problem+json answer, the app's and the server's alike (an Express response is one too).
+ * With `close` the connection ends after it; without, Node reads off any body and keeps it.
+ */
+export function writeProblem(res: ServerResponse, problem: Problem, { close }: { close: boolean }): void {
+  const { headers, body } = problemAnswer(problem, close);
+  res.writeHead(problem.status, headers);
+  res.end(body);
+}
+
+/** The same answer as bytes for a socket, for errors raised before a response exists; it closes. */
+export function rawProblem(problem: Problem): string {
+  const { headers, body } = problemAnswer(problem, true);
+  const head = Object.entries(headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
+  return `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${head}\r\n${body}`;
 }
 
 export const databaseUnavailable = new ApiError(
@@ -65,7 +102,9 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       res.destroy();
       return;
     }
-    sendProblem(res, known ?? new ApiError(500, 'The server could not complete the request'));
+    writeProblem(res, known ?? new ApiError(500, 'The server could not complete the request'), {
+      close: false,
+    });
   };
 }
 

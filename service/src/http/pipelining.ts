@@ -41,7 +41,7 @@ function answered(): void {
 /**
  * One answer at a time per connection. Node parses every pipelined request it has read and hands
  * each to the app at once, queueing the answers: a client that sends many requests for a large
- * page and reads nothing made the process hold every one of those answers in memory. Here a
+ * page and reads nothing would make the process hold every one of those answers in memory. Here a
  * request whose answer would queue behind an unsent one waits, unread, until Node moves the
  * connection on to it (its response gets the socket, once the previous answer has been handed
  * to the operating system) and one of the process's PIPELINED_ANSWERS_AT_ONCE places is free; the

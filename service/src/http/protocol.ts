@@ -1,6 +1,6 @@
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { RequestHandler } from 'express';
-import { problemBody } from './errors';
+import { writeProblem } from './errors';
 
 /**
  * Answers that Node's HTTP layer would otherwise give itself, bare and without a body, given the
@@ -24,41 +24,9 @@ function hostProblem(req: IncomingMessage): string | undefined {
  */
 export const requireHost: RequestHandler = (req, res, next) => {
   const problem = hostProblem(req);
-  if (problem) writeProblem(res, 400, problem);
+  if (problem) writeProblem(res, { status: 400, detail: problem }, { close: true });
   else next();
 };
-
-/**
- * A problem+json answer on a plain node:http response (no Express in front of it). With `close`
- * the connection ends after it; without, Node reads off any body and keeps the connection.
- */
-export function writeProblem(
-  res: ServerResponse,
-  status: number,
-  detail: string,
-  { headers = {}, close = true }: { headers?: Record<string, string>; close?: boolean } = {},
-): void {
-  const body = JSON.stringify(problemBody(status, detail));
-  res.writeHead(status, {
-    ...headers,
-    'Content-Type': 'application/problem+json',
-    'Content-Length': Buffer.byteLength(body),
-    ...(close ? { Connection: 'close' } : {}),
-  });
-  res.end(body);
-}
-
-/** The same answer written straight onto a socket, for errors raised before a response exists. */
-export function rawProblem(status: number, detail: string, headers: Record<string, string> = {}): string {
-  const body = JSON.stringify(problemBody(status, detail));
-  const extra = Object.entries(headers)
-    .map(([name, value]) => `${name}: ${value}\r\n`)
-    .join('');
-  return (
-    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${extra}` +
-    `Content-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
-  );
-}
 
 /** Node's parser errors (clientError) by code; anything else it cannot parse is a 400. */
 export function clientErrorProblem(code: string | undefined): { status: number; detail: string } {

@@ -17,8 +17,7 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
  * one line: id, method, path without the query string, status (499 when the client closed the
  * connection before the answer was sent, as nginx logs it) and duration in ms. No header and
  * no body goes into it, so neither a token nor a password can reach the log. Nothing is built
- * when the level is off: pino-http's per-request child logger cost about a fifth of a list
- * request's CPU.
+ * when the level is off (no per-request child logger, as pino-http makes).
  */
 export function requestLog(logger: Logger): RequestHandler {
   return (req, res, next) => {

@@ -3,13 +3,8 @@ import helmet from 'helmet';
 
 /**
  * The headers every API answer carries (JSON and problem+json): what keeps a browser from using
- * one as anything but data. nosniff: never sniffed into HTML or script. CSP `default-src 'none'`:
- * nothing runs or loads should one be opened as a page, and `frame-ancestors 'none'`: it is never
- * framed. CORP same-origin: no foreign page reads one by a no-cors request (CORS-approved reads
- * are unaffected). HSTS as helmet sends it, for a browser that reaches the API over HTTPS.
- * helmet's other headers (COOP, Origin-Agent-Cluster, X-DNS-Prefetch-Control, X-Download-Options,
- * X-Permitted-Cross-Domain-Policies, Referrer-Policy, X-XSS-Protection, X-Frame-Options) govern
- * documents and what they load: they go with the page (/docs) alone.
+ * one as anything but data; helmet's others go with the page (/docs) alone (docs/security.md,
+ * "Response headers").
  */
 const API_HEADERS: [string, string][] = [
   ['Content-Security-Policy', "default-src 'none'; frame-ancestors 'none'"],

@@ -12,15 +12,8 @@ interface Entry extends TokenTimes {
 }
 
 /**
- * Access tokens that passed the whole check (signature with one of this process's keys, claims,
- * subject), by the whole token, with their subject: a token's next use costs a map look-up. Only
- * what verification accepted ever enters, so tokens that fail it (forged, expired, of another key)
- * neither grow the cache nor take an honest token's place. Each use still applies the times: a
- * token goes when its `exp` passes (swept on the first look-up after the earliest one passes), and
- * `iat`/`nbf` ahead of the clock beyond the skew (a clock set back) is a miss, left to the full
- * check. At `capacity` a newcomer is not kept and nobody is pushed out: the next tokens are
- * verified the full way, as they were before there was a cache. One cache per key set (auth.ts):
- * the keys are read once at start, so a new set of keys starts with an empty cache.
+ * Access tokens that passed the whole check, by the whole token, with their subject: a token's
+ * next use costs a map look-up, its times still checked (docs/security.md, "The token cache").
  */
 export class VerifiedTokens {
   private readonly entries = new Map<string, Entry>();

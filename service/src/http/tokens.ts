@@ -11,9 +11,8 @@ export interface TokenKey {
 }
 
 /**
- * The HMAC key, built once. Handed a string, jsonwebtoken first tries to read it as a PEM key on
- * every sign and verify, and that failed parse (a thrown error) was over a quarter of the CPU of
- * an authenticated request under load.
+ * The HMAC key, built once: handed a string, jsonwebtoken would first try (and fail) to read it
+ * as a PEM key on every sign and verify.
  */
 export function tokenKey(secretKey: string): TokenKey {
   return { kid: keyId(secretKey), key: createSecretKey(Buffer.from(secretKey, 'utf8')) };
@@ -79,10 +78,8 @@ function signedWith(token: string, key: KeyObject): boolean {
 /**
  * The one key a token is verified with, or undefined when none of ours may have signed it. A
  * `kid` names its key: one Map lookup a request; an unknown or non-string `kid` has none. A token
- * without `kid` was issued before tokens carried one: with only SECRET_KEY that key, otherwise the
- * first key (SECRET_KEY, then the accepted ones) whose signature it bears. That costs one more
- * verification per token, for such tokens alone and only while keys are being rotated; they are
- * all gone ACCESS_TOKEN_EXPIRE_MINUTES after the release that added `kid`.
+ * without `kid`: with only SECRET_KEY that key, otherwise the first key (SECRET_KEY, then the
+ * accepted ones) whose signature it bears, at the cost of one more verification for such a token.
  */
 export function verificationKey(keys: TokenKeys, token: string): KeyObject | undefined {
   const kid = headerKid(token);

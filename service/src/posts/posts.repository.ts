@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { brokenForeignKey } from '../db/errors';
-import { statement, type Param } from '../db/statements';
-import type { User } from '../http/auth';
+import { statement, type Param, type Statement } from '../db/statements';
+import type { User } from '../users/user';
 import type { Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
 
@@ -62,29 +62,40 @@ interface ViewerParams {
 const viewerParams = (viewer: Viewer): ViewerParams => (viewer === 'public' ? {} : { userId: viewer.userId });
 
 /** Which of a query's statements a viewer runs: their SQL differs in the visibility rule. */
-type ViewerKind = 'public' | 'user';
-const kindOf = (viewer: Viewer): ViewerKind => (viewer === 'public' ? 'public' : 'user');
+export type ViewerKind = 'public' | 'user';
+const viewerKind = (viewer: Viewer): ViewerKind => (viewer === 'public' ? 'public' : 'user');
 
 /** The viewer as a statement of that kind writes it: the user's id is its `userId` parameter. */
-const viewerIn = (kind: ViewerKind, param: Param<ViewerParams>): Viewer =>
+const viewerWithIdParam = (kind: ViewerKind, param: Param<ViewerParams>): Viewer =>
   kind === 'public' ? 'public' : { userId: param('userId') };
 
-/**
- * A query for either kind of viewer: one statement per kind, named `<name>_public` and
- * `<name>_for_user`, and the run that picks the viewer's and binds its id.
- */
-function perViewer<Row, P extends object>(
+/** A query's statements, one per kind of viewer. */
+export type StatementPerViewerKind<P> = Record<ViewerKind, Statement<P & ViewerParams>>;
+
+/** A query for either kind of viewer: statements named `<name>_public` and `<name>_for_user`. */
+function statementPerViewerKind<P extends object>(
   name: string,
   build: (knex: Knex, param: Param<P & ViewerParams>, viewer: Viewer) => Knex.QueryBuilder,
-): (db: Database, viewer: Viewer, params: P) => Promise<Row[]> {
-  const statements = {
+): StatementPerViewerKind<P> {
+  return {
     public: statement<P & ViewerParams>(`${name}_public`, (knex, param) => build(knex, param, 'public')),
     user: statement<P & ViewerParams>(`${name}_for_user`, (knex, param) =>
-      build(knex, param, viewerIn('user', param)),
+      build(knex, param, viewerWithIdParam('user', param)),
     ),
   };
-  return (db, viewer, params) =>
-    db.run<Row, P & ViewerParams>(statements[kindOf(viewer)], { ...params, ...viewerParams(viewer) });
+}
+
+/** Runs the viewer's statement of a query, with the viewer's id bound. */
+function runForViewer<Row, P extends object>(
+  db: Database,
+  statements: StatementPerViewerKind<P>,
+  viewer: Viewer,
+  params: P,
+): Promise<Row[]> {
+  return db.run<Row, P & ViewerParams>(statements[viewerKind(viewer)], {
+    ...params,
+    ...viewerParams(viewer),
+  });
 }
 
 const NEWEST_FIRST = [
@@ -161,12 +172,12 @@ type ListRow = PageRow | { [K in keyof PageRow]: null };
 const isPost = (row: ListRow): row is PageRow => row.id !== null;
 
 /** The values of one list query; which of them are present picks its statement. */
-interface ListParams extends ViewerParams {
+export interface ListParams extends ViewerParams {
   search?: string;
   afterMicros?: string;
   afterId?: number;
-  /** limit + 1: the extra row only tells whether another page follows. */
-  read: number;
+  /** The rows the page reads: the extra one only tells whether another page follows. */
+  limitPlusOne: number;
   limit: number;
   offset: number;
 }
@@ -179,7 +190,7 @@ interface ListParams extends ViewerParams {
  * (created_at, id), which the newest-first indexes answer as an index condition; its timestamp is
  * rebuilt from integer microseconds exactly.
  */
-function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
+function buildListStatement(kind: ViewerKind, search: boolean, cursor: boolean): Statement<ListParams> {
   const name = `posts_${kind}${search ? '_search' : ''}${cursor ? '_after' : ''}`;
   return statement<ListParams>(name, (knex, param) => {
     const page = knex('posts')
@@ -187,9 +198,9 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
         ...POST_COLUMNS,
         knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS position_micros'),
       )
-      .modify(visibleTo(viewerIn(kind, param)))
+      .modify(visibleTo(viewerWithIdParam(kind, param)))
       .orderBy([...NEWEST_FIRST])
-      .limit(param('read'))
+      .limit(param('limitPlusOne'))
       .offset(param('offset'));
     if (search) void page.whereILike('title', knex.raw('?', [param('search')]));
     if (cursor)
@@ -204,7 +215,7 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
     if (kind === 'public') return listed;
     // The signed-in viewer's own row, with the page joined to it: a viewer whose user is gone gets
     // no row at all, one with nothing to see gets one row without a post. So the caller's check
-    // (auth.ts, `token`) and the page are one statement, one round trip.
+    // (auth.ts, `callerFoundBy`) and the page are one statement, one round trip.
     return knex
       .with('viewer', knex('users').select('id').where('id', param('userId')))
       .select('viewer.id as viewer_id', 'listed.*')
@@ -214,16 +225,25 @@ function listStatement(kind: ViewerKind, search: boolean, cursor: boolean) {
   });
 }
 
+const listKey = (kind: ViewerKind, search: boolean, cursor: boolean) =>
+  `${kind}/${String(search)}/${String(cursor)}`;
+
 const LIST_STATEMENTS = new Map(
   (['public', 'user'] as const).flatMap((kind) =>
     [false, true].flatMap((search) =>
       [false, true].map(
-        (cursor) =>
-          [`${kind}/${String(search)}/${String(cursor)}`, listStatement(kind, search, cursor)] as const,
+        (cursor) => [listKey(kind, search, cursor), buildListStatement(kind, search, cursor)] as const,
       ),
     ),
   ),
 );
+
+/** The list statement of a viewer's kind, with or without a search and a cursor. */
+export function listStatement(kind: ViewerKind, search: boolean, cursor: boolean): Statement<ListParams> {
+  const found = LIST_STATEMENTS.get(listKey(kind, search, cursor));
+  if (!found) throw new Error(`no list statement for ${listKey(kind, search, cursor)}`);
+  return found;
+}
 
 /**
  * A page of the posts the viewer may see. For a signed-in viewer, undefined when their user does
@@ -241,17 +261,14 @@ export async function listPosts(
   query: ListQuery,
 ): Promise<ListPage | undefined> {
   const after = query.cursor;
-  // An empty search filters nothing, as before the cursor.
+  // An empty search filters nothing.
   const search = query.search ? likeSubstring(query.search) : undefined;
-  const shape = LIST_STATEMENTS.get(
-    `${kindOf(viewer)}/${String(search !== undefined)}/${String(after !== undefined)}`,
-  );
-  if (!shape) throw new Error('no list statement for this shape');
-  const rows = await db.run<ListRow, ListParams>(shape, {
+  const pageStatement = listStatement(viewerKind(viewer), search !== undefined, after !== undefined);
+  const rows = await db.run<ListRow, ListParams>(pageStatement, {
     ...viewerParams(viewer),
     ...(search === undefined ? {} : { search }),
     ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
-    read: query.limit + 1,
+    limitPlusOne: query.limit + 1,
     limit: query.limit,
     offset: query.skip,
   });
@@ -265,7 +282,7 @@ export async function listPosts(
   };
 }
 
-const postRows = perViewer<PostWithOwnerRow, { id: number }>('post', (knex, param, viewer) =>
+export const postStatements = statementPerViewerKind<{ id: number }>('post', (knex, param, viewer) =>
   withOwnerAndVotes(
     knex,
     knex('posts')
@@ -277,12 +294,13 @@ const postRows = perViewer<PostWithOwnerRow, { id: number }>('post', (knex, para
 
 /** A post the viewer may see, or undefined (missing and invisible look the same). */
 export async function getPost(db: Database, id: number, viewer: Viewer): Promise<Post | undefined> {
-  const rows = await postRows(db, viewer, { id });
+  const rows = await runForViewer<PostWithOwnerRow, { id: number }>(db, postStatements, viewer, { id });
   return rows[0] && toPost(rows[0]);
 }
 
-const ownerRows = perViewer<Pick<PostRow, 'user_id'>, { id: number }>('post_owner', (knex, param, viewer) =>
-  knex('posts').select('user_id').where('id', param('id')).modify(visibleTo(viewer)),
+export const postOwnerStatements = statementPerViewerKind<{ id: number }>(
+  'post_owner',
+  (knex, param, viewer) => knex('posts').select('user_id').where('id', param('id')).modify(visibleTo(viewer)),
 );
 
 /**
@@ -295,7 +313,10 @@ export async function visiblePostOwner(
   id: number,
   viewer: Viewer,
 ): Promise<number | undefined> {
-  return (await ownerRows(db, viewer, { id }))[0]?.user_id;
+  const rows = await runForViewer<Pick<PostRow, 'user_id'>, { id: number }>(db, postOwnerStatements, viewer, {
+    id,
+  });
+  return rows[0]?.user_id;
 }
 
 /** The new post, or undefined when its owner's user was deleted after the caller was looked up. */

@@ -1,13 +1,14 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
-import { caller, callerId, unknownCaller, type Authentication } from '../http/auth';
+import { unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { conditionHolds, ifMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { Slots } from '../concurrency';
+import type { User } from '../users/user';
 import { encodeCursor } from './posts.cursor';
 import {
   conditionalChange,
@@ -78,13 +79,13 @@ async function outcome(
 function sendPage(
   req: Request,
   res: Response,
-  asked: Request['query'],
+  rawQuery: Request['query'],
   query: ListQuery,
   page: ListPage,
 ): void {
   if (page.next) {
     const params = [
-      ...(asked.limit === undefined ? [] : [`limit=${query.limit}`]),
+      ...(rawQuery.limit === undefined ? [] : [`limit=${query.limit}`]),
       ...(query.search === undefined ? [] : [`search=${encodeURIComponent(query.search)}`]),
       `cursor=${encodeCursor(page.next)}`,
     ];
@@ -95,8 +96,8 @@ function sendPage(
 
 /** A list asked for without parameters (most first pages) gets the defaults, which joi decides once. */
 const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'query'));
-const listQueryOf = (asked: Request['query']): ListQuery =>
-  Object.keys(asked).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, asked, 'query');
+const listQueryOf = (rawQuery: Request['query']): ListQuery =>
+  Object.keys(rawQuery).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, rawQuery, 'query');
 
 export interface PostsOptions {
   /** How many searches the title index cannot serve run at once (SEARCH_UNINDEXED_CONCURRENCY). */
@@ -104,7 +105,12 @@ export interface PostsOptions {
 }
 
 /** The posts, added to the app's one API router (app.ts). */
-export function postsRoutes(router: Router, db: Database, auth: Authentication, options: PostsOptions): void {
+export function postsRoutes(
+  router: Router,
+  db: Database,
+  auth: Authentication<User>,
+  options: PostsOptions,
+): void {
   // Per process: such a search may read the whole table (docs/search.md), so a few at once are all
   // a replica gives them; one more is refused at once rather than queued behind them.
   const unindexed = new Slots(options.searchUnindexedConcurrency);
@@ -112,15 +118,8 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
    * Why a post the caller would change is not there: their user deleted since the request's look-up
    * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
    */
-  const vanished = async (req: Request, id: number): Promise<ApiError> => {
-    try {
-      await auth.confirm(req);
-    } catch (error) {
-      if (error instanceof ApiError) return error;
-      throw error;
-    }
-    return postNotFound(id);
-  };
+  const vanished = async (me: Caller<User>, id: number): Promise<ApiError> =>
+    (await me.exists()) ? postNotFound(id) : unknownCaller();
 
   /**
    * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
@@ -131,8 +130,9 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
     id: number,
     change: (on: Database | Knex.Transaction) => Promise<boolean>,
   ): Promise<void> => {
-    const userId = caller(req).id;
-    const missing = () => vanished(req, id);
+    const me = auth.caller(req);
+    const userId = me.user.id;
+    const missing = () => vanished(me, id);
     const condition = ifMatch(req);
     if (condition) {
       const result = await conditionalChange(
@@ -163,60 +163,55 @@ export function postsRoutes(router: Router, db: Database, auth: Authentication, 
 
   // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
-    const asked = req.query;
-    let query: ListQuery;
-    try {
-      query = listQueryOf(asked);
-    } catch (invalid) {
-      // A caller whose user is gone gets 401, not this 422 (API.md: authentication first).
-      await auth.confirm(req);
-      throw invalid;
-    }
-    // The caller's user is looked up by the list's own statement (auth.token).
-    const page = await listPage({ userId: callerId(req) }, query);
-    if (!page) throw unknownCaller();
-    sendPage(req, res, asked, query, page);
+    const rawQuery = req.query;
+    // The list's statement finds the caller's user with the page: no look-up of its own.
+    const { query, page } = await auth.callerFoundBy(req, res, async (userId) => {
+      const query = listQueryOf(rawQuery);
+      const page = await listPage({ userId }, query);
+      return page && { query, page };
+    });
+    sendPage(req, res, rawQuery, query, page);
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
-    const post = await createPost(db, caller(req), input);
+    const post = await createPost(db, auth.caller(req).user, input);
     if (!post) throw unknownCaller();
     sendJson(res.status(201), post);
   };
   // Both spellings answer alike (the contract's list path is /posts/).
   router
     .route(['/posts/', '/posts'])
-    .get(auth.token, list)
-    .post(auth.user, ...jsonBody, create)
+    .get(list)
+    .post(auth.required, ...jsonBody, create)
     .all(methodNotAllowed(['GET', 'POST']));
 
   router
     .route('/posts/public')
     .get(async (req, res) => {
-      const asked = req.query;
-      const query = listQueryOf(asked);
-      sendPage(req, res, asked, query, await listPage('public', query));
+      const rawQuery = req.query;
+      const query = listQueryOf(rawQuery);
+      sendPage(req, res, rawQuery, query, await listPage('public', query));
     })
     .all(methodNotAllowed(['GET']));
 
   router
     .route('/posts/:id')
-    .get(auth.user, async (req, res) => {
+    .get(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      const post = await getPost(db, id, { userId: caller(req).id });
+      const post = await getPost(db, id, { userId: auth.caller(req).user.id });
       if (!post) throw postNotFound(id);
       sendJson(res, post);
     })
-    .put(auth.user, ...jsonBody, async (req, res) => {
+    .put(auth.required, ...jsonBody, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
-      const { id: userId } = caller(req);
+      const me = auth.caller(req);
       await changeOwnPost(req, id, (on) => updatePost(on, id, input));
-      const post = await getPost(db, id, { userId });
-      if (!post) throw await vanished(req, id);
+      const post = await getPost(db, id, { userId: me.user.id });
+      if (!post) throw await vanished(me, id);
       sendJson(res, post);
     })
-    .delete(auth.user, async (req, res) => {
+    .delete(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       await changeOwnPost(req, id, (on) => deletePost(on, id));
       res.status(204).end();

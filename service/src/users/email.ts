@@ -1,23 +1,8 @@
 import { domainToUnicode } from 'node:url';
 
 /**
- * The e-mail policy: one mailbox, one account, whatever look-alike form it is typed in.
- *
- * 1. Invisible and formatting characters are refused: controls, format characters (zero-width
- *    space, joiners, byte-order mark, bidi controls), every space separator (no-break space
- *    included), default-ignorable code points, private-use, unassigned and surrogate code points.
- * 2. The address is normalised with Unicode NFKC (full-width `ａ` is `a`, `ﬁ` is `fi`), and the
- *    domain is mapped as browsers and mail clients do (UTS #46, `node:url` domainToUnicode): letter
- *    case folded, `xn--` labels decoded, so `bücher.example` and `xn--bcher-kva.example` are one.
- * 3. The local part and each label of the domain must be single-script in the sense of UTS #39's "Highly
- *    Restrictive" level: letters from one script, or Latin with Han and Japanese kana, Bopomofo or
- *    Hangul; digits and punctuation (Common, Inherited) go with any. Only the scripts UAX #31 lists
- *    as recommended for identifiers are accepted. So `pаypal@example.com` with a Cyrillic `а` is
- *    refused, as Gmail refuses mixed-script addresses.
- *
- * The normalised form is what is stored and what login compares with, ignoring letter case
- * (lower(email), unique). Not covered: a whole-script look-alike (`аоо` all in Cyrillic against
- * `aoo`) is a different, single-script address, as it is for mail providers.
+ * The e-mail policy: one mailbox, one account, whatever look-alike form it is typed in. Invisible
+ * characters refused, NFKC and UTS #46, one script per part (docs/security.md, "E-mail addresses").
  */
 
 const INVISIBLE = /[\p{Cc}\p{Cf}\p{Z}\p{Co}\p{Cs}\p{Cn}\p{Default_Ignorable_Code_Point}]/u;

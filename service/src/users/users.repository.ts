@@ -2,9 +2,7 @@ import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
 import { hasNul } from '../db/limits';
 import { statement } from '../db/statements';
-import type { User } from '../http/auth';
-
-export type { User };
+import type { User } from './user';
 
 export interface UserWithHash extends User {
   password: string;
@@ -31,7 +29,7 @@ export async function createUser(
   }
 }
 
-const userById = statement<{ id: number }>('user_by_id', (knex, param) =>
+export const userById = statement<{ id: number }>('user_by_id', (knex, param) =>
   knex('users').select(PUBLIC_COLUMNS).where('id', param('id')),
 );
 
@@ -40,7 +38,7 @@ export async function findUserById(db: Database, id: number): Promise<User | und
   return (await db.run<User, { id: number }>(userById, { id }))[0];
 }
 
-const userByEmail = statement<{ email: string }>('user_by_email', (knex, param) =>
+export const userByEmail = statement<{ email: string }>('user_by_email', (knex, param) =>
   knex('users')
     .select('id', 'email', 'created_at', 'password')
     .whereRaw('lower(email) = lower(?)', [param('email')]),

@@ -4,7 +4,7 @@ import { statement } from '../db/statements';
 
 type VoteKey = { userId: number; postId: number };
 
-const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
+export const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
   knex('votes')
     .insert({ user_id: param('userId'), post_id: param('postId') })
     .onConflict(['user_id', 'post_id'])
@@ -13,7 +13,7 @@ const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
 );
 
 // RETURNING rather than the affected-row count: PGlite reports a delete's count differently.
-const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
+export const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
   knex('votes')
     .where({ user_id: param('userId'), post_id: param('postId') })
     .delete()

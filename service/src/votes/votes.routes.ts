@@ -1,6 +1,6 @@
-import type { RequestHandler, Router } from 'express';
+import type { Router } from 'express';
 import type { Database } from '../db/connection';
-import { caller, unknownCaller } from '../http/auth';
+import { unknownCaller, type Authentication, type Identified } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
@@ -18,14 +18,15 @@ export type PostVisible = (postId: number, userId: number) => Promise<boolean>;
 export function votesRoutes(
   router: Router,
   db: Database,
-  auth: RequestHandler,
+  // Voting needs only the caller's id.
+  auth: Authentication<Identified>,
   postVisible: PostVisible,
 ): void {
   router
     .route('/votes/')
-    .post(auth, ...jsonBody, async (req, res) => {
+    .post(auth.required, ...jsonBody, async (req, res) => {
       const vote = validate(voteInput, req.body, 'body');
-      const user = caller(req);
+      const { user } = auth.caller(req);
       // A post the caller cannot read cannot be voted on either.
       if (!(await postVisible(vote.post_id, user.id))) throw postNotFound(vote.post_id);
 
