@@ -8,12 +8,14 @@ import path from 'node:path';
 
 const root = import.meta.dirname;
 
-const project = (name, folder, options) => ({
+const project = (name, folder, { testTimeout, ...options }) => ({
   displayName: name,
   preset: 'ts-jest',
   testEnvironment: 'node',
   rootDir: root,
   roots: [`<rootDir>/${folder}`],
+  globals: { testTimeoutMs: testTimeout },
+  setupFilesAfterEnv: ['<rootDir>/tools/harness/jest-timeout.ts'],
   ...options,
 });
 

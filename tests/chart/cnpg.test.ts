@@ -497,7 +497,7 @@ describe('The kind runner with --cnpg (it cannot run here; these checks keep it 
 
   it('When the runner installs the operator, then it is the release whose CRDs the chart tests vendor', () => {
     const version = must(/^CNPG_VERSION=(\S+)$/m.exec(runner)?.[1], 'CNPG_VERSION');
-    const vendored = readFileSync(resolve(chartDir, 'test/schemas/README.md'), 'utf8');
+    const vendored = readFileSync(resolve(__dirname, 'schemas/README.md'), 'utf8');
     expect(vendored).toContain(`CloudNativePG v${version},`);
   });
 
