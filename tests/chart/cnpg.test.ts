@@ -9,7 +9,6 @@ import { resolve } from 'node:path';
 import { crdProblems, crdValidator } from './crd-schemas';
 import {
   apiContainer,
-  chartDir,
   configMapData,
   environments,
   findAll,
