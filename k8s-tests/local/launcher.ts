@@ -13,8 +13,9 @@
  * Networking is the host's: two replicas cannot share a port, so the runner gives each its own
  * PORT and METRICS_PORT (cluster.ts), as with processes.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { IContainer } from 'kubernetes-models/v1/Container';
@@ -22,6 +23,8 @@ import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext';
 import { engine, IMAGE, runLimits } from '../../tools/container';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
+
+const execFileAsync = promisify(execFile);
 
 export interface ReplicaSpec {
   name: string;
@@ -284,21 +287,26 @@ export class ContainerLauncher implements Launcher {
     const [command, rest] = this.engineArgs(this.runArgs(name, spec.env, spec.image));
     // The engine's client stays attached: the container's output goes to the replica's log.
     const client = startLogged(spec.name, command, rest, spec.logFile);
-    const inspect = (format: string): string | undefined => {
+    // Asynchronous: this process also relays the database's traffic (the -rw Service), and an
+    // inspect waits for the engine's storage lock while another container is being created.
+    const inspect = async (format: string): Promise<string | undefined> => {
       const [cmd, args] = this.engineArgs(['inspect', '--format', format, name]);
-      const result = spawnSync(cmd, args, { encoding: 'utf8' });
-      return result.status === 0 ? result.stdout.trim() : undefined;
+      try {
+        return (await execFileAsync(cmd, args, { encoding: 'utf8' })).stdout.trim();
+      } catch {
+        return undefined;
+      }
     };
     // Running once the engine reports a pid for the container's PID 1.
     let pid = 0;
     const deadline = Date.now() + 120_000;
     while (!pid && !client.hasExited() && Date.now() < deadline) {
-      pid = Number(inspect('{{.State.Pid}}') ?? 0);
+      pid = Number((await inspect('{{.State.Pid}}')) ?? 0);
       if (!pid) await sleep(100);
     }
     if (!pid) throw new Error(`${spec.name}: the container did not start; see ${spec.logFile}`);
     // podman: "2026-11-23 10:02:03.123456789 +0000 UTC", docker: RFC 3339; Date takes milliseconds.
-    const started = (inspect('{{.State.StartedAt}}') ?? '')
+    const started = ((await inspect('{{.State.StartedAt}}')) ?? '')
       .replace(/(\.\d{3})\d*/, '$1')
       .replace(/^(\S+) (\S+) ([+-]\d{2})(\d{2}) \S+$/, '$1T$2$3:$4');
     const startedAt = Date.parse(started);
@@ -315,9 +323,10 @@ export class ContainerLauncher implements Launcher {
       }
       return undefined;
     };
-    const signal = (name_: string, sig: string) => {
+    const signal = async (name_: string, sig: string): Promise<void> => {
       const [cmd, args] = this.engineArgs(['kill', '--signal', sig, name_]);
-      spawnSync(cmd, args, { stdio: 'ignore' });
+      // A container already gone is no error here: its exit is what the caller waits for.
+      await execFileAsync(cmd, args).catch(() => undefined);
     };
     return {
       exited: client.exited,
@@ -325,10 +334,10 @@ export class ContainerLauncher implements Launcher {
       // The kubelet's StopContainer: the runtime signals PID 1, then kills after the grace period.
       stop: async (sig, graceMs) => {
         if (client.hasExited()) return client.exited;
-        signal(name, sig);
+        await signal(name, sig);
         const result = await Promise.race([client.exited, sleep(graceMs).then(() => undefined)]);
         if (result !== undefined) return result;
-        signal(name, 'KILL');
+        await signal(name, 'KILL');
         return client.exited;
       },
       startedAt: () => startedAt,
