@@ -8,11 +8,8 @@
  * and service / reference, median and spread of the rounds, at each count; writes
  * results/limit.json and rebuilds docs/benchmarks.md with it.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import knex from 'knex';
-import * as prettier from 'prettier';
 import {
   limitLines,
   LIMIT_RESULT_FILE,
@@ -22,7 +19,7 @@ import {
 } from './limit-report';
 import { startServer } from './measure';
 import { serverNode } from './node';
-import { readResults, renderDocs } from './report';
+import { publishResult } from './report';
 import {
   alternatingRounds,
   benchToken,
@@ -32,7 +29,6 @@ import {
   type MeasuredList,
 } from './rounds';
 import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
-import { ROOT } from '../harness/service';
 
 const WARMUP = 1;
 const posts = Number(option('posts', '100000'));
@@ -157,20 +153,10 @@ async function main(): Promise<void> {
       },
       series,
     };
-    const resultsDir = outDir
-      ? path.resolve(outDir, 'results')
-      : path.join(ROOT, 'tools', 'bench', 'results');
-    mkdirSync(resultsDir, { recursive: true });
-    const file = path.join(resultsDir, LIMIT_RESULT_FILE);
-    writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
-    const written = renderDocs(
-      readResults(resultsDir, log),
-      outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
-      resultsDir,
-    );
+    const written = await publishResult(result, LIMIT_RESULT_FILE, outDir, log);
     log('');
     for (const line of limitLines(result)) log(line);
-    log(`\nwrote ${[file, ...written].join(', ')}`);
+    log(`\nwrote ${written.join(', ')}`);
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
   }

@@ -11,16 +11,12 @@
  * Writes tools/bench/results/login-starvation.json and rebuilds docs/benchmarks.md, whose section
  * "Login and the threadpool" shows it (tools/bench/login-report.ts).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { gzipSync } from 'node:zlib';
-import * as prettier from 'prettier';
 import { LOGIN_RESULT_FILE, loginTable, type LoginResult, type LoginRound } from './login-report';
 import { startServer } from './measure';
-import { readResults, renderDocs } from './report';
+import { publishResult } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
-import { ROOT } from '../harness/service';
 
 const args = process.argv.slice(2);
 const option = (name: string, fallback: string): string => {
@@ -133,12 +129,8 @@ async function main(): Promise<void> {
     loadAverage: os.loadavg().map((l) => Math.round(l * 100) / 100),
     results,
   };
-  const resultsDir = path.join(ROOT, 'tools', 'bench', 'results');
-  mkdirSync(resultsDir, { recursive: true });
-  const file = path.join(resultsDir, LOGIN_RESULT_FILE);
-  writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
-  const written = renderDocs(readResults(resultsDir, log), path.join(ROOT, 'docs'), resultsDir);
-  log(['', ...loginTable(result), '', `wrote ${[file, ...written].join(', ')}`].join('\n'));
+  const written = await publishResult(result, LOGIN_RESULT_FILE, undefined, log);
+  log(['', ...loginTable(result), '', `wrote ${written.join(', ')}`].join('\n'));
 }
 
 main().catch((error: unknown) => {

@@ -12,16 +12,15 @@
  * results/pooler.json and rebuilds docs/benchmarks.md with it.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
-import * as prettier from 'prettier';
 import { cpuMsOf, median, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
 import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
-import { readResults, renderDocs } from './report';
+import { publishResult } from './report';
 import {
   alternatingRounds,
   benchToken as token,
@@ -265,20 +264,10 @@ async function main(): Promise<void> {
       },
       series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
     };
-    const resultsDir = outDir
-      ? path.resolve(outDir, 'results')
-      : path.join(ROOT, 'tools', 'bench', 'results');
-    mkdirSync(resultsDir, { recursive: true });
-    const file = path.join(resultsDir, poolerResultFile(split !== undefined));
-    writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
-    const written = renderDocs(
-      readResults(resultsDir, log),
-      outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
-      resultsDir,
-    );
+    const written = await publishResult(result, poolerResultFile(split !== undefined), outDir, log);
     log('');
     for (const line of poolerLines(result)) log(line);
-    log(`\nwrote ${[file, ...written].join(', ')}`);
+    log(`\nwrote ${written.join(', ')}`);
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     await bouncer.destroy();

@@ -1,5 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import * as prettier from 'prettier';
+import { ROOT } from '../harness/service';
 import type { EndpointFigures } from './measure';
 import { limitSection } from './limit-report';
 import { loginSection } from './login-report';
@@ -498,6 +500,24 @@ function writtenPart(mdPath: string): string {
   const text = existsSync(mdPath) ? readFileSync(mdPath, 'utf8') : '';
   const start = text.indexOf(GENERATED_START);
   return start < 0 ? '# Benchmarks\n\n' : text.slice(0, start);
+}
+
+/**
+ * Saves one bench's result as `fileName` among the results (under `outDir` when given, a scratch
+ * run) and rebuilds the docs from every result there; the paths written, the result's first.
+ */
+export async function publishResult(
+  result: unknown,
+  fileName: string,
+  outDir: string | undefined,
+  log: (line: string) => void,
+): Promise<string[]> {
+  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'tools', 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const file = path.join(resultsDir, fileName);
+  writeFileSync(file, await prettier.format(JSON.stringify(result), { parser: 'json' }));
+  const docsDir = outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs');
+  return [file, ...renderDocs(readResults(resultsDir, log), docsDir, resultsDir)];
 }
 
 /**
