@@ -10,11 +10,10 @@
  * docs/benchmarks.md. Only samples taken while the load ran count: the profiler's clock and this
  * process's are both the system's monotonic clock.
  */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import * as prettier from 'prettier';
 import {
   profileFile,
   sampleStage,
@@ -23,7 +22,7 @@ import {
   type Stage,
   type StageProfile,
 } from './profile-stages';
-import { readResults, renderDocs } from './report';
+import { publishResult } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
 import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../harness/service';
@@ -273,19 +272,11 @@ async function main(): Promise<void> {
   };
   log('\nCPU per request by stage:');
   for (const line of stageLines([split])) log(`  ${line}`);
-  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'tools', 'bench', 'results');
-  mkdirSync(resultsDir, { recursive: true });
-  const file = path.join(resultsDir, profileFile(endpoint, label));
-  writeFileSync(file, await prettier.format(JSON.stringify(split), { parser: 'json' }));
-  const written = renderDocs(
-    readResults(resultsDir, log),
-    outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
-    resultsDir,
-  );
+  const written = await publishResult(split, profileFile(endpoint, label), outDir, log);
   log(
     `\nprofile: ${largest.file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`,
   );
-  log(`wrote ${[file, ...written].join(', ')}`);
+  log(`wrote ${written.join(', ')}`);
 }
 
 main().catch((error: unknown) => {
