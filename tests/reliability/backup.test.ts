@@ -8,7 +8,7 @@ import {
   query,
   serveRecovered,
   writeLoad,
-} from './backup';
+} from '../../tools/harness/backup-drill';
 import { report, sleep, startService, stopAllServices } from './support';
 
 /**

@@ -1,5 +1,5 @@
 import { replicatedBehindRelay, report, sleep, statusCounts } from './support';
-import { startUnderTraffic } from './traffic';
+import { startUnderTraffic } from '../../tools/harness/traffic';
 
 /**
  * A failover as CloudNativePG runs one: the primary lost under write load, the synchronous standby

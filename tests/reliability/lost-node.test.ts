@@ -1,5 +1,5 @@
 import { replicatedBehindRelay, report, sleep, statusCounts } from './support';
-import { startUnderTraffic } from './traffic';
+import { startUnderTraffic } from '../../tools/harness/traffic';
 
 /**
  * The primary's node vanishes from the network: its connections stall (nothing answers, nothing

@@ -4,7 +4,7 @@
  * which asked on the same pool, answered 503 on every replica at once. Now they run a few at a time
  * per process, the excess is refused at once, and readiness asks on a connection of its own.
  */
-import { seed } from '../../tools/bench/seed';
+import { seed } from '../../tools/harness/seed';
 import { call, isProblem, report, sleep, startService, statusCounts, type Answer } from './support';
 import { stopAll } from '../../tools/harness/service';
 

@@ -12,12 +12,20 @@ import {
 } from '../../tools/harness/service';
 
 import { serviceEnv } from '../../tools/harness/env';
-import { pollUntil } from '../../tools/harness/poll';
 
 export { freePort } from '../../tools/harness/service';
 export { OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
+export {
+  account,
+  author,
+  call,
+  sleep,
+  statusCounts,
+  waitForStatus,
+  type Answer,
+} from '../../tools/harness/client';
 
 /** The PostgreSQL server the suite runs against (tools/harness/postgres.ts). */
 export const pg = { ...postgresServer, adminDatabase };
@@ -71,7 +79,6 @@ export function report(name: string, figures: Record<string, unknown>): void {
   process.stdout.write(`[reliability] ${name}: ${parts.join(' ')}\n`);
 }
 
-export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 
@@ -93,118 +100,6 @@ export function startService(
 
 /** Kills every service process a case left running (by pid, never by name). */
 export const stopAllServices = stopAll;
-
-export interface Answer {
-  status: number;
-  contentType: string;
-  /** The Retry-After header, when the answer has one. */
-  retryAfter: string | null;
-  body: unknown;
-  ms: number;
-}
-
-/** One request with a hard time-out, so a hanging service fails the case instead of the runner. */
-export async function call(
-  base: string,
-  pathAndQuery: string,
-  init: {
-    method?: string;
-    token?: string;
-    json?: unknown;
-    form?: Record<string, string>;
-    timeoutMs?: number;
-  } = {},
-): Promise<Answer> {
-  const headers: Record<string, string> = {};
-  let body: string | undefined;
-  if (init.token) headers.Authorization = `Bearer ${init.token}`;
-  if (init.json !== undefined) {
-    headers['Content-Type'] = 'application/json';
-    body = JSON.stringify(init.json);
-  }
-  if (init.form) {
-    headers['Content-Type'] = 'application/x-www-form-urlencoded';
-    body = new URLSearchParams(init.form).toString();
-  }
-  const started = performance.now();
-  const res = await fetch(`${base}${pathAndQuery}`, {
-    method: init.method ?? (body === undefined ? 'GET' : 'POST'),
-    headers,
-    body,
-    signal: AbortSignal.timeout(init.timeoutMs ?? 30_000),
-  });
-  const text = await res.text();
-  const contentType = res.headers.get('content-type') ?? '';
-  let parsed: unknown = text;
-  if (contentType.includes('json') && text !== '') parsed = JSON.parse(text);
-  return {
-    status: res.status,
-    contentType,
-    retryAfter: res.headers.get('retry-after'),
-    body: parsed,
-    ms: performance.now() - started,
-  };
-}
-
-/** "201x40,503x12": how many answers had each status. */
-export const statusCounts = (answers: { status: number }[]): string =>
-  Object.entries(
-    answers.reduce<Record<number, number>>(
-      (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
-      {},
-    ),
-  )
-    .map(([s, n]) => `${s}x${String(n)}`)
-    .join(',');
-
-/** Registers and logs in through the API; returns the token. */
-export async function account(
-  base: string,
-  email: string,
-  password = 'correct horse battery',
-): Promise<string> {
-  const created = await call(base, '/users/', { json: { email, password } });
-  if (created.status !== 201) throw new Error(`register ${email}: ${created.status}`);
-  const login = await call(base, '/login', { form: { username: email, password } });
-  if (login.status !== 200) throw new Error(`login ${email}: ${login.status}`);
-  return (login.body as { access_token: string }).access_token;
-}
-
-/** Registers and logs in `email` through the API, then publishes `count` posts as it. */
-export async function author(
-  base: string,
-  email: string,
-  count: number,
-): Promise<{ token: string; posts: number[] }> {
-  const token = await account(base, email);
-  const posts: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const res = await call(base, '/posts/', { token, json: { title: `post ${i}`, content: 'content' } });
-    if (res.status !== 201) throw new Error(`create post: ${res.status}`);
-    posts.push((res.body as { id: number }).id);
-  }
-  return { token, posts };
-}
-
-/** Polls until the path answers with the status or the time runs out; returns the last status. */
-export async function waitForStatus(
-  base: string,
-  p: string,
-  status: number,
-  withinMs: number,
-): Promise<number> {
-  const polled = await pollUntil(
-    // No answer at all (refused, timed out) counts as status 0.
-    () =>
-      call(base, p, { timeoutMs: 2000 }).then(
-        (a) => a.status,
-        () => 0,
-      ),
-    (got) => got === status,
-    { withinMs, everyMs: 50 },
-  );
-  return polled.value;
-}
 
 export interface LoadRecord {
   result: Promise<autocannon.Result>;

@@ -2,7 +2,7 @@
  * `npm run bench:backup -- [--posts 1000000] [--archive-timeout 60s] [--load SECONDS] [--workers 4] [--compression gzip|bzip2|snappy|none] [--jobs 2] [--out DIR]`
  *
  * The drill of tests/reliability/backup.test.ts at production size, with prod's archive_timeout (the
- * chart's, unless given): a primary of its own seeded with `--posts` posts (tools/bench/seed.ts) archives
+ * chart's, unless given): a primary of its own seeded with `--posts` posts (tools/harness/seed.ts) archives
  * its WAL into s3rver with barman-cloud-wal-archive, a base backup is taken with barman-cloud-backup
  * under write load through the service, writes flow `--load` seconds more, then the primary is
  * lost without warning and a new server is recovered from the store to the end of the archive.
@@ -23,11 +23,11 @@ import {
   query,
   serveRecovered,
   writeLoad,
-} from '../../tests/reliability/backup';
+} from '../harness/backup-drill';
 import { chartArchiveTimeout, COMPRESSIONS, durationMs, type Compression } from '../harness/barman';
 import { postgresServer } from '../harness/postgres';
 import { ROOT, startService, stopAll } from '../harness/service';
-import { benchServiceEnv, seed } from './seed';
+import { benchServiceEnv, seed } from '../harness/seed';
 
 const USAGE =
   'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N] [--out DIR]';

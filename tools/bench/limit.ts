@@ -28,7 +28,7 @@ import {
   type Contender,
   type MeasuredList,
 } from './rounds';
-import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
+import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from '../harness/seed';
 
 const WARMUP = 1;
 const posts = Number(option('posts', '100000'));

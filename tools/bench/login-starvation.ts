@@ -16,7 +16,7 @@ import { gzipSync } from 'node:zlib';
 import { LOGIN_RESULT_FILE, loginTable, type LoginResult, type LoginRound } from './login-report';
 import { startServer } from './measure';
 import { publishResult } from './report';
-import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 
 const args = process.argv.slice(2);
 const option = (name: string, fallback: string): string => {

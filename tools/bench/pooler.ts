@@ -28,7 +28,7 @@ import {
   type Contender,
   type MeasuredList,
 } from './rounds';
-import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from './seed';
+import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from '../harness/seed';
 import { migrations } from '../../migrations';
 import { OwnPgBouncer } from '../harness/pgbouncer';
 import { ROOT } from '../harness/service';

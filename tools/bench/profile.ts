@@ -2,7 +2,7 @@
  * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--server service|limit] [--node image|current|PATH] [--out DIR]`
  *
  * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
- * the bench database `sp_bench_<posts>` (seeded by tools/bench/seed.ts if it is missing, reused
+ * the bench database `sp_bench_<posts>` (seeded by tools/harness/seed.ts if it is missing, reused
  * otherwise), logs in, drives one list endpoint with autocannon, stops the service with SIGTERM
  * (the profile is written as it exits) and prints the functions with at least 3 % of the self
  * time, the self time by package or file, and the CPU per request split by stage
@@ -23,7 +23,7 @@ import {
   type StageProfile,
 } from './profile-stages';
 import { publishResult } from './report';
-import { BENCH_PASSWORD, benchServiceEnv, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../harness/service';
 

@@ -4,7 +4,7 @@
  * order that turns each round, so a disturbance of the machine lands on all of them.
  */
 import { measure, type EndpointFigures, type Server } from './measure';
-import { BENCH_PASSWORD } from './seed';
+import { BENCH_PASSWORD } from '../harness/seed';
 
 /** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
 export interface MeasuredList {

@@ -28,7 +28,7 @@ import {
   type SizeResult,
 } from './report';
 import { serverNode } from './node';
-import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from './seed';
+import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
 import {
   load,
   measure as measureOn,

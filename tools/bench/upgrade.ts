@@ -8,14 +8,14 @@
  * slowest answer), how long this release took to be ready, how long its vote-count backfill took,
  * and whether every write and count held; exits 1 when any of it missed its budget.
  */
-import { benchServiceEnv } from './seed';
+import { benchServiceEnv } from '../harness/seed';
 import {
   ANSWER_BUDGET_MS,
   READY_BUDGET_MS,
   runUpgrade,
   summary,
   type UpgradeResult,
-} from '../../tests/reliability/upgrade';
+} from '../harness/upgrade-drill';
 import { stopAll } from '../harness/service';
 
 function option(name: string, fallback: string): string {

@@ -5,7 +5,7 @@ import { RECOUNT_VOTES } from '../../migrations/20261125000005_post_vote_counts'
 import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { postgresServer } from '../harness/postgres';
+import { postgresServer } from './postgres';
 
 export const BENCH_PASSWORD = 'bench-password-123';
 /** In about one title in ten thousand, and in about one in ten. */

@@ -17,10 +17,11 @@ import {
   type BarmanSettings,
   type Compression,
   type RecoveryRun,
-} from '../../tools/harness/barman';
-import { ObjectStore } from '../../tools/harness/object-store';
-import { OwnPostgres, queryServer } from '../../tools/harness/postgres';
-import { account, call, sleep, waitForStatus, type ServiceProcess } from './support';
+} from './barman';
+import { ObjectStore } from './object-store';
+import { OwnPostgres, queryServer } from './postgres';
+import { account, call, sleep, waitForStatus } from './client';
+import type { ServiceProcess } from './service';
 
 export interface DrillSettings {
   /** The primary's archive_timeout, in PostgreSQL's syntax ("60s", "5min"). */

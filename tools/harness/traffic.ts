@@ -1,5 +1,7 @@
-import { pollUntil } from '../../tools/harness/poll';
-import { account, call, isProblem, sleep, type Answer, type ServiceProcess } from './support';
+import { pollUntil } from './poll';
+import { account, call, sleep, type Answer } from './client';
+import { isProblem } from './problem';
+import type { ServiceProcess } from './service';
 
 /** One answer of the traffic, with when it came back (ms since the epoch). */
 export interface Recorded {

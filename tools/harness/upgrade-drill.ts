@@ -13,13 +13,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
-import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from '../../tools/bench/seed';
-import { createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
-import { pollUntil } from '../../tools/harness/poll';
-import { previousRelease, type Release } from '../../tools/harness/releases';
-import { ROOT, startService, type LogLine, type ServiceProcess } from '../../tools/harness/service';
+import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
+import { createScratchDatabase, postgresServer } from './postgres';
+import { pollUntil } from './poll';
+import { previousRelease, type Release } from './releases';
+import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
 import { steadyTraffic, API_STATUSES, type Instance, type MixedAnswer, type SignedIn } from './traffic';
-import { call, sleep, type Answer } from './support';
+import { call, sleep, type Answer } from './client';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
 export const STATEMENT_BUDGET_MS = 2000;
