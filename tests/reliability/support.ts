@@ -79,7 +79,6 @@ export function report(name: string, figures: Record<string, unknown>): void {
   process.stdout.write(`[reliability] ${name}: ${parts.join(' ')}\n`);
 }
 
-
 export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 
 /** Only the lines that matter are kept, so a long load cannot fill memory. */

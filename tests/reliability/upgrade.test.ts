@@ -7,7 +7,13 @@
  */
 import { serviceEnv } from '../../tools/harness/env';
 import { report, stopAllServices } from './support';
-import { ANSWER_BUDGET_MS, READY_BUDGET_MS, runOldOnNewSchema, runUpgrade, summary } from '../../tools/harness/upgrade-drill';
+import {
+  ANSWER_BUDGET_MS,
+  READY_BUDGET_MS,
+  runOldOnNewSchema,
+  runUpgrade,
+  summary,
+} from '../../tools/harness/upgrade-drill';
 
 const POSTS = Number(process.env.UPGRADE_POSTS ?? 200_000);
 const RATE = Number(process.env.UPGRADE_RATE ?? 90);
