@@ -184,8 +184,12 @@ describe('Backups: what prod renders', () => {
 
   it("When the prod values are rendered, then the PostgreSQL image is an exact CloudNativePG image of the same major version as dev's PostgreSQL", async () => {
     const image = must(one(objects, 'Cluster').spec.imageName, 'imageName');
-    // CloudNativePG v1.30.0's DefaultImageName (pkg/versions/versions.go).
-    expect(image).toBe('ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie');
+    // CloudNativePG v1.30.0's default release (pkg/versions/versions.go: 18.4-system-trixie), pinned by the
+    // digest its image catalog lists (cloudnative-pg/artifacts, image-catalogs/catalog-system-trixie.yaml, 12d8b52).
+    expect(image).toBe(
+      'ghcr.io/cloudnative-pg/postgresql:18.4-202608130737-system-trixie@sha256:42708a75345b7a48fdd9257b071830783a97fd228529196b6313187a7198e185',
+    );
+    expect(image).toMatch(/@sha256:[0-9a-f]{64}$/);
     const prodMajor = must(
       /^ghcr\.io\/cloudnative-pg\/postgresql:(\d+)\.\d+-/.exec(image)?.[1],
       'prod major',
