@@ -300,6 +300,10 @@ what would silently archive nowhere or over the archive a recovery reads.
 {{- fail "backup.objectStore.azure: set connectionStringKey, storageKeyKey or storageSasTokenKey (the keys of existingSecret the plugin authenticates with)" }}
 {{- end }}
 {{- end }}
+{{- $clusterAccount := .Values.cnpg.cluster.serviceAccount.annotations | default dict }}
+{{- if and .Values.cnpg.enabled (hasKey $clusterAccount "azure.workload.identity/client-id") (ne (toString (get (.Values.cnpg.cluster.inheritedLabels | default dict) "azure.workload.identity/use")) "true") }}
+{{- fail "cnpg.cluster.serviceAccount.annotations names azure.workload.identity/client-id but cnpg.cluster.inheritedLabels lacks azure.workload.identity/use: \"true\": Azure's webhook gives the identity only to pods with that label (chart/README.md, \"Workload identity\")" }}
+{{- end }}
 {{- if $backup.recovery.enabled }}
 {{- if not $backup.recovery.sourceServerName }}
 {{- fail "backup.recovery.sourceServerName is required when backup.recovery.enabled: the folder of the cluster to recover from (the lost Cluster's name, or its backup.serverName)" }}

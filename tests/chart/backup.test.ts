@@ -15,9 +15,11 @@ import {
   must,
   podSpec,
   recoveryOptions,
+  releaseArgs,
   render,
   renderEnvironment,
   renderRefused,
+  runHelm,
   type KubeObject,
   type RenderOptions,
 } from './helm';
@@ -57,6 +59,10 @@ interface PluginEntry {
 interface Cluster extends KubeObject {
   spec: {
     imageName?: string;
+    inheritedMetadata?: { labels?: Record<string, string> };
+    serviceAccountTemplate?: {
+      metadata: { annotations?: Record<string, string>; labels?: Record<string, string> };
+    };
     bootstrap: {
       initdb?: unknown;
       recovery?: {
@@ -158,6 +164,9 @@ describe('Backups: what prod renders', () => {
     expect(cluster.spec.postgresql.parameters.archive_timeout).toBe('60s');
     expect(cluster.spec.bootstrap.recovery).toBeUndefined();
     expect(cluster.spec.externalClusters).toBeUndefined();
+    // Prod authenticates with a Secret: the operator's ServiceAccount and pods keep their own metadata.
+    expect(cluster.spec.serviceAccountTemplate).toBeUndefined();
+    expect(cluster.spec.inheritedMetadata).toBeUndefined();
   });
 
   it('When the prod values are rendered, then a ScheduledBackup takes a plugin base backup of the Cluster daily, the first at once', () => {
@@ -175,8 +184,12 @@ describe('Backups: what prod renders', () => {
 
   it("When the prod values are rendered, then the PostgreSQL image is an exact CloudNativePG image of the same major version as dev's PostgreSQL", async () => {
     const image = must(one(objects, 'Cluster').spec.imageName, 'imageName');
-    // CloudNativePG v1.30.0's DefaultImageName (pkg/versions/versions.go).
-    expect(image).toBe('ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie');
+    // CloudNativePG v1.30.0's default release (pkg/versions/versions.go: 18.4-system-trixie), pinned by the
+    // digest its image catalog lists (cloudnative-pg/artifacts, image-catalogs/catalog-system-trixie.yaml, 12d8b52).
+    expect(image).toBe(
+      'ghcr.io/cloudnative-pg/postgresql:18.4-202608130737-system-trixie@sha256:42708a75345b7a48fdd9257b071830783a97fd228529196b6313187a7198e185',
+    );
+    expect(image).toMatch(/@sha256:[0-9a-f]{64}$/);
     const prodMajor = must(
       /^ghcr\.io\/cloudnative-pg\/postgresql:(\d+)\.\d+-/.exec(image)?.[1],
       'prod major',
@@ -428,6 +441,129 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 });
 
+/** NOTES.txt as `helm install` prints it (client-side dry run: helm template renders no notes). */
+async function installNotes(options: RenderOptions): Promise<string> {
+  const result = await runHelm(['install', ...releaseArgs(options), '--dry-run=client', '--output', 'json']);
+  if (result.code !== 0) throw new Error(result.stderr);
+  return must((JSON.parse(result.stdout) as { info?: { notes?: string } }).info?.notes, 'release notes');
+}
+
+const IRSA = 'eks.amazonaws.com/role-arn';
+const GKE = 'iam.gke.io/gcp-service-account';
+const AZURE_CLIENT = 'azure.workload.identity/client-id';
+const AZURE_USE = 'azure.workload.identity/use';
+/** A key of a map value for --set and --set-string: helm splits keys at unescaped dots. */
+const mapKey = (path: string, key: string) => `${path}.${key.replaceAll('.', '\\.')}`;
+const SA_ANNOTATIONS = 'cnpg.cluster.serviceAccount.annotations';
+
+describe("Workload identity: the Cluster's ServiceAccount and pods carry what each cloud needs", () => {
+  it.each<[string, Record<string, string>, Record<string, string>, Record<string, string> | undefined]>([
+    [
+      'AWS IRSA (s3.inheritFromIAMRole)',
+      { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
+      { [IRSA]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
+      undefined,
+    ],
+    [
+      'GKE Workload Identity (google.gkeEnvironment)',
+      {
+        'backup.objectStore.provider': 'google',
+        'backup.objectStore.destinationPath': 'gs://bucket/social-posts',
+        'backup.objectStore.existingSecret': '',
+        'backup.objectStore.google.gkeEnvironment': 'true',
+      },
+      { [GKE]: 'social-posts-backup@my-project.iam.gserviceaccount.com' },
+      undefined,
+    ],
+    [
+      'Azure workload identity (azure.inheritFromAzureAD)',
+      {
+        'backup.objectStore.provider': 'azure',
+        'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
+        'backup.objectStore.existingSecret': '',
+        'backup.objectStore.azure.inheritFromAzureAD': 'true',
+      },
+      { [AZURE_CLIENT]: '00000000-0000-0000-0000-000000000000' },
+      { [AZURE_USE]: 'true' },
+    ],
+  ])(
+    'When backups use %s, then the Cluster annotates its ServiceAccount (and labels its pods where the cloud needs it), valid against the CRD',
+    async (_cloud, set, annotations, podLabels) => {
+      const setString: Record<string, string> = {};
+      for (const [key, value] of Object.entries(annotations)) setString[mapKey(SA_ANNOTATIONS, key)] = value;
+      for (const [key, value] of Object.entries(podLabels ?? {}))
+        setString[mapKey('cnpg.cluster.inheritedLabels', key)] = value;
+      const objects = await render({ ...withBackup(set), setString });
+      const cluster = one(objects, 'Cluster');
+      expect(cluster.spec.serviceAccountTemplate).toEqual({ metadata: { annotations } });
+      expect(cluster.spec.inheritedMetadata).toEqual(podLabels ? { labels: podLabels } : undefined);
+      expectValid(cluster);
+      expectValid(one(objects, 'ObjectStore'));
+    },
+  );
+
+  it("When the ServiceAccount's labels are given too, then the template carries both, and a recovered Cluster (a new ServiceAccount, named like it) the same", async () => {
+    const objects = await render({
+      ...recoveryOptions,
+      set: { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
+      setString: {
+        [mapKey(SA_ANNOTATIONS, IRSA)]: 'arn:aws:iam::123456789012:role/social-posts-backup',
+        'cnpg.cluster.serviceAccount.labels.team': 'data',
+      },
+    });
+    const cluster = one(objects, 'Cluster');
+    expect(cluster.metadata.name).toBe('social-posts-db-r1');
+    expect(cluster.spec.serviceAccountTemplate).toEqual({
+      metadata: {
+        annotations: { [IRSA]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
+        labels: { team: 'data' },
+      },
+    });
+    expect(cluster.spec.bootstrap.recovery).toBeDefined();
+    expectValid(cluster);
+  });
+
+  it('When a serviceAccountTemplate or inheritedMetadata breaks the CRD, then the check names the field', () => {
+    const cluster = {
+      apiVersion: 'postgresql.cnpg.io/v1',
+      kind: 'Cluster',
+      metadata: { name: 'c' },
+      spec: {
+        instances: 1,
+        storage: { size: '1Gi' },
+        serviceAccountTemplate: { annotations: { [IRSA]: 'arn' } },
+        inheritedMetadata: { labels: { [AZURE_USE]: true } },
+      },
+    };
+    expect(crdProblems(cluster, must(crdValidator(cluster), 'Cluster CRD'))).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('/spec/serviceAccountTemplate'),
+        expect.stringContaining('/spec/inheritedMetadata/labels'),
+      ]),
+    );
+  });
+
+  it('When workload identity is on and the ServiceAccount has no annotation, then the release notes say which setups need one (the render goes on: EKS Pod Identity and node identities need none)', async () => {
+    const options: RenderOptions = {
+      values: ['values-prod.yaml'],
+      namespace: 'social-posts-prod',
+      set: { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
+    };
+    const bare = await installNotes(options);
+    expect(bare).toContain('Backups authenticate by workload identity, and the Cluster\'s ServiceAccount "social-posts-db" has no annotation');
+    expect(bare).toContain('"Workload identity"');
+    const annotated = await installNotes({
+      ...options,
+      setString: { [mapKey(SA_ANNOTATIONS, IRSA)]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
+    });
+    expect(annotated).not.toContain('Backups authenticate by workload identity');
+    // Prod as shipped authenticates with its Secret: no such note.
+    expect(await installNotes({ values: ['values-prod.yaml'], namespace: 'social-posts-prod' })).not.toContain(
+      'Backups authenticate by workload identity',
+    );
+  });
+});
+
 describe('Backups and recovery: values that cannot work fail the render', () => {
   it.each<[string, RenderOptions, string]>([
     [
@@ -490,6 +626,24 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
       'a compression base backups do not have',
       withBackup({ 'backup.data.compression': 'zstd' }),
       '/backup/data/compression',
+    ],
+    [
+      "Azure's client id is on the ServiceAccount but the pods lack azure.workload.identity/use",
+      {
+        ...withBackup({
+          'backup.objectStore.provider': 'azure',
+          'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
+          'backup.objectStore.existingSecret': '',
+          'backup.objectStore.azure.inheritFromAzureAD': 'true',
+        }),
+        setString: { [mapKey(SA_ANNOTATIONS, AZURE_CLIENT)]: '00000000-0000-0000-0000-000000000000' },
+      },
+      'cnpg.cluster.serviceAccount.annotations names azure.workload.identity/client-id but cnpg.cluster.inheritedLabels lacks azure.workload.identity/use: "true"',
+    ],
+    [
+      'a pod label is given as a boolean, not a string',
+      { ...withBackup({}), set: { ...withBackup({}).set, [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' } },
+      '/cnpg/cluster/inheritedLabels',
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     expect(await renderRefused(options)).toContain(message);
