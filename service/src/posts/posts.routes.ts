@@ -118,8 +118,7 @@ export function postsRoutes(
    * Why a post the caller would change is not there: their user deleted since the request's look-up
    * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
    */
-  const vanished = async (me: Caller<User>, id: number): Promise<ApiError> =>
-    (await me.exists()) ? postNotFound(id) : unknownCaller();
+  const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
 
   /**
    * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
