@@ -306,6 +306,7 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *       304: { $ref: '#/components/responses/NotModified' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
@@ -352,6 +353,7 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/PublicPost' } }
+ *       304: { $ref: '#/components/responses/NotModified' }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  * /posts/{id}:
@@ -368,6 +370,8 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { $ref: '#/components/schemas/Post' }
+ *       304: { $ref: '#/components/responses/NotModified' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       404: { $ref: '#/components/responses/NotFound' }
  *       422: { $ref: '#/components/responses/ValidationError' }
@@ -411,6 +415,7 @@ export const postsDocs = {
  *       - $ref: '#/components/parameters/ifMatch'
  *     responses:
  *       204: { description: Deleted; no body. }
+ *       400: { $ref: '#/components/responses/BadRequest' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }
