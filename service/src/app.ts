@@ -9,7 +9,7 @@ import { closeAfterOversizedBody } from './http/body';
 import { crossOrigin } from './http/cors';
 import { errorHandler, notFound } from './http/errors';
 import { requireHost } from './http/protocol';
-import { oneAnswerAtATime } from './http/pipelining';
+import { oneAnswerAtATime, unsentAnswersBounded } from './http/pipelining';
 import { requestLog } from './http/request-log';
 import { exactRouter } from './http/router';
 import { inSequence } from './http/sequence';
@@ -74,7 +74,9 @@ export function createApp({
       },
       metrics.httpMiddleware,
       requestLog(logger),
-      // Behind the log and metrics, which record a pipelined request abandoned while it waits.
+      // Behind the log and metrics, which record a pipelined request abandoned while it waits,
+      // and an answer whose connection is closed because it went unread.
+      unsentAnswersBounded,
       oneAnswerAtATime,
       apiHeaders,
       cors,

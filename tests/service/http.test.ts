@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import request from 'supertest';
 import { bearer, expectProblem, newPost, postsFixture } from './helpers';
 import { CONTRACT_OPERATIONS } from '../../tools/harness/contract';
@@ -276,5 +278,37 @@ describe('Documentation', () => {
       expect.arrayContaining(['200', '401', '403', '404', '422']),
     );
     expect(doc.paths['/posts/']?.get?.security).toBeDefined();
+  });
+
+  test("When docs/api.md's status table is read, then each call lists exactly the statuses /openapi.json gives it", async () => {
+    const doc = (await request(svc.app).get('/openapi.json').expect(200)).body as {
+      paths: Record<string, Record<string, { responses?: Record<string, unknown> }>>;
+    };
+    const table = readFileSync(resolve(__dirname, '../../docs/api.md'), 'utf8')
+      .split('\n')
+      .filter((line) => /^\| `(GET|POST|PUT|DELETE)/.test(line));
+    const documented = new Map<string, string[]>();
+    for (const line of table) {
+      const [call = '', success = '', errors = ''] = line.split(' | ');
+      // `GET`/`HEAD /healthz/live`, `/healthz/ready` names two paths; the others one (`/posts` is an alias).
+      const method = /^\| `(GET|POST|PUT|DELETE)/.exec(call)?.[1] ?? '';
+      const paths = call.startsWith('| `GET`/`HEAD')
+        ? [...call.matchAll(/(\/healthz\/\w+)/g)].map((m) => m[1] ?? '')
+        : [/^\| `\w+ (\S+)`/.exec(call)?.[1] ?? ''];
+      const statuses = [...`${success} ${errors}`.matchAll(/\b([1-5]\d\d)\b/g)].map((m) => m[1] ?? '');
+      for (const path of paths) documented.set(`${method} ${path}`, [...new Set(statuses)].sort());
+    }
+    const openapi = new Map<string, string[]>();
+    for (const [path, item] of Object.entries(doc.paths))
+      for (const [method, operation] of Object.entries(item))
+        if (operation.responses)
+          openapi.set(`${method.toUpperCase()} ${path}`, Object.keys(operation.responses).sort());
+    // The probes' row lists what either probe answers.
+    const probes = [
+      ...new Set([...(openapi.get('GET /healthz/live') ?? []), ...(openapi.get('GET /healthz/ready') ?? [])]),
+    ].sort();
+    openapi.set('GET /healthz/live', probes);
+    openapi.set('GET /healthz/ready', probes);
+    expect(Object.fromEntries(documented)).toEqual(Object.fromEntries(openapi));
   });
 });

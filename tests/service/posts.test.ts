@@ -1,5 +1,13 @@
 import request from 'supertest';
-import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
+import {
+  bearer,
+  expectProblem,
+  newAccount,
+  newPost,
+  uniqueToken,
+  type Account,
+  postsFixture,
+} from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
 
 interface OwnerBody {
@@ -120,6 +128,25 @@ describe('POST /posts/', () => {
     expect(body.votes).toBe(0);
   });
 
+  test('When title and content carry tabs, line breaks, 3-byte characters and emoji, then 201 and they come back exactly', async () => {
+    const title = `${token()}\t\u20ac \u{1F600}`;
+    const content = 'line one\r\nline two\n\ttabbed \u20ac\u2028\u{1F600}';
+    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content });
+    expect(res.status).toBe(201);
+    const read = (await getPost(alice, (res.body as PostBody).id)).body as PostBody;
+    expect([read.title, read.content]).toEqual([title, content]);
+  });
+
+  test('When the content has a control character, then the 422 says which characters are refused', async () => {
+    const res = await api().post('/posts/').set(bearer(alice)).send({ title: 'x', content: 'a\u0001b' });
+    expect(expectProblem(res, 422).errors).toEqual([
+      {
+        field: 'content',
+        message: 'content must not contain control characters other than tab, line feed and carriage return',
+      },
+    ]);
+  });
+
   test('When a title of exactly 300 characters and content of exactly 20,000 are sent, then 201', async () => {
     const title = `${token()} `.padEnd(300, 'x');
     const content = 'c'.repeat(20_000);
@@ -139,6 +166,12 @@ describe('POST /posts/', () => {
     ['content has 20,001 characters', { title: 'x', content: 'c'.repeat(20_001) }, 'content'],
     ['title contains a NUL character', { title: 'a\u0000b', content: 'x' }, 'title'],
     ['content contains a NUL character', { title: 'x', content: 'a\u0000b' }, 'content'],
+    ['title contains an escape character (ESC)', { title: 'a\u001b[31mb', content: 'x' }, 'title'],
+    ['content contains U+0001', { title: 'x', content: 'a\u0001b' }, 'content'],
+    ['content contains DEL', { title: 'x', content: 'a\u007fb' }, 'content'],
+    ['content contains a C1 control (U+0085)', { title: 'x', content: 'a\u0085b' }, 'content'],
+    ['title contains a lone high surrogate', { title: 'a\ud800b', content: 'x' }, 'title'],
+    ['content contains a lone low surrogate', { title: 'x', content: '\udfffa' }, 'content'],
     ['published is not a boolean', { title: 'x', content: 'y', published: 'yes' }, 'published'],
     ['published is the string "true"', { title: 'x', content: 'y', published: 'true' }, 'published'],
     ['title is a number', { title: 42, content: 'x' }, 'title'],
@@ -298,6 +331,8 @@ describe('PUT /posts/{id}', () => {
     ['content has 20,001 characters', { title: 'x', content: 'c'.repeat(20_001) }],
     ['title contains NUL', { title: '\u0000', content: 'x' }],
     ['content contains NUL', { title: 'x', content: 'ok\u0000' }],
+    ['title contains U+0001', { title: 'a\u0001', content: 'x' }],
+    ['content contains a lone surrogate', { title: 'x', content: 'ok\ud83d' }],
     ['published is not a boolean', { title: 'x', content: 'y', published: 1 }],
     ['title is a number', { title: 7, content: 'x' }],
   ])('When %s on update, then 422 and the post is unchanged', async (_label, payload) => {
@@ -820,5 +855,38 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
     await update(created.id, undefined, 'One').expect(200);
     await update(created.id, undefined, 'Two').expect(200);
     expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Two');
+  });
+});
+
+describe('The largest answer', () => {
+  // docs/security.md, "Memory per connection": what the process may hold per answer rests on it.
+  const WIDEST_ALLOWED = '\u20ac';
+  const LARGEST_PAGE_BYTES = 6_200_000;
+
+  test('When 100 posts of the longest title and content in the widest characters allowed are listed, then the page stays under 6.2 MB, and wider ones are refused', async () => {
+    // Six bytes each in JSON (\u0001, \ud800): refused, so they never widen a page.
+    for (const wider of ['\u0001', '\u001f', '\ud800'])
+      expectProblem(
+        await api()
+          .post('/posts/')
+          .set(bearer(alice))
+          .send({ title: 'x', content: wider.repeat(16_000) }),
+        422,
+      );
+    // The longest address the e-mail rule accepts (254 characters), which the signed-in list carries.
+    const address = `${'w'.repeat(64)}@${'d'.repeat(60)}.${'e'.repeat(60)}.${'f'.repeat(59)}.example`;
+    const wide = await newAccount(service.app, address);
+    // A word of its own at the title's start, so the page holds these posts alone.
+    const word = token();
+    for (let i = 0; i < 100; i++)
+      await newPost(service.app, wide, {
+        title: `${word} `.padEnd(300, WIDEST_ALLOWED),
+        content: WIDEST_ALLOWED.repeat(20_000),
+      });
+    const page = await api().get(`/posts/?limit=100&search=${word}`).set(bearer(alice)).expect(200);
+    const bytes = Buffer.byteLength(page.text);
+    expect((page.body as PostBody[]).every((post) => post.owner.email === address)).toBe(true);
+    expect(bytes).toBeGreaterThan(6_100_000);
+    expect(bytes).toBeLessThan(LARGEST_PAGE_BYTES);
   });
 });

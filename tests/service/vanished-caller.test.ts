@@ -5,7 +5,16 @@
  * user just before the row is written.
  */
 import request from 'supertest';
-import { bearer, expectProblem, newAccount, newPost, postsFixture, type Account } from './helpers';
+import { pollUntil } from '../../tools/harness/poll';
+import {
+  bearer,
+  expectProblem,
+  newAccount,
+  newPost,
+  postsFixture,
+  usingPostgres,
+  type Account,
+} from './helpers';
 
 const { service, owner } = postsFixture(['owner']);
 
@@ -121,5 +130,142 @@ test.each(['PUT', 'DELETE'] as const)(
     }
     expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
     expect(await userExists(author)).toBe(true);
+  },
+);
+
+test('When the caller is deleted (their votes with them) just before their vote is withdrawn, then 401, not 404', async () => {
+  const post = await newPost(service.app, owner);
+  const doomed = await newAccount(service.app);
+  await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 }).expect(201);
+  const drop = await deleteBefore('votes', 'DELETE', { skip: true });
+  let res: request.Response;
+  try {
+    res = await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 0 });
+  } finally {
+    await drop();
+  }
+  expectUnknownCaller(res);
+  expect(await userExists(doomed)).toBe(false);
+  const read = await api().get(`/posts/${post.id}`).set(bearer(owner)).expect(200);
+  expect((read.body as { votes: number }).votes).toBe(0);
+});
+
+/** The post's ETag as its owner reads it now, for an If-Match. */
+const etagOf = async (account: Account, postId: number): Promise<string> =>
+  String((await api().get(`/posts/${postId}`).set(bearer(account)).expect(200)).headers.etag);
+
+test.each([
+  ['PUT', 'UPDATE'],
+  ['DELETE', 'DELETE'],
+] as const)(
+  'When the caller is deleted (their posts with them) just before their conditional (If-Match) %s lands, then 401, not 404 or 412',
+  async (method, event) => {
+    const doomed = await newAccount(service.app);
+    const post = await newPost(service.app, doomed);
+    const tag = await etagOf(doomed, post.id);
+    const drop = await deleteBefore('posts', event, { skip: true });
+    let res: request.Response;
+    try {
+      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
+      res = await req.set(bearer(doomed)).set('If-Match', tag).send({ title: 'edited', content: 'c' });
+    } finally {
+      await drop();
+    }
+    expectUnknownCaller(res);
+    expect(await userExists(doomed)).toBe(false);
+  },
+);
+
+test.each(['PUT', 'DELETE'] as const)(
+  'When only the post is gone before a conditional (If-Match) %s lands (its owner remains), then 404 as before',
+  async (method) => {
+    const author = await newAccount(service.app);
+    const post = await newPost(service.app, author);
+    const tag = await etagOf(author, post.id);
+    const drop = await deleteBefore('posts', method === 'PUT' ? 'UPDATE' : 'DELETE', {
+      skip: true,
+      deletes: 'post',
+    });
+    let res: request.Response;
+    try {
+      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
+      res = await req.set(bearer(author)).set('If-Match', tag).send({ title: 'edited', content: 'c' });
+    } finally {
+      await drop();
+    }
+    expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
+    expect(await userExists(author)).toBe(true);
+  },
+);
+
+/**
+ * Sends `write` while another transaction holds `posts` locked, so the write has looked its
+ * caller up and waits at its first read of the posts; deletes the caller (their posts and votes
+ * with them) in that transaction, commits, and returns the answer. PostgreSQL only: PGlite has one
+ * session, so the write could not run beside the lock.
+ */
+async function deletedWhileWaiting(doomed: Account, write: () => request.Test): Promise<request.Response> {
+  const knex = service.db.knex;
+  const holder = await knex.transaction();
+  let answer: Promise<request.Response> | undefined;
+  try {
+    await holder.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
+    // Awaiting a supertest request is what sends it.
+    answer = Promise.resolve(write());
+    const waiting = await pollUntil(
+      async () =>
+        (
+          await knex.raw<{ rows: { n: number }[] }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+          )
+        ).rows[0]?.n ?? 0,
+      (n) => n > 0,
+      { withinMs: 1500, everyMs: 10 },
+    );
+    expect(waiting.held).toBe(true);
+    await holder('users').where('id', doomed.user.id).delete();
+    await holder.commit();
+  } finally {
+    if (!holder.isCompleted()) await holder.rollback();
+  }
+  return answer;
+}
+
+const onPostgres = usingPostgres() ? test : test.skip;
+
+onPostgres.each([
+  ['a vote on their own draft', 'vote-draft'],
+  ['withdrawing a vote they never cast', 'withdraw'],
+  ['a PUT of their post', 'put'],
+  ['a DELETE of their post', 'delete'],
+  ['a conditional (If-Match) PUT of their post', 'put-if-match'],
+  ['a conditional (If-Match) DELETE of their post', 'delete-if-match'],
+] as const)(
+  'When the caller is deleted while %s waits to read the posts, then 401, not 404',
+  async (_what, write) => {
+    const doomed = await newAccount(service.app);
+    const own = await newPost(service.app, doomed, { published: write !== 'vote-draft' });
+    const others = await newPost(service.app, owner);
+    const tag = await etagOf(doomed, own.id);
+    const edit = { title: 'edited', content: 'c' };
+    const res = await deletedWhileWaiting(doomed, () => {
+      const as = bearer(doomed);
+      switch (write) {
+        case 'vote-draft':
+          return api().post('/votes/').set(as).send({ post_id: own.id, dir: 1 });
+        case 'withdraw':
+          return api().post('/votes/').set(as).send({ post_id: others.id, dir: 0 });
+        case 'put':
+          return api().put(`/posts/${own.id}`).set(as).send(edit);
+        case 'delete':
+          return api().delete(`/posts/${own.id}`).set(as);
+        case 'put-if-match':
+          return api().put(`/posts/${own.id}`).set(as).set('If-Match', tag).send(edit);
+        case 'delete-if-match':
+          return api().delete(`/posts/${own.id}`).set(as).set('If-Match', tag);
+      }
+    });
+    expectUnknownCaller(res);
+    expect(await userExists(doomed)).toBe(false);
   },
 );

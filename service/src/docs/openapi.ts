@@ -116,11 +116,15 @@ const definition = (parts: readonly DocsPart[]) => {
       headers: merged(parts.map((part) => part.headers)),
       responses: {
         BadRequest: response(
-          'The body is not valid JSON, does not decompress as its Content-Encoding says, or the path is badly encoded.',
+          'The body is not valid JSON, does not decompress as its Content-Encoding says or is cut short, or the path is badly percent-encoded.',
           400,
           'Bad Request',
           'The request body is not valid JSON',
         ),
+        NotModified: {
+          description:
+            'The answer is unchanged since the `ETag` the request repeats in `If-None-Match`: no body.',
+        },
         Unauthorized: {
           description:
             'No token (`Not authenticated`), or a bad, expired or foreign-signed token, one whose claims are missing or out of range, or its user is gone (`Could not validate credentials`).',

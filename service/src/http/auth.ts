@@ -36,8 +36,11 @@ export interface TokenChecks {
 export interface Caller<U extends Identified> {
   /** Their user, looked up before the route ran. */
   readonly user: U;
-  /** Whether that user still exists: a write that found the caller's rows gone asks (401 if not). */
-  exists(): Promise<boolean>;
+  /**
+   * `answer` (a 404 or 409 the caller's own rows decided) while their user exists, else 401: their
+   * rows may be missing because the user was deleted since the look-up. Asked only on such answers.
+   */
+  unlessGone(answer: ApiError): Promise<ApiError>;
 }
 
 /**
@@ -166,7 +169,10 @@ export function requireAuth<U extends Identified>(
             next(unknownCaller());
             return;
           }
-          callers.set(req, { user, exists: () => exists(id) });
+          callers.set(req, {
+            user,
+            unlessGone: async (answer) => ((await exists(id)) ? answer : unknownCaller()),
+          });
           next();
         }, next);
       });

@@ -30,7 +30,7 @@ export function sendJson(res: Response, body: unknown): void {
   else res.end(text.length > COPY_FREE_CHARS ? Buffer.from(text) : text);
 }
 
-/** Above this many characters an answer is sent as bytes (a page of 100 posts is up to ~2 MB). */
+/** Above this many characters an answer is sent as bytes (a page of 100 posts is up to ~6 MB). */
 const COPY_FREE_CHARS = 64 * 1024;
 
 /**

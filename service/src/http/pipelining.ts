@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { RequestHandler, Response } from 'express';
 
@@ -20,13 +21,20 @@ export const MAX_WAITING_PER_CONNECTION = 32;
 
 /**
  * Pipelined requests being answered at once in the whole process. The answer before one was
- * handed to the operating system, not necessarily read: a client that reads nothing has the
- * kernel's socket buffers fill with its first answers, and the next one then stays in this
- * process until the client reads or the connection times out. So these, each at most the largest
- * answer (~2 MB), are what never-reading clients can make the process hold, however many
- * connections they open; requests that are not pipelined never wait for them.
+ * handed to the operating system, not necessarily read, so each of these, up to the largest
+ * answer (about 6 MB: docs/security.md), may stay here until its client reads; requests that are
+ * not pipelined never wait for them. UNSENT_ANSWER_BYTES bounds what all answers hold together.
  */
 export const PIPELINED_ANSWERS_AT_ONCE = 16;
+
+/**
+ * The bytes of ended answers the process holds, not yet taken by the operating system, beyond
+ * which the connection whose answer has waited longest is closed. The kernel takes a few
+ * megabytes of a connection whose client does not read; the rest stays here until the client
+ * reads or the connection times out, so without a bound each such connection holds up to the
+ * largest answer, and a hundred of them exceed the pod's memory limit.
+ */
+export const UNSENT_ANSWER_BYTES = 64 * 2 ** 20;
 
 const waiting = new WeakMap<Socket, number>();
 let answering = 0;
@@ -37,6 +45,45 @@ function answered(): void {
   answering--;
   queued.shift()?.();
 }
+
+/** Ended answers not yet taken by the operating system, oldest first, and their bytes. */
+const unsent = new Map<ServerResponse, number>();
+let unsentBytes = 0;
+
+function taken(res: ServerResponse): void {
+  const bytes = unsent.get(res);
+  if (bytes === undefined) return;
+  unsent.delete(res);
+  unsentBytes -= bytes;
+}
+
+/**
+ * Counts each answer the process still holds once its route has ended it (every byte the
+ * connection has not handed to the operating system), until it is taken ('finish') or its
+ * connection closes; past UNSENT_ANSWER_BYTES the oldest answers' connections are closed (499 in
+ * the request log: their clients had not read them). A client that reads keeps nothing here for
+ * long; the proxy in front reads every answer at once.
+ */
+export const unsentAnswersBounded: RequestHandler = (_req, res, next) => {
+  res.once('prefinish', () => {
+    const bytes = res.socket?.writableLength ?? 0;
+    if (bytes === 0 || res.writableFinished) return;
+    unsent.set(res, bytes);
+    unsentBytes += bytes;
+    res.once('finish', () => {
+      taken(res);
+    });
+    res.once('close', () => {
+      taken(res);
+    });
+    for (const [oldest] of unsent) {
+      if (unsentBytes <= UNSENT_ANSWER_BYTES) break;
+      taken(oldest);
+      oldest.destroy();
+    }
+  });
+  next();
+};
 
 /**
  * One answer at a time per connection. Node parses every pipelined request it has read and hands

@@ -118,8 +118,7 @@ export function postsRoutes(
    * Why a post the caller would change is not there: their user deleted since the request's look-up
    * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
    */
-  const vanished = async (me: Caller<User>, id: number): Promise<ApiError> =>
-    (await me.exists()) ? postNotFound(id) : unknownCaller();
+  const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
 
   /**
    * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
@@ -307,6 +306,7 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/Post' } }
+ *       304: { $ref: '#/components/responses/NotModified' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
@@ -353,6 +353,7 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { type: array, items: { $ref: '#/components/schemas/PublicPost' } }
+ *       304: { $ref: '#/components/responses/NotModified' }
  *       422: { $ref: '#/components/responses/ListValidationError' }
  *       503: { $ref: '#/components/responses/ServiceUnavailable' }
  * /posts/{id}:
@@ -369,6 +370,8 @@ export const postsDocs = {
  *         content:
  *           application/json:
  *             schema: { $ref: '#/components/schemas/Post' }
+ *       304: { $ref: '#/components/responses/NotModified' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       404: { $ref: '#/components/responses/NotFound' }
  *       422: { $ref: '#/components/responses/ValidationError' }
@@ -412,6 +415,7 @@ export const postsDocs = {
  *       - $ref: '#/components/parameters/ifMatch'
  *     responses:
  *       204: { description: Deleted; no body. }
+ *       400: { $ref: '#/components/responses/BadRequest' }
  *       401: { $ref: '#/components/responses/Unauthorized' }
  *       403: { $ref: '#/components/responses/Forbidden' }
  *       404: { $ref: '#/components/responses/NotFound' }

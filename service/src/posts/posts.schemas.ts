@@ -2,7 +2,16 @@ import Joi from 'joi';
 import { idSchema, nulError } from '../http/validation';
 import { CURSOR_MAX_LENGTH, decodeCursor, type Position } from './posts.cursor';
 
-/** Text PostgreSQL can store (no NUL) and that is not only whitespace. */
+/** A control character other than tab, line feed and carriage return (NUL has a message of its own). */
+const CONTROL = /(?![\t\n\r])\p{Cc}/u;
+/** Half of a surrogate pair without the other: no character, and UTF-8 cannot store it as sent. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * Text that is not only whitespace and that PostgreSQL stores as sent (no NUL, no lone surrogate),
+ * without control characters but tab and line breaks: each would be six bytes (`\u0001`) in every
+ * answer that carries it, which would make the largest page (docs/security.md) nearly twice as large.
+ */
 function text(max: number): Joi.StringSchema {
   return Joi.string()
     .min(1)
@@ -10,10 +19,22 @@ function text(max: number): Joi.StringSchema {
     .custom((value: string, helpers) => {
       const nul = nulError(value, helpers);
       if (nul) return nul;
+      if (CONTROL.test(value))
+        return helpers.message({
+          custom:
+            '{#label} must not contain control characters other than tab, line feed and carriage return',
+        });
+      if (LONE_SURROGATE.test(value))
+        return helpers.message({
+          custom:
+            '{#label} must not contain a lone surrogate (\\uD800 to \\uDFFF without its pair): it is not a character',
+        });
       if (value.trim() === '') return helpers.message({ custom: '{#label} must not be blank' });
       return value;
     })
-    .description('Not blank; no NUL.');
+    .description(
+      'Not blank; no control characters but tab, line feed and carriage return; no lone surrogates.',
+    );
 }
 
 // Each schema validates the request, names its OpenAPI component (`className`, read by

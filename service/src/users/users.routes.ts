@@ -154,6 +154,7 @@ export const usersDocs = {
  *         content:
  *           application/json:
  *             schema: { $ref: '#/components/schemas/Token' }
+ *       400: { $ref: '#/components/responses/BadRequest' }
  *       403: { $ref: '#/components/responses/InvalidCredentials' }
  *       413: { $ref: '#/components/responses/PayloadTooLarge' }
  *       415: { $ref: '#/components/responses/UnsupportedMediaType' }

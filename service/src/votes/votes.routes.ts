@@ -26,20 +26,27 @@ export function votesRoutes(
     .route('/votes/')
     .post(auth.required, ...jsonBody, async (req, res) => {
       const vote = validate(voteInput, req.body, 'body');
-      const { user } = auth.caller(req);
+      const me = auth.caller(req);
+      const userId = me.user.id;
+      // The caller's deletion since the look-up takes their drafts and votes with it: each 404 and
+      // 409 below is 401 if their user is gone (unlessGone), a query only on those answers.
+      const missingPost = () => me.unlessGone(postNotFound(vote.post_id));
       // A post the caller cannot read cannot be voted on either.
-      if (!(await postVisible(vote.post_id, user.id))) throw postNotFound(vote.post_id);
+      if (!(await postVisible(vote.post_id, userId))) throw await missingPost();
 
       if (vote.dir === 1) {
-        const outcome = await addVote(db, user.id, vote.post_id);
-        if (outcome === 'no-post') throw postNotFound(vote.post_id);
+        const outcome = await addVote(db, userId, vote.post_id);
+        if (outcome === 'no-post') throw await missingPost();
         if (outcome === 'no-user') throw unknownCaller();
         if (outcome === 'exists')
-          throw new ApiError(409, `user ${user.id} has already voted on post ${vote.post_id}`);
+          throw await me.unlessGone(
+            new ApiError(409, `user ${userId} has already voted on post ${vote.post_id}`),
+          );
         sendJson(res.status(201), { message: 'successfully added vote' });
         return;
       }
-      if (!(await removeVote(db, user.id, vote.post_id))) throw new ApiError(404, 'Vote does not exist');
+      if (!(await removeVote(db, userId, vote.post_id)))
+        throw await me.unlessGone(new ApiError(404, 'Vote does not exist'));
       sendJson(res.status(201), { message: 'successfully deleted vote' });
     })
     .all(methodNotAllowed(['POST']));

@@ -1,0 +1,121 @@
+/**
+ * Issue 29: failed logins slowed unrelated requests. bcrypt and request decompression (zlib) share
+ * libuv's four threads; without a bound, a few clients sending wrong passwords kept every thread
+ * hashing, and each gzip-bodied request waited its turn behind them (a p50 of 7 ms became 1,159
+ * ms). PASSWORD_HASH_CONCURRENCY (2) leaves the other threads to decompression (docs/benchmarks.md,
+ * "Login and the threadpool"; the figures before and after come from `npm run bench:login`).
+ */
+import { gzipSync } from 'node:zlib';
+import {
+  account,
+  call,
+  report,
+  scratchDatabase,
+  sleep,
+  startService,
+  statusCounts,
+  type Answer,
+} from './support';
+
+/** Failed-login clients, each sending its next as soon as the last is answered. */
+const ATTACKERS = 16;
+const ATTACK_MS = 8000;
+/** What a client of a gzip-bodied write may expect while logins are refused around it, with margin. */
+const GZIP_POST_P50_MS = 1000;
+
+const p50 = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+};
+
+const database = scratchDatabase('login_starvation');
+
+test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /posts/ beside them stays quick and none fails', async () => {
+  const svc = await startService({
+    DB_NAME: database.name,
+    // The production cost (settings' default), not the suites' cheap one: it is the point here.
+    BCRYPT_ROUNDS: '12',
+  });
+  const email = 'login-starvation@example.com';
+  const token = await account(svc.base, email);
+  const body = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
+  const gzipPost = async (): Promise<Answer> => {
+    const started = performance.now();
+    const res = await fetch(`${svc.base}/posts/`, {
+      method: 'POST',
+      headers: {
+        Authorization: `Bearer ${token}`,
+        'Content-Type': 'application/json',
+        'Content-Encoding': 'gzip',
+      },
+      body,
+      signal: AbortSignal.timeout(20_000),
+    });
+    const text = await res.text();
+    return {
+      status: res.status,
+      contentType: res.headers.get('content-type') ?? '',
+      retryAfter: res.headers.get('retry-after'),
+      body: text,
+      ms: performance.now() - started,
+    };
+  };
+  // Warm the statements and the pool, then the quiet figure.
+  const quiet: number[] = [];
+  for (let i = 0; i < 10; i++) quiet.push((await gzipPost()).ms);
+
+  let running = true;
+  const failedLogins: Answer[] = [];
+  const posts: Answer[] = [];
+  const failures: string[] = [];
+  const attacker = async () => {
+    while (running) {
+      try {
+        failedLogins.push(
+          await call(svc.base, '/login', {
+            form: { username: email, password: 'not the password' },
+            timeoutMs: 30_000,
+          }),
+        );
+      } catch (error) {
+        failures.push(`login: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+  };
+  const poster = async () => {
+    // Once the logins fill the queue of hashes, not before.
+    await sleep(1000);
+    while (running) {
+      try {
+        posts.push(await gzipPost());
+      } catch (error) {
+        failures.push(`post: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+  };
+  const attackers = Array.from({ length: ATTACKERS }, attacker);
+  const writer = poster();
+  await sleep(ATTACK_MS);
+  running = false;
+  await Promise.all([...attackers, writer]);
+
+  const during = posts.map((a) => a.ms);
+  report('failed logins beside gzip-bodied posts', {
+    attackers: ATTACKERS,
+    failedLogins: statusCounts(failedLogins),
+    failedLoginP50Ms: Math.round(p50(failedLogins.map((a) => a.ms))),
+    posts: statusCounts(posts),
+    quietP50Ms: Math.round(p50(quiet)),
+    duringP50Ms: Math.round(p50(during)),
+    duringMaxMs: Math.round(Math.max(...during)),
+    failures: failures.length,
+  });
+
+  expect(failures).toEqual([]);
+  // The attack happened: logins were refused, one after another, all through it.
+  expect(failedLogins.length).toBeGreaterThanOrEqual(ATTACKERS);
+  expect(failedLogins.every((a) => a.status === 403)).toBe(true);
+  expect(posts.length).toBeGreaterThan(0);
+  expect(posts.every((a) => a.status === 201)).toBe(true);
+  expect(p50(during)).toBeLessThan(GZIP_POST_P50_MS);
+});
