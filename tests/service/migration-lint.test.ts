@@ -1,7 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Knex } from 'knex';
+import { createIndexConcurrently, dropIndexConcurrently } from '../../service/src/db/concurrent-index';
 import {
   captureMigrationSql,
   lintMigrations,
@@ -111,6 +112,36 @@ onPostgres('Migration lint', () => {
       ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+onPostgres('Migration lint of a migration outside the transaction', () => {
+  test("When a migration builds an index CONCURRENTLY with `config = { transaction: false }`, then its statements go to a file of their own, headed by the migrator's time-outs, and squawk accepts them", async () => {
+    const out = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
+    try {
+      const result = await lintMigrations({
+        out,
+        reporter: 'json',
+        extra: {
+          '29990101000006_lint_probe_concurrently': {
+            config: { transaction: false },
+            up: (knex: Knex) => createIndexConcurrently(knex, 'posts_lint_probe', 'posts (title)'),
+            down: (knex: Knex) => dropIndexConcurrently(knex, 'posts_lint_probe'),
+          },
+        },
+      });
+      const file = '29990101000006_lint_probe_concurrently.outside-transaction.sql';
+      expect(result.files.outside).toContain(file);
+      expect(result.files.inTransaction).not.toContain('29990101000006_lint_probe_concurrently.sql');
+      const sql = readFileSync(path.join(out, file), 'utf8');
+      expect(sql).toMatch(
+        /SET lock_timeout = \d+;[^]*SET statement_timeout = \d+;[^]*CREATE INDEX CONCURRENTLY IF NOT EXISTS "posts_lint_probe" ON posts \(title\);/,
+      );
+      expect(result.runs.map((run) => rulesByFile(run.output))).toEqual([{}, {}]);
+      expect(result.status).toBe(0);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
     }
   });
 });
