@@ -442,7 +442,10 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     rotation = [{ name: 'new', base: fresh.svc.base }];
     phase = 'new alone';
     log('the previous release out of rotation; SIGTERM');
-    const oldExit = await Promise.race([old.stop('SIGTERM'), sleep(60_000).then(() => old.stop('SIGKILL'))]);
+    // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
+    const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
+    const oldExit = await old.stop('SIGTERM');
+    clearTimeout(kill);
     log(`the previous release exited with ${String(oldExit)}`);
     await sleep(options.aloneMs ?? 5000);
     await load.stop();
