@@ -21,10 +21,19 @@ export interface Backfill {
 export const backfills: Backfill[] = [postVoteCounts.backfill];
 
 /**
+ * A migration module: `up`, `down` and knex's per-migration `config`. `{ transaction: false }` runs
+ * it outside the migration transaction, alone, for what cannot run in one (`CREATE INDEX
+ * CONCURRENTLY`: service/src/db/concurrent-index.ts, docs/migrations.md).
+ */
+export interface Migration extends Knex.Migration {
+  config?: { transaction?: boolean };
+}
+
+/**
  * The migrations, in order. They are imported rather than read from disk so the same list runs
  * under ts-jest, tsx and the compiled image; add each new migration file here.
  */
-export const migrations: Record<string, Knex.Migration> = {
+export const migrations: Record<string, Migration> = {
   '20261121000001_create_users': createUsers,
   '20261121000002_create_posts': createPosts,
   '20261121000003_create_votes': createVotes,

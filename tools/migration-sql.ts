@@ -14,8 +14,11 @@
  * the batch), since squawk is told the files run inside a transaction. Bindings stay the `$n`
  * placeholders pg sent (squawk parses them), with their values in a comment above the statement.
  *
- * Statements a migration sends outside any transaction go to a file of their own, linted without
- * `--assume-in-transaction`; so do the backfills' statements sent outside a transaction.
+ * Statements a migration sends outside any transaction (one exporting `config = { transaction:
+ * false }`) go to a file of their own, headed by the migrator's `SET lock_timeout` and `SET
+ * statement_timeout` before it, linted without `--assume-in-transaction`; so do the backfills'
+ * statements sent outside a transaction. Other statements outside a transaction and outside a
+ * migration (the migrator reading and restoring those settings) are the migrator's, not linted.
  * Statements that depend on rows (e.g. 20261123000004's per-address UPDATE) are not sent on an
  * empty database and so are not linted. Exits 1, with squawk's report, when squawk reports
  * anything or an exception of MIGRATION_EXCEPTIONS is no longer needed; 2 when the capture fails.
@@ -26,7 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import type { Knex } from 'knex';
-import { migrations } from '../migrations';
+import { migrations, type Migration } from '../migrations';
 import { openDatabase } from '../service/src/db/connection';
 import { startBackfills } from '../service/src/db/backfill';
 import { migrateToLatest } from '../service/src/db/migrator';
@@ -126,7 +129,7 @@ function isBookkeeping(statement: SentStatement): boolean {
  * `extra` migrations run after the shipped ones (the test's deliberately bad ones).
  */
 export async function captureMigrationSql(
-  extra: Record<string, Knex.Migration> = {},
+  extra: Record<string, Migration> = {},
 ): Promise<CapturedMigrations> {
   const shipped = { ...migrations };
   const sent: { migration: string | undefined; statement: SentStatement }[] = [];
@@ -154,7 +157,20 @@ export async function captureMigrationSql(
     const open = db.forMigrations.bind(db);
     db.forMigrations = () => {
       const connection = open();
-      recordQueries(connection.knex, (statement) => sent.push({ migration: running, statement }));
+      // The migrator's SETs before a migration it runs outside a transaction belong to that
+      // migration's file, as its SET LOCALs head the in-transaction files.
+      let setup: SentStatement[] = [];
+      recordQueries(connection.knex, (statement) => {
+        if (statement.inTransaction) return sent.push({ migration: running, statement });
+        if (running === undefined) {
+          if (/^\s*set\s/i.test(statement.sql)) setup.push(statement);
+          else sent.push({ migration: running, statement });
+          return;
+        }
+        for (const set of setup) sent.push({ migration: running, statement: set });
+        setup = [];
+        return sent.push({ migration: running, statement });
+      });
       return connection;
     };
     try {
@@ -372,7 +388,7 @@ export async function lintMigrations(
     out?: string;
     config?: string;
     reporter?: 'tty' | 'gcc' | 'json';
-    extra?: Record<string, Knex.Migration>;
+    extra?: Record<string, Migration>;
     exceptions?: Exceptions;
   } = {},
 ): Promise<SquawkResult & { files: SqlFiles; stale: string[] }> {

@@ -1,9 +1,14 @@
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
-import { migrations } from '../../migrations';
+import { migrations, type Migration } from '../../migrations';
 import * as postVoteCounts from '../../migrations/20261125000005_post_vote_counts';
 import * as backfillProgress from '../../migrations/20261126000006_backfills';
+import {
+  createIndexConcurrently,
+  dropIndexConcurrently,
+  indexState,
+} from '../../service/src/db/concurrent-index';
 import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../../service/src/db/backfill';
 import { openDatabase, type Database } from '../../service/src/db/connection';
 import { migrateDown, migrateToLatest } from '../../service/src/db/migrator';
@@ -306,6 +311,149 @@ test('When the database holds a migration this release does not know (a newer re
       expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
     } finally {
       await holder.close();
+      await db.close();
+      await fresh.drop();
+    }
+  },
+);
+
+/** Runs `work` with `extra` migrations shipped after the real ones, then ships only the real ones again. */
+async function withExtraMigrations<T>(extra: Record<string, Migration>, work: () => Promise<T>): Promise<T> {
+  Object.assign(migrations, extra);
+  try {
+    return await work();
+  } finally {
+    for (const name of Object.keys(extra)) Reflect.deleteProperty(migrations, name);
+  }
+}
+
+/** A migration that builds an index CONCURRENTLY, so runs outside the migration transaction. */
+const concurrentIndex = (name: string, definition: string): Migration => ({
+  config: { transaction: false },
+  up: (knex) => createIndexConcurrently(knex, name, definition),
+  down: (knex) => dropIndexConcurrently(knex, name),
+});
+
+/** Each migration's batch, in the order they were applied. */
+async function batches(k: Knex): Promise<Record<string, number>> {
+  const rows = await k<{ name: string; batch: number }>('knex_migrations')
+    .select('name', 'batch')
+    .orderBy('id');
+  return Object.fromEntries(rows.map((row) => [row.name, row.batch]));
+}
+
+test('When a migration exports config = { transaction: false }, then the migrations before it commit first, it runs alone outside the transaction (its CREATE INDEX CONCURRENTLY builds a valid index), each is a batch of its own, and migrate:down undoes them one by one', async () => {
+  await onMigrated(async (db) => {
+    const k = db.knex;
+    const shipped = await batches(k);
+    const extra: Record<string, Migration> = {
+      '29990101000001_scratch_notes': {
+        up: (knex) =>
+          knex.raw('CREATE TABLE scratch_notes (id bigint GENERATED ALWAYS AS IDENTITY, body text)'),
+        down: (knex) => knex.raw('DROP TABLE scratch_notes'),
+      },
+      // On a table the migration before created: built only if that one committed first.
+      '29990101000002_scratch_notes_body': concurrentIndex('scratch_notes_body', 'scratch_notes (body)'),
+      '29990101000003_scratch_tags': {
+        up: (knex) => knex.raw('CREATE TABLE scratch_tags (id bigint GENERATED ALWAYS AS IDENTITY)'),
+        down: (knex) => knex.raw('DROP TABLE scratch_tags'),
+      },
+    };
+    await withExtraMigrations(extra, async () => {
+      expect(await migrateToLatest(db, logger)).toEqual(Object.keys(extra));
+      expect(await indexState(k, 'scratch_notes_body')).toBe('valid');
+      const top = Math.max(...Object.values(shipped));
+      expect(await batches(k)).toEqual({
+        ...shipped,
+        '29990101000001_scratch_notes': top + 1,
+        '29990101000002_scratch_notes_body': top + 2,
+        '29990101000003_scratch_tags': top + 3,
+      });
+      expect(await migrateToLatest(db, logger)).toEqual([]);
+      expect(await migrateDown(db, logger)).toEqual(['29990101000003_scratch_tags']);
+      expect(await migrateDown(db, logger)).toEqual(['29990101000002_scratch_notes_body']);
+      expect(await indexState(k, 'scratch_notes_body')).toBe('missing');
+      expect(await migrateDown(db, logger)).toEqual(['29990101000001_scratch_notes']);
+      expect(await batches(k)).toEqual(shipped);
+    });
+  });
+});
+
+(usingPostgres() ? test : test.skip)(
+  'When a migration builds an index CONCURRENTLY while another session holds a long transaction writing to the table, then each try waits no longer than the lock time-out, the INVALID index a failed try leaves is dropped and built again, the index ends valid, and the table takes writes all along',
+  async () => {
+    const fresh = await freshDatabaseEnv();
+    const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
+    // Its statements may run long (the seed); how long each write takes is measured here.
+    const other = await open({ ...fresh.env, DB_STATEMENT_TIMEOUT_MS: '60000' });
+    const index = 'posts_content_trgm_scratch';
+    try {
+      await migrateToLatest(db, logger);
+      const [user] = await other
+        .knex('users')
+        .insert({ email: 'builder@example.com', password: 'x' })
+        .returning<{ id: number }[]>('id');
+      const userId = Number(user?.id);
+      // Enough rows that the trigram index takes a second or two to build, as a larger table does.
+      await other.knex.raw(
+        `INSERT INTO posts (title, content, user_id)
+         SELECT 'post ' || g, repeat('words of post ' || g || '. ', 6), ? FROM generate_series(1, 120000) g`,
+        [userId],
+      );
+      await other.knex.raw('VACUUM ANALYZE posts');
+      // A writer that holds posts for 1.5 s, as a slow request's transaction would.
+      const held = other.knex.transaction(async (trx) => {
+        await trx('posts').insert({ title: 'held', content: 'held', user_id: userId });
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+      });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const lines: string[] = [];
+      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
+      const state = { done: false };
+      const migrating = withExtraMigrations(
+        {
+          '29990101000010_posts_content_trgm': concurrentIndex(
+            index,
+            'posts USING gin (content gin_trgm_ops)',
+          ),
+        },
+        () => migrateToLatest(db, recording),
+      ).finally(() => {
+        state.done = true;
+      });
+      // Writes to posts, and what the index looks like, all through the build.
+      const writeMs: number[] = [];
+      const seen = new Set<string>();
+      while (!state.done) {
+        const started = Date.now();
+        await other
+          .knex('posts')
+          .insert({ title: 'during', content: 'written during the build', user_id: userId });
+        writeMs.push(Date.now() - started);
+        seen.add(await indexState(other.knex, index));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await held;
+      expect(await migrating).toEqual(['29990101000010_posts_content_trgm']);
+      expect(await indexState(other.knex, index)).toBe('valid');
+      const invalid = await other.knex.raw<{ rows: unknown[] }>(
+        'SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid',
+      );
+      expect(invalid.rows).toEqual([]);
+      // A try failed at the lock time-out and left the index INVALID; a later one replaced it.
+      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+      expect(seen).toContain('invalid');
+      // No write waited for the build: a plain CREATE INDEX would hold them for all of it.
+      expect(writeMs.length).toBeGreaterThan(10);
+      expect(Math.max(...writeMs)).toBeLessThan(500);
+      // Every row, the held one and those written during the build, is in the index.
+      await other.knex.raw('SET enable_seqscan = off');
+      const found = await other.knex.raw<{ rows: { n: string }[] }>(
+        "SELECT count(*) AS n FROM posts WHERE content LIKE '%during the build%' OR content = 'held'",
+      );
+      expect(Number(found.rows[0]?.n)).toBe(writeMs.length + 1);
+    } finally {
+      await other.close();
       await db.close();
       await fresh.drop();
     }

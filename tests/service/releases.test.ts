@@ -6,10 +6,14 @@ import {
   changelogProblems,
   changeProblems,
   compareSemVer,
+  migrationsAt,
   parseChangelog,
   previousRelease,
   readReleases,
+  recordedRelease,
+  treeMigrations,
   treeVersions,
+  upgradeSources,
   versionProblems,
 } from '../../tools/harness/releases';
 
@@ -31,6 +35,18 @@ describe('The releases of this tree', () => {
     expect(previous.commit).toMatch(/^[0-9a-f]{40}$/);
     expect(compareSemVer(previous.version, treeVersions().app)).toBeLessThan(0);
     expect(readReleases()).toContainEqual(previous);
+  });
+
+  it('When the upgrade suite asks which releases to upgrade from, then it gets the previous one first, and among them one whose upgrade applies migrations', () => {
+    const sources = upgradeSources();
+    expect(sources[0]?.release).toEqual(previousRelease());
+    for (const source of sources)
+      expect(source.migrations).toEqual(
+        treeMigrations().filter((name) => !migrationsAt(source.release.commit ?? '').includes(name)),
+      );
+    // So some upgrade of the suite runs migrations while the release before them serves.
+    expect(sources.some((source) => source.migrations.length > 0)).toBe(true);
+    expect(sources.length).toBe(sources[0]?.migrations.length === 0 ? 2 : 1);
   });
 });
 
@@ -279,6 +295,30 @@ describe('The release checks on a repository of the same shape', () => {
       expect(allProblems(root)).toEqual([]);
     },
   );
+
+  it('When the previous release ships every migration of the tree, then the suite also upgrades from the newest release that lacks some; once the tree adds one, from the previous release alone', () => {
+    const root = releasedRepository();
+    write(root, 'migrations/20260101000001_a.ts', 'export {};\n');
+    write(root, 'migrations/index.ts', 'export {};\n');
+    prepare110(root);
+    git(root, 'add', '-A');
+    git(root, 'commit', '-qm', 'Release 1.1.0');
+    const commit = git(root, 'rev-parse', 'HEAD');
+    edit(root, 'CHANGELOG.md', (t) => t.replace('commit pending', `commit ${commit}`));
+    // 1.2.0 in preparation, without a migration of its own.
+    edit(root, 'package.json', (t) => t.replace('"version": "1.1.0"', '"version": "1.2.0"'));
+    const from = () => upgradeSources(root).map((s) => [s.release.version, s.why, s.migrations]);
+    expect(from()).toEqual([
+      ['1.1.0', 'previous release', []],
+      ['1.0.0', 'newest release with other migrations', ['20260101000001_a']],
+    ]);
+    write(root, 'migrations/20260102000002_b.ts', 'export {};\n');
+    expect(from()).toEqual([['1.1.0', 'previous release', ['20260102000002_b']]]);
+    expect(recordedRelease('1.0.0', root).commit).toMatch(/^[0-9a-f]{40}$/);
+    expect(() => recordedRelease('0.9.0', root)).toThrow(
+      'no release 0.9.0 with a commit (recorded: 1.1.0, 1.0.0)',
+    );
+  });
 
   it("When the recorded release's commit is not in the clone, then the check says to fetch full history", () => {
     const root = releasedRepository();

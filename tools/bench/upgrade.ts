@@ -1,12 +1,14 @@
 /**
- * `npm run bench:upgrade -- [--posts 1000000] [--votes 1000000] [--rate 90] [--both 8] [--alone 5]`
+ * `npm run bench:upgrade -- [--from <version>] [--posts 1000000] [--votes 1000000] [--rate 90] [--both 8] [--alone 5]`
  *
- * The rolling upgrade of tests/reliability/upgrade.test.ts at production size: the previous release
+ * The rolling upgrade of tests/reliability/upgrade.test.ts at production size: a recorded release
  * serves a database of `--posts` posts and about `--votes` votes under steady mixed traffic of
  * `--rate` requests/s, this release starts beside it and migrates, both serve `--both` s, the old
  * one is stopped, this one serves alone `--alone` s. Prints what clients saw (failed answers,
  * slowest answer), how long this release took to be ready, how long its vote-count backfill took,
- * and whether every write and count held; exits 1 when any of it missed its budget.
+ * and whether every write and count held; exits 1 when any of it missed its budget. `--from`
+ * names the release to upgrade from (one CHANGELOG.md records with a commit); without it, each
+ * release the suite upgrades from (releases.ts `upgradeSources`), one after the other.
  */
 import { benchServiceEnv } from '../harness/seed';
 import {
@@ -16,6 +18,7 @@ import {
   summary,
   type UpgradeResult,
 } from '../harness/upgrade-drill';
+import { recordedRelease, upgradeSources, type Release } from '../harness/releases';
 import { stopAll } from '../harness/service';
 
 function option(name: string, fallback: string): string {
@@ -27,6 +30,7 @@ const votes = Number(option('votes', String(posts)));
 const perSecond = Number(option('rate', '90'));
 const bothMs = Number(option('both', '8')) * 1000;
 const aloneMs = Number(option('alone', '5')) * 1000;
+const from = option('from', '');
 
 const log = (line: string) => {
   process.stdout.write(`[bench:upgrade] ${line}\n`);
@@ -74,9 +78,11 @@ function verdicts(result: UpgradeResult): [string, boolean, string][] {
   ];
 }
 
-async function main(): Promise<void> {
+/** One upgrade from `release`, printed; whether it kept every budget. */
+async function upgradeFrom(release: Release): Promise<boolean> {
   const began = Date.now();
   const result = await runUpgrade({
+    release,
     posts,
     votes,
     perSecond,
@@ -104,13 +110,13 @@ async function main(): Promise<void> {
   log(
     `failed by phase: ${JSON.stringify(f.failedByPhase)}; slowest by phase (ms): ${JSON.stringify(f.slowestByPhase)}`,
   );
-  // The yardstick: what the previous release alone gave before anything was upgraded.
+  // The yardstick: what the old release alone gave before anything was upgraded.
   const baselineOk =
     f.failedByPhase['old alone'] === 0 && (f.slowestByPhase['old alone'] ?? 0) <= ANSWER_BUDGET_MS;
   log(
     baselineOk
-      ? 'the previous release alone kept the budget: what follows is the upgrade'
-      : 'the previous release alone already missed the budget: this host is too busy for this rate (--rate)',
+      ? `${result.release.version} alone kept the budget: what follows is the upgrade`
+      : `${result.release.version} alone already missed the budget: this host is too busy for this rate (--rate)`,
   );
   for (const [what, n] of Object.entries(f.failures)) log(`  ${String(n)} × ${what}`);
   for (const [what, n] of Object.entries(f.logged)) log(`  logged ${String(n)} × ${what}`);
@@ -122,6 +128,18 @@ async function main(): Promise<void> {
   }
   process.stdout.write(`${JSON.stringify(summary(result))}\n`);
   log(`${((Date.now() - began) / 1000).toFixed(0)} s in all`);
+  return ok;
+}
+
+async function main(): Promise<void> {
+  if (process.argv.includes('--from') && (!from || from.startsWith('--')))
+    throw new Error('--from needs a version, one CHANGELOG.md records with a commit');
+  const releases = from ? [recordedRelease(from)] : upgradeSources().map((source) => source.release);
+  let ok = true;
+  for (const release of releases) {
+    log(`upgrading from ${release.version}`);
+    ok = (await upgradeFrom(release)) && ok;
+  }
   process.exitCode = ok ? 0 : 1;
 }
 

@@ -5,7 +5,7 @@
  * The record lives in the file, not in git tags, because a clone may arrive without tags.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { parse as parseYaml } from 'yaml';
@@ -173,6 +173,76 @@ export function previousRelease(root: string = ROOT): Release {
   );
   if (!previous) throw new Error(`CHANGELOG.md records no release before ${String(current)} with a commit`);
   return previous;
+}
+
+/** A recorded release by its version; throws naming the ones there are when it has no commit recorded. */
+export function recordedRelease(version: string, root: string = ROOT): Release {
+  const recorded = readReleases(root).filter((release) => release.commit !== null);
+  const found = recorded.find((release) => release.version === version);
+  if (!found)
+    throw new Error(
+      `CHANGELOG.md records no release ${version} with a commit (recorded: ${recorded.map((r) => r.version).join(', ')})`,
+    );
+  return found;
+}
+
+/** A migration's file name: the ones migrations/index.ts lists, without the index itself. */
+const MIGRATION_FILE = /^(\d+_\w+)\.ts$/;
+
+const migrationNames = (files: string[]): string[] =>
+  files.flatMap((file) => MIGRATION_FILE.exec(path.basename(file))?.[1] ?? []).sort();
+
+/** The migrations a commit ships, by name. */
+export function migrationsAt(commit: string, root: string = ROOT): string[] {
+  return migrationNames(git(root, ['ls-tree', '--name-only', commit, 'migrations/']).split('\n'));
+}
+
+/** The migrations this tree ships, by name. */
+export function treeMigrations(root: string = ROOT): string[] {
+  const folder = path.join(root, 'migrations');
+  return existsSync(folder) ? migrationNames(readdirSync(folder)) : [];
+}
+
+export interface UpgradeSource {
+  release: Release;
+  /** This tree's migrations the release does not have: what the upgrade from it applies. */
+  migrations: string[];
+  /** Why the suite upgrades from it. */
+  why: 'previous release' | 'newest release with other migrations';
+}
+
+/**
+ * The releases the upgrade suite upgrades from: the previous release, as a rolling upgrade by one
+ * release does; and, when the upgrade from it applies no migration, also the newest recorded release
+ * that lacks some of this tree's migrations, as an operator who skipped releases upgrades, so that
+ * one upgrade always migrates under traffic.
+ */
+export function upgradeSources(root: string = ROOT): UpgradeSource[] {
+  const tree = treeMigrations(root);
+  const differing = (release: Release): string[] => {
+    const theirs = new Set(migrationsAt(release.commit as string, root));
+    return tree.filter((name) => !theirs.has(name));
+  };
+  const previous = previousRelease(root);
+  const sources: UpgradeSource[] = [
+    { release: previous, migrations: differing(previous), why: 'previous release' },
+  ];
+  if (sources[0]?.migrations.length !== 0) return sources;
+  const current = packageJson(root).version;
+  const older = readReleases(root).find(
+    (release) =>
+      release.commit !== null &&
+      release.version !== current &&
+      release.version !== previous.version &&
+      differing(release).length > 0,
+  );
+  if (older)
+    sources.push({
+      release: older,
+      migrations: differing(older),
+      why: 'newest release with other migrations',
+    });
+  return sources;
 }
 
 interface PackageJson {

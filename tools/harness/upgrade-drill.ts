@@ -1,7 +1,8 @@
 /**
  * A rolling upgrade with the real parts, as a Deployment with maxSurge 1 and maxUnavailable 0
- * makes it: the previous release (built from the commit CHANGELOG.md records) serves a seeded
- * database under steady mixed traffic; this release starts beside it and migrates; both serve;
+ * makes it: a recorded release (the previous one by default, or another of releases.ts
+ * `upgradeSources`; built from the commit CHANGELOG.md records) serves a seeded database under
+ * steady mixed traffic; this release starts beside it and migrates; both serve;
  * the previous one leaves the rotation and is stopped; this one serves alone. What clients saw,
  * what the database kept and what the counts say afterwards is the record the suite asserts on
  * (tests/reliability/upgrade.test.ts) and the benchmark prints (tools/bench/upgrade.ts).
@@ -96,6 +97,8 @@ export async function startRelease(cwd: string, env: NodeJS.ProcessEnv, withinMs
 }
 
 export interface UpgradeOptions {
+  /** The release to upgrade from (default: the previous release). */
+  release?: Release;
   posts: number;
   votes: number;
   /** The environment both releases get on `database` (same SECRET_KEY, LOG_LEVEL info, PORT 0). */
@@ -356,7 +359,7 @@ async function seedPrevious(
  */
 export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult> {
   const log = options.log ?? (() => undefined);
-  const release = previousRelease();
+  const release = options.release ?? previousRelease();
   const dir = buildRelease(release);
   const database = await createScratchDatabase('sp_upgrade');
   const k = knex({
@@ -439,7 +442,10 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
     rotation = [{ name: 'new', base: fresh.svc.base }];
     phase = 'new alone';
     log('the previous release out of rotation; SIGTERM');
-    const oldExit = await Promise.race([old.stop('SIGTERM'), sleep(60_000).then(() => old.stop('SIGKILL'))]);
+    // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
+    const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
+    const oldExit = await old.stop('SIGTERM');
+    clearTimeout(kill);
     log(`the previous release exited with ${String(oldExit)}`);
     await sleep(options.aloneMs ?? 5000);
     await load.stop();
@@ -567,13 +573,15 @@ export interface OldOnNewResult {
  * connection holds its prepared statements, as after days of service.
  */
 export async function runOldOnNewSchema(options: {
+  /** The release that keeps serving (default: the previous release). */
+  release?: Release;
   posts: number;
   env: (database: string) => NodeJS.ProcessEnv;
   passwordRounds: number;
   log?: (line: string) => void;
 }): Promise<OldOnNewResult> {
   const log = options.log ?? (() => undefined);
-  const release = previousRelease();
+  const release = options.release ?? previousRelease();
   const dir = buildRelease(release);
   const database = await createScratchDatabase('sp_upgrade_old');
   const k = knex({

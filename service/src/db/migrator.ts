@@ -87,27 +87,140 @@ async function withMigrationConnection<T>(
 }
 
 /**
- * Brings the schema up to date, all pending migrations in one transaction (a failure leaves the
- * schema as it was); returns the names it applied. A statement that waits past lock_timeout for a
- * table rolls the whole transaction back, releasing the locks it took, and it is tried again after
- * a growing pause (with jitter, so replicas do not retry in step) until DB_MIGRATION_TIMEOUT_MS.
+ * Brings the schema up to date; returns the names it applied. Pending migrations run together in
+ * one transaction (a failure leaves the schema as it was), except one whose module exports
+ * `config = { transaction: false }` (knex's convention): the ones before it commit first, then it
+ * runs alone, outside any transaction, while the lock is held (runOutside). A statement that waits
+ * past lock_timeout for a table rolls back what the step had done, releasing the locks it took,
+ * and the step is tried again after a growing pause (with jitter, so replicas do not retry in
+ * step) until DB_MIGRATION_TIMEOUT_MS.
  */
 export function migrateToLatest(db: Database, logger: Logger): Promise<string[]> {
-  return withMigrationConnection(db, (connection) => latest(connection, logger));
+  return withMigrationConnection(db, (connection) => latest(db, connection, logger));
 }
 
-async function latest(connection: MigrationConnection, logger: Logger): Promise<string[]> {
+/** knex's per-migration `config.transaction`: false runs the migration outside the transaction. */
+export const runsOutsideTransaction = (name: string): boolean =>
+  migrations[name]?.config?.transaction === false;
+
+/** A source of only `names` (of the known migrations): knex then runs no other. */
+const sourceOf = (names: string[]): Knex.MigratorConfig => ({
+  ...migratorConfig,
+  migrationSource: { ...migrationSource, getMigrations: () => Promise.resolve(names) },
+});
+
+interface Step {
+  applied: string[];
+  /** Migrations remain after this step. */
+  more: boolean;
+  /** On the embedded database: this one runs outside a transaction once the lock's has ended. */
+  afterLock?: string;
+}
+
+/**
+ * One step, under the lock: the pending migrations up to the first that runs outside a transaction,
+ * in this transaction as knex runs them; or, when that one comes first, it alone.
+ */
+async function nextStep(db: Database, trx: Knex.Transaction, logger: Logger): Promise<Step> {
+  const [, pending] = (await trx.migrate.list(migratorConfig)) as [unknown, string[]];
+  const cut = pending.findIndex(runsOutsideTransaction);
+  if (cut !== 0) {
+    const later = new Set(cut === -1 ? [] : pending.slice(cut));
+    const config = cut === -1 ? migratorConfig : sourceOf(knownMigrations().filter((n) => !later.has(n)));
+    const [, applied] = (await trx.migrate.latest(config)) as [number, string[]];
+    return { applied, more: cut > 0 };
+  }
+  const name = pending[0] as string;
+  // PGlite has one session, which this transaction holds; and no other process shares its files.
+  if (db.kind === 'embedded') return { applied: [], more: true, afterLock: name };
+  // A second connection: this one keeps the lock and touches no table the migration uses, so a
+  // concurrent index build has nothing of ours to wait for.
+  await onSecondConnection(db, (outside) => runOutside(outside, name, 'up', logger));
+  await recordApplied(trx, name);
+  return { applied: [name], more: pending.length > 1 };
+}
+
+async function onSecondConnection(
+  db: Database,
+  use: (c: MigrationConnection) => Promise<void>,
+): Promise<void> {
+  const connection = db.forMigrations();
+  try {
+    await use(connection);
+  } finally {
+    await connection.close();
+  }
+}
+
+/**
+ * Runs a migration's `up` or `down` on `connection` outside any transaction, under the same
+ * lock_timeout and statement time-out the migration transaction sets, then sets both back.
+ */
+async function runOutside(
+  connection: MigrationConnection,
+  name: string,
+  direction: 'up' | 'down',
+  logger: Logger,
+): Promise<void> {
+  const run = migrations[name]?.[direction];
+  if (!run) throw new Error(`migration ${name} has no ${direction}`);
+  const k = connection.knex;
+  const { rows } = await k.raw<{ rows: { lock: string; statement: string }[] }>(
+    "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
+  );
+  const [before] = rows;
+  await k.raw(`SET lock_timeout = ${String(connection.lockTimeoutMs)}`);
+  await k.raw(`SET statement_timeout = ${String(connection.timeoutMs)}`);
   const started = Date.now();
+  try {
+    await run(k);
+  } finally {
+    // Behind a pooler the session is another client's next: leave it as it was.
+    if (before)
+      await k
+        .raw("SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)", [
+          before.lock,
+          before.statement,
+        ])
+        .catch(() => undefined);
+  }
+  logger.info(
+    { migration: name, direction, durationMs: Date.now() - started },
+    'migration ran outside a transaction',
+  );
+}
+
+/** knex's record of an applied migration, in a batch of its own (`down` undoes it alone). */
+async function recordApplied(k: Knex, name: string): Promise<void> {
+  const [last] = await k('knex_migrations').max<{ batch: number | null }[]>('batch as batch');
+  await k('knex_migrations').insert({ name, batch: (last?.batch ?? 0) + 1, migration_time: new Date() });
+}
+
+async function latest(db: Database, connection: MigrationConnection, logger: Logger): Promise<string[]> {
+  const applied: string[] = [];
+  let started = Date.now();
   let lockRetryMs = LOCK_RETRY_MS;
-  for (let attempt = 1; ; attempt++) {
+  let attempt = 1;
+  for (;;) {
     try {
-      return await underLock(connection, logger, async (trx) => {
-        const [, applied] = (await trx.migrate.latest(migratorConfig)) as [number, string[]];
-        if (applied.length > 0) logger.info({ migrations: applied, attempt }, 'migrations applied');
-        else logger.info('schema up to date');
-        return applied;
-      });
+      const step = await underLock(connection, logger, (trx) => nextStep(db, trx, logger));
+      if (step.afterLock) {
+        await runOutside(connection, step.afterLock, 'up', logger);
+        await recordApplied(connection.knex, step.afterLock);
+        step.applied.push(step.afterLock);
+      }
+      applied.push(...step.applied);
+      if (step.more) {
+        // Each step has the whole budget for its own lock retries.
+        started = Date.now();
+        lockRetryMs = LOCK_RETRY_MS;
+        continue;
+      }
+      if (applied.length > 0) logger.info({ migrations: applied, attempt }, 'migrations applied');
+      else logger.info('schema up to date');
+      return applied;
     } catch (error) {
+      attempt++;
       if (isLockTimeout(error) && Date.now() - started < connection.timeoutMs) {
         logger.warn(
           { attempt, retryInMs: lockRetryMs },
@@ -148,12 +261,43 @@ export async function migrateWhenReachable(db: Database, logger: Logger, waitMs:
   }
 }
 
-/** Rolls back the last batch of migrations (operators' `npm run migrate:down`). */
+/**
+ * Rolls back the last batch of migrations (operators' `npm run migrate:down`). A migration that ran
+ * outside a transaction is a batch of its own, and its `down` runs outside one too.
+ */
 export async function migrateDown(db: Database, logger: Logger): Promise<string[]> {
-  const [, undone] = (await withMigrationConnection(db, (connection) =>
-    underLock(connection, logger, (trx) => trx.migrate.rollback(migratorConfig)),
-  )) as [number, string[]];
-  return undone;
+  return withMigrationConnection(db, async (connection) => {
+    const step = await underLock(connection, logger, async (trx) => {
+      const last = await lastBatch(trx);
+      const outside = last.filter(runsOutsideTransaction);
+      const [name] = outside;
+      if (!name) {
+        const [, undone] = (await trx.migrate.rollback(migratorConfig)) as [number, string[]];
+        return { undone, afterLock: undefined };
+      }
+      if (last.length > 1)
+        throw new Error(
+          `the last batch has ${name}, which runs outside a transaction, among others: undo it by hand`,
+        );
+      if (db.kind === 'embedded') return { undone: [name], afterLock: name };
+      await onSecondConnection(db, (other) => runOutside(other, name, 'down', logger));
+      await trx('knex_migrations').where({ name }).delete();
+      return { undone: [name], afterLock: undefined };
+    });
+    if (step.afterLock) {
+      await runOutside(connection, step.afterLock, 'down', logger);
+      await connection.knex('knex_migrations').where({ name: step.afterLock }).delete();
+    }
+    return step.undone;
+  });
+}
+
+/** The names in the last batch knex recorded (none on a database it never migrated). */
+async function lastBatch(k: Knex): Promise<string[]> {
+  if (!(await k.schema.hasTable('knex_migrations'))) return [];
+  const rows = await k<{ name: string; batch: number }>('knex_migrations').select('name', 'batch');
+  const top = Math.max(0, ...rows.map((row) => row.batch));
+  return rows.filter((row) => row.batch === top).map((row) => row.name);
 }
 
 /** Frees a lock left behind by a process that died mid-migration. */
