@@ -185,9 +185,13 @@ describe('Bearer tokens on protected endpoints', () => {
   });
 
   test('When the token lifetime passes, then the same token is refused', async () => {
-    const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 1 });
+    // Whole seconds: a token signed late in a second with expiresIn 1 lives only until the next
+    // one, which a slow first request can miss. Signed at a second's start, it has two.
+    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000)));
+    const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 2 });
     await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
-    await new Promise((resolve) => setTimeout(resolve, 2100));
+    const { exp } = jwt.decode(token) as { exp: number };
+    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 100));
     expect((await request(svc.app).get('/posts/').set(bearer(token))).status).toBe(401);
   });
 });

@@ -37,12 +37,42 @@ export interface Database {
 }
 
 /** The driver connection knex's pool lends: pg's Client, or the PGlite instance itself. */
-interface DriverConnection {
-  query(
-    query: string | { name: string; text: string; values: unknown[] },
-    values?: unknown[],
-  ): Promise<{ rows: unknown[] }>;
+/** A pooled connection as the statements see it: pg's Client, or knex-pglite's PGlite session. */
+type DriverConnection = object;
+
+interface Rows {
+  rows: unknown[];
 }
+
+/** How a statement reaches a connection: its name (used when prepared), text and values. */
+type Send = (connection: DriverConnection, name: string, text: string, values: unknown[]) => Promise<Rows>;
+
+/** The part of pg's Client a statement uses: its callback form. */
+interface PgClient {
+  query(
+    query: { name?: string; text: string; values: unknown[] },
+    callback: (error: Error | null, result: Rows) => void,
+  ): void;
+}
+
+/**
+ * PostgreSQL through pg's callback form: with its promise form each result's rows outlived the
+ * young-generation collections that came while they were still referenced, were promoted to the old
+ * generation, and made every scavenge several times slower (docs/benchmarks.md, "Cuts the code keeps").
+ */
+const postgresSend =
+  (named: boolean): Send =>
+  (connection, name, text, values) =>
+    new Promise((resolve, reject) => {
+      (connection as PgClient).query(named ? { name, text, values } : { text, values }, (error, result) => {
+        if (error) reject(error);
+        else resolve(result);
+      });
+    });
+
+/** PGlite's session (knex-pglite) answers a statement's text and values with a promise. */
+const pgliteSend: Send = (connection, _name, text, values) =>
+  (connection as { query(text: string, values: unknown[]): Promise<Rows> }).query(text, values);
 
 /** Runs `send`, a statement on `connection`, under the deadline the database kind gives it. */
 type Deadline = <T>(connection: DriverConnection, send: () => Promise<T>) => Promise<T>;
@@ -101,13 +131,13 @@ async function boundedAcquire(pool: AcquiringPool, bound: Bound): Promise<unknow
 /**
  * Statements go straight to a connection from knex's pool, past knex's query runner: the pool's
  * limits and acquire time-out (bounded by the request's budget) still hold, and a knex transaction
- * holding PGlite's one connection still keeps them out until it ends. With `named`, a statement is
- * a named prepared statement (parsed and planned once per connection; pg remembers which names
- * each connection has prepared, and PgBouncer from 1.21 re-prepares them on whichever server
- * connection it picks); otherwise the text goes each time, as an unnamed statement any pooler
- * passes through.
+ * holding PGlite's one connection still keeps them out until it ends. On PostgreSQL `send` makes
+ * it a named prepared statement when DB_PREPARED_STATEMENTS is on (parsed and planned once per
+ * connection; pg remembers which names each connection has prepared, and PgBouncer from 1.21
+ * re-prepares them on whichever server connection it picks); otherwise the text goes each time,
+ * as an unnamed statement any pooler passes through.
  */
-function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Database['run'] {
+function statementRunner(instance: Knex, send: Send, deadline: Deadline): Database['run'] {
   const client = instance.client as {
     acquireConnection(): Promise<DriverConnection>;
     releaseConnection(connection: DriverConnection): Promise<unknown>;
@@ -116,11 +146,7 @@ function statementRunner(instance: Knex, named: boolean, deadline: Deadline): Da
     const { text, values } = statement.compile(instance);
     const connection = await client.acquireConnection();
     try {
-      const result = await deadline(connection, () =>
-        named
-          ? connection.query({ name: statement.name, text, values: values(params) })
-          : connection.query(text, values(params)),
-      );
+      const result = await deadline(connection, () => send(connection, statement.name, text, values(params)));
       return result.rows as Row[];
     } finally {
       void client.releaseConnection(connection);
@@ -255,7 +281,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
       knex: instance,
       readiness,
       kind: 'postgres',
-      run: statementRunner(instance, db.preparedStatements, (connection, send) =>
+      run: statementRunner(instance, postgresSend(db.preparedStatements), (connection, send) =>
         budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
       ),
       forMigrations: () => {
@@ -288,7 +314,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     kind: 'embedded',
     // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
     // it runs in this thread, where no timer could cut a statement short.
-    run: statementRunner(instance, false, (_connection, send) => send()),
+    run: statementRunner(instance, pgliteSend, (_connection, send) => send()),
     // PGlite has one session: migrations share it, with their time-out set per transaction.
     forMigrations: () => ({
       knex: instance,
