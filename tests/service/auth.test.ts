@@ -1,6 +1,14 @@
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
-import { bearer, expectProblem, newAccount, TEST_SECRET, uniqueEmail, postsFixture } from './helpers';
+import {
+  bearer,
+  expectProblem,
+  newAccount,
+  nextWholeSecond,
+  TEST_SECRET,
+  uniqueEmail,
+  postsFixture,
+} from './helpers';
 
 const { service: svc, user: account } = postsFixture(['user']);
 
@@ -185,9 +193,7 @@ describe('Bearer tokens on protected endpoints', () => {
   });
 
   test('When the token lifetime passes, then the same token is refused', async () => {
-    // Whole seconds: a token signed late in a second with expiresIn 1 lives only until the next
-    // one, which a slow first request can miss. Signed at a second's start, it has two.
-    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000)));
+    await nextWholeSecond();
     const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 2 });
     await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
     const { exp } = jwt.decode(token) as { exp: number };

@@ -99,6 +99,13 @@ export async function startTestServer(overrides: Record<string, string> = {}): P
 }
 
 let emailCounter = 0;
+/**
+ * Waits for the next whole second. A token's exp is in whole seconds: one signed late in a second
+ * with a lifetime of n seconds lives only n - 1 and a bit, which a slow request can miss.
+ */
+export const nextWholeSecond = (): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000)));
+
 export const uniqueEmail = (prefix = 'user'): string =>
   `${prefix}${++emailCounter}.${process.pid}@example.com`;
 

@@ -9,7 +9,15 @@ import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { describeSettings, keyId, loadSettings, SettingsError } from '../../service/src/settings';
 import { startService, stopAll } from '../../tools/harness/service';
-import { bearer, expectProblem, freshDatabaseEnv, newAccount, testEnv, type Account } from './helpers';
+import {
+  bearer,
+  expectProblem,
+  freshDatabaseEnv,
+  newAccount,
+  nextWholeSecond,
+  testEnv,
+  type Account,
+} from './helpers';
 
 // The key before the rotation, the key after it, and one this service never knew.
 const K1 = 'rotation-key-one-0123456789abcdef0123456789';
@@ -115,6 +123,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
   });
 
   test('When a K1 token expires during phase 2, then a phase-2 pod accepts it until then and refuses it after', async () => {
+    await nextWholeSecond();
     const token = signed(K1, { keyid: keyId(K1), expiresIn: 2 });
     await postsOn(phase2, token).expect(200);
     const { exp } = jwt.decode(token) as { exp: number };

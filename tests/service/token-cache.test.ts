@@ -4,7 +4,7 @@ import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, newAccount, TEST_SECRET, testEnv, type Account } from './helpers';
+import { freshDatabaseEnv, newAccount, nextWholeSecond, TEST_SECRET, testEnv, type Account } from './helpers';
 
 // A key this service never knew, and the key after a rotation.
 const FOREIGN = 'a-key-of-some-other-service-0123456789abcdef';
@@ -151,6 +151,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
 
   test('When a cached token expires, then it is refused 401 from that second on and leaves the cache', async () => {
     const p = await pod();
+    await nextWholeSecond();
     const token = signed(TEST_SECRET, { expiresIn: 2 });
     expect((await list(p, token)).status).toBe(200);
     expect((await list(p, token)).status).toBe(200);
