@@ -90,49 +90,6 @@ test('When the caller is deleted just before their vote is inserted, then 401, n
   expect((read.body as { votes: number }).votes).toBe(0);
 });
 
-test.each([
-  ['PUT', 'UPDATE'],
-  ['DELETE', 'DELETE'],
-] as const)(
-  'When the caller is deleted (their posts with them) just before their %s lands, then 401, not 404',
-  async (method, event) => {
-    const doomed = await newAccount(service.app);
-    const post = await newPost(service.app, doomed);
-    const drop = await deleteBefore('posts', event, { skip: true });
-    let res: request.Response;
-    try {
-      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
-      res = await req.set(bearer(doomed)).send({ title: 'edited', content: 'c' });
-    } finally {
-      await drop();
-    }
-    expectUnknownCaller(res);
-    expect(await userExists(doomed)).toBe(false);
-  },
-);
-
-test.each(['PUT', 'DELETE'] as const)(
-  'When only the post is gone before a %s lands (its owner remains), then 404 as before',
-  async (method) => {
-    const author = await newAccount(service.app);
-    const post = await newPost(service.app, author);
-    // Deleted between the ownership check and the write: the post alone, its owner kept.
-    const drop = await deleteBefore('posts', method === 'PUT' ? 'UPDATE' : 'DELETE', {
-      skip: true,
-      deletes: 'post',
-    });
-    let res: request.Response;
-    try {
-      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
-      res = await req.set(bearer(author)).send({ title: 'edited', content: 'c' });
-    } finally {
-      await drop();
-    }
-    expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
-    expect(await userExists(author)).toBe(true);
-  },
-);
-
 test('When the caller is deleted (their votes with them) just before their vote is withdrawn, then 401, not 404', async () => {
   const post = await newPost(service.app, owner);
   const doomed = await newAccount(service.app);
@@ -154,20 +111,31 @@ test('When the caller is deleted (their votes with them) just before their vote 
 const etagOf = async (account: Account, postId: number): Promise<string> =>
   String((await api().get(`/posts/${postId}`).set(bearer(account)).expect(200)).headers.etag);
 
-test.each([
-  ['PUT', 'UPDATE'],
-  ['DELETE', 'DELETE'],
-] as const)(
-  'When the caller is deleted (their posts with them) just before their conditional (If-Match) %s lands, then 401, not 404 or 412',
-  async (method, event) => {
+/** A PUT or DELETE of the post as `account`, with `If-Match: tag` when given (sent once awaited). */
+function change(method: 'PUT' | 'DELETE', account: Account, postId: number, tag?: string): request.Test {
+  const req = method === 'PUT' ? api().put(`/posts/${postId}`) : api().delete(`/posts/${postId}`);
+  req.set(bearer(account));
+  if (tag !== undefined) req.set('If-Match', tag);
+  return req.send({ title: 'edited', content: 'c' });
+}
+
+const CHANGES = [
+  ['PUT', 'PUT', 'UPDATE', false],
+  ['DELETE', 'DELETE', 'DELETE', false],
+  ['conditional (If-Match) PUT', 'PUT', 'UPDATE', true],
+  ['conditional (If-Match) DELETE', 'DELETE', 'DELETE', true],
+] as const;
+
+test.each(CHANGES)(
+  'When the caller is deleted (their posts with them) just before their %s lands, then 401, not 404 or 412',
+  async (_what, method, event, conditional) => {
     const doomed = await newAccount(service.app);
     const post = await newPost(service.app, doomed);
-    const tag = await etagOf(doomed, post.id);
+    const tag = conditional ? await etagOf(doomed, post.id) : undefined;
     const drop = await deleteBefore('posts', event, { skip: true });
     let res: request.Response;
     try {
-      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
-      res = await req.set(bearer(doomed)).set('If-Match', tag).send({ title: 'edited', content: 'c' });
+      res = await change(method, doomed, post.id, tag);
     } finally {
       await drop();
     }
@@ -176,20 +144,17 @@ test.each([
   },
 );
 
-test.each(['PUT', 'DELETE'] as const)(
-  'When only the post is gone before a conditional (If-Match) %s lands (its owner remains), then 404 as before',
-  async (method) => {
+test.each(CHANGES)(
+  'When only the post is gone before a %s lands (its owner remains), then 404 as before',
+  async (_what, method, event, conditional) => {
     const author = await newAccount(service.app);
     const post = await newPost(service.app, author);
-    const tag = await etagOf(author, post.id);
-    const drop = await deleteBefore('posts', method === 'PUT' ? 'UPDATE' : 'DELETE', {
-      skip: true,
-      deletes: 'post',
-    });
+    const tag = conditional ? await etagOf(author, post.id) : undefined;
+    // Deleted between the ownership check and the write: the post alone, its owner kept.
+    const drop = await deleteBefore('posts', event, { skip: true, deletes: 'post' });
     let res: request.Response;
     try {
-      const req = method === 'PUT' ? api().put(`/posts/${post.id}`) : api().delete(`/posts/${post.id}`);
-      res = await req.set(bearer(author)).set('If-Match', tag).send({ title: 'edited', content: 'c' });
+      res = await change(method, author, post.id, tag);
     } finally {
       await drop();
     }
