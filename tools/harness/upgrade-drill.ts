@@ -352,6 +352,38 @@ async function seedPrevious(
   return { old, users, seedSeconds: (Date.now() - began) / 1000, migrations };
 }
 
+/** What an upgrade case runs in: the release built, a scratch database and the processes it started. */
+interface Scratch {
+  dir: string;
+  database: string;
+  k: Knex;
+  /** Every process the case starts goes here: all are killed at the end, whatever happened. */
+  started: ServiceProcess[];
+}
+
+/** Runs `use` on a scratch database (prefix `label`) beside `release` built; kills, closes and drops after. */
+async function inScratch<T>(
+  release: Release,
+  label: string,
+  use: (scratch: Scratch) => Promise<T>,
+): Promise<T> {
+  const dir = buildRelease(release);
+  const database = await createScratchDatabase(label);
+  const k = knex({
+    client: 'pg',
+    connection: { ...postgresServer, database: database.name },
+    pool: { min: 0, max: 2 },
+  });
+  const started: ServiceProcess[] = [];
+  try {
+    return await use({ dir, database: database.name, k, started });
+  } finally {
+    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
+    await k.destroy();
+    await database.drop();
+  }
+}
+
 /**
  * The whole upgrade on a scratch database (dropped afterwards): seed under the previous release,
  * traffic, the surge replica, both serving, the old one stopped, the new one alone; then what the
@@ -360,164 +392,158 @@ async function seedPrevious(
 export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult> {
   const log = options.log ?? (() => undefined);
   const release = options.release ?? previousRelease();
-  const dir = buildRelease(release);
-  const database = await createScratchDatabase('sp_upgrade');
-  const k = knex({
-    client: 'pg',
-    connection: { ...postgresServer, database: database.name },
-    pool: { min: 0, max: 2 },
-  });
-  const started: ServiceProcess[] = [];
-  // Whatever fails, no traffic outlives the case.
-  const running: { stop(): Promise<void> }[] = [];
-  let progress: NodeJS.Timeout | undefined;
-  try {
-    const seeded = await seedPrevious(dir, options, database.name, k, log);
-    const old = seeded.old.svc;
-    started.push(old);
-    // Its migrations are the files of its own migrations/ folder (index.ts lists them).
-    const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
-    if (seeded.migrations.length !== own.length || own.length === 0)
-      throw new Error(
-        `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its ${String(own.length)} migrations`,
-      );
-    const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
-    log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
+  return inScratch(release, 'sp_upgrade', async ({ dir, database, k, started }) => {
+    // Whatever fails, no traffic outlives the case (stopped before the processes are).
+    const running: { stop(): Promise<void> }[] = [];
+    let progress: NodeJS.Timeout | undefined;
+    try {
+      const seeded = await seedPrevious(dir, options, database, k, log);
+      const old = seeded.old.svc;
+      started.push(old);
+      // Its migrations are the files of its own migrations/ folder (index.ts lists them).
+      const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
+      if (seeded.migrations.length !== own.length || own.length === 0)
+        throw new Error(
+          `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its ${String(own.length)} migrations`,
+        );
+      const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
+      log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
 
-    const signedIn: SignedIn[] = [];
-    for (let id = 1; id <= (options.signedIn ?? 10); id++)
-      signedIn.push({ id, token: await login(old.base, `user${String(id)}@bench.example`) });
-    const hotPosts = (
-      await k.raw<{ rows: { id: number }[] }>(
-        'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 2000',
-      )
-    ).rows.map((r) => r.id);
+      const signedIn: SignedIn[] = [];
+      for (let id = 1; id <= (options.signedIn ?? 10); id++)
+        signedIn.push({ id, token: await login(old.base, `user${String(id)}@bench.example`) });
+      const hotPosts = (
+        await k.raw<{ rows: { id: number }[] }>(
+          'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 2000',
+        )
+      ).rows.map((r) => r.id);
 
-    void old.exited.then((code) => {
-      log(`the previous release exited (${String(code)})`);
-    });
-    const oldInstance: Instance = { name: `old ${release.version}`, base: old.base };
-    let rotation: Instance[] = [oldInstance];
-    // Unrecorded: a release that has served for days has its code compiled and every statement
-    // prepared on every connection; a cold one would blame its own first seconds on the upgrade.
-    const warm = steadyTraffic({
-      rotation: () => rotation,
-      perSecond: options.perSecond ?? 90,
-      users: signedIn,
-      hotPosts,
-      maxPostId: options.posts,
-    });
-    running.push(warm);
-    await sleep(5000);
-    await warm.stop();
-    let phase: Phase = 'old alone';
-    const load = steadyTraffic({
-      rotation: () => rotation,
-      perSecond: options.perSecond ?? 90,
-      users: signedIn,
-      hotPosts,
-      maxPostId: options.posts,
-      phase: () => phase,
-    });
-    running.push(load);
-    progress = setInterval(() => {
-      const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
-      log(
-        `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
-      );
-    }, 5000);
-    await sleep(options.warmMs ?? 5000);
+      void old.exited.then((code) => {
+        log(`the previous release exited (${String(code)})`);
+      });
+      const oldInstance: Instance = { name: `old ${release.version}`, base: old.base };
+      let rotation: Instance[] = [oldInstance];
+      // Unrecorded: a release that has served for days has its code compiled and every statement
+      // prepared on every connection; a cold one would blame its own first seconds on the upgrade.
+      const warm = steadyTraffic({
+        rotation: () => rotation,
+        perSecond: options.perSecond ?? 90,
+        users: signedIn,
+        hotPosts,
+        maxPostId: options.posts,
+      });
+      running.push(warm);
+      await sleep(5000);
+      await warm.stop();
+      let phase: Phase = 'old alone';
+      const load = steadyTraffic({
+        rotation: () => rotation,
+        perSecond: options.perSecond ?? 90,
+        users: signedIn,
+        hotPosts,
+        maxPostId: options.posts,
+        phase: () => phase,
+      });
+      running.push(load);
+      progress = setInterval(() => {
+        const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
+        log(
+          `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
+        );
+      }, 5000);
+      await sleep(options.warmMs ?? 5000);
 
-    log('starting this release beside it');
-    phase = 'new starting';
-    const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
-    started.push(fresh.svc);
-    log(`this release ready after ${String(fresh.readyMs)} ms`);
-    rotation = [oldInstance, { name: 'new', base: fresh.svc.base }];
-    phase = 'both';
-    const readyAt = Date.now();
-    await sleep(options.bothMs ?? 8000);
+      log('starting this release beside it');
+      phase = 'new starting';
+      const fresh = await startRelease(ROOT, options.env(database), 300_000);
+      started.push(fresh.svc);
+      log(`this release ready after ${String(fresh.readyMs)} ms`);
+      rotation = [oldInstance, { name: 'new', base: fresh.svc.base }];
+      phase = 'both';
+      const readyAt = Date.now();
+      await sleep(options.bothMs ?? 8000);
 
-    // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
-    rotation = [{ name: 'new', base: fresh.svc.base }];
-    phase = 'new alone';
-    log('the previous release out of rotation; SIGTERM');
-    // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
-    const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
-    const oldExit = await old.stop('SIGTERM');
-    clearTimeout(kill);
-    log(`the previous release exited with ${String(oldExit)}`);
-    await sleep(options.aloneMs ?? 5000);
-    await load.stop();
-    clearInterval(progress);
-    log(`traffic stopped after ${String(load.answers.length)} requests`);
+      // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
+      rotation = [{ name: 'new', base: fresh.svc.base }];
+      phase = 'new alone';
+      log('the previous release out of rotation; SIGTERM');
+      // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
+      const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
+      const oldExit = await old.stop('SIGTERM');
+      clearTimeout(kill);
+      log(`the previous release exited with ${String(oldExit)}`);
+      await sleep(options.aloneMs ?? 5000);
+      await load.stop();
+      clearInterval(progress);
+      log(`traffic stopped after ${String(load.answers.length)} requests`);
 
-    const backfill = await backfillEnd(fresh.svc, k, readyAt, options.backfillWithinMs ?? 120_000);
-    log(`backfill: ${JSON.stringify(backfill)}; checking writes and counts`);
-    const findings = await check(k, fresh.svc.base, signedIn[0]?.token ?? '', load, hotPosts);
+      const backfill = await backfillEnd(fresh.svc, k, readyAt, options.backfillWithinMs ?? 120_000);
+      log(`backfill: ${JSON.stringify(backfill)}; checking writes and counts`);
+      const findings = await check(k, fresh.svc.base, signedIn[0]?.token ?? '', load, hotPosts);
 
-    const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
-    const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500);
-    const failedByPhase: Record<Phase, number> = {
-      'old alone': 0,
-      'new starting': 0,
-      both: 0,
-      'new alone': 0,
-    };
-    for (const a of failed) failedByPhase[phaseOf(a)] += 1;
-    const slowestByPhase: Partial<Record<Phase, number>> = {};
-    for (const a of load.answers) {
-      const at = phaseOf(a);
-      slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
-    }
-    const tally = (key: (a: MixedAnswer) => string) =>
-      load.answers.reduce<Record<string, number>>(
-        (acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }),
-        {},
-      );
-    const figures: Figures = {
-      posts: options.posts,
-      votes: seededVotes,
-      users: seeded.users,
-      seedSeconds: seeded.seedSeconds,
-      requests: load.answers.length,
-      statuses: tally((a) => String(a.status)),
-      byInstance: tally((a) => a.instance),
-      serverErrors: load.answers.filter((a) => a.status >= 500).length,
-      noAnswer: load.answers.filter((a) => a.status === 0).length,
-      outsideApi: load.answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
-      overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
-      overBudgetBy: load.answers
-        .filter((a) => a.ms > ANSWER_BUDGET_MS)
-        .reduce<Record<string, number>>((acc, a) => {
-          const key = `${a.phase} @${a.instance}`;
+      const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
+      const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500);
+      const failedByPhase: Record<Phase, number> = {
+        'old alone': 0,
+        'new starting': 0,
+        both: 0,
+        'new alone': 0,
+      };
+      for (const a of failed) failedByPhase[phaseOf(a)] += 1;
+      const slowestByPhase: Partial<Record<Phase, number>> = {};
+      for (const a of load.answers) {
+        const at = phaseOf(a);
+        slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
+      }
+      const tally = (key: (a: MixedAnswer) => string) =>
+        load.answers.reduce<Record<string, number>>(
+          (acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }),
+          {},
+        );
+      const figures: Figures = {
+        posts: options.posts,
+        votes: seededVotes,
+        users: seeded.users,
+        seedSeconds: seeded.seedSeconds,
+        requests: load.answers.length,
+        statuses: tally((a) => String(a.status)),
+        byInstance: tally((a) => a.instance),
+        serverErrors: load.answers.filter((a) => a.status >= 500).length,
+        noAnswer: load.answers.filter((a) => a.status === 0).length,
+        outsideApi: load.answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
+        overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
+        overBudgetBy: load.answers
+          .filter((a) => a.ms > ANSWER_BUDGET_MS)
+          .reduce<Record<string, number>>((acc, a) => {
+            const key = `${a.phase} @${a.instance}`;
+            return { ...acc, [key]: (acc[key] ?? 0) + 1 };
+          }, {}),
+        slowest: load.answers.reduce<MixedAnswer | undefined>(
+          (s, a) => (!s || a.ms > s.ms ? a : s),
+          undefined,
+        ),
+        failedByPhase,
+        slowestByPhase,
+        failures: failed.reduce<Record<string, number>>((acc, a) => {
+          const key = `${String(a.status)} ${a.instance}: ${a.error ?? ''}`;
           return { ...acc, [key]: (acc[key] ?? 0) + 1 };
         }, {}),
-      slowest: load.answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
-      failedByPhase,
-      slowestByPhase,
-      failures: failed.reduce<Record<string, number>>((acc, a) => {
-        const key = `${String(a.status)} ${a.instance}: ${a.error ?? ''}`;
-        return { ...acc, [key]: (acc[key] ?? 0) + 1 };
-      }, {}),
-      logged: loggedErrors([
-        [oldInstance.name, old],
-        ['new', fresh.svc],
-      ]),
-      oldReadyMs: seeded.old.readyMs,
-      newListeningMs: fresh.listeningMs,
-      newReadyMs: fresh.readyMs,
-      backfill,
-      oldExit,
-    };
-    return { release, figures, findings };
-  } finally {
-    clearInterval(progress);
-    await Promise.all(running.map((traffic) => traffic.stop()));
-    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
-    await k.destroy();
-    await database.drop();
-  }
+        logged: loggedErrors([
+          [oldInstance.name, old],
+          ['new', fresh.svc],
+        ]),
+        oldReadyMs: seeded.old.readyMs,
+        newListeningMs: fresh.listeningMs,
+        newReadyMs: fresh.readyMs,
+        backfill,
+        oldExit,
+      };
+      return { release, figures, findings };
+    } finally {
+      clearInterval(progress);
+      await Promise.all(running.map((traffic) => traffic.stop()));
+    }
+  });
 }
 
 /** One line of figures: what an operator would ask first. */
@@ -582,17 +608,9 @@ export async function runOldOnNewSchema(options: {
 }): Promise<OldOnNewResult> {
   const log = options.log ?? (() => undefined);
   const release = options.release ?? previousRelease();
-  const dir = buildRelease(release);
-  const database = await createScratchDatabase('sp_upgrade_old');
-  const k = knex({
-    client: 'pg',
-    connection: { ...postgresServer, database: database.name },
-    pool: { min: 0, max: 2 },
-  });
-  const started: ServiceProcess[] = [];
-  try {
+  return inScratch(release, 'sp_upgrade_old', async ({ dir, database, k, started }) => {
     const upgrade: UpgradeOptions = { ...options, votes: options.posts };
-    const seeded = await seedPrevious(dir, upgrade, database.name, k, log);
+    const seeded = await seedPrevious(dir, upgrade, database, k, log);
     const old = seeded.old.svc;
     started.push(old);
     const tokens: string[] = [];
@@ -622,7 +640,7 @@ export async function runOldOnNewSchema(options: {
     );
 
     log('starting this release beside it');
-    const fresh = await startRelease(ROOT, options.env(database.name), 300_000);
+    const fresh = await startRelease(ROOT, options.env(database), 300_000);
     started.push(fresh.svc);
 
     const wrong: OldOnNewResult['wrong'] = [];
@@ -679,9 +697,5 @@ export async function runOldOnNewSchema(options: {
       if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
     }
     return { release, wrong, answered, mismatches, checked: votedOn.length };
-  } finally {
-    await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
-    await k.destroy();
-    await database.drop();
-  }
+  });
 }
