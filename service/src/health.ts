@@ -51,12 +51,11 @@ export function healthRouter(
       // On a connection of its own (Database.readiness): requests filling the pool are load, not a
       // database that has gone, and load alone must not take every replica out of rotation.
       try {
-        const { rows } = await withTimeout(
-          db.readiness.raw<{ rows: { standby: boolean }[] }>('SELECT pg_is_in_recovery() AS standby'),
+        standby = await withTimeout(
+          db.isStandby(),
           DATABASE_CHECK_TIMEOUT_MS,
           `the database did not answer within ${DATABASE_CHECK_TIMEOUT_MS} ms`,
         );
-        standby = rows[0]?.standby === true;
       } catch (error) {
         logger.warn(errorWithHint(error), 'readiness check failed');
         // No driver message reaches the prober.

@@ -36,7 +36,7 @@ onPostgres(
   async () => {
     await request(service.app).get('/healthz/ready').expect(200);
     await request(service.app).get('/posts/public').expect(200);
-    const { rows } = await service.db.readiness.raw<{ rows: { n: number }[] }>(
+    const { rows } = await service.db.knex.raw<{ rows: { n: number }[] }>(
       `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'social-posts'`,
     );
     expect(rows[0]?.n).toBeLessThanOrEqual(2);

@@ -3,8 +3,9 @@ import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
 import { RequestBudgetError, withinBudget, type Bound } from './budget';
-import { withDeadline, type DeadlineConnection } from './deadline';
+import { CANCEL_GRACE_MS, withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
+import { retryingRaces } from './races';
 import type { Statement } from './statements';
 
 /** What the database settings (settings.ts, DB_*) hold. */
@@ -28,11 +29,11 @@ export interface Database {
   /** Opens the migrations' connection (on the embedded database, its one session). */
   forMigrations(): MigrationConnection;
   /**
-   * What readiness asks the database on. PostgreSQL: one connection of its own, outside the
-   * request pool, so a pool busy with requests does not make a healthy replica look unready; its
-   * statements are cancelled after DATABASE_CHECK_TIMEOUT_MS. Embedded: the one session.
+   * Whether the database is a standby (read-only), for readiness; rejects when it does not answer.
+   * PostgreSQL: on one connection of its own, outside the request pool, so a pool busy with
+   * requests does not make a healthy replica look unready. Embedded: the one session.
    */
-  readiness: Knex;
+  isStandby(): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -135,7 +136,8 @@ async function boundedAcquire(pool: AcquiringPool, bound: Bound): Promise<unknow
  * it a named prepared statement when DB_PREPARED_STATEMENTS is on (parsed and planned once per
  * connection; pg remembers which names each connection has prepared, and PgBouncer from 1.21
  * re-prepares them on whichever server connection it picks); otherwise the text goes each time,
- * as an unnamed statement any pooler passes through.
+ * as an unnamed statement any pooler passes through. A statement that lost a race to another
+ * writer is sent again (races.ts).
  */
 function statementRunner(instance: Knex, send: Send, deadline: Deadline): Database['run'] {
   const client = instance.client as {
@@ -144,13 +146,17 @@ function statementRunner(instance: Knex, send: Send, deadline: Deadline): Databa
   };
   return async <Row, P extends object>(statement: Statement<P>, params: P) => {
     const { text, values } = statement.compile(instance);
-    const connection = await client.acquireConnection();
-    try {
-      const result = await deadline(connection, () => send(connection, statement.name, text, values(params)));
-      return result.rows as Row[];
-    } finally {
-      void client.releaseConnection(connection);
-    }
+    return retryingRaces(async () => {
+      const connection = await client.acquireConnection();
+      try {
+        const result = await deadline(connection, () =>
+          send(connection, statement.name, text, values(params)),
+        );
+        return result.rows as Row[];
+      } finally {
+        void client.releaseConnection(connection);
+      }
+    });
   };
 }
 
@@ -162,36 +168,66 @@ function budgetedStatement<T>(
   connection: DeadlineConnection,
   timeoutMs: number,
   send: () => Promise<T>,
+  graceMs = CANCEL_GRACE_MS,
 ): Promise<T> {
-  return withinBudget(timeoutMs, 'statement not sent', (bound) => withDeadline(connection, send(), bound));
+  return withinBudget(timeoutMs, 'statement not sent', (bound) =>
+    withDeadline(connection, send(), bound, graceMs),
+  );
 }
 
-/** A ROLLBACK (or ROLLBACK TO SAVEPOINT) that ends a transaction knex is abandoning. */
-const ROLLBACK = /^\s*rollback\b/i;
+/** A statement that ends a transaction: COMMIT, ROLLBACK (or ROLLBACK TO SAVEPOINT), END, ABORT. */
+const ENDS_TRANSACTION = /^\s*(commit|rollback|end|abort)\b/i;
+
+/** pg's Client as far as its release to the pool needs: where its session stands. */
+interface TransactionStatus {
+  /** The last ReadyForQuery's status: 'I' idle, 'T' inside a transaction, 'E' inside a failed one. */
+  getTransactionStatus?(): string | null;
+}
 
 /**
  * knex's PostgreSQL client with every statement it runs (queries, transactions' BEGIN and COMMIT,
  * migrations, its version check) under a client-side deadline (deadline.ts), and its waits for a
  * connection bounded by the request's budget.
  */
-function postgresClient(timeoutMs: number): typeof knex.Client {
+function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client {
   /* eslint-disable-next-line @typescript-eslint/no-require-imports -- knex exports no dialect
      class; its typings leave out checkVersion, the query sent on a pool's first connection */
   const KnexPostgres = require('knex/lib/dialects/postgres') as new (config: Knex.Config) => Knex.Client & {
     checkVersion(connection: DeadlineConnection): Promise<string>;
   };
   class PostgresWithDeadlines extends KnexPostgres {
-    override query(connection: DeadlineConnection, obj: { sql?: unknown }): Promise<unknown> {
-      // A rollback refused for want of budget would leave its connection inside the transaction,
-      // for the next request to inherit: it keeps the statement time-out alone.
-      if (typeof obj.sql === 'string' && ROLLBACK.test(obj.sql))
-        return withDeadline(connection, super.query(connection, obj) as Promise<unknown>, { ms: timeoutMs });
-      return budgetedStatement(connection, timeoutMs, () => super.query(connection, obj) as Promise<unknown>);
+    override query(connection: DeadlineConnection, obj: string | { sql?: unknown }): Promise<unknown> {
+      // knex sends a transaction's BEGIN, COMMIT and ROLLBACK as bare strings.
+      const sql = typeof obj === 'string' ? obj : obj.sql;
+      // An end refused for want of budget would leave its connection inside the transaction, for
+      // the next request to run in: it is always sent, under the statement time-out alone.
+      if (typeof sql === 'string' && ENDS_TRANSACTION.test(sql))
+        return withDeadline(
+          connection,
+          super.query(connection, obj) as Promise<unknown>,
+          { ms: timeoutMs },
+          graceMs,
+        );
+      return budgetedStatement(
+        connection,
+        timeoutMs,
+        () => super.query(connection, obj) as Promise<unknown>,
+        graceMs,
+      );
+    }
+
+    // A connection handed back inside a transaction (its end failed or never came) is closed,
+    // which rolls it back, instead of lending the next request its locks and its writes.
+    override releaseConnection(connection: DeadlineConnection & TransactionStatus): Promise<unknown> {
+      const status = connection.getTransactionStatus?.();
+      if (status === 'T' || status === 'E')
+        connection.__knex__disposed ??= new Error('returned to the pool inside a transaction');
+      return super.releaseConnection(connection) as Promise<unknown>;
     }
 
     // Sent while a connection is made for the pool, not for one request: no budget applies.
     override checkVersion(connection: DeadlineConnection): Promise<string> {
-      return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs });
+      return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs }, graceMs);
     }
   }
   return budgetedAcquire(PostgresWithDeadlines as unknown as typeof knex.Client);
@@ -243,8 +279,17 @@ function withCaFile<T extends object>(settings: T, file: string, logger: Logger)
   return () => ({ ...settings, ssl: { rejectUnauthorized: true, ca: pem }, expirationChecker: changed });
 }
 
-/** A pool of PostgreSQL connections whose statements each have `timeoutMs`. */
-function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeoutMs: number): Knex {
+/**
+ * A pool of PostgreSQL connections whose statements each have `timeoutMs`; a statement past it
+ * is cancelled and its connection destroyed `graceMs` later if it has not answered.
+ */
+function postgresPool(
+  db: DatabaseConfig,
+  logger: Logger,
+  poolMax: number,
+  timeoutMs: number,
+  graceMs = CANCEL_GRACE_MS,
+): Knex {
   // Only what every pooler passes in the startup packet: no statement_timeout, no options.
   const connection = {
     host: db.hostname,
@@ -261,12 +306,17 @@ function postgresPool(db: DatabaseConfig, logger: Logger, poolMax: number, timeo
     application_name: 'social-posts',
   };
   return knex({
-    client: postgresClient(timeoutMs),
+    client: postgresClient(timeoutMs, graceMs),
     connection: db.ssl && db.sslCaFile ? withCaFile(connection, db.sslCaFile, logger) : connection,
     pool: { min: 0, max: poolMax, idleTimeoutMillis: 30_000 },
     acquireConnectionTimeout: ACQUIRE_TIMEOUT_MS,
     log: knexLog(logger),
   });
+}
+
+async function standby(on: Knex): Promise<boolean> {
+  const { rows } = await on.raw<{ rows: { standby: boolean }[] }>('SELECT pg_is_in_recovery() AS standby');
+  return rows[0]?.standby === true;
 }
 
 /** Opens PostgreSQL when DB_HOSTNAME is set, otherwise the embedded PGlite database. */
@@ -276,10 +326,18 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
     // Opened at the first probe, after the migrations' connection has closed (main.ts): a process
     // holds at most poolMax + 1 connections.
-    const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS);
+    // Half the probe's time per try, with no grace: a connection that went silent (its node lost
+    // without a reset) is dropped at once and the second try opens a new one, in time to answer.
+    const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
     return {
       knex: instance,
-      readiness,
+      isStandby: async () => {
+        try {
+          return await standby(readiness);
+        } catch {
+          return standby(readiness);
+        }
+      },
       kind: 'postgres',
       run: statementRunner(instance, postgresSend(db.preparedStatements), (connection, send) =>
         budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
@@ -310,7 +368,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
   return {
     knex: instance,
     // PGlite has one session: a probe waits for the statement before it, bounded by its 1 s.
-    readiness: instance,
+    isStandby: () => standby(instance),
     kind: 'embedded',
     // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
     // it runs in this thread, where no timer could cut a statement short.

@@ -1,6 +1,7 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { errorFields, errorWithHint, isDatabaseUnavailable } from '../db/errors';
+import { isWriteRace } from '../db/races';
 import type { Logger } from '../logger';
 
 /** The one error type the service throws on purpose; it becomes a problem+json answer. */
@@ -82,11 +83,20 @@ export const databaseUnavailable = new ApiError(
   { 'Retry-After': '1' },
 );
 
+/** A race between writers that its tries did not settle within the request (db/races.ts). */
+export const writeRace = new ApiError(
+  503,
+  'The change met a simultaneous change to the same data and did not go through; try again',
+  {},
+  { 'Retry-After': '1' },
+);
+
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
   if (errorFields(error).name === 'URIError')
     return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error)) return databaseUnavailable;
+  if (isWriteRace(error)) return writeRace;
   return undefined;
 }
 

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { brokenForeignKey } from '../db/errors';
+import { retryingRaces } from '../db/races';
 import { statement, type Param, type Statement } from '../db/statements';
 import type { User } from '../users/user';
 import type { Position } from './posts.cursor';
@@ -352,26 +353,29 @@ export async function conditionalChange<T>(
   holds: (post: Post) => boolean,
   change: (trx: Knex.Transaction) => Promise<T>,
 ): Promise<ConditionalOutcome<T>> {
-  return db.knex.transaction(async (trx) => {
-    const locked = (await trx('posts')
-      .select('id')
-      .where('id', id)
-      .modify(visibleTo({ userId }))
-      .forUpdate()) as { id: number }[];
-    if (locked.length === 0) return { done: false, why: 'missing' };
-    // A statement of its own, after the lock: it reads the row as the last change left it.
-    const rows = (await withOwnerAndVotes(
-      trx,
-      trx('posts')
-        .select(...POST_COLUMNS)
-        .where('id', id),
-    )) as PostWithOwnerRow[];
-    const row = rows[0];
-    if (!row) return { done: false, why: 'missing' };
-    if (row.user_id !== userId) return { done: false, why: 'not-owner' };
-    if (!holds(toPost(row))) return { done: false, why: 'precondition' };
-    return { done: true, result: await change(trx) };
-  });
+  // A deadlock with a vote or another change fails the whole transaction, which is tried again.
+  return retryingRaces(() =>
+    db.knex.transaction(async (trx) => {
+      const locked = (await trx('posts')
+        .select('id')
+        .where('id', id)
+        .modify(visibleTo({ userId }))
+        .forUpdate()) as { id: number }[];
+      if (locked.length === 0) return { done: false, why: 'missing' };
+      // A statement of its own, after the lock: it reads the row as the last change left it.
+      const rows = (await withOwnerAndVotes(
+        trx,
+        trx('posts')
+          .select(...POST_COLUMNS)
+          .where('id', id),
+      )) as PostWithOwnerRow[];
+      const row = rows[0];
+      if (!row) return { done: false, why: 'missing' };
+      if (row.user_id !== userId) return { done: false, why: 'not-owner' };
+      if (!holds(toPost(row))) return { done: false, why: 'precondition' };
+      return { done: true, result: await change(trx) };
+    }),
+  );
 }
 
 /** Returns false when the post vanished meanwhile. */

@@ -12,10 +12,17 @@ export const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
     .returning('post_id'),
 );
 
-// RETURNING rather than the affected-row count: PGlite reports a delete's count differently.
+/**
+ * Withdraws a vote, locking the post's row (FOR KEY SHARE, as the count's trigger does) before the
+ * vote's: the same order as a post's deletion, which locks the post and then deletes its votes, so
+ * the two wait for each other instead of deadlocking. RETURNING rather than the affected-row count:
+ * PGlite reports a delete's count differently.
+ */
 export const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
   knex('votes')
-    .where({ user_id: param('userId'), post_id: param('postId') })
+    .with('post', (post) => post.select('id').from('posts').where('id', param('postId')).forKeyShare())
+    .where({ user_id: param('userId') })
+    .whereIn('post_id', knex.select('id').from('post'))
     .delete()
     .returning('post_id'),
 );
