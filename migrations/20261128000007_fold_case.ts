@@ -27,7 +27,7 @@ export async function up(knex: Knex): Promise<void> {
   await knex.raw(`
     CREATE FUNCTION fold_case(text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    AS $$ SELECT translate(lower($1 COLLATE "und-x-icu"), 'ς', 'σ') $$`);
+    AS $$ SELECT replace(lower($1 COLLATE "und-x-icu"), 'ς', 'σ') $$`);
   await knex.raw('ALTER TABLE users ADD COLUMN email_lookalike boolean');
 }
 
