@@ -62,8 +62,10 @@ const RACE_ROUNDS = 8;
       const replicas = await Promise.all([open(fresh.env), open(fresh.env), open(fresh.env)]);
       try {
         const applied = await Promise.all(replicas.map((db) => migrateToLatest(db, logger)));
-        // Exactly one replica applied every migration; the others found them done.
-        expect(applied.map((a) => a.length).sort()).toEqual([0, 0, Object.keys(migrations).length]);
+        // Every migration was applied by exactly one replica. A migration run outside the
+        // transaction is a step of its own, and between steps another replica may take the lock
+        // and apply the rest, so the steps may be shared out among the replicas.
+        expect(applied.flat().sort()).toEqual(Object.keys(migrations).sort());
         const [first] = replicas;
         const runs = await first.knex<{ name: string }>('knex_migrations').select('name');
         expect(runs.map((r) => r.name).sort()).toEqual(applied.flat().sort());
