@@ -5,6 +5,9 @@ import * as createVotes from './20261121000003_create_votes';
 import * as normaliseEmails from './20261123000004_normalise_emails';
 import * as postVoteCounts from './20261125000005_post_vote_counts';
 import * as backfillProgress from './20261126000006_backfills';
+import * as foldCase from './20261128000007_fold_case';
+import * as emailFoldedUnique from './20261128000008_email_folded_unique';
+import * as titleFoldedTrgm from './20261128000009_title_folded_trgm';
 
 /**
  * A migration's data change, run in the background once the release serves (service/src/db/
@@ -40,4 +43,7 @@ export const migrations: Record<string, Migration> = {
   '20261123000004_normalise_emails': normaliseEmails,
   '20261125000005_post_vote_counts': postVoteCounts,
   '20261126000006_backfills': backfillProgress,
+  '20261128000007_fold_case': foldCase,
+  '20261128000008_email_folded_unique': emailFoldedUnique,
+  '20261128000009_title_folded_trgm': titleFoldedTrgm,
 };

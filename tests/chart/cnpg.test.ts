@@ -32,6 +32,10 @@ interface Cluster extends KubeObject {
         owner: string;
         secret?: { name: string };
         postInitApplicationSQL: string[];
+        localeProvider?: string;
+        builtinLocale?: string;
+        localeCType?: string;
+        localeCollate?: string;
       };
     };
     postgresql: {
@@ -102,6 +106,16 @@ describe('CloudNativePG: what prod renders', () => {
     expect(initdb.owner).toBe('social_posts');
     expect(initdb.secret).toBeUndefined();
     expect(initdb.postInitApplicationSQL).toEqual(['CREATE EXTENSION IF NOT EXISTS pg_trgm']);
+    // Unicode letter case in the database's own functions, not initdb's default C (ASCII alone).
+    expect([initdb.localeProvider, initdb.builtinLocale, initdb.localeCType, initdb.localeCollate]).toEqual([
+      'builtin',
+      'C.UTF-8',
+      'C.UTF-8',
+      'C',
+    ]);
+    // The builtin provider needs PostgreSQL 17 or later: the image prod pins is.
+    const image = (one(objects, 'Cluster').spec as { imageName?: string }).imageName ?? '';
+    expect(Number(/postgresql:(\d+)\./.exec(image)?.[1])).toBeGreaterThanOrEqual(17);
     const env = configMapData(objects);
     expect([env.DB_NAME, env.DB_USERNAME]).toEqual(['social_posts', 'social_posts']);
   });

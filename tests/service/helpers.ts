@@ -29,10 +29,15 @@ export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
 
-/** A fresh, empty database for one test file: its own PostgreSQL database, or a new in-memory PGlite. */
-export async function freshDatabaseEnv(): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
+/**
+ * A fresh, empty database for one test file: its own PostgreSQL database (with LC_CTYPE `ctype`
+ * when given), or a new in-memory PGlite.
+ */
+export async function freshDatabaseEnv(
+  options: { ctype?: string } = {},
+): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
   if (!usingPostgres()) return { env: {}, drop: () => Promise.resolve() };
-  const database = await createScratchDatabase('sp_test');
+  const database = await createScratchDatabase('sp_test', options);
   return { env: { DB_NAME: database.name }, drop: () => database.drop() };
 }
 
@@ -45,8 +50,11 @@ export interface TestService {
 }
 
 /** The app in-process on a fresh, migrated database; requests go over real HTTP via supertest. */
-export async function startTestService(overrides: Record<string, string> = {}): Promise<TestService> {
-  const fresh = await freshDatabaseEnv();
+export async function startTestService(
+  overrides: Record<string, string> = {},
+  database: { ctype?: string } = {},
+): Promise<TestService> {
+  const fresh = await freshDatabaseEnv(database);
   const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
   const logger = createLogger(settings.logLevel);
   const db = await openDatabase(settings, logger);

@@ -38,10 +38,15 @@ export const postgresServer = {
 /** The database to connect to for CREATE and DROP DATABASE. */
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 
-/** A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it. */
+/**
+ * A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it.
+ * `ctype` creates it with that LC_CTYPE (and LC_COLLATE `C`) from template0, as a cluster
+ * initialised with another locale would have it; else it takes template1's.
+ */
 let scratchCounter = 0;
 export async function createScratchDatabase(
   prefix: string,
+  options: { ctype?: string } = {},
 ): Promise<{ name: string; drop(): Promise<void> }> {
   scratchCounter += 1;
   const name = `${prefix}_${process.pid}_${scratchCounter}_${Date.now().toString(36)}`;
@@ -50,7 +55,14 @@ export async function createScratchDatabase(
     connection: { ...postgresServer, database: adminDatabase },
     pool: { min: 0, max: 1 },
   });
-  await admin.raw(`CREATE DATABASE "${name}"`);
+  const { ctype } = options;
+  // A utility statement takes no bound values: the locale is written in, so only a locale name passes.
+  if (ctype !== undefined && !/^[\w.@-]+$/.test(ctype)) throw new Error(`not a locale name: ${ctype}`);
+  await admin.raw(
+    ctype === undefined
+      ? `CREATE DATABASE "${name}"`
+      : `CREATE DATABASE "${name}" TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE '${ctype}'`,
+  );
   return {
     name,
     drop: async () => {

@@ -30,13 +30,21 @@ export async function indexState(knex: Knex, name: string): Promise<'missing' | 
 }
 
 /**
- * `CREATE INDEX CONCURRENTLY IF NOT EXISTS <name> ON <definition>`, after dropping an invalid
- * leftover of `name`. `definition` is what follows ON, e.g. `posts USING gin (title gin_trgm_ops)`.
+ * `CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS <name> ON <definition>`, after dropping an
+ * invalid leftover of `name`. `definition` is what follows ON, e.g. `posts USING gin (title
+ * gin_trgm_ops)`. A unique build that meets a duplicate fails (23505) and leaves its index INVALID,
+ * like any failed build: the next try drops it.
  */
-export async function createIndexConcurrently(knex: Knex, name: string, definition: string): Promise<void> {
+export async function createIndexConcurrently(
+  knex: Knex,
+  name: string,
+  definition: string,
+  options: { unique?: boolean } = {},
+): Promise<void> {
   refuseInTransaction(knex, 'CREATE INDEX CONCURRENTLY');
   if ((await indexState(knex, name)) === 'invalid') await dropIndexConcurrently(knex, name);
-  await knex.raw(`CREATE INDEX CONCURRENTLY IF NOT EXISTS ?? ON ${definition}`, [name]);
+  const unique = options.unique ? 'UNIQUE ' : '';
+  await knex.raw(`CREATE ${unique}INDEX CONCURRENTLY IF NOT EXISTS ?? ON ${definition}`, [name]);
 }
 
 /** `DROP INDEX CONCURRENTLY IF EXISTS <name>`: a migration's `down`, and a failed build's leftover. */

@@ -203,7 +203,9 @@ function buildListStatement(kind: ViewerKind, search: boolean, cursor: boolean):
       .orderBy([...NEWEST_FIRST])
       .limit(param('limitPlusOne'))
       .offset(param('offset'));
-    if (search) void page.whereILike('title', knex.raw('?', [param('search')]));
+    // Both sides folded the same way on any locale (fold_case); the trigram index on
+    // fold_case(title) serves it.
+    if (search) void page.whereRaw('fold_case(title) LIKE fold_case(?)', [param('search')]);
     if (cursor)
       void page.whereRaw(
         `(created_at, id) < (timestamptz 'epoch' + ?::bigint * interval '1 microsecond', ?::int)`,

@@ -23,7 +23,8 @@ export async function createUser(
       .returning<User[]>(PUBLIC_COLUMNS);
     return user;
   } catch (error) {
-    // The unique index on lower(email) decides, so two simultaneous registrations cannot both win.
+    // The unique index on fold_case(email) decides, so two simultaneous registrations cannot both
+    // win, and an address taken in another letter case of any script is refused.
     if (errorFields(error).code === '23505') return undefined;
     throw error;
   }
@@ -38,13 +39,21 @@ export async function findUserById(db: Database, id: number): Promise<User | und
   return (await db.run<User, { id: number }>(userById, { id }))[0];
 }
 
+/**
+ * The account of an address in any letter case, through the unique index on fold_case(email).
+ * Where accounts made before that index share a folded address (`email_lookalike`), the one the
+ * database's own lower() matched before keeps answering to it, so each still logs in as it did;
+ * any other spelling reaches the oldest, unmarked one.
+ */
 export const userByEmail = statement<{ email: string }>('user_by_email', (knex, param) =>
   knex('users')
     .select('id', 'email', 'created_at', 'password')
-    .whereRaw('lower(email) = lower(?)', [param('email')]),
+    .whereRaw('fold_case(email) = fold_case(?)', [param('email')])
+    .orderByRaw('lower(email) = lower(?) DESC, email_lookalike IS TRUE, id', [param('email')])
+    .limit(1),
 );
 
-/** Case-insensitive look-up served by the lower(email) index. */
+/** Case-insensitive look-up, any script, on any database locale. */
 export async function findUserByEmail(db: Database, email: string): Promise<UserWithHash | undefined> {
   // PostgreSQL refuses a NUL in text outright (22021, which would be a 500), and no stored e-mail
   // can hold one: such an address matches nobody, and the login still does a full bcrypt compare.
