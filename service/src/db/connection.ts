@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
@@ -300,6 +301,14 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     };
   }
 
+  // Creating one runs PGlite's initdb, the longest step of a first start: say so before it.
+  const exists = db.embeddedDir !== 'memory://' && existsSync(join(db.embeddedDir, 'PG_VERSION'));
+  logger.info(
+    { dir: db.embeddedDir },
+    exists
+      ? 'opening the embedded database'
+      : 'creating the embedded database (PGlite initdb: the first start waits for it)',
+  );
   const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
   const instance = knex({
     client: budgetedAcquire(ClientPgLite),
