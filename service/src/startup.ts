@@ -75,7 +75,7 @@ export function databaseProblem(db: DatabaseSettings, error: unknown): string | 
   const { code, message } = errorFields(error);
   const server = `the PostgreSQL server at DB_HOSTNAME=${db.hostname ?? ''} DB_PORT=${String(db.port)}`;
   // pg's words when the server asks for a password and none was given.
-  if (/client password must be a string/.test(message))
+  if (/client password must be a (non-empty )?string/.test(message))
     return `DB_PASSWORD is not set, and ${server} asks for a password: set DB_PASSWORD (and DB_USERNAME)`;
   if (code === '28P01')
     return `${server} refused the password of DB_USERNAME=${db.username}: check DB_USERNAME and DB_PASSWORD`;

@@ -124,21 +124,21 @@ describe('The /docs page in Chromium', () => {
     // next page's cursor (from the Link header) pasted into its field is answered 200.
     const field = (name: string) => operation.locator(`tr[data-param-name="${name}"] input`);
     expect(await field('skip').inputValue()).toBe('');
-    const first = await fetch(`${service.url}/posts/?limit=1`, { headers: { Authorization: `Bearer ${token}` } });
+    const first = await fetch(`${service.url}/posts/?limit=1`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
     const cursor = /[?&]cursor=([^&>]+)/.exec(first.headers.get('link') ?? '')?.[1];
     expect(cursor).toBeDefined();
     await field('limit').fill('1');
     await field('cursor').fill(decodeURIComponent(cursor ?? ''));
-    const nextRequest = page.waitForRequest(
-      (req) => req.method() === 'GET' && req.url().includes('cursor='),
-    );
+    const nextRequest = page.waitForRequest((req) => req.method() === 'GET' && req.url().includes('cursor='));
     const nextResponse = page.waitForResponse((res) => res.url().includes('cursor='));
     await operation.locator('button.execute').click();
     expect(new URL((await nextRequest).url()).searchParams.has('skip')).toBe(false);
     expect((await nextResponse).status()).toBe(200);
-    await expect(
-      live.locator('.response-col_description pre').first().innerText(),
-    ).resolves.toContain('First post seen in the docs');
+    await expect(live.locator('.response-col_description pre').first().innerText()).resolves.toContain(
+      'First post seen in the docs',
+    );
 
     expect(pageErrors).toEqual([]);
     // The token lives in the page, never in a cookie.

@@ -7,7 +7,6 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { globSync } from 'node:fs';
 import { usingPostgres } from './helpers';
 
 const ROOT = path.join(__dirname, '..', '..');
@@ -30,16 +29,15 @@ const roots = new Set([
   'tests',
 ]);
 
-/** A quoted file or folder: segments joined by `/`, a file's name with an extension or a trailing `/`. */
-const QUOTED_PATH = /^[\w.@-]+(\/[\w.@*-]+)*(\.[a-z]+|\/)$/;
+/**
+ * A quoted file or folder: segments joined by `/`, a file's name with an extension or a trailing
+ * `/`. A pattern (`ci/*-values.yaml`) names no one file and is left alone.
+ */
+const QUOTED_PATH = /^[\w.@-]+(\/[\w.@-]+)*(\.[a-z]+|\/)$/;
 
 function exists(document: string, target: string): boolean {
   const from = [ROOT, path.dirname(path.join(ROOT, document)), ...BASES.map((base) => path.join(ROOT, base))];
-  return from.some((dir) =>
-    target.includes('*')
-      ? globSync(target, { cwd: dir }).length > 0
-      : existsSync(path.join(dir, target)),
-  );
+  return from.some((dir) => existsSync(path.join(dir, target)));
 }
 
 function missingPaths(document: string): string[] {

@@ -71,7 +71,8 @@ describe('Start-up failures say, in one line, which setting to change', () => {
         `${name}=${String(port)} is in use, perhaps by another instance of this service: stop it, or set ${name} to a free port; not starting`,
       ]);
       expect(fatal[0]).not.toHaveProperty('err');
-      expect(svc.stdout()).not.toMatch(/migration|listening/);
+      // Nothing came between the settings and the failure: no database opened, no migration.
+      expect(svc.lines.map((line) => line.msg)).toEqual(['starting', fatal[0]?.msg]);
     } finally {
       await new Promise((resolve) => taken.close(resolve));
     }
@@ -92,16 +93,27 @@ describe('Start-up failures say, in one line, which setting to change', () => {
   });
 
   test('When the server asks for a password and DB_PASSWORD is unset, then the line names DB_PASSWORD', async () => {
-    // A server that answers every start-up with a SCRAM-SHA-256 challenge, as PostgreSQL does for
-    // a role with a password: what pg meets before it has anything to send.
-    const scram = Buffer.from('SCRAM-SHA-256\0\0', 'latin1');
-    const challenge = Buffer.alloc(9);
-    challenge.write('R', 0, 'latin1');
-    challenge.writeInt32BE(8 + scram.length, 1);
-    challenge.writeInt32BE(10, 5);
+    // A server that asks for SCRAM-SHA-256 as PostgreSQL does for a role with a password: the
+    // mechanism (AuthenticationSASL), then, to the client's first message, its own
+    // (AuthenticationSASLContinue), where pg needs the password it was not given.
+    const authentication = (kind: number, data: string): Buffer => {
+      const body = Buffer.from(data, 'latin1');
+      const head = Buffer.alloc(9);
+      head.write('R', 0, 'latin1');
+      head.writeInt32BE(8 + body.length, 1);
+      head.writeInt32BE(kind, 5);
+      return Buffer.concat([head, body]);
+    };
     const server = createServer((socket) => {
       socket.on('error', () => undefined);
-      socket.once('data', () => socket.write(Buffer.concat([challenge, scram])));
+      const replies = [
+        authentication(10, 'SCRAM-SHA-256\0\0'),
+        authentication(11, 'r=nonce,s=c2FsdA==,i=4096'),
+      ];
+      socket.on('data', () => {
+        const reply = replies.shift();
+        if (reply) socket.write(reply);
+      });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as AddressInfo;
@@ -261,21 +273,32 @@ describe('Migrations at start-up', () => {
       env = fresh.env;
       cleanup = () => fresh.drop();
     } else {
-      const dir = mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
+      // The suite's migrated copy, or a new database (initdb) when this run made none; either way
+      // the first migration then meets a users table already there.
+      const copy = await migratedDatabaseEnv();
+      const dir = copy.env.DB_EMBEDDED_DIR ?? mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
+      // pg_trgm is not loaded: nothing here calls it.
       const pglite = new PGlite(dir);
-      await pglite.exec('CREATE TABLE users (nothing int)');
+      await pglite.exec(
+        copy.env.DB_EMBEDDED_DIR
+          ? "DELETE FROM knex_migrations WHERE name LIKE '%create_users'"
+          : 'CREATE TABLE users (nothing int)',
+      );
       await pglite.close();
       env = { DB_EMBEDDED_DIR: dir };
-      cleanup = () => {
+      cleanup = async () => {
+        await copy.drop();
         rmSync(dir, { recursive: true, force: true });
-        return Promise.resolve();
       };
     }
     const svc = spawnService(baseEnv(env));
     const code = await svc.exited;
     await cleanup();
     expect(code).not.toBe(0);
-    expect(svc.stdout()).toContain('migrations failed');
+    const fatal = svc.lines.filter((line) => line.level === 60);
+    expect(fatal.map((line) => line.msg)).toEqual([
+      expect.stringMatching(/^migrations failed: .*"users" already exists.*; not starting$/),
+    ]);
     expect(svc.stdout()).not.toContain('listening');
   });
 });

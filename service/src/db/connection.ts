@@ -201,7 +201,11 @@ function postgresClient(timeoutMs: number): typeof knex.Client {
 function knexLog(logger: Logger): Knex.Config['log'] {
   return {
     warn: (message: unknown) => {
-      logger.warn({ source: 'knex' }, String(message));
+      const text = String(message);
+      // A failed connect also fails the acquire that asked for it, whose caller logs it in its own
+      // words (a start-up's one line, a request's 503): here only for whoever asked for detail.
+      if (text.startsWith('Acquire connection error')) logger.debug({ source: 'knex' }, text);
+      else logger.warn({ source: 'knex' }, text);
     },
     error: (message: unknown) => {
       logger.error({ source: 'knex' }, String(message));
