@@ -28,13 +28,23 @@ const ROOT = path.join(__dirname, '..', '..');
 /** The variable through which the suite's set-up tells its test files where the template is. */
 export const TEMPLATE_VARIABLE = 'SP_TEST_PGLITE_TEMPLATE';
 
-/** What the template depends on: the migrations and the PGlite release that wrote the files. */
+/**
+ * What the template depends on: the migrations, the code that opens the database and runs them,
+ * and the PGlite release that wrote the files.
+ */
 function fingerprint(): string {
   const hash = createHash('sha256');
   const migrations = path.join(ROOT, 'migrations');
-  for (const name of readdirSync(migrations).sort())
-    hash.update(name).update(readFileSync(path.join(migrations, name)));
-  hash.update(readFileSync(path.join(ROOT, 'node_modules', '@electric-sql', 'pglite', 'package.json')));
+  const files = [
+    ...readdirSync(migrations)
+      .sort()
+      .map((name) => path.join(migrations, name)),
+    ...['migrator.ts', 'embedded.ts', 'concurrent-index.ts', 'lock.ts'].map((name) =>
+      path.join(ROOT, 'service', 'src', 'db', name),
+    ),
+    path.join(ROOT, 'node_modules', '@electric-sql', 'pglite', 'package.json'),
+  ];
+  for (const file of files) hash.update(path.relative(ROOT, file)).update(readFileSync(file));
   return hash.digest('hex').slice(0, 16);
 }
 
