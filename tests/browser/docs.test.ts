@@ -69,7 +69,7 @@ describe('The /docs page in Chromium', () => {
     // Every operation of the document is listed.
     await page.locator('.opblock').first().waitFor();
     const expected = await documentedOperations();
-    // API.md's table, /docs and /openapi.json aside.
+    // The specification's endpoint table, /docs and /openapi.json aside.
     expect(expected).toEqual(expect.arrayContaining([...CONTRACT_OPERATIONS]));
     expect(await shownOperations(page)).toEqual(expected);
 
