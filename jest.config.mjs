@@ -21,7 +21,11 @@ const project = (name, folder, { testTimeout, ...options }) => ({
 
 const projects = [
   // Each file builds the app in-process against a database of its own (tests/service/helpers.ts).
-  project('service', 'tests/service', { testTimeout: 30_000 }),
+  // globalSetup makes the migrated embedded database once; each file opens a copy of it.
+  project('service', 'tests/service', {
+    testTimeout: 30_000,
+    globalSetup: '<rootDir>/tests/service/global-setup.ts',
+  }),
   // helm runs as a child process; a cold start of several renders in parallel takes a few seconds.
   project('chart', 'tests/chart', { testTimeout: 60_000 }),
   // The service as real processes against PostgreSQL; each case starts load of its own (--runInBand).

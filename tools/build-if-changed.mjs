@@ -38,6 +38,14 @@ const current = existsSync(ENTRY) && existsSync(STAMP) && readFileSync(STAMP, 'u
 if (current) {
   process.stdout.write('build: dist/ is current, nothing to compile\n');
 } else {
+  const first = !existsSync(join(root, 'dist', '.tsbuildinfo'));
+  // tsc prints nothing until it is done: say what is happening and that it is only this once.
+  process.stdout.write(
+    first
+      ? 'build: compiling the service into dist/ (the first build takes a while; later starts only compile what changed)\n'
+      : 'build: sources changed, compiling what changed into dist/\n',
+  );
+  const started = Date.now();
   const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
   // Incremental: after an edit only what the edit touches is checked and written again.
   execFileSync(
@@ -47,4 +55,5 @@ if (current) {
   );
   // The fingerprint taken before compiling: an edit made during the build is seen next time.
   writeFileSync(STAMP, before);
+  process.stdout.write(`build: done in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
 }

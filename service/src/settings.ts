@@ -306,7 +306,11 @@ const table = {
     rule: Joi.string<string | undefined>()
       .min(SECRET_KEY_MIN_LENGTH)
       .empty('')
-      .when('NODE_ENV', { is: 'production', then: Joi.required() }),
+      .when('NODE_ENV', { is: 'production', then: Joi.required() })
+      .messages({
+        'any.required':
+          'SECRET_KEY is required when NODE_ENV=production (tokens must outlive the process): set one, e.g. `openssl rand -hex 32`',
+      }),
     read: (key: string | undefined) => key ?? randomBytes(32).toString('base64url'),
     docs: {
       section: 'Tokens and passwords',
@@ -408,11 +412,20 @@ const table = {
   }),
   shutdownDelaySeconds: variable({
     env: 'SHUTDOWN_DELAY_SECONDS',
-    rule: Joi.number().min(0).max(120).default(5),
+    // Only a proxy needs the drain: outside production a restart (npm run dev's, a test's) would wait for nothing.
+    rule: Joi.number()
+      .min(0)
+      .max(120)
+      .when('NODE_ENV', {
+        is: 'production',
+        then: Joi.number().default(5),
+        otherwise: Joi.number().default(0),
+      }),
     docs: {
       section: 'Shutdown',
       summary:
         'After SIGTERM, readiness answers 503 and the listener keeps serving this long, so the proxy takes the pod out of rotation before connections are refused',
+      defaultNote: '5 when `NODE_ENV=production`, as the chart sets it',
     },
   }),
   shutdownTimeoutSeconds: variable({

@@ -69,7 +69,7 @@ describe('The /docs page in Chromium', () => {
     // Every operation of the document is listed.
     await page.locator('.opblock').first().waitFor();
     const expected = await documentedOperations();
-    // API.md's table, /docs and /openapi.json aside.
+    // The specification's endpoint table, /docs and /openapi.json aside.
     expect(expected).toEqual(expect.arrayContaining([...CONTRACT_OPERATIONS]));
     expect(await shownOperations(page)).toEqual(expected);
 
@@ -77,6 +77,8 @@ describe('The /docs page in Chromium', () => {
     await page.locator('.auth-wrapper button.authorize').click();
     const modal = page.locator('.modal-ux');
     await modal.waitFor();
+    // The login the README describes is the first thing the dialog shows.
+    await expect(modal.locator('.auth-container').first().innerText()).resolves.toContain('oauth2Password');
     const oauth = modal.locator('.auth-container', { hasText: 'oauth2Password' });
     await oauth.locator('#oauth_username').fill(credentials.email);
     await oauth.locator('#oauth_password').fill(credentials.password);
@@ -117,6 +119,26 @@ describe('The /docs page in Chromium', () => {
 
     await live.scrollIntoViewIfNeeded();
     await operation.screenshot({ path: artifactPath(SCREENSHOT) });
+
+    // Nothing is pre-filled that a pasted cursor would clash with: skip stays empty, and the
+    // next page's cursor (from the Link header) pasted into its field is answered 200.
+    const field = (name: string) => operation.locator(`tr[data-param-name="${name}"] input`);
+    expect(await field('skip').inputValue()).toBe('');
+    const first = await fetch(`${service.url}/posts/?limit=1`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
+    const cursor = /[?&]cursor=([^&>]+)/.exec(first.headers.get('link') ?? '')?.[1];
+    expect(cursor).toBeDefined();
+    await field('limit').fill('1');
+    await field('cursor').fill(decodeURIComponent(cursor ?? ''));
+    const nextRequest = page.waitForRequest((req) => req.method() === 'GET' && req.url().includes('cursor='));
+    const nextResponse = page.waitForResponse((res) => res.url().includes('cursor='));
+    await operation.locator('button.execute').click();
+    expect(new URL((await nextRequest).url()).searchParams.has('skip')).toBe(false);
+    expect((await nextResponse).status()).toBe(200);
+    await expect(live.locator('.response-col_description pre').first().innerText()).resolves.toContain(
+      'First post seen in the docs',
+    );
 
     expect(pageErrors).toEqual([]);
     // The token lives in the page, never in a cookie.

@@ -162,7 +162,7 @@ describe('Bearer tokens on protected endpoints', () => {
       request(svc.app).get('/posts/'),
       request(svc.app).get('/posts'),
       request(svc.app).get('/posts/?search=nothing-matches-this&limit=3'),
-      // 401 before 422 (API.md), also for a query the list would refuse.
+      // 401 before 422 (the specification), also for a query the list would refuse.
       request(svc.app).get('/posts/?limit=0'),
       request(svc.app).post('/posts/').send({ title: 't', content: 'c' }),
       request(svc.app).get(`/posts/${String(postId)}`),

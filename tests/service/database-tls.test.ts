@@ -195,11 +195,12 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
    * TLS error for the operator.
    */
   const refusedStart = async (overrides: Record<string, string>) => {
-    const proc = spawnScript('service/src/main.ts', env({ PORT: '0', LOG_LEVEL: 'info', ...overrides }));
+    // At debug the fatal line carries the error itself beside its one-line account.
+    const proc = spawnScript('service/src/main.ts', env({ PORT: '0', LOG_LEVEL: 'debug', ...overrides }));
     // Bounded: a service that starts anyway is stopped, and the case fails on `listened`.
-    const first = await proc.waitForLog(/^(listening on|migrations failed)/, 20_000);
+    const first = await proc.waitForLog(/^listening on|; not starting$/, 20_000);
     const code = /^listening on/.test(first.msg ?? '') ? await proc.stop() : await proc.exited;
-    const fatal = proc.lines.find((l) => l.msg === 'migrations failed; not starting');
+    const fatal = proc.lines.find((l) => l.level === 60);
     return {
       code,
       listened: proc.lines.some((l) => /^listening on/.test(l.msg ?? '')),
@@ -290,9 +291,11 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
       testEnv({ PORT: '0', LOG_LEVEL: 'info', DB_SSL: 'true' }),
     );
     expect(await refused.exited).toBe(1);
-    expect(refused.lines.find((l) => l.msg === 'migrations failed; not starting')?.hint).toContain(
-      'DB_SSL=true but the server offers no TLS',
-    );
+    expect(refused.lines.filter((l) => l.level === 60).map((l) => l.msg)).toEqual([
+      expect.stringContaining(
+        'DB_SSL=true but the server offers no TLS: turn ssl on at the server (or the pooler), or set DB_SSL=false; not starting',
+      ),
+    ]);
   });
 
   // Last: it moves the server to another certificate.

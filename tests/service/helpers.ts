@@ -11,6 +11,7 @@ import { loadSettings, type Settings } from '../../service/src/settings';
 import type { Post } from '../../service/src/posts/posts.repository';
 import type { User } from '../../service/src/users/user';
 import { serviceEnv } from '../../tools/harness/env';
+import { copyTemplate } from '../../tools/harness/pglite-template';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import { problemFaults } from '../../tools/harness/problem';
 
@@ -41,6 +42,25 @@ export async function freshDatabaseEnv(
   return { env: { DB_NAME: database.name }, drop: () => database.drop() };
 }
 
+/**
+ * A fresh database already migrated to the latest schema, for a file that is not about the
+ * migrations: on PostgreSQL a scratch database (migrated by whoever opens it); embedded, a copy of
+ * the migrated template the suite's set-up made, so the file pays neither initdb nor migrations.
+ */
+export async function migratedDatabaseEnv(
+  options: { ctype?: string } = {},
+): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
+  const copy = usingPostgres() ? undefined : copyTemplate();
+  if (!copy) return freshDatabaseEnv(options);
+  return {
+    env: { DB_EMBEDDED_DIR: copy.dir },
+    drop: () => {
+      copy.remove();
+      return Promise.resolve();
+    },
+  };
+}
+
 export interface TestService {
   app: Express;
   db: Database;
@@ -54,7 +74,7 @@ export async function startTestService(
   overrides: Record<string, string> = {},
   database: { ctype?: string } = {},
 ): Promise<TestService> {
-  const fresh = await freshDatabaseEnv(database);
+  const fresh = await migratedDatabaseEnv(database);
   const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
   const logger = createLogger(settings.logLevel);
   const db = await openDatabase(settings, logger);
@@ -84,7 +104,7 @@ export interface TestServer {
  * metrics listener) inside this process, on ephemeral ports and a fresh, migrated database.
  */
 export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
-  const fresh = await freshDatabaseEnv();
+  const fresh = await migratedDatabaseEnv();
   const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', ...overrides }));
   const logger = createLogger(settings.logLevel);
   const db = await openDatabase(settings, logger);

@@ -54,7 +54,7 @@ async function listIds(path: string, account?: Account): Promise<number[]> {
 const searchPath = (base: string, search: string, extra = ''): string =>
   `${base}?search=${encodeURIComponent(search)}${extra}`;
 
-/** A post on the public feed: the same shape, its owner without an e-mail address (API.md). */
+/** A post on the public feed: the same shape, its owner without an e-mail address (the specification). */
 function expectPublicPostShape(body: PostBody, owner: Account): void {
   expect(Object.keys(body).sort()).toEqual(POST_KEYS);
   expect(body.owner).toEqual({ id: owner.user.id, created_at: owner.user.created_at as unknown as string });

@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo } from 'node:net';
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -5,7 +6,15 @@ import { PGlite } from '@electric-sql/pglite';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../tools/harness/service';
-import { freshDatabaseEnv, postgresConnection, TEST_SECRET, testEnv, usingPostgres } from './helpers';
+import { loadSettings } from '../../service/src/settings';
+import {
+  freshDatabaseEnv,
+  migratedDatabaseEnv,
+  postgresConnection,
+  TEST_SECRET,
+  testEnv,
+  usingPostgres,
+} from './helpers';
 
 const baseEnv = (overrides: Record<string, string>) =>
   testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
@@ -35,6 +44,105 @@ describe('Start-up settings', () => {
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(new RegExp(`^Invalid setting ${name}: `));
     expect(svc.stdout()).not.toContain('listening');
+  });
+});
+
+describe('Start-up failures say, in one line, which setting to change', () => {
+  test('When NODE_ENV=production and SECRET_KEY is unset, then the line says production requires it', async () => {
+    const svc = spawnService(baseEnv({ NODE_ENV: 'production', SECRET_KEY: '' }));
+    expect(await svc.exited).toBe(1);
+    expect(svc.stderr().trim()).toBe(
+      'Invalid setting SECRET_KEY: SECRET_KEY is required when NODE_ENV=production (tokens must outlive the process): set one, e.g. `openssl rand -hex 32`',
+    );
+  });
+
+  test.each([
+    ['PORT', 'PORT'],
+    ['METRICS_PORT', 'METRICS_PORT'],
+  ])('When %s is in use, then the process exits 1 at once, before any migration, naming it', async (name) => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, resolve));
+    const { port } = taken.address() as AddressInfo;
+    try {
+      const svc = spawnService(baseEnv({ PORT: '0', METRICS_PORT: '0', [name]: String(port) }));
+      expect(await svc.exited).toBe(1);
+      const fatal = svc.lines.filter((line) => line.level === 60);
+      expect(fatal.map((line) => line.msg)).toEqual([
+        `${name}=${String(port)} is in use, perhaps by another instance of this service: stop it, or set ${name} to a free port; not starting`,
+      ]);
+      expect(fatal[0]).not.toHaveProperty('err');
+      // Nothing came between the settings and the failure: no database opened, no migration.
+      expect(svc.lines.map((line) => line.msg)).toEqual(['starting', fatal[0]?.msg]);
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+    }
+  });
+
+  test('When LOG_LEVEL=debug, then the failure line carries the error and its stack', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, resolve));
+    const { port } = taken.address() as AddressInfo;
+    try {
+      const svc = spawnService(baseEnv({ LOG_LEVEL: 'debug', PORT: String(port), METRICS_PORT: '0' }));
+      expect(await svc.exited).toBe(1);
+      const [fatal] = svc.lines.filter((line) => line.level === 60);
+      expect((fatal?.err as { stack?: string } | undefined)?.stack).toMatch(/EADDRINUSE/);
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+    }
+  });
+
+  test('When the server asks for a password and DB_PASSWORD is unset, then the line names DB_PASSWORD', async () => {
+    // A server that asks for SCRAM-SHA-256 as PostgreSQL does for a role with a password: the
+    // mechanism (AuthenticationSASL), then, to the client's first message, its own
+    // (AuthenticationSASLContinue), where pg needs the password it was not given.
+    const authentication = (kind: number, data: string): Buffer => {
+      const body = Buffer.from(data, 'latin1');
+      const head = Buffer.alloc(9);
+      head.write('R', 0, 'latin1');
+      head.writeInt32BE(8 + body.length, 1);
+      head.writeInt32BE(kind, 5);
+      return Buffer.concat([head, body]);
+    };
+    const server = createServer((socket) => {
+      socket.on('error', () => undefined);
+      const replies = [
+        authentication(10, 'SCRAM-SHA-256\0\0'),
+        authentication(11, 'r=nonce,s=c2FsdA==,i=4096'),
+      ];
+      socket.on('data', () => {
+        const reply = replies.shift();
+        if (reply) socket.write(reply);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const env = baseEnv({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port), DB_USERNAME: 'someone' });
+      delete env.DB_PASSWORD;
+      const svc = spawnService(env);
+      expect(await svc.exited).toBe(1);
+      const fatal = svc.lines.filter((line) => line.level === 60);
+      expect(fatal.map((line) => line.msg)).toEqual([
+        `DB_PASSWORD is not set, and the PostgreSQL server at DB_HOSTNAME=127.0.0.1 DB_PORT=${String(port)} asks for a password: set DB_PASSWORD (and DB_USERNAME); not starting`,
+      ]);
+      expect(`${svc.stdout()}${svc.stderr()}`).not.toMatch(/SASL|migrations failed|\n\s+at /);
+    } finally {
+      server.close();
+    }
+  });
+});
+
+describe('SHUTDOWN_DELAY_SECONDS', () => {
+  test('When NODE_ENV is not production, then the delay is 0 unless set; in production it is 5', () => {
+    expect(loadSettings(baseEnv({ NODE_ENV: 'development' })).shutdownDelaySeconds).toBe(0);
+    expect(loadSettings(baseEnv({ NODE_ENV: 'test' })).shutdownDelaySeconds).toBe(0);
+    expect(loadSettings(baseEnv({ NODE_ENV: 'production', BCRYPT_ROUNDS: '10' })).shutdownDelaySeconds).toBe(
+      5,
+    );
+    expect(
+      loadSettings(baseEnv({ NODE_ENV: 'development', SHUTDOWN_DELAY_SECONDS: '3' })).shutdownDelaySeconds,
+    ).toBe(3);
   });
 });
 
@@ -74,7 +182,7 @@ describe('Without the optional dependencies (the production image: npm ci --omit
     const port = await freePort();
     const svc = spawnService(baseEnv({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port) }), dir);
     expect(await svc.exited).toBe(1);
-    expect(svc.stdout()).toContain('migrations failed');
+    expect(svc.stdout()).toContain(`DB_PORT=${String(port)} could not be reached`);
     expect(`${svc.stdout()}${svc.stderr()}`).not.toMatch(/Cannot find module|not installed/);
   });
 });
@@ -97,11 +205,12 @@ onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () 
       }),
     );
     const retries = await svc.waitForLog(
-      /^the database is not reachable yet; retrying the migrations$/,
+      /^the database is not reachable yet; retrying for \d+ s more \(DB_STARTUP_WAIT_SECONDS\)$/,
       20_000,
     );
     expect(retries.attempt).toBe(1);
-    while (svc.lines.filter((line) => line.msg === retries.msg).length < 2) {
+    const retry = /^the database is not reachable yet; retrying for /;
+    while (svc.lines.filter((line) => retry.test(line.msg ?? '')).length < 2) {
       expect(svc.child.exitCode).toBeNull();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
@@ -118,6 +227,17 @@ onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () 
     }
   });
 
+  test('When DB_NAME does not exist, then the line names it and says how to create it', async () => {
+    const svc = spawnService(baseEnv({ DB_NAME: 'sp_never_created' }));
+    expect(await svc.exited).toBe(1);
+    const fatal = svc.lines.filter((line) => line.level === 60);
+    expect(fatal.map((line) => line.msg)).toEqual([
+      expect.stringMatching(
+        /^DB_NAME=sp_never_created does not exist on the PostgreSQL server at .*: create it \(createdb sp_never_created\), or set DB_NAME to one that exists; not starting$/,
+      ),
+    ]);
+  });
+
   test('When the database stays unreachable past the wait, then the process exits 1 after it, having said each retry', async () => {
     const port = await freePort();
     const started = Date.now();
@@ -128,8 +248,14 @@ onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () 
     const elapsed = Date.now() - started;
     expect(elapsed).toBeGreaterThanOrEqual(2000);
     expect(elapsed).toBeLessThan(20_000);
-    expect(svc.stdout()).toContain('the database is not reachable yet; retrying the migrations');
-    expect(svc.stdout()).toContain('migrations failed; not starting');
+    expect(svc.stdout()).toContain('the database is not reachable yet; retrying for ');
+    const fatal = svc.lines.filter((line) => line.level === 60);
+    expect(fatal.map((line) => line.msg)).toEqual([
+      `the PostgreSQL server at DB_HOSTNAME=127.0.0.1 DB_PORT=${String(port)} could not be reached after retrying for DB_STARTUP_WAIT_SECONDS=2 (connect ECONNREFUSED 127.0.0.1:${String(port)}): check that it runs and that DB_HOSTNAME and DB_PORT name it, or raise DB_STARTUP_WAIT_SECONDS; not starting`,
+    ]);
+    // No migration ran, so none is said to have failed; and no stack below the info level.
+    expect(svc.stdout()).not.toContain('migrations failed');
+    expect(fatal[0]).not.toHaveProperty('err');
     expect(svc.stdout()).not.toContain('listening');
   });
 });
@@ -147,21 +273,32 @@ describe('Migrations at start-up', () => {
       env = fresh.env;
       cleanup = () => fresh.drop();
     } else {
-      const dir = mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
+      // The suite's migrated copy, or a new database (initdb) when this run made none; either way
+      // the first migration then meets a users table already there.
+      const copy = await migratedDatabaseEnv();
+      const dir = copy.env.DB_EMBEDDED_DIR ?? mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
+      // pg_trgm is not loaded: nothing here calls it.
       const pglite = new PGlite(dir);
-      await pglite.exec('CREATE TABLE users (nothing int)');
+      await pglite.exec(
+        copy.env.DB_EMBEDDED_DIR
+          ? "DELETE FROM knex_migrations WHERE name LIKE '%create_users'"
+          : 'CREATE TABLE users (nothing int)',
+      );
       await pglite.close();
       env = { DB_EMBEDDED_DIR: dir };
-      cleanup = () => {
+      cleanup = async () => {
+        await copy.drop();
         rmSync(dir, { recursive: true, force: true });
-        return Promise.resolve();
       };
     }
     const svc = spawnService(baseEnv(env));
     const code = await svc.exited;
     await cleanup();
     expect(code).not.toBe(0);
-    expect(svc.stdout()).toContain('migrations failed');
+    const fatal = svc.lines.filter((line) => line.level === 60);
+    expect(fatal.map((line) => line.msg)).toEqual([
+      expect.stringMatching(/^migrations failed: .*"users" already exists.*; not starting$/),
+    ]);
     expect(svc.stdout()).not.toContain('listening');
   });
 });
@@ -169,7 +306,7 @@ describe('Migrations at start-up', () => {
 describe('Graceful shutdown', () => {
   let fresh: { env: Record<string, string>; drop(): Promise<void> };
   beforeAll(async () => {
-    fresh = await freshDatabaseEnv();
+    fresh = await migratedDatabaseEnv();
   });
   afterAll(async () => {
     await fresh.drop();

@@ -1,6 +1,6 @@
 /** Facts of the API contract that more than one suite checks the service against. */
 
-/** Every operation of API.md's endpoint table and the two probes, as `METHOD /path` (OpenAPI paths). */
+/** Every operation of the specification's endpoint table and the two probes, as `METHOD /path` (OpenAPI paths). */
 export const CONTRACT_OPERATIONS = [
   'POST /users/',
   'POST /login',

@@ -1,4 +1,4 @@
-/** The one check of an error answer (API.md, "Errors"): every suite holds the service to the same shape. */
+/** The one check of an error answer (the specification's error shape): every suite holds the service to the same shape. */
 
 export interface ProblemAnswer {
   status: number;

@@ -108,7 +108,7 @@ export interface Instance {
 /** The calls of the steady mix. */
 export type CallKind = 'public-list' | 'list' | 'get' | 'vote' | 'unvote' | 'create';
 
-/** The statuses API.md lists for each call (503 is every call's answer to a database that does not answer). */
+/** The statuses docs/api.md lists for each call (503 is every call's answer to a database that does not answer). */
 export const API_STATUSES: Record<CallKind, readonly number[]> = {
   'public-list': [200, 304, 422, 503],
   list: [200, 304, 401, 422, 503],

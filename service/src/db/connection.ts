@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
@@ -236,7 +237,11 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
 function knexLog(logger: Logger): Knex.Config['log'] {
   return {
     warn: (message: unknown) => {
-      logger.warn({ source: 'knex' }, String(message));
+      const text = String(message);
+      // A failed connect also fails the acquire that asked for it, whose caller logs it in its own
+      // words (a start-up's one line, a request's 503): here only for whoever asked for detail.
+      if (text.startsWith('Acquire connection error')) logger.debug({ source: 'knex' }, text);
+      else logger.warn({ source: 'knex' }, text);
     },
     error: (message: unknown) => {
       logger.error({ source: 'knex' }, String(message));
@@ -358,6 +363,14 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     };
   }
 
+  // Creating one runs PGlite's initdb, the longest step of a first start: say so before it.
+  const exists = db.embeddedDir !== 'memory://' && existsSync(join(db.embeddedDir, 'PG_VERSION'));
+  logger.info(
+    { dir: db.embeddedDir },
+    exists
+      ? 'opening the embedded database'
+      : 'creating the embedded database (PGlite initdb: the first start waits for it)',
+  );
   const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
   const instance = knex({
     client: budgetedAcquire(ClientPgLite),

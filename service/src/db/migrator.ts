@@ -109,6 +109,27 @@ const sourceOf = (names: string[]): Knex.MigratorConfig => ({
   migrationSource: { ...migrationSource, getMigrations: () => Promise.resolve(names) },
 });
 
+/** `config` with a log line as each migration starts and ends: a first start is not silent. */
+function withProgress(config: Knex.MigratorConfig, logger: Logger): Knex.MigratorConfig {
+  const source = config.migrationSource as Knex.MigrationSource<string>;
+  const withLines: Knex.MigrationSource<string> = {
+    ...source,
+    getMigration: async (name: string) => {
+      const migration = await source.getMigration(name);
+      return {
+        ...migration,
+        up: async (k: Knex) => {
+          const started = Date.now();
+          logger.info({ migration: name }, `migration ${name} running`);
+          await migration.up(k);
+          logger.info({ migration: name, durationMs: Date.now() - started }, `migration ${name} done`);
+        },
+      };
+    },
+  };
+  return { ...config, migrationSource: withLines };
+}
+
 interface Step {
   applied: string[];
   /** Migrations remain after this step. */
@@ -127,7 +148,9 @@ async function nextStep(db: Database, trx: Knex.Transaction, logger: Logger): Pr
   if (cut !== 0) {
     const later = new Set(cut === -1 ? [] : pending.slice(cut));
     const config = cut === -1 ? migratorConfig : sourceOf(knownMigrations().filter((n) => !later.has(n)));
-    const [, applied] = (await trx.migrate.latest(config)) as [number, string[]];
+    const count = cut === -1 ? pending.length : cut;
+    if (count > 0) logger.info({ pending: pending.slice(0, count) }, `applying ${String(count)} migrations`);
+    const [, applied] = (await trx.migrate.latest(withProgress(config, logger))) as [number, string[]];
     return { applied, more: cut > 0 };
   }
   const name = pending[0] as string;
@@ -252,9 +275,14 @@ export async function migrateWhenReachable(db: Database, logger: Logger, waitMs:
       const retry =
         isDatabaseUnavailable(error) && errorFields(error).code !== '57014' && Date.now() < deadline;
       if (!retry) throw error;
+      const leftSeconds = Math.ceil((deadline - Date.now()) / 1000);
+      // The stack says nothing new on each retry; the message and hint say what is wrong.
+      const { err, hint } = errorWithHint(error);
       logger.warn(
-        { ...errorWithHint(error), attempt },
-        'the database is not reachable yet; retrying the migrations',
+        logger.isLevelEnabled('debug')
+          ? { err, hint, attempt }
+          : { error: errorFields(err).message, hint, attempt },
+        `the database is not reachable yet; retrying for ${String(leftSeconds)} s more (DB_STARTUP_WAIT_SECONDS)`,
       );
       await sleep(Math.min(1000 * attempt, 5000, Math.max(0, deadline - Date.now())));
     }

@@ -71,9 +71,10 @@ const definition = (parts: readonly DocsPart[]) => {
     },
     tags: parts.flatMap((part) => part.tags),
     components: {
+      // Swagger UI's Authorize dialog lists these in this order: the e-mail and password login first.
       securitySchemes: {
-        bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
         oauth2Password: { type: 'oauth2', flows: { password: { tokenUrl: '/login', scopes: {} } } },
+        bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
       },
       // Request bodies and parameters are generated from their joi schemas (requestComponents).
       parameters: {

@@ -190,7 +190,7 @@ export function requireAuth<U extends Identified>(
       try {
         found = await find(id);
       } catch (error) {
-        // Authentication comes first (API.md): the route's own 4xx only once its caller is confirmed.
+        // Authentication comes first (the specification): the route's own 4xx only once its caller is confirmed.
         if (error instanceof ApiError && error.status < 500 && !(await exists(id))) throw unknownCaller();
         throw error;
       }

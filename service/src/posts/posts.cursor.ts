@@ -21,7 +21,7 @@ const CHECK_BYTES = 4;
 const BYTES = BODY_BYTES + CHECK_BYTES;
 
 /**
- * The longest cursor the API accepts (API.md: at most 64 characters): above the 23 of BYTES in
+ * The longest cursor the API accepts (docs/api.md: at most 64 characters): above the 23 of BYTES in
  * base64url, so nothing long is ever decoded, with room for a later layout.
  */
 export const CURSOR_MAX_LENGTH = 64;

@@ -273,7 +273,7 @@ export async function listPosts(
     ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),
     limitPlusOne: query.limit + 1,
     limit: query.limit,
-    offset: query.skip,
+    offset: query.skip ?? 0,
   });
   if (viewer !== 'public' && rows.length === 0) return undefined;
   // A signed-in viewer with an empty page still gets their own row, without a post.

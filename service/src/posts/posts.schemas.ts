@@ -58,7 +58,8 @@ export const postInput = Joi.object<PostInput, true>({
 
 export interface ListQuery {
   limit: number;
-  skip: number;
+  /** Absent means 0; it has no schema default, which /docs would pre-fill beside a pasted cursor. */
+  skip?: number;
   search?: string;
   /** Sent as the opaque string; decoded here, once, into the position the list continues after. */
   cursor?: Position;
@@ -100,7 +101,6 @@ export const listQuery = Joi.object<ListQuery, true>({
     .messages({
       'number.max': `{#label} must be at most ${SKIP_MAX}; page deeper with the cursor of the Link header`,
     })
-    .default(0)
     // ancestors[0] is the query as sent: a skip the client sent, even 0, does not go with a cursor.
     .custom((value: number, helpers) =>
       (helpers.state.ancestors as Record<string, unknown>[])[0]?.cursor === undefined
@@ -110,7 +110,7 @@ export const listQuery = Joi.object<ListQuery, true>({
           }),
     )
     .description(
-      `Posts to skip first, at most ${SKIP_MAX} (an offset: deeper pages cost more; \`cursor\` pages deeper at the same cost). Not with \`cursor\`.`,
+      `Posts to skip first, at most ${SKIP_MAX}; absent, none (an offset: deeper pages cost more; \`cursor\` pages deeper at the same cost). Not with \`cursor\`.`,
     ),
   search: Joi.string()
     .allow('')
