@@ -1,13 +1,10 @@
-import { openDatabase } from './db/connection';
-import { errorWithHint } from './db/errors';
-import { migrateWhenReachable } from './db/migrator';
 import { consoleDestination, createLogger } from './logger';
-import { startServer } from './server';
 import { describeSettings, loadSettings, SettingsError } from './settings';
 
 /**
- * Process entry: settings → database → migrations → listen (API and metrics). Any failure before
- * serving exits 1. The start-up line carries the settings in effect, secrets left out.
+ * Process entry: settings → tracing, when a collector is set → database → migrations → listen
+ * (serve.ts). Any failure before serving exits 1. The start-up line carries the settings in effect,
+ * secrets left out.
  */
 async function main(): Promise<void> {
   let settings;
@@ -20,25 +17,20 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const logger = createLogger(settings.logLevel, consoleDestination(settings.nodeEnv));
+  const tracing = settings.tracing.endpoint !== undefined;
+  const logger = createLogger(settings.logLevel, consoleDestination(settings.nodeEnv), { traceIds: tracing });
   logger.info({ settings: describeSettings(settings) }, 'starting');
   if (settings.secretKeyGenerated) {
     logger.warn('SECRET_KEY is not set: tokens are signed with a random key and die with this process');
   }
-
-  const db = await openDatabase(settings, logger);
-  try {
-    await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
-  } catch (error) {
-    logger.fatal(errorWithHint(error), 'migrations failed; not starting');
-    await db.close().catch(() => undefined);
-    process.exit(1);
-  }
-  const { port, metricsPort } = await startServer(settings, db, logger);
-  logger.info(
-    { port, metricsPort },
-    `listening on http://localhost:${port} (docs at /docs; metrics at http://localhost:${metricsPort}/metrics)`,
-  );
+  /* eslint-disable @typescript-eslint/no-require-imports -- loaded in this order on purpose: the
+     SDK patches http, express and pg as they load, so it starts before anything loads them; without
+     a collector it is never loaded at all */
+  if (tracing)
+    (require('./tracing-sdk') as typeof import('./tracing-sdk')).startTracing(settings.tracing, logger);
+  const { serve } = require('./serve') as typeof import('./serve');
+  /* eslint-enable @typescript-eslint/no-require-imports */
+  await serve(settings, logger);
 }
 
 main().catch((error: unknown) => {

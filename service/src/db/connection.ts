@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
+import { tracedPoolWait, tracedStatement } from '../tracing';
 import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
@@ -97,10 +98,12 @@ function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
   class BudgetedAcquire extends Client {
     override acquireConnection(): Promise<unknown> {
       const pool = this.pool as AcquiringPool | undefined;
-      return withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
-        bound.budgetMs === undefined || !pool
-          ? (super.acquireConnection() as Promise<unknown>)
-          : boundedAcquire(pool, bound),
+      return tracedPoolWait(() =>
+        withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
+          bound.budgetMs === undefined || !pool
+            ? (super.acquireConnection() as Promise<unknown>)
+            : boundedAcquire(pool, bound),
+        ),
       );
     }
   }
@@ -146,7 +149,9 @@ function statementRunner(instance: Knex, send: Send, deadline: Deadline): Databa
     const { text, values } = statement.compile(instance);
     const connection = await client.acquireConnection();
     try {
-      const result = await deadline(connection, () => send(connection, statement.name, text, values(params)));
+      const result = await tracedStatement(statement.name, () =>
+        deadline(connection, () => send(connection, statement.name, text, values(params))),
+      );
       return result.rows as Row[];
     } finally {
       void client.releaseConnection(connection);
