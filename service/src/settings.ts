@@ -160,7 +160,7 @@ const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
  * OTEL_RESOURCE_ATTRIBUTES as OpenTelemetry writes it: `key=value` pairs separated by commas,
  * values percent-encoded where they hold a comma, an equals sign or a space.
  */
-const resourceAttributes = Joi.string<Record<string, string>>()
+const resourceAttributes = Joi.string<Record<string, string> | undefined>()
   .empty('')
   .custom((value: string, helpers) => {
     const attributes: Record<string, string> = {};
@@ -176,8 +176,7 @@ const resourceAttributes = Joi.string<Record<string, string>>()
       }
     }
     return attributes;
-  })
-  .default({});
+  });
 
 const NODE_ENVS = ['development', 'production', 'test'] as const;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -453,8 +452,7 @@ const table = {
       docs: {
         section: 'Tracing (OpenTelemetry)',
         summary:
-          "Base URL of an OTLP/HTTP collector (`http://collector:4318`); spans go to its `/v1/traces`. Unset: no tracing, and OpenTelemetry's SDK is not even loaded (see [Tracing](operations.md#tracing))",
-        defaultNote: 'tracing off',
+          "Base URL of an OTLP/HTTP collector (`http://collector:4318`), spans going to its `/v1/traces`; tracing is on only with it: unset, OpenTelemetry's SDK is not even loaded (see [Tracing](operations.md#tracing))",
         detail:
           "OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TIMEOUT are read by the exporter as OpenTelemetry documents them. An incoming W3C traceparent is the parent of the request's span.",
       },
@@ -474,6 +472,7 @@ const table = {
     resourceAttributes: variable({
       env: 'OTEL_RESOURCE_ATTRIBUTES',
       rule: resourceAttributes,
+      read: (attributes: Record<string, string> | undefined) => attributes ?? {},
       docs: {
         summary:
           'Further resource attributes of the spans, `key=value` pairs separated by commas, values percent-encoded (the chart sets the release, namespace and pod)',
