@@ -409,3 +409,20 @@ Environment variables the chart itself sets in the API container: extraEnvVars m
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+OTEL_RESOURCE_ATTRIBUTES: the chart's own (version, namespace, the release's Deployment, the pod by
+$(K8S_POD_NAME), which Kubernetes expands; none of them holds a character to encode) and
+tracing.resourceAttributes, each value percent-encoded as the variable requires.
+*/}}
+{{- define "social-posts.otelResourceAttributes" -}}
+{{- $pairs := list
+  (printf "service.version=%s" .Chart.AppVersion)
+  (printf "k8s.namespace.name=%s" .Release.Namespace)
+  (printf "k8s.deployment.name=%s" (include "social-posts.fullname" .))
+  "k8s.pod.name=$(K8S_POD_NAME)" -}}
+{{- range $key, $value := .Values.tracing.resourceAttributes }}
+{{- $pairs = append $pairs (printf "%s=%s" $key (urlquery $value | replace "+" "%20")) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}

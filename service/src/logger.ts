@@ -1,4 +1,5 @@
 import pino, { type DestinationStream, type Level, type Logger } from 'pino';
+import { traceIds } from './tracing';
 
 export type { Logger };
 
@@ -62,11 +63,19 @@ export function consoleDestination(nodeEnv: string): DestinationStream | undefin
   }
 }
 
-/** A logger writing to `destination` (consoleDestination, or a test's stream); stdout as JSON without one. */
-export function createLogger(level: Level | 'silent', destination?: DestinationStream): Logger {
+/**
+ * A logger writing to `destination` (consoleDestination, or a test's stream); stdout as JSON without
+ * one. With `traceIds` (tracing on) each line inside a span carries its trace_id and span_id.
+ */
+export function createLogger(
+  level: Level | 'silent',
+  destination?: DestinationStream,
+  { traceIds: withTraceIds = false }: { traceIds?: boolean } = {},
+): Logger {
   return pino(
     {
       level,
+      ...(withTraceIds ? { mixin: traceIds } : {}),
       base: { service: 'social-posts' },
       timestamp: pino.stdTimeFunctions.isoTime,
       redact: { paths: REDACTED_PATHS, censor: '[redacted]' },

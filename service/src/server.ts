@@ -13,6 +13,7 @@ import { deferContinue } from './http/body';
 import type { Logger } from './logger';
 import { createMetrics, createMetricsServer } from './metrics';
 import type { Settings } from './settings';
+import { flushTraces } from './tracing';
 
 export interface RunningServer {
   server: Server;
@@ -117,9 +118,10 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       await db.close();
       logger.info('metrics listener and database closed');
     },
-    onShutdown: () => {
+    onShutdown: async () => {
+      // The last requests' spans, still in the exporter's batch.
+      await flushTraces();
       logger.info('shutdown complete');
-      return Promise.resolve();
     },
     logger: (message, error) => {
       logger.error({ err: error }, message);

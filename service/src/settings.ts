@@ -142,6 +142,42 @@ function checkedAcceptedKeys(keys: string[], validated: Validated): string[] {
   return keys;
 }
 
+/** OpenTelemetry's sampler names (OTEL_TRACES_SAMPLER) that this service builds. */
+const SAMPLERS = [
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+  'always_on',
+  'always_off',
+  'traceidratio',
+] as const;
+export type SamplerName = (typeof SAMPLERS)[number];
+
+/** The OTLP/HTTP encodings the exporter speaks; gRPC is left out (one exporter fewer to ship). */
+const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+
+/**
+ * OTEL_RESOURCE_ATTRIBUTES as OpenTelemetry writes it: `key=value` pairs separated by commas,
+ * values percent-encoded where they hold a comma, an equals sign or a space.
+ */
+const resourceAttributes = Joi.string<Record<string, string> | undefined>()
+  .empty('')
+  .custom((value: string, helpers) => {
+    const attributes: Record<string, string> = {};
+    for (const pair of value.split(',')) {
+      if (pair.trim() === '') continue;
+      const at = pair.indexOf('=');
+      const key = at < 0 ? '' : pair.slice(0, at).trim();
+      if (key === '') return helpers.message({ custom: `has "${pair.trim()}", which is not key=value` });
+      try {
+        attributes[key] = decodeURIComponent(pair.slice(at + 1).trim());
+      } catch {
+        return helpers.message({ custom: `has a value for ${key} that is not valid percent-encoding` });
+      }
+    }
+    return attributes;
+  });
+
 const NODE_ENVS = ['development', 'production', 'test'] as const;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
@@ -410,6 +446,61 @@ const table = {
       .default('info'),
     docs: { section: 'Logs', summary: 'The least severe level written' },
   }),
+  tracing: {
+    /** Unset: no tracing at all, and none of OpenTelemetry's SDK is loaded. */
+    endpoint: variable({
+      env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+      rule: Joi.string<string | undefined>()
+        .uri({ scheme: ['http', 'https'] })
+        .empty(''),
+      docs: {
+        section: 'Tracing (OpenTelemetry)',
+        summary:
+          "Base URL of an OTLP/HTTP collector (`http://collector:4318`), spans going to its `/v1/traces`; tracing is on only with it: unset, OpenTelemetry's SDK is not even loaded (see [Tracing](operations.md#tracing))",
+        detail:
+          "OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TIMEOUT are read by the exporter as OpenTelemetry documents them. An incoming W3C traceparent is the parent of the request's span.",
+      },
+    }),
+    protocol: variable({
+      env: 'OTEL_EXPORTER_OTLP_PROTOCOL',
+      rule: Joi.string<(typeof OTLP_PROTOCOLS)[number]>()
+        .valid(...OTLP_PROTOCOLS)
+        .default('http/protobuf'),
+      docs: { summary: 'Encoding of the exported spans; gRPC is not offered' },
+    }),
+    serviceName: variable({
+      env: 'OTEL_SERVICE_NAME',
+      rule: Joi.string().default('social-posts'),
+      docs: { summary: '`service.name` of the spans; it wins over one in `OTEL_RESOURCE_ATTRIBUTES`' },
+    }),
+    resourceAttributes: variable({
+      env: 'OTEL_RESOURCE_ATTRIBUTES',
+      rule: resourceAttributes,
+      read: (attributes: Record<string, string> | undefined) => attributes ?? {},
+      docs: {
+        summary:
+          'Further resource attributes of the spans, `key=value` pairs separated by commas, values percent-encoded (the chart sets the release, namespace and pod)',
+        defaultNote: 'none',
+      },
+    }),
+    sampler: variable({
+      env: 'OTEL_TRACES_SAMPLER',
+      rule: Joi.string<SamplerName>()
+        .valid(...SAMPLERS)
+        .default('parentbased_always_on'),
+      docs: {
+        summary:
+          "Which requests are traced; the `parentbased_` ones follow the caller's (the proxy's) sampled flag when a `traceparent` comes with the request",
+      },
+    }),
+    samplerArg: variable({
+      env: 'OTEL_TRACES_SAMPLER_ARG',
+      rule: Joi.number().min(0).max(1).default(1),
+      docs: {
+        summary: 'The share of traces kept by the `traceidratio` samplers, from 0 to 1 (0.1: one in ten)',
+      },
+    }),
+  },
   shutdownDelaySeconds: variable({
     env: 'SHUTDOWN_DELAY_SECONDS',
     // Only a proxy needs the drain: outside production a restart (npm run dev's, a test's) would wait for nothing.
@@ -540,5 +631,15 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     logLevel: s.logLevel,
     shutdownDelaySeconds: s.shutdownDelaySeconds,
     shutdownTimeoutSeconds: s.shutdownTimeoutSeconds,
+    tracing: s.tracing.endpoint
+      ? {
+          endpoint: s.tracing.endpoint,
+          protocol: s.tracing.protocol,
+          serviceName: s.tracing.serviceName,
+          resourceAttributes: s.tracing.resourceAttributes,
+          sampler: s.tracing.sampler,
+          samplerArg: s.tracing.samplerArg,
+        }
+      : 'off',
   };
 }

@@ -37,6 +37,11 @@ describe('Start-up settings', () => {
     ['DB_PREPARED_STATEMENTS', { DB_PREPARED_STATEMENTS: 'sometimes' }],
     ['DB_MIGRATION_TIMEOUT_MS', { DB_MIGRATION_TIMEOUT_MS: '10' }],
     ['DB_STARTUP_WAIT_SECONDS', { DB_STARTUP_WAIT_SECONDS: 'forever' }],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', { OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }],
+    ['OTEL_EXPORTER_OTLP_PROTOCOL', { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }],
+    ['OTEL_TRACES_SAMPLER', { OTEL_TRACES_SAMPLER: 'sometimes' }],
+    ['OTEL_TRACES_SAMPLER_ARG', { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '10' }],
+    ['OTEL_RESOURCE_ATTRIBUTES', { OTEL_RESOURCE_ATTRIBUTES: 'k8s.pod.name' }],
   ])('When %s has a bad value, then the start stops with one line naming it', async (name, overrides) => {
     const svc = spawnService(baseEnv(overrides));
     expect(await svc.exited).toBe(1);

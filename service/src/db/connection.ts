@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
+import { tracedPoolWait, tracedStatement } from '../tracing';
 import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { CANCEL_GRACE_MS, withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
@@ -99,10 +100,12 @@ function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
   class BudgetedAcquire extends Client {
     override acquireConnection(): Promise<unknown> {
       const pool = this.pool as AcquiringPool | undefined;
-      return withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
-        bound.budgetMs === undefined || !pool
-          ? (super.acquireConnection() as Promise<unknown>)
-          : boundedAcquire(pool, bound),
+      return tracedPoolWait(() =>
+        withinBudget(ACQUIRE_TIMEOUT_MS, 'no pooled connection asked for', (bound) =>
+          bound.budgetMs === undefined || !pool
+            ? (super.acquireConnection() as Promise<unknown>)
+            : boundedAcquire(pool, bound),
+        ),
       );
     }
   }
@@ -150,8 +153,8 @@ function statementRunner(instance: Knex, send: Send, deadline: Deadline): Databa
     return retryingRaces(async () => {
       const connection = await client.acquireConnection();
       try {
-        const result = await deadline(connection, () =>
-          send(connection, statement.name, text, values(params)),
+        const result = await tracedStatement(statement.name, () =>
+          deadline(connection, () => send(connection, statement.name, text, values(params))),
         );
         return result.rows as Row[];
       } finally {

@@ -1,0 +1,106 @@
+import type { IncomingMessage } from 'node:http';
+import { context, diag, DiagLogLevel, propagation, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { suppressTracing, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { registerInstrumentations } from '@opentelemetry/instrumentation';
+import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
+import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
+import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+  type Sampler,
+} from '@opentelemetry/sdk-trace';
+import type { Logger } from './logger';
+import type { SamplerName, Settings } from './settings';
+import { tracingStarted } from './tracing';
+
+/** What the OTEL_* settings hold. */
+export type TracingSettings = Settings['tracing'];
+
+/** The sampler OTEL_TRACES_SAMPLER names, as OpenTelemetry's environment specification defines each. */
+export function samplerFor(name: SamplerName, ratio: number): Sampler {
+  const root = (base: string): Sampler => {
+    if (base === 'always_on') return new AlwaysOnSampler();
+    if (base === 'always_off') return new AlwaysOffSampler();
+    return new TraceIdRatioBasedSampler(ratio);
+  };
+  return name.startsWith('parentbased_')
+    ? new ParentBasedSampler({ root: root(name.slice('parentbased_'.length)) })
+    : root(name);
+}
+
+/** Probes and scrapes come every few seconds from the kubelet and Prometheus: no trace of them. */
+const untraced = (req: IncomingMessage): boolean => {
+  const url = req.url ?? '';
+  return url.startsWith('/healthz') || url.startsWith('/metrics');
+};
+
+/**
+ * Starts OpenTelemetry's SDK. Must run before express, pg and http are first loaded by the
+ * app (main.ts loads them after it), as the instrumentations patch them when they are loaded.
+ */
+export function startTracing(settings: TracingSettings, logger: Logger): void {
+  const { endpoint } = settings;
+  if (!endpoint) return;
+  // The exporter's failures (a collector down) go to the log, not to stderr unformatted.
+  diag.setLogger(
+    {
+      error: (message, ...args) => {
+        logger.warn({ source: 'opentelemetry', args }, message);
+      },
+      warn: (message, ...args) => {
+        logger.warn({ source: 'opentelemetry', args }, message);
+      },
+      info: () => undefined,
+      debug: () => undefined,
+      verbose: () => undefined,
+    },
+    DiagLogLevel.WARN,
+  );
+  const url = `${endpoint.replace(/\/+$/, '')}/v1/traces`;
+  const exporter =
+    settings.protocol === 'http/json' ? new JsonExporter({ url }) : new ProtobufExporter({ url });
+  const provider = new TracerProvider({
+    resource: resourceFromAttributes({
+      ...settings.resourceAttributes,
+      'service.name': settings.serviceName,
+    }),
+    sampler: samplerFor(settings.sampler, settings.samplerArg),
+    spanProcessors: [new BatchSpanProcessor({ exporter })],
+  });
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(provider);
+  registerInstrumentations({
+    tracerProvider: provider,
+    instrumentations: [
+      new HttpInstrumentation({
+        ignoreIncomingRequestHook: untraced,
+        // The service calls nothing over HTTP but the collector, whose exporter traces nothing.
+        disableOutgoingRequestInstrumentation: true,
+      }),
+      // A span for the route's handler (its http.route); none for each middleware, which would
+      // multiply the spans of every request for no question an operator asks.
+      new ExpressInstrumentation({
+        ignoreLayersType: [ExpressLayerType.MIDDLEWARE, ExpressLayerType.ROUTER],
+      }),
+      // Statements sent through knex (a transaction's) outside the service's own statement spans;
+      // nothing outside a request: no trace for each connection or migration at start-up.
+      new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
+    ],
+  });
+  tracingStarted({
+    tracer: trace.getTracer('social-posts'),
+    withoutDriverSpans: suppressTracing,
+    flush: () => provider.shutdown(),
+  });
+}

@@ -1,0 +1,93 @@
+import {
+  context,
+  isSpanContextValid,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Tracer,
+} from '@opentelemetry/api';
+
+/**
+ * The spans this service makes itself (the pool wait, each statement), beside those of the http,
+ * express and pg instrumentations. Only OpenTelemetry's API is imported here, which is small: the
+ * SDK (tracing-sdk.ts) is loaded only when a collector is configured, and until it calls
+ * tracingStarted every helper below costs one comparison.
+ */
+interface Started {
+  tracer: Tracer;
+  /** A context in which the pg instrumentation makes no span: the statement's own span stands for it. */
+  withoutDriverSpans: (active: Context) => Context;
+  flush: () => Promise<void>;
+}
+
+let started: Started | undefined;
+
+/** Called once by tracing-sdk.ts, after the SDK is registered. */
+export function tracingStarted(sdk: Started): void {
+  started = sdk;
+}
+
+/** Sends the spans not yet exported; at shutdown, after the last request. */
+export async function flushTraces(): Promise<void> {
+  await started?.flush();
+}
+
+/** The database attributes of every statement span (OpenTelemetry's database conventions). */
+const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
+
+/**
+ * Runs `work` in a span of its own, a child of the active one. Outside a sampled span (a request
+ * not traced, a background job) it runs bare: a span there would start a trace of its own or be
+ * dropped with its parent anyway.
+ */
+function inSpan<T>(
+  name: string,
+  kind: SpanKind,
+  attributes: Attributes,
+  work: () => Promise<T>,
+  suppressDriver = false,
+): Promise<T> {
+  if (!started || trace.getActiveSpan()?.isRecording() !== true) return work();
+  const { tracer, withoutDriverSpans } = started;
+  return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
+    try {
+      return await (suppressDriver ? context.with(withoutDriverSpans(context.active()), work) : work());
+    } catch (error) {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({
+        code: SpanStatusCode.ERROR,
+        message: error instanceof Error ? error.message : undefined,
+      });
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+/** The wait for a pooled connection. */
+export function tracedPoolWait<T>(work: () => Promise<T>): Promise<T> {
+  return inSpan('db pool wait', SpanKind.INTERNAL, DB_SYSTEM, work);
+}
+
+/**
+ * One statement, named by its prepared statement's name (statements.ts), never with its values:
+ * the name is the query summary, which the conventions make the span's name.
+ */
+export function tracedStatement<T>(name: string, work: () => Promise<T>): Promise<T> {
+  return inSpan(name, SpanKind.CLIENT, { ...DB_SYSTEM, 'db.query.summary': name }, work, true);
+}
+
+/**
+ * pino's mixin while tracing is on: each line written inside a span carries its trace and span id,
+ * so a trace leads to its request's log lines and back. A request not sampled still has a trace id
+ * (the caller's, or a new one), which matches the proxy's log.
+ */
+export function traceIds(): { trace_id?: string; span_id?: string } {
+  const span = trace.getActiveSpan();
+  if (!span) return {};
+  const ids = span.spanContext();
+  return isSpanContextValid(ids) ? { trace_id: ids.traceId, span_id: ids.spanId } : {};
+}

@@ -1,0 +1,338 @@
+import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import protobuf from 'protobufjs';
+import { pollUntil } from '../../tools/harness/poll';
+import { postgresServer } from '../../tools/harness/postgres';
+import { Relay } from '../../tools/harness/relay';
+import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
+import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+
+/**
+ * Traces over the wire: the service runs as its own process and exports to a collector made here,
+ * which decodes what arrives as an OTLP/HTTP collector does (protobuf or JSON), not an SDK's memory.
+ */
+
+/** The part of OTLP's ExportTraceServiceRequest these tests read, by the field numbers of its .proto. */
+const otlp = protobuf.Root.fromJSON({
+  nested: {
+    ExportTraceServiceRequest: {
+      fields: { resourceSpans: { rule: 'repeated', type: 'ResourceSpans', id: 1 } },
+    },
+    ResourceSpans: {
+      fields: {
+        resource: { type: 'Resource', id: 1 },
+        scopeSpans: { rule: 'repeated', type: 'ScopeSpans', id: 2 },
+      },
+    },
+    Resource: { fields: { attributes: { rule: 'repeated', type: 'KeyValue', id: 1 } } },
+    ScopeSpans: { fields: { spans: { rule: 'repeated', type: 'Span', id: 2 } } },
+    Span: {
+      fields: {
+        traceId: { type: 'bytes', id: 1 },
+        spanId: { type: 'bytes', id: 2 },
+        parentSpanId: { type: 'bytes', id: 4 },
+        name: { type: 'string', id: 5 },
+        kind: { type: 'int32', id: 6 },
+        attributes: { rule: 'repeated', type: 'KeyValue', id: 9 },
+        status: { type: 'Status', id: 15 },
+      },
+    },
+    KeyValue: { fields: { key: { type: 'string', id: 1 }, value: { type: 'AnyValue', id: 2 } } },
+    AnyValue: {
+      fields: {
+        stringValue: { type: 'string', id: 1 },
+        boolValue: { type: 'bool', id: 2 },
+        intValue: { type: 'int64', id: 3 },
+        doubleValue: { type: 'double', id: 4 },
+      },
+    },
+    Status: { fields: { message: { type: 'string', id: 2 }, code: { type: 'int32', id: 3 } } },
+  },
+}).lookupType('ExportTraceServiceRequest');
+
+/** OTLP's span kinds and status codes, as numbers in both encodings. */
+const SERVER = 2;
+const CLIENT = 3;
+const STATUS_ERROR = 2;
+
+interface ExportedSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: string;
+  kind: number;
+  attributes: Record<string, unknown>;
+  status: { code: number; message: string };
+  resource: Record<string, unknown>;
+}
+
+interface WireKeyValue {
+  key: string;
+  value?: { stringValue?: string; boolValue?: boolean; intValue?: number | string; doubleValue?: number };
+}
+
+interface WireSpan {
+  traceId?: string | Uint8Array;
+  spanId?: string | Uint8Array;
+  parentSpanId?: string | Uint8Array;
+  name: string;
+  kind?: number;
+  attributes?: WireKeyValue[];
+  status?: { code?: number; message?: string };
+}
+
+interface WireRequest {
+  resourceSpans?: {
+    resource?: { attributes?: WireKeyValue[] };
+    scopeSpans?: { spans?: WireSpan[] }[];
+  }[];
+}
+
+const hex = (id: string | Uint8Array | undefined): string =>
+  id === undefined ? '' : typeof id === 'string' ? id : Buffer.from(id).toString('hex');
+
+const valuesOf = (attributes: WireKeyValue[] = []): Record<string, unknown> =>
+  Object.fromEntries(
+    attributes.map(({ key, value = {} }) => [
+      key,
+      value.stringValue ??
+        value.boolValue ??
+        (value.intValue === undefined ? value.doubleValue : Number(value.intValue)),
+    ]),
+  );
+
+/** An OTLP/HTTP collector: every span it receives, with the encodings the requests came in. */
+class Collector {
+  readonly spans: ExportedSpan[] = [];
+  readonly contentTypes = new Set<string>();
+  private server: Server | undefined;
+  endpoint = '';
+
+  async start(): Promise<void> {
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (chunk: Buffer) => chunks.push(chunk));
+      req.on('end', () => {
+        const body = Buffer.concat(chunks);
+        const type = req.headers['content-type'] ?? '';
+        this.contentTypes.add(type);
+        if (req.url !== '/v1/traces') {
+          res.writeHead(404).end();
+          return;
+        }
+        const decoded = (
+          type.startsWith('application/json')
+            ? JSON.parse(body.toString('utf8'))
+            : otlp.toObject(otlp.decode(body), { longs: Number, defaults: false })
+        ) as WireRequest;
+        this.take(decoded);
+        res.writeHead(200, { 'content-type': type }).end(type.startsWith('application/json') ? '{}' : '');
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    this.server = server;
+    this.endpoint = `http://127.0.0.1:${String((server.address() as AddressInfo).port)}`;
+  }
+
+  private take(request: WireRequest): void {
+    for (const { resource, scopeSpans = [] } of request.resourceSpans ?? []) {
+      for (const { spans = [] } of scopeSpans) {
+        for (const span of spans) {
+          this.spans.push({
+            traceId: hex(span.traceId),
+            spanId: hex(span.spanId),
+            parentSpanId: hex(span.parentSpanId),
+            name: span.name,
+            kind: span.kind ?? 0,
+            attributes: valuesOf(span.attributes),
+            status: { code: span.status?.code ?? 0, message: span.status?.message ?? '' },
+            resource: valuesOf(resource?.attributes),
+          });
+        }
+      }
+    }
+  }
+
+  /** The spans of one trace, once its server span (the last to end) has arrived. */
+  async trace(traceId: string): Promise<ExportedSpan[]> {
+    const { value } = await pollUntil(
+      () => Promise.resolve(this.spans.filter((s) => s.traceId === traceId)),
+      (spans) => spans.some((s) => s.kind === SERVER),
+      // The batch goes out every 5 s (the SDK's default delay).
+      { withinMs: 20_000, everyMs: 100 },
+    );
+    return value;
+  }
+
+  async close(): Promise<void> {
+    const server = this.server;
+    if (server) await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+const newTraceId = () => randomBytes(16).toString('hex');
+const newSpanId = () => randomBytes(8).toString('hex');
+
+/** The span and every span under it, in the trace. */
+function descendants(spans: ExportedSpan[], root: ExportedSpan): ExportedSpan[] {
+  const under = spans.filter((s) => s.parentSpanId === root.spanId);
+  return under.flatMap((child) => [child, ...descendants(spans, child)]);
+}
+
+/** The one server span of a trace (the request's). */
+function serverSpan(spans: ExportedSpan[]): ExportedSpan {
+  const servers = spans.filter((s) => s.kind === SERVER);
+  expect(servers).toHaveLength(1);
+  return servers[0] as ExportedSpan;
+}
+
+async function startTraced(
+  collector: Collector,
+  overrides: Record<string, string> = {},
+): Promise<ServiceProcess & { drop(): Promise<void> }> {
+  const fresh = await freshDatabaseEnv();
+  const svc = await startService(
+    testEnv({
+      ...fresh.env,
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_DELAY_SECONDS: '0',
+      OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint,
+      OTEL_RESOURCE_ATTRIBUTES: 'k8s.namespace.name=tests,deployment.environment.name=ci',
+      ...overrides,
+    }),
+  );
+  return { ...svc, drop: () => fresh.drop() };
+}
+
+afterAll(() => stopAll());
+
+describe.each([
+  ['http/protobuf', 'application/x-protobuf'],
+  ['http/json', 'application/json'],
+])('Tracing exported as %s', (protocol, contentType) => {
+  const collector = new Collector();
+  let svc: ServiceProcess & { drop(): Promise<void> };
+
+  beforeAll(async () => {
+    await collector.start();
+    svc = await startTraced(collector, { OTEL_EXPORTER_OTLP_PROTOCOL: protocol });
+  }, 120_000);
+  afterAll(async () => {
+    await svc.stop();
+    await svc.drop();
+    await collector.close();
+  });
+
+  test("When a request comes with a traceparent, then its trace has the caller's span as the root's parent, the route span under it, one span per statement, and its log lines carry the trace id", async () => {
+    const traceId = newTraceId();
+    const callerSpan = newSpanId();
+    const answer = await fetch(`${svc.base}/posts/public?limit=5`, {
+      headers: { traceparent: `00-${traceId}-${callerSpan}-01`, tracestate: 'proxy=yes' },
+    });
+    expect(answer.status).toBe(200);
+
+    const spans = await collector.trace(traceId);
+    expect([...collector.contentTypes]).toEqual([contentType]);
+    const root = serverSpan(spans);
+    expect(root.parentSpanId).toBe(callerSpan);
+    expect(root.name).toBe('GET /posts/public');
+    expect(root.attributes).toMatchObject({
+      'http.route': '/posts/public',
+      'http.request.method': 'GET',
+      'http.response.status_code': 200,
+    });
+    expect(root.resource).toMatchObject({
+      'service.name': 'social-posts',
+      'k8s.namespace.name': 'tests',
+      'deployment.environment.name': 'ci',
+    });
+    // Every span of the trace hangs from the request's.
+    expect(descendants(spans, root)).toHaveLength(spans.length - 1);
+
+    const route = spans.filter((s) => s.parentSpanId === root.spanId && s.attributes['http.route']);
+    expect(route.map((s) => s.attributes['http.route'])).toEqual(['/posts/public']);
+
+    // The public list is one statement, named as prepared, with no value of it in any attribute.
+    const statements = spans.filter((s) => s.kind === CLIENT);
+    expect(statements.map((s) => s.name)).toEqual(['posts_public']);
+    expect(statements[0]?.attributes).toEqual({
+      'db.system.name': 'postgresql',
+      'db.query.summary': 'posts_public',
+    });
+    expect(descendants(spans, route[0] as ExportedSpan)).toContainEqual(statements[0]);
+    // The wait for its pooled connection, beside it; no second span from the driver under it.
+    expect(spans.filter((s) => s.name === 'db pool wait')).toHaveLength(1);
+    expect(spans.filter((s) => s.name.startsWith('pg.'))).toEqual([]);
+
+    const logged = svc.lines.filter((line) => line.msg === 'request completed' && line.trace_id === traceId);
+    expect(logged).toHaveLength(1);
+    expect(spans.map((s) => s.spanId)).toContain(logged[0]?.span_id);
+  });
+
+  test('When the traceparent is malformed, then it is ignored: the request is answered and starts a trace of its own', async () => {
+    const badTraceId = 'zz'.repeat(16);
+    const answer = await fetch(`${svc.base}/posts/public`, {
+      headers: {
+        traceparent: `00-${badTraceId}-${newSpanId()}-01`,
+        'x-request-id': `bad-parent-${protocol.replace('/', '-')}`,
+      },
+    });
+    expect(answer.status).toBe(200);
+    const line = await pollUntil(
+      () =>
+        Promise.resolve(
+          svc.lines.find(
+            (l) => (l.req as { id?: string } | undefined)?.id === `bad-parent-${protocol.replace('/', '-')}`,
+          ),
+        ),
+      (found) => found !== undefined,
+      { withinMs: 5000, everyMs: 50 },
+    );
+    expect(line.held).toBe(true);
+    const traceId = String(line.value?.trace_id);
+    expect(traceId).toMatch(/^[0-9a-f]{32}$/);
+    const root = serverSpan(await collector.trace(traceId));
+    expect(root.parentSpanId).toBe('');
+    expect(root.attributes['http.response.status_code']).toBe(200);
+  });
+});
+
+const onPostgres = usingPostgres() ? describe : describe.skip;
+
+onPostgres('Tracing a database fault', () => {
+  test('When the database stops answering, then the statement span and the request span are errors, the request with the problem status', async () => {
+    const collector = new Collector();
+    await collector.start();
+    const relay = new Relay(postgresServer.port);
+    await relay.start();
+    const svc = await startTraced(collector, {
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(relay.port),
+      DB_STATEMENT_TIMEOUT_MS: '500',
+    });
+    try {
+      relay.stall();
+      const traceId = newTraceId();
+      const answer = await fetch(`${svc.base}/posts/public`, {
+        headers: { traceparent: `00-${traceId}-${newSpanId()}-01` },
+      });
+      expect(answer.status).toBe(503);
+      expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+
+      const spans = await collector.trace(traceId);
+      const root = serverSpan(spans);
+      expect(root.attributes['http.response.status_code']).toBe(503);
+      expect(root.status.code).toBe(STATUS_ERROR);
+      const failed = spans.filter((s) => s.kind === CLIENT || s.name === 'db pool wait');
+      expect(failed.length).toBeGreaterThan(0);
+      expect(failed.every((s) => s.status.code === STATUS_ERROR)).toBe(true);
+    } finally {
+      await svc.stop();
+      await relay.close();
+      await svc.drop();
+      await collector.close();
+    }
+  }, 120_000);
+});
