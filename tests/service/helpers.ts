@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
@@ -196,4 +197,20 @@ export function expectProblem(
   expect(res.status).toBe(status);
   expect(problemFaults({ status, contentType: res.headers['content-type'], body: res.body })).toEqual([]);
   return res.body as { detail: string };
+}
+
+/** A log destination that keeps every line, parsed. */
+export function captureLog() {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  return {
+    stream,
+    text: () => lines.join('\n'),
+    entries: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
 }
