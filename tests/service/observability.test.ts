@@ -416,7 +416,10 @@ describe('Pipelined requests abandoned by their client', () => {
   beforeAll(async () => {
     const fresh = await freshDatabaseEnv();
     drop = () => fresh.drop();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    // The test client plays the trusted proxy, so the ids it sends name the log lines.
+    const settings = loadSettings(
+      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
+    );
     db = await openDatabase(settings, createLogger('silent'));
     await migrateToLatest(db, createLogger('silent'));
     running = await startServer(settings, db, createLogger('info', log.stream));
@@ -500,7 +503,10 @@ describe('A connection flooded with pipelined requests', () => {
   test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
     const log = captureLog();
     const fresh = await freshDatabaseEnv();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    // The test client plays the trusted proxy, so the ids it sends name the log lines.
+    const settings = loadSettings(
+      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
+    );
     const db = await openDatabase(settings, createLogger('silent'));
     await migrateToLatest(db, createLogger('silent'));
     const running = await startServer(settings, db, createLogger('info', log.stream));

@@ -241,7 +241,13 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
       send(res, 403, { detail: 'Invalid Credentials' });
       return;
     }
-    const token = jwt.sign({}, secret, { algorithm: 'HS256', subject: String(user.id), expiresIn: 1800 });
+    const token = jwt.sign({}, secret, {
+      algorithm: 'HS256',
+      subject: String(user.id),
+      issuer: settings.tokenIssuer,
+      audience: settings.tokenIssuer,
+      expiresIn: 1800,
+    });
     send(res, 200, { access_token: token, token_type: 'bearer' });
     return;
   }
