@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { Writable } from 'node:stream';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
@@ -16,6 +15,7 @@ import { adminDatabase, createScratchDatabase, postgresServer } from '../../tool
 import { problemFaults } from '../../tools/harness/problem';
 
 export { TEST_SECRET } from '../../tools/harness/env';
+export { captureLog } from '../../tools/harness/log';
 
 /** Environment for the service under test: PostgreSQL when DB_HOSTNAME is set, else embedded in memory. */
 export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {
@@ -197,20 +197,4 @@ export function expectProblem(
   expect(res.status).toBe(status);
   expect(problemFaults({ status, contentType: res.headers['content-type'], body: res.body })).toEqual([]);
   return res.body as { detail: string };
-}
-
-/** A log destination that keeps every line, parsed. */
-export function captureLog() {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString().split('\n').filter(Boolean));
-      done();
-    },
-  });
-  return {
-    stream,
-    text: () => lines.join('\n'),
-    entries: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
-  };
 }
