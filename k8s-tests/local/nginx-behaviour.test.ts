@@ -183,6 +183,7 @@ test("When a client sends X-Request-ID or none, then nginx's own 32-hex id reach
 describe("The service's request log behind either proxy path", () => {
   let service: ServiceProcess | undefined;
 
+  // A cold start (tsx, the embedded database) takes a minute on a loaded machine.
   beforeAll(async () => {
     // The service as operators run it, trusting nginx (loopback here, the proxy pods' network in a cluster).
     service = await startService(
@@ -196,8 +197,9 @@ describe("The service's request log behind either proxy path", () => {
         },
         'embedded',
       ),
+      { withinMs: 170_000 },
     );
-  });
+  }, 180_000);
 
   afterAll(async () => {
     // The cases after these find nginx as they left it: the Ingress objects, the small backend.
