@@ -343,6 +343,24 @@ The API Service as the routes' backend.
 {{- end }}
 
 {{/*
+The request id on the Gateway path: NGINX Gateway Fabric passes a client's X-Request-ID on as
+sent, so the routes set it to nginx's own $request_id (the value may name an nginx variable:
+internal/controller/nginx/config/validation/http_filters.go, ValidateFilterHeaderValue, and
+servers.go, generateProxySetHeaders, nginx/nginx-gateway-fabric v2.6.7, commit
+5e34a17a8f7787e90f41d1af91258a556f0795b4). Envoy generates its own at the edge already.
+*/}}
+{{- define "social-posts.gatewayRequestIdFilter" -}}
+{{- if eq .Values.gateway.rateLimit.implementation "nginx-gateway-fabric" -}}
+filters:
+  - type: RequestHeaderModifier
+    requestHeaderModifier:
+      set:
+        - name: X-Request-ID
+          value: $request_id
+{{- end }}
+{{- end }}
+
+{{/*
 HTTPRoute timeouts for implementations that honour them. NGINX Gateway Fabric 2.6.7 ignores
 them (internal/controller/state/graph/httproute.go, checkForUnsupportedHTTPFields, commit
 5e34a17a8f7787e90f41d1af91258a556f0795b4), so it gets a ProxySettingsPolicy instead.

@@ -212,6 +212,37 @@ interface PathRule {
   /** Either a backend or a RequestRedirect filter (Gateway API allows no backend with a redirect). */
   backend?: Backend;
   redirect?: Redirect;
+  /** A backend's RequestHeaderModifier `set` entries, name and value, in order. */
+  setHeaders?: { name: string; value: string }[];
+}
+
+/** A header value NGF accepts (validation/generic.go, validateEscapedStringWithNginxVars): text or nginx variables, no quotes. */
+const HEADER_VALUE = /^(?:[^$"\\\s]|\$(?:\{[a-z][a-z0-9_]*\}|[a-z][a-z0-9_]*))+$/;
+
+/**
+ * A RequestHeaderModifier with `set` only, the one form modelled: NGF writes each entry as a
+ * proxy_set_header before its own base headers and drops a base header of the same name
+ * (servers.go generateProxySetHeaders).
+ */
+function readHeaderModifier(value: unknown, what: string): { name: string; value: string }[] {
+  const filter = fields(value, what);
+  onlyKeys(filter, ['type', 'requestHeaderModifier'], what);
+  if (filter.type !== 'RequestHeaderModifier')
+    refuse(`${what}: filter ${String(filter.type)} beside a backend`);
+  const modifier = fields(filter.requestHeaderModifier, `${what}.requestHeaderModifier`);
+  onlyKeys(modifier, ['set'], `${what}.requestHeaderModifier`, {
+    add: 'added headers',
+    remove: 'removed headers',
+  });
+  return list(modifier.set, `${what}.requestHeaderModifier.set`).map((entry, i) => {
+    const header = fields(entry, `${what}.set[${i}]`);
+    onlyKeys(header, ['name', 'value'], `${what}.set[${i}]`);
+    const name = text(header.name, `${what}.set[${i}].name`);
+    if (!/^[A-Za-z0-9-]+$/.test(name)) refuse(`${what}: header name ${name}`);
+    const headerValue = text(header.value, `${what}.set[${i}].value`);
+    if (!HEADER_VALUE.test(headerValue)) refuse(`${what}: header value ${headerValue}`);
+    return { name, value: headerValue };
+  });
 }
 
 /** A RequestRedirect filter with a full-path replacement and a status code, the one form modelled. */
@@ -308,13 +339,14 @@ function readRoute(
     });
     const backends = list(rule.backendRefs, `${what}: rules[${i}].backendRefs`);
     const filters = list(rule.filters, `${what}: rules[${i}].filters`);
-    let target: { backend: Backend } | { redirect: Redirect };
-    if (filters.length > 0) {
+    let target: { backend: Backend; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
+    if (filters.length > 0 && backends.length === 0) {
       // A redirect answers by itself (servers.go updateLocation returns before proxy settings).
-      if (filters.length !== 1 || backends.length !== 0)
+      if (filters.length !== 1)
         refuse(`${what}: rules[${i}] with ${filters.length} filters and ${backends.length} backendRefs`);
       target = { redirect: readRedirect(filters[0], `${what}: rules[${i}].filters[0]`, listener.port) };
     } else {
+      if (filters.length > 1) refuse(`${what}: rules[${i}] with ${filters.length} filters beside a backend`);
       if (backends.length !== 1)
         refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
       const ref = fields(backends[0], `${what}: backendRef`);
@@ -329,7 +361,10 @@ function readRoute(
       const port = integer(ref.port, `${what}: backendRef port`, 1);
       const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
       upstreams.set(backend.upstream, endpoints(service, port));
-      target = { backend };
+      target =
+        filters.length === 1
+          ? { backend, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
+          : { backend };
     }
 
     // Gateway API: a rule without matches matches every path (PathPrefix /).
@@ -556,14 +591,21 @@ export function translateGateway(
         continue;
       }
       const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
+      const set = rule.setHeaders ?? [];
+      const base = [
+        ['Host', '$gw_api_compliant_host'],
+        ['X-Forwarded-For', '$proxy_add_x_forwarded_for'],
+        ['X-Real-IP', '$remote_addr'],
+        ['X-Forwarded-Proto', '$scheme'],
+        ['X-Forwarded-Host', '$host'],
+        ['X-Forwarded-Port', '$server_port'],
+      ].filter(([name]) => !set.some((header) => header.name === name));
       lines.push(
         '      proxy_http_version 1.1;',
-        '      proxy_set_header Host "$gw_api_compliant_host";',
-        '      proxy_set_header X-Forwarded-For "$proxy_add_x_forwarded_for";',
-        '      proxy_set_header X-Real-IP "$remote_addr";',
-        '      proxy_set_header X-Forwarded-Proto "$scheme";',
-        '      proxy_set_header X-Forwarded-Host "$host";',
-        '      proxy_set_header X-Forwarded-Port "$server_port";',
+        // The route's own headers first, then the base ones it did not replace (generateProxySetHeaders).
+        ...[...set.map((header) => [header.name, header.value]), ...base].map(
+          ([name, value]) => `      proxy_set_header ${name ?? ''} "${value ?? ''}";`,
+        ),
         '      proxy_set_header Upgrade "$http_upgrade";',
         '      proxy_set_header Connection "$connection_keepalive";',
         // No URI part: nginx passes the request URI as the client sent it.

@@ -1,11 +1,13 @@
 /** Ingress objects of the chart's shape for the translation's tests (unit and real nginx). */
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
-import type { ControllerValues } from './nginx-config';
+import { REQUEST_ID_SNIPPET, type ControllerValues } from './nginx-config';
 
 export const FIXTURE_HOST = 'api.example';
 
-/** The controller values the chart's environments need: the limit answered with 429. */
-export const controller: ControllerValues = { controller: { config: { 'limit-req-status-code': '429' } } };
+/** The controller values the chart's environments need: the limit answered with 429, the request id nginx's own. */
+export const controller: ControllerValues = {
+  controller: { config: { 'limit-req-status-code': '429', 'location-snippet': REQUEST_ID_SNIPPET } },
+};
 
 /** An Ingress of class nginx for FIXTURE_HOST whose paths all lead to the `api` Service's `http` port. */
 export function ingress(

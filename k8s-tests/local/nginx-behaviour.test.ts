@@ -8,12 +8,22 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { parse } from 'yaml';
+import { serviceEnv } from '../../tools/harness/env';
+import { freePort, startService, type ServiceProcess } from '../../tools/harness/service';
+import { ensureTools } from '../../tools/tools';
+import { translateGateway, type GatewayObject, type NginxGatewayFabricValues } from './gateway-config';
 import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
 import { translate } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { freePort } from '../../tools/harness/service';
+import { namespace as releaseNamespace, renderChart, repoRoot } from './release';
 
 const HOST = FIXTURE_HOST;
+/** The host of the chart's HTTPRoutes in the e2e values. */
+const GATEWAY_HOST = 'social-posts.localtest.me';
+
+const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
 
 // The chart's shape: Exact /login and /users/ limited (10/min, burst 10), Prefix / and /docs/ not.
 const ingresses = [
@@ -159,10 +169,96 @@ test("When a path lacks its slash (/users, a Prefix /docs/'s /docs), then nginx 
   expect(seen.map((s) => s.path)).toEqual(['/docs/']);
 });
 
-test("When a client sends X-Request-ID, then it reaches the backend; when it sends none, then nginx's own 32-hex id does", async () => {
+test("When a client sends X-Request-ID or none, then nginx's own 32-hex id reaches the backend, never the client's", async () => {
   seen.length = 0;
   await call('GET', '/posts/public', { 'X-Request-ID': 'client-chosen-id.1' });
   await call('GET', '/posts/public');
-  expect(seen[0]?.requestId).toBe('client-chosen-id.1');
-  expect(seen[1]?.requestId).toMatch(/^[0-9a-f]{32}$/);
+  expect(seen.map((s) => s.requestId)).toEqual([
+    expect.stringMatching(/^[0-9a-f]{32}$/),
+    expect.stringMatching(/^[0-9a-f]{32}$/),
+  ]);
+  expect(seen[0]?.requestId).not.toBe(seen[1]?.requestId);
+});
+
+describe("The service's request log behind either proxy path", () => {
+  let service: ServiceProcess | undefined;
+
+  // A cold start (tsx, the embedded database) takes a minute on a loaded machine.
+  beforeAll(async () => {
+    // The service as operators run it, trusting nginx (loopback here, the proxy pods' network in a cluster).
+    service = await startService(
+      serviceEnv(
+        {
+          PORT: '0',
+          METRICS_PORT: '0',
+          LOG_LEVEL: 'info',
+          SHUTDOWN_DELAY_SECONDS: '0',
+          TRUSTED_PROXIES: '127.0.0.1',
+        },
+        'embedded',
+      ),
+      { withinMs: 170_000 },
+    );
+  }, 180_000);
+
+  afterAll(async () => {
+    // The cases after these find nginx as they left it: the Ingress objects, the small backend.
+    generation++;
+    await nginx?.reload(conf([`127.0.0.1:${backendPort}`]), generation);
+    await service?.stop();
+  });
+
+  const servicePort = () => service?.port ?? 0;
+  /** The service's request log lines with this id. */
+  const linesWithId = (id: string) =>
+    (service?.lines ?? []).filter((line) => (line.req as { id?: string } | undefined)?.id === id);
+
+  const paths = [
+    [
+      'ingress-nginx (the chart-shaped Ingress objects, the controller values with the location-snippet)',
+      HOST,
+      () => conf([`127.0.0.1:${servicePort()}`]),
+    ],
+    [
+      "NGINX Gateway Fabric (the chart's HTTPRoutes, with their RequestHeaderModifier)",
+      GATEWAY_HOST,
+      () =>
+        translateGateway(
+          renderChart(ensureTools().helm, ['k8s-tests/values-e2e-gateway.yaml']),
+          readYaml('k8s-tests/gateway.yaml') as GatewayObject,
+          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
+          {
+            prefix: join(tmp, 'nginx'),
+            listenPort,
+            statusPort,
+            generation,
+            namespace: releaseNamespace,
+            endpoints: () => [`127.0.0.1:${servicePort()}`],
+          },
+        ),
+    ],
+  ] as const;
+
+  test.each(paths)(
+    "Through %s, when a client sends its own X-Request-ID, then the service logs and answers nginx's id and never the client's",
+    async (_name, host, config) => {
+      generation++;
+      await nginx?.reload(config(), generation);
+      const forged = `forged-${generation}`;
+      const answer = await call('GET', '/posts/public', { Host: host, 'X-Request-ID': forged });
+      expect(answer.status).toBe(200);
+      const id = answer.headers['x-request-id'];
+      expect(id).toMatch(/^[0-9a-f]{32}$/);
+      // The line is written once the answer is finished, possibly just after the client has it.
+      for (let i = 0; i < 40 && linesWithId(String(id)).length === 0; i++)
+        await new Promise((resolvePromise) => setTimeout(resolvePromise, 50));
+      expect(linesWithId(String(id))).toEqual([
+        expect.objectContaining({
+          req: expect.objectContaining({ client: '127.0.0.1', path: '/posts/public' }) as unknown,
+        }),
+      ]);
+      expect(linesWithId(forged)).toEqual([]);
+      expect(service?.stdout()).not.toContain(forged);
+    },
+  );
 });

@@ -195,7 +195,7 @@ test('When a Prefix path ends in "/", then it also gets an exact location for th
   expect(conf).toContain('location = /api {');
 });
 
-test('When nginx redirects or proxies, then redirects carry no port, the Server header is cleared and a client X-Request-ID goes through (nginx.tmpl)', () => {
+test("When nginx redirects or proxies, then redirects carry no port, the Server header is cleared and the controller's location-snippet replaces a client's X-Request-ID before the template's map reads it (nginx.tmpl)", () => {
   const conf = translate([auth], controller, settings);
   expect(conf.split('\n')[1]).toBe('load_module /mods/ngx_http_headers_more_filter_module.so;');
   expect(conf).toContain('  server_tokens off;\n  more_clear_headers Server;');
@@ -204,6 +204,16 @@ test('When nginx redirects or proxies, then redirects carry no port, the Server 
   expect(conf).toMatch(
     /map \$http_x_request_id \$req_id \{\n\s+default \$http_x_request_id;\n\s+"" \$request_id;/,
   );
-  expect(locationBody(conf, '= /login')).toContain('proxy_set_header X-Request-ID $req_id;');
-  expect(conf).not.toContain('X-Request-ID $request_id');
+  const login = locationBody(conf, '= /login');
+  expect(login).toContain('proxy_set_header X-Request-ID $req_id;');
+  expect(login).toContain('more_set_input_headers "X-Request-ID: $request_id";');
+  expect(conf).not.toContain('proxy_set_header X-Request-ID $request_id');
+});
+
+test('When the controller values carry another location-snippet, then the translation refuses it', () => {
+  for (const snippet of ['more_set_input_headers "X-Request-ID: $http_x_request_id";', 'return 200;']) {
+    expect(() =>
+      translate([auth], { controller: { config: { 'location-snippet': snippet } } }, settings),
+    ).toThrow(/location-snippet: only more_set_input_headers/);
+  }
 });

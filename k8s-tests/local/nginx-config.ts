@@ -66,6 +66,8 @@ function timeoutKey(key: string): keyof typeof TIMEOUTS | undefined {
 
 interface Defaults extends Timeouts {
   limitReqStatus: number;
+  /** The controller's location-snippet, written into every location (only the request id's is modelled). */
+  locationSnippet?: string;
   nextUpstream: string;
   nextUpstreamTries: number;
   ingressClass: string;
@@ -102,6 +104,20 @@ function nextUpstreamDirective(value: string): string {
   return conditions.join(' ');
 }
 
+/**
+ * The one location-snippet modelled: the client's X-Request-ID replaced by nginx's own
+ * $request_id before the template's `map $http_x_request_id $req_id` reads it, so the id sent
+ * upstream (and logged as $req_id) is always the proxy's. headers-more's more_set_input_headers
+ * runs in the rewrite phase, before proxy_set_header's values are evaluated.
+ */
+export const REQUEST_ID_SNIPPET = 'more_set_input_headers "X-Request-ID: $request_id";';
+
+function requestIdSnippet(value: unknown, what: string): string {
+  if (typeof value !== 'string' || value.trim() !== REQUEST_ID_SNIPPET)
+    refuse(`controller.config.${what}: only ${REQUEST_ID_SNIPPET} is modelled, got ${String(value)}`);
+  return REQUEST_ID_SNIPPET;
+}
+
 function readController(values: ControllerValues): Defaults {
   for (const key of Object.keys(values)) if (key !== 'controller') refuse(`top-level value "${key}"`);
   const controller = values.controller ?? {};
@@ -134,6 +150,9 @@ function readController(values: ControllerValues): Defaults {
     switch (key) {
       case 'limit-req-status-code':
         defaults.limitReqStatus = integer(value, key);
+        break;
+      case 'location-snippet':
+        defaults.locationSnippet = requestIdSnippet(value, key);
         break;
       case 'allow-snippet-annotations':
         if (String(value) !== 'false') refuse(`controller.config.${key}: ${String(value)}`);
@@ -283,7 +302,8 @@ export function translate(
     '  proxy_http_version 1.1;',
     '  proxy_buffering off;',
     '  proxy_request_buffering on;',
-    "  # The client's X-Request-ID goes through; without one, nginx's own id (generate-request-id).",
+    // The controller's location-snippet (REQUEST_ID_SNIPPET) replaces the client's header first.
+    "  # The incoming X-Request-ID; without one, nginx's own id (generate-request-id).",
     '  map $http_x_request_id $req_id {',
     '    default $http_x_request_id;',
     '    "" $request_id;',
@@ -334,6 +354,8 @@ export function translate(
         '      proxy_next_upstream_timeout 0;',
         `      proxy_next_upstream_tries ${ingress.nextUpstreamTries};`,
       );
+      // The template writes the controller's location-snippet after the proxy settings.
+      if (defaults.locationSnippet) lines.push(`      ${defaults.locationSnippet}`);
       // No URI part: nginx passes the request URI exactly as the client sent it.
       lines.push(`      proxy_pass http://${location.upstream};`, '    }');
     }

@@ -9,12 +9,13 @@ import { closeAfterOversizedBody } from './http/body';
 import { crossOrigin } from './http/cors';
 import { errorHandler, notFound } from './http/errors';
 import { requireHost } from './http/protocol';
+import { trustProxies } from './http/proxies';
 import { oneAnswerAtATime, unsentAnswersBounded } from './http/pipelining';
 import { requestLog } from './http/request-log';
 import { exactRouter } from './http/router';
 import { inSequence } from './http/sequence';
 import { apiHeaders } from './http/security-headers';
-import { tokenKeys } from './http/tokens';
+import { tokenIssuer, tokenKeys } from './http/tokens';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
 import { visiblePostOwner } from './posts/posts.repository';
@@ -59,6 +60,9 @@ export function createApp({
   // case-sensitive routing keeps /login/, /Login or /users from reaching them unlimited.
   app.set('strict routing', true);
   app.set('case sensitive routing', true);
+  // req.ip reads X-Forwarded-For only through these hops; the request log trusts the same ones.
+  const trustProxy = trustProxies(settings.trustedProxies);
+  app.set('trust proxy', trustProxy);
 
   app.use(inSequence(requireHost, closeAfterOversizedBody));
   const cors = crossOrigin(settings.corsAllowedOrigins);
@@ -73,7 +77,7 @@ export function createApp({
         withRequestBudget(settings.db.statementTimeoutMs, next);
       },
       metrics.httpMiddleware,
-      requestLog(logger),
+      requestLog(logger, trustProxy),
       // Behind the log and metrics, which record a pipelined request abandoned while it waits,
       // and an answer whose connection is closed because it went unread.
       unsentAnswersBounded,
@@ -90,6 +94,7 @@ export function createApp({
     keys,
     settings.accessTokenExpireMinutes,
     settings.tokenCacheSize,
+    tokenIssuer(settings.tokenIssuer, settings.accessTokenExpireMinutes * 60),
   );
   metrics.observeTokenChecks(() => auth.checks());
   // Every API route in one router, the busiest first: a request walks one route list, not one

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Joi from 'joi';
+import { parseProxyEntry } from './http/proxies';
 
 /** Raised for a bad setting; its message is the one line printed before the process exits. */
 export class SettingsError extends Error {
@@ -84,6 +85,27 @@ const originList = Joi.string<string[]>()
     return origins;
   })
   .default([]);
+
+/** A comma-separated list of addresses and CIDRs; unset or empty: none. */
+const addressList = Joi.string<string[]>()
+  .empty('')
+  .custom((value: string, helpers) => {
+    const entries = value
+      .split(',')
+      .map((e) => e.trim())
+      .filter((e) => e !== '');
+    for (const entry of entries) {
+      if (!parseProxyEntry(entry))
+        return helpers.message({
+          custom: `has "${entry}", which is not an IP address or CIDR like 10.0.0.0/8 or fd00::/8`,
+        });
+    }
+    return entries;
+  })
+  .default([]);
+
+/** What TOKEN_ISSUER may hold: it goes into every token, and a release name and namespace fit. */
+const ISSUER = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$/;
 
 /** SECRET_KEY's own rule, which each key of SECRET_KEYS_ACCEPTED meets too. */
 const SECRET_KEY_MIN_LENGTH = 32;
@@ -383,6 +405,24 @@ const table = {
         'Lifetime of an access token, and the longest `exp - iat` a token may carry: lowering it refuses tokens already issued for longer',
     },
   }),
+  /** The `iss` and `aud` of every token signed, and the only ones accepted (http/tokens.ts). */
+  tokenIssuer: variable({
+    env: 'TOKEN_ISSUER',
+    rule: Joi.string()
+      .empty('')
+      .pattern(ISSUER)
+      .messages({
+        'string.pattern.base':
+          'must be 1 to 200 letters, digits and . _ : / - starting with a letter or digit',
+      })
+      .default('social-posts'),
+    docs: {
+      summary:
+        "The `iss` and `aud` claims of every token signed, and the only ones accepted: releases that share a signing key but not this value refuse each other's tokens (the chart sets it to the release and namespace); see [Token issuer](security.md#token-issuer)",
+      detail:
+        'Tokens without iss and aud (signed before this setting existed) are accepted for ACCESS_TOKEN_EXPIRE_MINUTES after a process starts, so a rolling upgrade signs nobody out; after that they are refused.',
+    },
+  }),
   /** Verified tokens kept for a look-up on their next use (http/token-cache.ts); 0 keeps none. */
   tokenCacheSize: variable({
     env: 'TOKEN_CACHE_SIZE',
@@ -401,6 +441,16 @@ const table = {
       section: 'HTTP',
       summary:
         'Comma-separated origins (`scheme://host[:port]`) allowed to call the API from a browser; never `*`',
+    },
+  }),
+  /** Peers whose X-Forwarded-For and X-Request-Id are believed (http/proxies.ts). */
+  trustedProxies: variable({
+    env: 'TRUSTED_PROXIES',
+    rule: addressList,
+    docs: {
+      summary:
+        "Comma-separated addresses and CIDRs of the proxies in front (the ingress controller's or gateway's pods): only from them is `X-Forwarded-For` read for the client address the request log shows, and `X-Request-Id` taken; anyone else's are ignored (the peer is the client, the id is generated)",
+      defaultNote: 'none: every peer is a client',
     },
   }),
   bcryptRounds: variable({
@@ -624,7 +674,9 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     tokenKeyIds: { signing: keyId(s.secretKey), accepted: s.secretKeysAccepted.map(keyId) },
     accessTokenExpireMinutes: s.accessTokenExpireMinutes,
     tokenCacheSize: s.tokenCacheSize,
+    tokenIssuer: s.tokenIssuer,
     corsAllowedOrigins: s.corsAllowedOrigins,
+    trustedProxies: s.trustedProxies,
     bcryptRounds: s.bcryptRounds,
     passwordHashConcurrency: s.passwordHashConcurrency,
     searchUnindexedConcurrency: s.searchUnindexedConcurrency,

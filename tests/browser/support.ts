@@ -74,8 +74,16 @@ export interface Service {
  */
 export async function startService(settings: Record<string, string>): Promise<Service> {
   // Always the embedded database: these tests are about the browser, not about PostgreSQL.
+  // Loopback is trusted as a proxy: the test's own calls name their log lines with X-Request-Id.
   const env = serviceEnv(
-    { PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'info', SHUTDOWN_DELAY_SECONDS: '0', ...settings },
+    {
+      PORT: '0',
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_DELAY_SECONDS: '0',
+      TRUSTED_PROXIES: '127.0.0.1,::1',
+      ...settings,
+    },
     'embedded',
   );
   const service = await startServiceProcess(env);

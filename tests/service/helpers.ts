@@ -16,6 +16,7 @@ import { adminDatabase, createScratchDatabase, postgresServer } from '../../tool
 import { problemFaults } from '../../tools/harness/problem';
 
 export { TEST_SECRET } from '../../tools/harness/env';
+export { captureLog } from '../../tools/harness/log';
 
 /** Environment for the service under test: PostgreSQL when DB_HOSTNAME is set, else embedded in memory. */
 export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {

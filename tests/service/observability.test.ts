@@ -1,10 +1,10 @@
 import { request as httpRequest } from 'node:http';
 import { connect as tcpConnect } from 'node:net';
-import { Writable } from 'node:stream';
 import express from 'express';
 import request from 'supertest';
 import { createApp } from '../../service/src/app';
 import { errorHandler } from '../../service/src/http/errors';
+import { trustProxies } from '../../service/src/http/proxies';
 import { requestLog } from '../../service/src/http/request-log';
 import { openDatabase, type Database } from '../../service/src/db/connection';
 import { knownMigrations, migrateDown, migrateToLatest } from '../../service/src/db/migrator';
@@ -15,6 +15,7 @@ import { sample, samples } from '../../tools/harness/metrics-text';
 import { startService } from '../../tools/harness/service';
 import {
   bearer,
+  captureLog,
   freshDatabaseEnv,
   newAccount,
   newPost,
@@ -207,22 +208,6 @@ describe('Metrics', () => {
   });
 });
 
-/** A log destination that keeps every line, parsed. */
-function captureLog() {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString().split('\n').filter(Boolean));
-      done();
-    },
-  });
-  return {
-    stream,
-    text: () => lines.join('\n'),
-    entries: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>),
-  };
-}
-
 describe('Request log', () => {
   let db: Database;
   let drop: () => Promise<void>;
@@ -232,7 +217,10 @@ describe('Request log', () => {
   beforeAll(async () => {
     const fresh = await freshDatabaseEnv();
     drop = () => fresh.drop();
-    const settings = loadSettings(testEnv({ ...fresh.env, LOG_LEVEL: 'info' }));
+    // The test client is the trusted proxy here: its X-Request-Id and X-Forwarded-For are believed.
+    const settings = loadSettings(
+      testEnv({ ...fresh.env, LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
+    );
     const logger = createLogger('info', log.stream);
     db = await openDatabase(settings, createLogger('silent'));
     await migrateToLatest(db, createLogger('silent'));
@@ -333,13 +321,17 @@ describe('Request log', () => {
   });
 });
 
+/** The test client's address as the server logs it. */
+const LOOPBACK = expect.stringMatching(/127\.0\.0\.1$/) as unknown;
+
 describe('Request log edge cases', () => {
   // The middleware on its own, in front of routes that fail and that never answer.
   function appLoggingAt(level: 'info' | 'warn') {
     const log = captureLog();
     const logger = createLogger(level, log.stream);
     const app = express();
-    app.use(requestLog(logger));
+    app.set('trust proxy', trustProxies(['127.0.0.1', '::1']));
+    app.use(requestLog(logger, trustProxies(['127.0.0.1', '::1'])));
     app.get('/ok', (_req, res) => {
       res.json({ ok: true });
     });
@@ -361,7 +353,7 @@ describe('Request log edge cases', () => {
       expect.objectContaining({
         level: 50,
         msg: 'request completed',
-        req: { id: 'boom-1', method: 'GET', path: '/boom' },
+        req: { id: 'boom-1', method: 'GET', path: '/boom', client: LOOPBACK },
         res: { status: 500 },
       }),
     ]);
@@ -400,7 +392,12 @@ describe('Request log edge cases', () => {
         expect.objectContaining({
           level: 30,
           msg: 'request aborted',
-          req: { id: 'gone-1', method: 'GET', path: '/never' },
+          req: {
+            id: 'gone-1',
+            method: 'GET',
+            path: '/never',
+            client: LOOPBACK,
+          },
         }),
       ]);
     } finally {
@@ -419,7 +416,10 @@ describe('Pipelined requests abandoned by their client', () => {
   beforeAll(async () => {
     const fresh = await freshDatabaseEnv();
     drop = () => fresh.drop();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    // The test client plays the trusted proxy, so the ids it sends name the log lines.
+    const settings = loadSettings(
+      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
+    );
     db = await openDatabase(settings, createLogger('silent'));
     await migrateToLatest(db, createLogger('silent'));
     running = await startServer(settings, db, createLogger('info', log.stream));
@@ -503,7 +503,10 @@ describe('A connection flooded with pipelined requests', () => {
   test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
     const log = captureLog();
     const fresh = await freshDatabaseEnv();
-    const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info' }));
+    // The test client plays the trusted proxy, so the ids it sends name the log lines.
+    const settings = loadSettings(
+      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
+    );
     const db = await openDatabase(settings, createLogger('silent'));
     await migrateToLatest(db, createLogger('silent'));
     const running = await startServer(settings, db, createLogger('info', log.stream));

@@ -62,6 +62,9 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
       algorithm: 'HS256',
       keyid: keyId(key),
       subject: String(userId),
+      // The default TOKEN_ISSUER: a token naming no issuer is never kept (tokens.ts, legacy window).
+      issuer: 'social-posts',
+      audience: 'social-posts',
       expiresIn: 600,
       ...options,
     });

@@ -13,6 +13,7 @@ import { createApp } from '../../service/src/app';
 import { openDatabase } from '../../service/src/db/connection';
 import { crossOrigin } from '../../service/src/http/cors';
 import { requireHost } from '../../service/src/http/protocol';
+import { trustProxies } from '../../service/src/http/proxies';
 import { requestLog } from '../../service/src/http/request-log';
 import { apiHeaders } from '../../service/src/http/security-headers';
 import { closeAfterOversizedBody } from '../../service/src/http/body';
@@ -74,7 +75,7 @@ async function main(): Promise<void> {
       listener = bareExpress(createMetrics(db, logger).httpMiddleware);
       break;
     case 'request-log':
-      listener = bareExpress(requestLog(logger));
+      listener = bareExpress(requestLog(logger, trustProxies(settings.trustedProxies)));
       break;
     case 'security-headers':
       listener = bareExpress(apiHeaders);

@@ -11,7 +11,7 @@
  *
  * With REFERENCE_VERIFIER=crypto it is the physical limit (tools/bench/limit.ts): the token is checked
  * with node:crypto alone (HMAC-SHA256 over the first two parts, compared in constant time, then
- * the claims the service checks: alg, kid, exp, iat, nbf, sub, no iss/aud/jti) instead of
+ * the claims the service checks: alg, kid, exp, iat, nbf, sub, iss/aud, no jti) instead of
  * jsonwebtoken, whose own work would otherwise hide part of what the service's token check costs.
  */
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from 'node:crypto';
@@ -23,7 +23,7 @@ import knex from 'knex';
 import pg from 'pg';
 import type { Compiled, Statement } from '../../service/src/db/statements';
 import { MAX_ID } from '../../service/src/db/limits';
-import { claimsAcceptable, TOKEN_ALGORITHM, tokenKeys } from '../../service/src/http/tokens';
+import { claimsAcceptable, TOKEN_ALGORITHM, tokenIssuer, tokenKeys } from '../../service/src/http/tokens';
 import { encodeCursor } from '../../service/src/posts/posts.cursor';
 import {
   listStatement,
@@ -132,6 +132,7 @@ if (verifier !== 'jsonwebtoken' && verifier !== 'crypto') {
 /** The service's keys by id (SECRET_KEY and SECRET_KEYS_ACCEPTED), for the crypto verifier. */
 const keys = tokenKeys(settings.secretKey, settings.secretKeysAccepted);
 const maxLifetimeSeconds = settings.accessTokenExpireMinutes * 60;
+const issuer = tokenIssuer(settings.tokenIssuer, maxLifetimeSeconds);
 const SUBJECT = /^[1-9][0-9]{0,9}$/;
 
 function parsePart(part: string): Record<string, unknown> | undefined {
@@ -159,7 +160,7 @@ function cryptoSubject(token: string): number | undefined {
   const given = Buffer.from(signature, 'base64url');
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
   const claims = parsePart(body);
-  if (!claims || !claimsAcceptable(claims, Date.now() / 1000, maxLifetimeSeconds)) return undefined;
+  if (!claims || !claimsAcceptable(claims, Date.now() / 1000, maxLifetimeSeconds, issuer)) return undefined;
   const sub = claims.sub;
   if (typeof sub !== 'string' || !SUBJECT.test(sub) || Number(sub) > MAX_ID) return undefined;
   return Number(sub);
@@ -240,7 +241,13 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
       send(res, 403, { detail: 'Invalid Credentials' });
       return;
     }
-    const token = jwt.sign({}, secret, { algorithm: 'HS256', subject: String(user.id), expiresIn: 1800 });
+    const token = jwt.sign({}, secret, {
+      algorithm: 'HS256',
+      subject: String(user.id),
+      issuer: settings.tokenIssuer,
+      audience: settings.tokenIssuer,
+      expiresIn: 1800,
+    });
     send(res, 200, { access_token: token, token_type: 'bearer' });
     return;
   }

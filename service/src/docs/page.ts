@@ -4,11 +4,18 @@ import { sendJson } from '../http/json';
 import { exactRouter } from '../http/router';
 import { pageHeaders } from '../http/security-headers';
 
-// swagger-ui-express answers any path ending in /package.json with a bare text/plain 404;
-// leaving this router sends such paths to the app's problem+json 404 instead.
-const leaveForPackageJson: RequestHandler = (req, _res, next) => {
-  next(req.path.endsWith('/package.json') ? 'router' : undefined);
-};
+/**
+ * Only the files the page links to: swagger-ui-express serves the whole swagger-ui-dist folder,
+ * whose stock index.html and swagger-initializer.js open a foreign example API, and answers any
+ * path ending in /package.json with a bare text/plain 404. Any other path leaves this router for
+ * the app's problem+json 404.
+ */
+function onlyLinkedFrom(page: string): RequestHandler {
+  const linked = new Set([...page.matchAll(/(?:href|src)="\/docs(\/[^"?#]+)"/g)].map((match) => match[1]));
+  return (req, _res, next) => {
+    next(linked.has(req.path) ? undefined : 'router');
+  };
+}
 
 /** `/openapi.json` and the Swagger UI page at `/docs`, serving the one document the app built. */
 export function docsRouter(document: object): Router {
@@ -26,6 +33,6 @@ export function docsRouter(document: object): Router {
   router.get(['/docs', '/docs/'], pageHeaders, (_req, res) => {
     res.type('html').send(page);
   });
-  router.use('/docs', pageHeaders, leaveForPackageJson, swaggerUi.serveFiles(document, uiOptions));
+  router.use('/docs', onlyLinkedFrom(page), pageHeaders, swaggerUi.serveFiles(document, uiOptions));
   return router;
 }

@@ -5,7 +5,14 @@ import { errorFields } from '../db/errors';
 import { MAX_ID } from '../db/limits';
 import { ApiError, notAuthenticated } from './errors';
 import { VerifiedTokens } from './token-cache';
-import { claimsAcceptable, TOKEN_ALGORITHM, verificationKey, type TokenKeys } from './tokens';
+import {
+  claimsAcceptable,
+  isLegacyToken,
+  TOKEN_ALGORITHM,
+  verificationKey,
+  type TokenIssuer,
+  type TokenKeys,
+} from './tokens';
 
 /** What authentication needs of a user: its id. The domain's user (users/user.ts) is one. */
 export interface Identified {
@@ -65,7 +72,7 @@ export interface Authentication<U extends Identified> {
 
 /**
  * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
- * registered claims (claimsAcceptable: expiry, issue time, lifetime), through passport-jwt, the
+ * registered claims (claimsAcceptable: expiry, issue time, lifetime, issuer), through passport-jwt, the
  * first time a token is seen, and by a look-up in `tokenCacheSize` verified tokens (VerifiedTokens:
  * its `exp`, `iat` and `nbf` checked again) after that; and, as each route asks, that the user
  * exists (findUser, which the app hands in). Answers 401 itself, before any body is read.
@@ -75,6 +82,7 @@ export function requireAuth<U extends Identified>(
   keys: TokenKeys,
   accessTokenExpireMinutes: number,
   tokenCacheSize: number,
+  issuer: TokenIssuer,
 ): Authentication<U> {
   // Its own cache and Passport instance, so apps built with different keys (tests) never share either.
   const cache = new VerifiedTokens(tokenCacheSize);
@@ -106,7 +114,7 @@ export function requireAuth<U extends Identified>(
         done: (error: unknown, subject?: { id: number } | false) => void,
       ) => {
         const now = Date.now() / 1000;
-        if (!claimsAcceptable(payload, now, accessTokenExpireMinutes * 60)) {
+        if (!claimsAcceptable(payload, now, accessTokenExpireMinutes * 60, issuer)) {
           done(null, false);
           return;
         }
@@ -117,7 +125,9 @@ export function requireAuth<U extends Identified>(
         }
         const token = bearerToken(req as Parameters<typeof bearerToken>[0]);
         // claimsAcceptable has checked that exp and iat are numbers, and nbf one when present.
-        if (token) cache.add(token, Number(sub), payload as { exp: number; iat: number; nbf?: number }, now);
+        // A token that names no issuer is never kept: its window may close before its exp.
+        if (token && !isLegacyToken(payload))
+          cache.add(token, Number(sub), payload as { exp: number; iat: number; nbf?: number }, now);
         done(null, { id: Number(sub) });
       },
     ),

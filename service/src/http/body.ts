@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage } from 'node:http';
 import { parse as parseContentType } from 'content-type';
 import express, { type Request, type RequestHandler } from 'express';
@@ -55,6 +56,17 @@ const tooLarge = (): ApiError =>
   // The body is never read: closing is the only way to be rid of it without reading it.
   new ApiError(413, BODY_TOO_LARGE, {}, { Connection: 'close' });
 
+/** The type of the error refusing a JSON body that is not UTF-8 (body-parser keeps a thrown error's type). */
+const INVALID_UTF8 = 'entity.utf8.invalid';
+
+/**
+ * body-parser decodes leniently: an invalid byte becomes U+FFFD and would be stored as if sent.
+ * The bytes, once any Content-Encoding is undone, are checked before the JSON is parsed.
+ */
+function requireUtf8(_req: IncomingMessage, _res: unknown, bytes: Buffer): void {
+  if (!isUtf8(bytes)) throw Object.assign(new Error('the body is not UTF-8'), { type: INVALID_UTF8 });
+}
+
 // body-parser tags its errors with a `type`; each is mapped on its own so that no foreign
 // error's status is trusted blindly (an unknown type stays an error: 500).
 const PARSER_ERRORS: Record<string, ApiError> = {
@@ -65,6 +77,7 @@ const PARSER_ERRORS: Record<string, ApiError> = {
   'charset.unsupported': new ApiError(415, 'The request body has an unsupported charset; use utf-8'),
   'request.aborted': new ApiError(400, 'The request body was not received completely'),
   'request.size.invalid': new ApiError(400, 'The request body does not match its Content-Length'),
+  [INVALID_UTF8]: new ApiError(400, 'The request body is not valid UTF-8'),
 };
 
 const mediaType = (req: Request): string => parseContentType(req.headers['content-type'] ?? '').type;
@@ -156,7 +169,13 @@ const requireForm: RequestHandler = (req, _res, next) => {
  */
 export const jsonBody: RequestHandler[] = [
   bodyGuard(JSON_TYPE),
-  decoding(express.json({ limit: BODY_LIMIT_BYTES, type: (req) => mediaType(req as Request) === JSON_TYPE })),
+  decoding(
+    express.json({
+      limit: BODY_LIMIT_BYTES,
+      type: (req) => mediaType(req as Request) === JSON_TYPE,
+      verify: requireUtf8,
+    }),
+  ),
   requireJson,
 ];
 export const formBody: RequestHandler[] = [

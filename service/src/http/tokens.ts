@@ -37,15 +37,46 @@ export function tokenKeys(secretKey: string, accepted: readonly string[]): Token
   return { signing, byKid };
 }
 
-/** An HS256 token whose `sub` is the user id as a string, as JWT expects, and `kid` its key's id. */
-export function signAccessToken(userId: number, signing: TokenKey, expireMinutes: number): string {
+/**
+ * An HS256 token whose `sub` is the user id as a string, as JWT expects, `kid` its key's id, and
+ * `iss` and `aud` both TOKEN_ISSUER: the release is the one that issues it and the one it is for.
+ */
+export function signAccessToken(
+  userId: number,
+  signing: TokenKey,
+  expireMinutes: number,
+  issuer: string,
+): string {
   return jwt.sign({}, signing.key, {
     algorithm: TOKEN_ALGORITHM,
     keyid: signing.kid,
     subject: String(userId),
+    issuer,
+    audience: issuer,
     expiresIn: expireMinutes * 60,
   });
 }
+
+/** Whose tokens a process accepts: TOKEN_ISSUER's, and until when the older ones that name nobody. */
+export interface TokenIssuer {
+  /** The `iss` and `aud` a token must carry, both. */
+  name: string;
+  /**
+   * Until this time (seconds since the epoch) a token with neither `iss` nor `aud`, as releases
+   * before TOKEN_ISSUER signed them, is accepted too: one token lifetime after the process
+   * started, so a rolling upgrade signs nobody out and such tokens stop working after it.
+   */
+  legacyUntilSeconds: number;
+}
+
+/** The issuer of a process started at `startedMs` whose tokens live `lifetimeSeconds`. */
+export function tokenIssuer(name: string, lifetimeSeconds: number, startedMs = Date.now()): TokenIssuer {
+  return { name, legacyUntilSeconds: startedMs / 1000 + lifetimeSeconds };
+}
+
+/** A token signed before tokens named their issuer: neither `iss` nor `aud`. */
+export const isLegacyToken = (payload: Record<string, unknown>): boolean =>
+  !('iss' in payload) && !('aud' in payload);
 
 /**
  * The `kid` of a token's header: a string, absent (undefined), or null when the header is
@@ -103,19 +134,23 @@ const isTime = (value: unknown): value is number => typeof value === 'number' &&
  * The registered claims (RFC 7519 §4.1) as the service issues them, checked after the signature:
  * `exp` and `iat` present and numeric, `exp` in the future (jsonwebtoken has checked that too),
  * `iat` not in the future beyond the skew, a lifetime `exp - iat` above 0 and not above
- * ACCESS_TOKEN_EXPIRE_MINUTES, `nbf` (if any) numeric and not in the future beyond the skew.
- * The service never issues `iss`, `aud` or `jti`, so a token carrying one is not its own.
- * `sub` is checked by the caller.
+ * ACCESS_TOKEN_EXPIRE_MINUTES, `nbf` (if any) numeric and not in the future beyond the skew,
+ * `iss` and `aud` both the issuer's name (or, within its legacy window, neither). The service
+ * never issues `jti`, so a token carrying one is not its own. `sub` is checked by the caller.
  */
 export function claimsAcceptable(
   payload: Record<string, unknown>,
   nowSeconds: number,
   maxLifetimeSeconds: number,
+  issuer: TokenIssuer,
 ): boolean {
   const { exp, iat, nbf } = payload;
   if (!isTime(exp) || !isTime(iat)) return false;
   if (exp <= nowSeconds || iat > nowSeconds + CLOCK_SKEW_SECONDS) return false;
   if (exp - iat <= 0 || exp - iat > maxLifetimeSeconds) return false;
   if (nbf !== undefined && (!isTime(nbf) || nbf > nowSeconds + CLOCK_SKEW_SECONDS)) return false;
-  return !('iss' in payload || 'aud' in payload || 'jti' in payload);
+  if ('jti' in payload) return false;
+  if (isLegacyToken(payload)) return nowSeconds < issuer.legacyUntilSeconds;
+  // One string each, as signAccessToken writes them; an audience list is another service's token.
+  return payload.iss === issuer.name && payload.aud === issuer.name;
 }

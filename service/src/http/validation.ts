@@ -11,6 +11,7 @@ export function validate<T>(
   value: unknown,
   where: 'body' | 'query' | 'path',
 ): T {
+  if (where !== 'body') refuseNonCanonical(schema, value, where);
   const result = schema.validate(value ?? {}, {
     abortEarly: false,
     stripUnknown: true,
@@ -26,6 +27,50 @@ export function validate<T>(
     throw new ApiError(422, `Invalid ${where}: ${errors.map((e) => e.message).join('; ')}`, { errors });
   }
   return result.value;
+}
+
+/**
+ * How an integer is written in a path or query: decimal digits, no sign but a minus, no leading
+ * zero, no exponent, point or blank. joi converts `1e0`, `01`, `+1` and ` 1` to 1, so one
+ * resource would answer at many addresses and a cache or log would see them as different ones.
+ */
+const CANONICAL_INTEGER = /^(?:0|-?[1-9][0-9]*)$/;
+
+/** The integer fields of an object schema, worked out once per schema from joi's own description. */
+const integerFields = new WeakMap<Joi.Schema, string[]>();
+
+function integerFieldsOf(schema: Joi.Schema): string[] {
+  let fields = integerFields.get(schema);
+  if (fields === undefined) {
+    const keys = (schema.describe() as { keys?: Record<string, Joi.Description> }).keys ?? {};
+    fields = Object.entries(keys)
+      .filter(
+        ([, key]) =>
+          key.type === 'number' &&
+          ((key.rules ?? []) as { name: string }[]).some((rule) => rule.name === 'integer'),
+      )
+      .map(([name]) => name);
+    integerFields.set(schema, fields);
+  }
+  return fields;
+}
+
+/** A 422 for any integer field of a path or query not written as a plain decimal integer. */
+function refuseNonCanonical(schema: Joi.Schema, value: unknown, where: 'query' | 'path'): void {
+  if (typeof value !== 'object' || value === null) return;
+  const sent = value as Record<string, unknown>;
+  const errors = integerFieldsOf(schema)
+    .filter((field) => {
+      const raw = sent[field];
+      // Anything but a string (a repeated query parameter, say) is left for joi's own message.
+      return typeof raw === 'string' && !CANONICAL_INTEGER.test(raw);
+    })
+    .map((field) => ({
+      field,
+      message: `${field} must be a plain decimal integer (digits only, no leading zero, sign, exponent or blank)`,
+    }));
+  if (errors.length > 0)
+    throw new ApiError(422, `Invalid ${where}: ${errors.map((e) => e.message).join('; ')}`, { errors });
 }
 
 /** An id in a path or body: a larger one is a 422 here rather than a database error. */

@@ -93,7 +93,12 @@ const cursor = Joi.string()
 export const SKIP_MAX = 10_000;
 
 export const listQuery = Joi.object<ListQuery, true>({
-  limit: Joi.number().integer().min(1).max(100).default(10).description('Page size.'),
+  limit: Joi.number()
+    .integer()
+    .min(1)
+    .max(100)
+    .default(10)
+    .description('Page size, a plain decimal integer (`1e1` or `010` is 422).'),
   skip: Joi.number()
     .integer()
     .min(0)
@@ -123,5 +128,7 @@ export const listQuery = Joi.object<ListQuery, true>({
 });
 
 export const postIdParams = Joi.object<{ id: number }, true>({
-  id: idSchema().required(),
+  id: idSchema()
+    .required()
+    .description('A plain decimal integer: `1e0`, `01`, `+1` or ` 1` is 422, not post 1.'),
 });

@@ -19,6 +19,8 @@ export interface UsersOptions {
   /** The signing key (SECRET_KEY's, tokenKeys), which the authentication verifies with too. */
   signing: TokenKey;
   accessTokenExpireMinutes: number;
+  /** TOKEN_ISSUER: the `iss` and `aud` of the tokens signed. */
+  tokenIssuer: string;
 }
 
 /** Registration and the form login, added to the app's one API router (app.ts). */
@@ -57,7 +59,12 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       const matches = await compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
       sendJson(res, {
-        access_token: signAccessToken(user.id, options.signing, options.accessTokenExpireMinutes),
+        access_token: signAccessToken(
+          user.id,
+          options.signing,
+          options.accessTokenExpireMinutes,
+          options.tokenIssuer,
+        ),
         token_type: 'bearer',
       });
     })
