@@ -301,47 +301,6 @@ const table = {
           'Named prepared statements for the hot queries (parsed once per connection); `false` behind a transaction-mode pooler that does not track them: PgBouncer before 1.21, or one with `max_prepared_statements = 0` (the default of 1.21 to 1.23); PgBouncer ≥ 1.24 works with `true`',
       },
     }),
-    /**
-     * Standbys that serve anonymous reads (db/standbys.ts): each entry a host, or host:port; empty
-     * means none, and every statement goes to DB_HOSTNAME as before.
-     */
-    readHosts: variable({
-      env: 'DB_READ_HOSTNAME',
-      rule: readHostList,
-      read: checkedReadHosts,
-      docs: {
-        section: 'Reads on standbys',
-        summary:
-          'Where anonymous reads of the public feed go: a read-only endpoint of the standbys (CloudNativePG: the `ro` Pooler or the `-ro` Service), or several, comma-separated, each `host` or `host:port`; unset (or empty): every statement goes to `DB_HOSTNAME`, as does everything with an `Authorization` header; needs `DB_HOSTNAME`',
-        detail:
-          'A standby that has not replayed what the primary had DB_READ_MAX_LAG_MS ago is skipped for that statement, which goes to another standby or the primary; readiness never asks a standby (docs/operations.md, "Reads on standbys").',
-      },
-    }),
-    readPort: variable({
-      env: 'DB_READ_PORT',
-      rule: Joi.number<number | undefined>().port(),
-      read: (port: number | undefined, validated: Validated) => port ?? (validated.DB_PORT as number),
-      docs: { summary: 'Port of the `DB_READ_HOSTNAME` entries that name none', defaultNote: '`DB_PORT`' },
-    }),
-    readPoolMax: variable({
-      env: 'DB_READ_POOL_MAX',
-      rule: Joi.number<number | undefined>().integer().min(1).max(100),
-      read: (max: number | undefined, validated: Validated) => max ?? (validated.DB_POOL_MAX as number),
-      docs: {
-        summary: 'Most connections one process opens to each `DB_READ_HOSTNAME` entry',
-        defaultNote: '`DB_POOL_MAX`',
-      },
-    }),
-    readMaxLagMs: variable({
-      env: 'DB_READ_MAX_LAG_MS',
-      rule: Joi.number().integer().min(100).max(3_600_000).default(1000),
-      docs: {
-        summary:
-          'How stale a read on a standby may be: a standby is read from only when it has replayed what the primary had written this long ago; otherwise the statement goes to another standby or the primary',
-        detail:
-          "The primary's WAL position is read every 100 ms; each statement on a standby compares the standby's replay position with it in the same round trip.",
-      },
-    }),
     /** The statement time-out of migrations, which may rightly run far longer than a request. */
     migrationTimeoutMs: variable({
       env: 'DB_MIGRATION_TIMEOUT_MS',
@@ -379,6 +338,47 @@ const table = {
       rule: Joi.string().default('.data/pglite'),
       docs: {
         summary: 'Embedded database files, used only when `DB_HOSTNAME` is unset; `memory://` keeps nothing',
+      },
+    }),
+    /**
+     * Standbys that serve anonymous reads (db/standbys.ts): each entry a host, or host:port; empty
+     * means none, and every statement goes to DB_HOSTNAME as before.
+     */
+    readHosts: variable({
+      env: 'DB_READ_HOSTNAME',
+      rule: readHostList,
+      read: checkedReadHosts,
+      docs: {
+        section: 'Reads on standbys',
+        summary:
+          'Where anonymous reads of the public feed go: a read-only endpoint of the standbys (CloudNativePG: the `ro` Pooler or the `-ro` Service), or several, comma-separated, each `host` or `host:port`; unset (or empty): every statement goes to `DB_HOSTNAME`, as does everything with an `Authorization` header; needs `DB_HOSTNAME`',
+        detail:
+          'A standby that has not replayed what the primary had DB_READ_MAX_LAG_MS ago is skipped for that statement, which goes to another standby or the primary; readiness never asks a standby (docs/operations.md, "Reads on standbys").',
+      },
+    }),
+    readPort: variable({
+      env: 'DB_READ_PORT',
+      rule: Joi.number<number | undefined>().port().empty(''),
+      read: (port: number | undefined, validated: Validated) => port ?? (validated.DB_PORT as number),
+      docs: { summary: 'Port of the `DB_READ_HOSTNAME` entries that name none', defaultNote: '`DB_PORT`' },
+    }),
+    readPoolMax: variable({
+      env: 'DB_READ_POOL_MAX',
+      rule: Joi.number<number | undefined>().integer().min(1).max(100).empty(''),
+      read: (max: number | undefined, validated: Validated) => max ?? (validated.DB_POOL_MAX as number),
+      docs: {
+        summary: 'Most connections one process opens to each `DB_READ_HOSTNAME` entry',
+        defaultNote: '`DB_POOL_MAX`',
+      },
+    }),
+    readMaxLagMs: variable({
+      env: 'DB_READ_MAX_LAG_MS',
+      rule: Joi.number().integer().min(100).max(3_600_000).default(1000),
+      docs: {
+        summary:
+          'How stale a read on a standby may be: a standby is read from only when it has replayed what the primary had written this long ago; otherwise the statement goes to another standby or the primary',
+        detail:
+          "The primary's WAL position is read every 100 ms; each statement on a standby compares the standby's replay position with it in the same round trip.",
       },
     }),
   },
