@@ -31,6 +31,10 @@ const READERS = 4;
 const PAGE = 10;
 /** A probe sees a standby's lag every 0.25 s: past the bound and one probe, it is skipped. */
 const SKIPPED_WITHIN_MS = MAX_LAG_MS + 1000;
+/** The longest the traffic runs; a case that has not done PAIRS pairs by then fails. */
+const LOAD_CAP_MS = 150_000;
+/** Each case: the cluster's traffic, two processes started and migrated, the load capped as above. */
+const CASE_TIMEOUT_MS = 300_000;
 
 const cluster = new ReplicatedPostgres({
   standbys: 2,
@@ -211,7 +215,14 @@ async function steadyCase(label: string, apis: ServiceProcess[], database: strin
   const load = traffic(apis, tokens, PAIRS);
   await sleep(SKIPPED_WITHIN_MS);
   const pausedAtBound = await feedStatements(paused, database, true);
+  // Progress on a loaded machine, and a cap: fewer pairs than asked then fail the case below.
+  const progress = setInterval(() => {
+    report(`standby reads ${label} progress`, { pairs: load.pairs, anonymousReads: load.anonymous.length });
+  }, 10_000);
+  const cap = setTimeout(() => void load.stop(), LOAD_CAP_MS);
   await load.done;
+  clearInterval(progress);
+  clearTimeout(cap);
   const pausedAtEnd = await feedStatements(paused, database, true);
   await cluster.resumeReplay(paused);
 
@@ -254,29 +265,37 @@ async function steadyCase(label: string, apis: ServiceProcess[], database: strin
 }
 
 describe('Reads on standbys', () => {
-  test(`When replay is paused on one of two standbys under mixed traffic through two processes, then ${String(PAIRS)} writes are each read back at once, at least 90 % of anonymous feed reads run on standbys, none staler than the bound, and the paused one is skipped past it (direct)`, async () => {
-    const database = await caseDatabase('direct');
-    const apis = await apisOn(database, cluster.primaryPort, cluster.standbyPorts);
-    try {
-      await steadyCase('direct', apis, database);
-    } finally {
-      await stopAllServices();
-    }
-  });
+  test(
+    `When replay is paused on one of two standbys under mixed traffic through two processes, then ${String(PAIRS)} writes are each read back at once, at least 90 % of anonymous feed reads run on standbys, none staler than the bound, and the paused one is skipped past it (direct)`,
+    async () => {
+      const database = await caseDatabase('direct');
+      const apis = await apisOn(database, cluster.primaryPort, cluster.standbyPorts);
+      try {
+        await steadyCase('direct', apis, database);
+      } finally {
+        await stopAllServices();
+      }
+    },
+    CASE_TIMEOUT_MS,
+  );
 
-  test(`When the same runs behind PgBouncer 1.24 in transaction mode, one pooler per server, then the same holds`, async () => {
-    const database = await caseDatabase('pgbouncer');
-    const bouncers = [cluster.primaryPort, ...cluster.standbyPorts].map(
-      (port) => new OwnPgBouncer({ version: '1.24', target: { host: '127.0.0.1', port }, poolSize: 4 }),
-    );
-    try {
-      for (const bouncer of bouncers) await bouncer.start();
-      const [primary, ...standbys] = bouncers.map((b) => b.port) as [number, ...number[]];
-      const apis = await apisOn(database, primary, standbys);
-      await steadyCase('pgbouncer', apis, database);
-    } finally {
-      await stopAllServices();
-      for (const bouncer of bouncers) await bouncer.destroy();
-    }
-  });
+  test(
+    `When the same runs behind PgBouncer 1.24 in transaction mode, one pooler per server, then the same holds`,
+    async () => {
+      const database = await caseDatabase('pgbouncer');
+      const bouncers = [cluster.primaryPort, ...cluster.standbyPorts].map(
+        (port) => new OwnPgBouncer({ version: '1.24', target: { host: '127.0.0.1', port }, poolSize: 4 }),
+      );
+      try {
+        for (const bouncer of bouncers) await bouncer.start();
+        const [primary, ...standbys] = bouncers.map((b) => b.port) as [number, ...number[]];
+        const apis = await apisOn(database, primary, standbys);
+        await steadyCase('pgbouncer', apis, database);
+      } finally {
+        await stopAllServices();
+        for (const bouncer of bouncers) await bouncer.destroy();
+      }
+    },
+    CASE_TIMEOUT_MS,
+  );
 });
