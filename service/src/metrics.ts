@@ -3,6 +3,7 @@ import type { Request, RequestHandler } from 'express';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { backfillState, type BackfillState } from './db/backfill';
 import { DATABASE_CHECK_TIMEOUT_MS, withTimeout, type Database } from './db/connection';
+import { registerReadMetrics } from './db/standbys';
 import { knownMigrations, migrationState as readMigrationState, type MigrationState } from './db/migrator';
 import type { TokenChecks } from './http/auth';
 import { settledStatus } from './http/pipelining';
@@ -90,6 +91,8 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     'Most database connections of this process (DB_POOL_MAX; 1 for the embedded database).',
     (p) => p.max,
   );
+
+  registerReadMetrics(registry, () => db.reads);
 
   // One query per scrape, shared by the gauges below (the registry collects them concurrently).
   const perScrape = <T>(what: string, read: () => Promise<T>) => {

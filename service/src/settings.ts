@@ -153,6 +153,46 @@ function checkedCaFile(file: string | undefined, validated: Validated): string |
   return file;
 }
 
+/** One standby endpoint of DB_READ_HOSTNAME; `port` undefined takes DB_READ_PORT. */
+export interface ReadHost {
+  host: string;
+  port?: number;
+}
+
+const HOST_RULE = Joi.string().hostname();
+
+/** A comma-separated list of `host` or `host:port`; unset or empty: none. */
+const readHostList = Joi.string<ReadHost[]>()
+  .empty('')
+  .custom((value: string, helpers) => {
+    const entries = value.split(',').map((e) => e.trim());
+    const hosts: ReadHost[] = [];
+    for (const [i, entry] of entries.entries()) {
+      const at = `entry ${i + 1} of ${entries.length}`;
+      if (entry === '') return helpers.message({ custom: `has an empty ${at}; remove the extra comma` });
+      const match = /^([^:]+)(?::(\d{1,5}))?$/.exec(entry);
+      const host = match?.[1];
+      const port = match?.[2] === undefined ? undefined : Number(match[2]);
+      if (!host || HOST_RULE.validate(host).error)
+        return helpers.message({ custom: `has ${at} "${entry}", which is not a host or host:port` });
+      if (port !== undefined && (port < 1 || port > 65_535))
+        return helpers.message({ custom: `has ${at} "${entry}", whose port is not 1 to 65535` });
+      if (hosts.some((h) => h.host === host && h.port === port))
+        return helpers.message({ custom: `has "${entry}" twice` });
+      hosts.push(port === undefined ? { host } : { host, port });
+    }
+    return hosts;
+  })
+  .default([]);
+
+/** Standbys read from only beside a PostgreSQL primary: the embedded database has none. */
+function checkedReadHosts(hosts: ReadHost[], validated: Validated): { host: string; port: number }[] {
+  if (hosts.length > 0 && validated.DB_HOSTNAME === undefined)
+    throw new SettingsError('Invalid setting DB_READ_HOSTNAME: it needs DB_HOSTNAME (a PostgreSQL primary)');
+  const port = (validated.DB_READ_PORT as number | undefined) ?? (validated.DB_PORT as number);
+  return hosts.map((h) => ({ host: h.host, port: h.port ?? port }));
+}
+
 /** The accepted keys, checked against SECRET_KEY, which signs and so is accepted anyway. */
 function checkedAcceptedKeys(keys: string[], validated: Validated): string[] {
   const signing = validated.SECRET_KEY;
@@ -356,6 +396,47 @@ const table = {
       rule: Joi.string().default('.data/pglite'),
       docs: {
         summary: 'Embedded database files, used only when `DB_HOSTNAME` is unset; `memory://` keeps nothing',
+      },
+    }),
+    /**
+     * Standbys that serve anonymous reads (db/standbys.ts): each entry a host, or host:port; empty
+     * means none, and every statement goes to DB_HOSTNAME as before.
+     */
+    readHosts: variable({
+      env: 'DB_READ_HOSTNAME',
+      rule: readHostList,
+      read: checkedReadHosts,
+      docs: {
+        section: 'Reads on standbys',
+        summary:
+          'Where anonymous reads of the public feed go: a read-only endpoint of the standbys (CloudNativePG: the `ro` Pooler or the `-ro` Service), or several, comma-separated, each `host` or `host:port`; unset (or empty): every statement goes to `DB_HOSTNAME`, as does everything with an `Authorization` header; needs `DB_HOSTNAME`',
+        detail:
+          'A standby that has not replayed what the primary had DB_READ_MAX_LAG_MS ago is skipped for that statement, which goes to another standby or the primary; readiness never asks a standby (docs/operations.md, "Reads on standbys").',
+      },
+    }),
+    readPort: variable({
+      env: 'DB_READ_PORT',
+      rule: Joi.number<number | undefined>().port().empty(''),
+      read: (port: number | undefined, validated: Validated) => port ?? (validated.DB_PORT as number),
+      docs: { summary: 'Port of the `DB_READ_HOSTNAME` entries that name none', defaultNote: '`DB_PORT`' },
+    }),
+    readPoolMax: variable({
+      env: 'DB_READ_POOL_MAX',
+      rule: Joi.number<number | undefined>().integer().min(1).max(100).empty(''),
+      read: (max: number | undefined, validated: Validated) => max ?? (validated.DB_POOL_MAX as number),
+      docs: {
+        summary: 'Most connections one process opens to each `DB_READ_HOSTNAME` entry',
+        defaultNote: '`DB_POOL_MAX`',
+      },
+    }),
+    readMaxLagMs: variable({
+      env: 'DB_READ_MAX_LAG_MS',
+      rule: Joi.number().integer().min(100).max(3_600_000).default(1000),
+      docs: {
+        summary:
+          'How stale a read on a standby may be: a standby is read from only when it has replayed what the primary had written this long ago; otherwise the statement goes to another standby or the primary',
+        detail:
+          "The primary's WAL position is read every 100 ms; each statement on a standby compares the standby's replay position with it in the same round trip.",
       },
     }),
   },
@@ -664,6 +745,10 @@ export function describeSettings(s: Settings): Record<string, unknown> {
           sslCaFile: s.db.sslCaFile ?? 'none: the public roots',
           poolMax: s.db.poolMax,
           preparedStatements: s.db.preparedStatements,
+          // Where anonymous reads go; none: all to the host above.
+          readHosts: s.db.readHosts.map((h) => `${h.host}:${String(h.port)}`),
+          readPoolMax: s.db.readPoolMax,
+          readMaxLagMs: s.db.readMaxLagMs,
         }
       : { kind: 'embedded', dir: s.db.embeddedDir },
     statementTimeoutMs: s.db.statementTimeoutMs,

@@ -20,25 +20,35 @@ import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
 
+/** A server's folder: the primary, the synchronous standby, and `standby2`… for further ones. */
+type Server = 'primary' | 'standby' | `standby${string}`;
+
 export interface ReplicatedOptions {
   /** Settings of the primary before its first start (postgresql.auto.conf, which the standby's copy keeps). */
   settings?: Record<string, string>;
   /** More environment for both servers and the commands they run (archive_command). */
   env?: Record<string, string>;
+  /**
+   * Standbys (default 1). The first is synchronous; any further one streams asynchronously from
+   * the primary, a hot standby that reads may go to, as CloudNativePG's other instances.
+   */
+  standbys?: number;
 }
 
 export class ReplicatedPostgres {
   readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-replicated-pg-'));
   primaryPort = 0;
   standbyPort = 0;
+  /** Every standby's port, the synchronous one first (its standbyPort). */
+  standbyPorts: number[] = [];
 
   constructor(private readonly options: ReplicatedOptions = {}) {}
 
-  private data(which: 'primary' | 'standby'): string {
+  private data(which: Server): string {
     return path.join(this.dir, which);
   }
 
-  private start(which: 'primary' | 'standby', port: number, extra: string[]): void {
+  private start(which: Server, port: number, extra: string[]): void {
     const options = [
       `-p ${String(port)}`,
       `-k ${this.dir}`,
@@ -91,7 +101,75 @@ export class ReplicatedPostgres {
     );
     // Promoted, it waits for no standby of its own: writes go on once it is the primary.
     this.start('standby', this.standbyPort, ['-c hot_standby=on']);
+    this.standbyPorts = [this.standbyPort];
+    for (let n = 2; n <= (this.options.standbys ?? 1); n++) {
+      const port = await freePort();
+      this.baseBackup(`standby${String(n)}`, `standby${String(n)}`);
+      this.start(`standby${String(n)}`, port, ['-c hot_standby=on']);
+      this.standbyPorts.push(port);
+    }
     await this.synchronous();
+  }
+
+  /** A further standby's copy of the primary, streaming from it under `name`. */
+  private baseBackup(which: Server, name: string): void {
+    runPostgresTool('pg_basebackup', [
+      '-D',
+      this.data(which),
+      '-R',
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(this.primaryPort),
+      '-U',
+      postgresServer.user,
+      '-X',
+      'stream',
+    ]);
+    appendFileSync(
+      path.join(this.data(which), 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=127.0.0.1 port=${String(this.primaryPort)} user=${postgresServer.user} application_name=${name}'\n`,
+    );
+  }
+
+  /** The folder of the standby on `port`. */
+  private standbyAt(port: number): Server {
+    const index = this.standbyPorts.indexOf(port);
+    if (index < 0) throw new Error(`no standby on port ${String(port)}`);
+    return index === 0 ? 'standby' : `standby${String(index + 1)}`;
+  }
+
+  /** Replay stops on the standby on `port` (it keeps receiving WAL): it falls behind the primary. */
+  async pauseReplay(port: number): Promise<void> {
+    await this.query(port, 'SELECT pg_wal_replay_pause()');
+  }
+
+  async resumeReplay(port: number): Promise<void> {
+    await this.query(port, 'SELECT pg_wal_replay_resume()');
+  }
+
+  /** The standby on `port` lost: immediate stop. */
+  killStandby(port: number): void {
+    runPostgresTool('pg_ctl', ['-D', this.data(this.standbyAt(port)), '-m', 'immediate', '-w', 'stop']);
+  }
+
+  /** The standby on `port` back after killStandby(). */
+  startStandby(port: number): void {
+    this.start(this.standbyAt(port), port, ['-c hot_standby=on']);
+  }
+
+  /**
+   * The standby on `port` follows the primary on `primaryPort` (a promoted one), as CloudNativePG
+   * points its other instances at a new primary: restarted with the new primary_conninfo.
+   */
+  follow(port: number, primaryPort: number): void {
+    const which = this.standbyAt(port);
+    runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'fast', '-w', 'stop']);
+    appendFileSync(
+      path.join(this.data(which), 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=127.0.0.1 port=${String(primaryPort)} user=${postgresServer.user} application_name=${which}'\n`,
+    );
+    this.start(which, port, ['-c hot_standby=on']);
   }
 
   /** Resolves once the primary waits for the standby again (its commits are replicated). */
@@ -140,7 +218,8 @@ export class ReplicatedPostgres {
   }
 
   destroy(): void {
-    for (const which of ['primary', 'standby'] as const) {
+    const further = this.standbyPorts.slice(1).map((port) => this.standbyAt(port));
+    for (const which of ['primary', 'standby', ...further] as Server[]) {
       try {
         runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'immediate', '-w', 'stop']);
       } catch {

@@ -8,6 +8,7 @@ import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { CANCEL_GRACE_MS, withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
 import { retryingRaces } from './races';
+import { readRouter, type ReadRouter } from './standbys';
 import type { Statement } from './statements';
 
 /** What the database settings (settings.ts, DB_*) hold. */
@@ -28,6 +29,8 @@ export interface Database {
   kind: 'postgres' | 'embedded';
   /** Runs a statement (see statements.ts) on a connection of the pool; its rows. */
   run<Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]>;
+  /** Where reads that may go to a standby run (standbys.ts): `reads.run`; the primary without DB_READ_HOSTNAME. */
+  reads: ReadRouter;
   /** Opens the migrations' connection (on the embedded database, its one session). */
   forMigrations(): MigrationConnection;
   /**
@@ -337,6 +340,27 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     // Half the probe's time per try, with no grace: a connection that went silent (its node lost
     // without a reset) is dropped at once and the second try opens a new one, in time to answer.
     const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
+    const runner = (pool: Knex) =>
+      statementRunner(pool, postgresSend(db.preparedStatements), (connection, send) =>
+        budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
+      );
+    const run = runner(instance);
+    const reads = readRouter({
+      primary: run,
+      primaryKnex: instance,
+      maxLagMs: db.readMaxLagMs,
+      logger,
+      // Each standby endpoint a pool of its own, as the primary's but for its host.
+      standbys: db.readHosts.map(({ host, port }) => {
+        const pool = postgresPool(
+          { ...db, hostname: host, port },
+          logger,
+          db.readPoolMax,
+          db.statementTimeoutMs,
+        );
+        return { name: `${host}:${String(port)}`, knex: pool, run: runner(pool) };
+      }),
+    });
     return {
       knex: instance,
       isStandby: async () => {
@@ -347,9 +371,8 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
         }
       },
       kind: 'postgres',
-      run: statementRunner(instance, postgresSend(db.preparedStatements), (connection, send) =>
-        budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
-      ),
+      run,
+      reads,
       forMigrations: () => {
         // One connection, opened for the migrations and closed after them.
         const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
@@ -361,7 +384,7 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
         };
       },
       close: async () => {
-        await Promise.all([instance.destroy(), readiness.destroy()]);
+        await Promise.all([reads.close(), instance.destroy(), readiness.destroy()]);
       },
     };
   }
@@ -381,14 +404,23 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
     connection: () => ({ pglite }) as unknown as Knex.StaticConnectionConfig,
     log: knexLog(logger),
   });
+  // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
+  // it runs in this thread, where no timer could cut a statement short.
+  const run = statementRunner(instance, pgliteSend, (_connection, send) => send());
   return {
     knex: instance,
     // PGlite has one session: a probe waits for the statement before it, bounded by its 1 s.
     isStandby: () => standby(instance),
     kind: 'embedded',
-    // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
-    // it runs in this thread, where no timer could cut a statement short.
-    run: statementRunner(instance, pgliteSend, (_connection, send) => send()),
+    run,
+    // No standbys: every read on the one database.
+    reads: readRouter({
+      primary: run,
+      primaryKnex: instance,
+      maxLagMs: db.readMaxLagMs,
+      logger,
+      standbys: [],
+    }),
     // PGlite has one session: migrations share it, with their time-out set per transaction.
     forMigrations: () => ({
       knex: instance,

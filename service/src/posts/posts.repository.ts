@@ -249,25 +249,38 @@ export function listStatement(kind: ViewerKind, search: boolean, cursor: boolean
 }
 
 /**
+ * Where a read runs: `standby` lets it go to a standby within the lag bound (db/standbys.ts), for
+ * callers who have no writes of their own to miss; `primary` always reads there.
+ */
+export type ReadTarget = 'primary' | 'standby';
+
+/**
  * A page of the posts the viewer may see. For a signed-in viewer, undefined when their user does
  * not exist (any more): the statement looks the viewer up with the page.
  */
-export async function listPosts(db: Database, viewer: 'public', query: ListQuery): Promise<ListPage>;
+export async function listPosts(
+  db: Database,
+  viewer: 'public',
+  query: ListQuery,
+  on?: ReadTarget,
+): Promise<ListPage>;
 export async function listPosts(
   db: Database,
   viewer: Viewer,
   query: ListQuery,
+  on?: ReadTarget,
 ): Promise<ListPage | undefined>;
 export async function listPosts(
   db: Database,
   viewer: Viewer,
   query: ListQuery,
+  on: ReadTarget = 'primary',
 ): Promise<ListPage | undefined> {
   const after = query.cursor;
   // An empty search filters nothing.
   const search = query.search ? likeSubstring(query.search) : undefined;
   const pageStatement = listStatement(viewerKind(viewer), search !== undefined, after !== undefined);
-  const rows = await db.run<ListRow, ListParams>(pageStatement, {
+  const rows = await (on === 'standby' ? db.reads : db).run<ListRow, ListParams>(pageStatement, {
     ...viewerParams(viewer),
     ...(search === undefined ? {} : { search }),
     ...(after ? { afterMicros: after.micros, afterId: after.id } : {}),

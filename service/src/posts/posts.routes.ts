@@ -21,6 +21,7 @@ import {
   visiblePostOwner,
   type ConditionalOutcome,
   type ListPage,
+  type ReadTarget,
   type Viewer,
 } from './posts.repository';
 import { listQuery, postIdParams, postInput, type ListQuery } from './posts.schemas';
@@ -148,12 +149,12 @@ export function postsRoutes(
     if (!(await change(db))) throw await missing();
   };
 
-  function listPage(viewer: 'public', query: ListQuery): Promise<ListPage>;
-  function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined>;
-  function listPage(viewer: Viewer, query: ListQuery): Promise<ListPage | undefined> {
-    if (!query.search || searchIsIndexed(query.search)) return listPosts(db, viewer, query);
+  function listPage(viewer: 'public', query: ListQuery, on: ReadTarget): Promise<ListPage>;
+  function listPage(viewer: Viewer, query: ListQuery, on: ReadTarget): Promise<ListPage | undefined>;
+  function listPage(viewer: Viewer, query: ListQuery, on: ReadTarget): Promise<ListPage | undefined> {
+    if (!query.search || searchIsIndexed(query.search)) return listPosts(db, viewer, query, on);
     return unindexed.tryRun(
-      () => listPosts(db, viewer, query),
+      () => listPosts(db, viewer, query, on),
       () => {
         throw searchesBusy();
       },
@@ -166,7 +167,7 @@ export function postsRoutes(
     // The list's statement finds the caller's user with the page: no look-up of its own.
     const { query, page } = await auth.callerFoundBy(req, res, async (userId) => {
       const query = listQueryOf(rawQuery);
-      const page = await listPage({ userId }, query);
+      const page = await listPage({ userId }, query, 'primary');
       return page && { query, page };
     });
     sendPage(req, res, rawQuery, query, page);
@@ -189,7 +190,10 @@ export function postsRoutes(
     .get(async (req, res) => {
       const rawQuery = req.query;
       const query = listQueryOf(rawQuery);
-      sendPage(req, res, rawQuery, query, await listPage('public', query));
+      // A caller who sends a token may have just written: they read on the primary, and see their
+      // write at once through any replica. Without one there is no write of theirs to miss.
+      const on: ReadTarget = req.headers.authorization === undefined ? 'standby' : 'primary';
+      sendPage(req, res, rawQuery, query, await listPage('public', query, on));
     })
     .all(methodNotAllowed(['GET']));
 

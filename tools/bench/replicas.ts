@@ -1,0 +1,133 @@
+/**
+ * `npm run bench:replicas -- [--duration 5] [--connections 10] [--posts 200]`
+ *
+ * The primary's CPU per request of the anonymous public feed, today's way (every read on the
+ * primary) against reads on standbys (DB_READ_HOSTNAME): a primary and two streaming standbys of
+ * the harness (tools/harness/replicated-postgres.ts), one service process per way, autocannon on
+ * GET /posts/public without a token. CPU is each server's backends' (user + system, from /proc):
+ * the processes whose parent is its postmaster, read before and after each run. Prints a table; a
+ * figure, not a test: the machine's other load moves it.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { cpuMsOf } from './measure';
+import { account, call } from '../harness/client';
+import { serviceEnv } from '../harness/env';
+import { ReplicatedPostgres } from '../harness/replicated-postgres';
+import { startService, stopAll, type ServiceProcess } from '../harness/service';
+
+function option(name: string, fallback: string): string {
+  const at = process.argv.indexOf(`--${name}`);
+  return at >= 0 ? (process.argv[at + 1] ?? fallback) : fallback;
+}
+
+const DURATION_S = Number(option('duration', '5'));
+const CONNECTIONS = Number(option('connections', '10'));
+const POSTS = Number(option('posts', '200'));
+
+/** A server's postmaster and every process it started (its backends), by pid. */
+function serverPids(dataDir: string): number[] {
+  const postmaster = Number(readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const children = readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        return Number(stat.split(') ')[1]?.split(' ')[1]) === postmaster;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+  return [postmaster, ...children];
+}
+
+/** CPU ms of every process of the server now; processes that ended since are left out of both reads. */
+const cpuOf = (pids: number[]): Map<number, number> =>
+  new Map(pids.flatMap((pid) => (cpuMsOf(pid) === undefined ? [] : [[pid, cpuMsOf(pid) ?? 0] as const])));
+
+function spent(before: Map<number, number>, after: Map<number, number>): number {
+  let ms = 0;
+  for (const [pid, now] of after) ms += now - (before.get(pid) ?? 0);
+  return ms;
+}
+
+async function measure(
+  cluster: ReplicatedPostgres,
+  svc: ServiceProcess,
+): Promise<{ requests: number; primaryUs: number; standbysUs: number; serviceUs: number }> {
+  const dirs = ['primary', 'standby', 'standby2'].map((d) => path.join(cluster.dir, d));
+  // Backends open with the first requests: a short warm-up, then the processes are listed.
+  await autocannon({ url: `${svc.base}/posts/public`, connections: CONNECTIONS, duration: 1 });
+  const pids = dirs.map(serverPids);
+  const before = pids.map(cpuOf);
+  const serviceBefore = cpuMsOf(svc.pid) ?? 0;
+  const result = await autocannon({
+    url: `${svc.base}/posts/public`,
+    connections: CONNECTIONS,
+    duration: DURATION_S,
+  });
+  const after = pids.map(cpuOf);
+  const serviceMs = (cpuMsOf(svc.pid) ?? 0) - serviceBefore;
+  const requests = result.requests.total;
+  const perRequest = (ms: number) => Math.round((ms * 1000) / Math.max(requests, 1));
+  const [primaryMs = 0, ...standbyMs] = before.map((b, i) => spent(b, after[i] ?? new Map<number, number>()));
+  return {
+    requests,
+    primaryUs: perRequest(primaryMs),
+    standbysUs: perRequest(standbyMs.reduce((a, b) => a + b, 0)),
+    serviceUs: perRequest(serviceMs),
+  };
+}
+
+async function main(): Promise<void> {
+  const cluster = new ReplicatedPostgres({ standbys: 2 });
+  try {
+    await cluster.init();
+    const env = (extra: Record<string, string>) =>
+      serviceEnv({
+        PORT: '0',
+        LOG_LEVEL: 'info',
+        DB_HOSTNAME: '127.0.0.1',
+        DB_PORT: String(cluster.primaryPort),
+        DB_NAME: 'postgres',
+        ...extra,
+      });
+    const today = await startService(env({}));
+    const onStandbys = await startService(
+      env({ DB_READ_HOSTNAME: cluster.standbyPorts.map((p) => `127.0.0.1:${String(p)}`).join(',') }),
+    );
+    const token = await account(today.base, 'bench-replicas@example.com');
+    for (let i = 0; i < POSTS; i++)
+      await call(today.base, '/posts/', { token, json: { title: `post ${String(i)}`, content: 'content' } });
+    const rows: string[] = [];
+    for (const [way, svc] of [
+      ['today: every read on the primary', today],
+      ['reads on standbys', onStandbys],
+    ] as const) {
+      const m = await measure(cluster, svc);
+      rows.push(
+        `| ${way} | ${String(m.requests)} | ${String(m.primaryUs)} | ${String(m.standbysUs)} | ${String(m.serviceUs)} |`,
+      );
+    }
+    process.stdout.write(
+      [
+        `GET /posts/public without a token, ${String(CONNECTIONS)} connections, ${String(DURATION_S)} s, ${String(POSTS)} posts`,
+        '',
+        "| Way | Requests | Primary's CPU per request (µs) | Standbys' CPU per request (µs) | Service CPU per request (µs) |",
+        '|---|---|---|---|---|',
+        ...rows,
+        '',
+      ].join('\n'),
+    );
+  } finally {
+    await stopAll();
+    cluster.destroy();
+  }
+}
+
+void main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = 1;
+});
