@@ -668,6 +668,8 @@ describe('The kind runner with --cnpg (it cannot run here; these checks keep it 
     expect(runner).toContain('cluster/$RELEASE-db"');
     expect(rw.metadata.name).toBe('social-posts-db-pooler-rw');
     expect(runner).toContain('deployment/$RELEASE-db-pooler-rw"');
+    expect(pooler(objects, 'ro').metadata.name).toBe('social-posts-db-pooler-ro');
+    expect(runner).toContain('deployment/$RELEASE-db-pooler-ro"');
     // Three instances: after the primary is lost a synchronous standby remains, so writes go on.
     expect(cluster.spec.instances).toBe(3);
     expect(objects.filter((o) => o.kind === 'StatefulSet')).toEqual([]);
