@@ -637,7 +637,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
       { set: { 'cnpg.reads.pooler.name': 'social-posts-db-pooler-rw' } },
       "cnpg.reads.pooler.name must differ from the Cluster's name and the rw Pooler's",
     ],
-    ['the read bound is not a positive integer', { set: { 'cnpg.reads.maxLagMs': '0' } }, 'maxLagMs'],
+    ['the read bound is under the service\'s 100 ms', { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
     ['the probe lag is not a quantity', { setString: { 'cnpg.reads.maximumLag': '64 MB' } }, 'maximumLag'],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     const error = await renderRefused({ values: ['values-prod.yaml'], ...options });
