@@ -119,6 +119,32 @@ CloudNativePG: the Cluster's name (its Services are <name>-rw/-ro/-r, its Secret
 {{- end }}
 
 {{/*
+Reads on standbys (cnpg.reads): "true" when the pods get a read endpoint, which needs a standby.
+The ro Pooler's name must differ from the Cluster's, its Services and the rw Pooler's.
+*/}}
+{{- define "social-posts.cnpgReads" -}}
+{{- if and .Values.cnpg.enabled .Values.cnpg.reads.enabled (gt (int .Values.cnpg.cluster.instances) 1) }}true{{ end }}
+{{- end }}
+
+{{- define "social-posts.cnpgReadPooler" -}}
+{{- if and (include "social-posts.cnpgReads" .) .Values.cnpg.reads.pooler.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "social-posts.cnpgReadPoolerName" -}}
+{{- default (printf "%s-pooler-ro" (include "social-posts.cnpgClusterName" .)) .Values.cnpg.reads.pooler.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The read endpoint (DB_READ_HOSTNAME): the ro Pooler, or the Cluster's -ro Service (ready standbys). */}}
+{{- define "social-posts.dbReadHost" -}}
+{{- if include "social-posts.cnpgReadPooler" . }}{{ include "social-posts.cnpgReadPoolerName" . }}{{ else }}{{ include "social-posts.cnpgClusterName" . }}-ro{{ end }}
+{{- end }}
+
+{{/* Connections per pod to the read endpoint (DB_READ_POOL_MAX). */}}
+{{- define "social-posts.dbReadPoolMax" -}}
+{{- default .Values.database.poolMax .Values.cnpg.reads.poolMax }}
+{{- end }}
+
+{{/*
 Backups (backup.enabled): the ObjectStore of the release, and the folder (the plugin's serverName)
 the Cluster archives to, its own name unless backup.serverName says otherwise.
 */}}
@@ -193,6 +219,45 @@ the pooler (transaction mode) instead of opening server connections.
 {{- end }}
 {{- end }}
 
+{{/* The ro Pooler's server connections per instance: given, or the steady fleet's read pools spread over its instances. */}}
+{{- define "social-posts.cnpgReadPoolSize" -}}
+{{- if .Values.cnpg.reads.pooler.defaultPoolSize }}{{ .Values.cnpg.reads.pooler.defaultPoolSize }}{{ else }}
+{{- $fleet := mul (int (include "social-posts.minReplicas" .)) (int (include "social-posts.dbReadPoolMax" .)) }}
+{{- $instances := int .Values.cnpg.reads.pooler.instances }}
+{{- div (add $fleet (sub $instances 1)) $instances }}
+{{- end }}
+{{- end }}
+
+{{/*
+The read budget, checked at render like the write one. Every pod the Deployment may run at once
+opens up to the read pool's connections (no migration, no probe: readiness never asks a standby).
+They must fit one ro PgBouncer's max_client_conn, or, without the ro Pooler, one standby's
+max_connections less 3 (the -ro Service may lead every connection to the same standby). Behind the
+ro Pooler, all its server pools may land on one standby too.
+*/}}
+{{- define "social-posts.validateReadBudget" -}}
+{{- if include "social-posts.cnpgReads" . }}
+{{- $replicas := int (include "social-posts.maxReplicas" .) }}
+{{- $poolMax := int (include "social-posts.dbReadPoolMax" .) }}
+{{- $clients := mul (add $replicas 1) $poolMax }}
+{{- $how := printf "(%d replicas at most + 1 surge) x (read pool %d) = %d connections" $replicas $poolMax (int $clients) }}
+{{- $maxConnections := int .Values.cnpg.cluster.maxConnections }}
+{{- if include "social-posts.cnpgReadPooler" . }}
+{{- $maxClientConn := int .Values.cnpg.reads.pooler.maxClientConn }}
+{{- if gt (int $clients) $maxClientConn }}
+{{- fail (printf "read connection budget: %s exceed cnpg.reads.pooler.maxClientConn %d; lower cnpg.reads.poolMax or the replicas, or raise cnpg.reads.pooler.maxClientConn" $how $maxClientConn) }}
+{{- end }}
+{{- $poolSize := int (include "social-posts.cnpgReadPoolSize" .) }}
+{{- $servers := mul (int .Values.cnpg.reads.pooler.instances) $poolSize }}
+{{- if gt (int $servers) (sub $maxConnections 10) }}
+{{- fail (printf "read connection budget: cnpg.reads.pooler.instances %d x default_pool_size %d = %d server connections, which may all reach one standby, exceed cnpg.cluster.maxConnections %d less 10 (3 superuser-reserved, 7 for the operator and you); lower cnpg.reads.pooler.defaultPoolSize or raise cnpg.cluster.maxConnections" (int .Values.cnpg.reads.pooler.instances) $poolSize (int $servers) $maxConnections) }}
+{{- end }}
+{{- else if gt (int $clients) (sub $maxConnections 3) }}
+{{- fail (printf "read connection budget: %s, which may all reach one standby, exceed cnpg.cluster.maxConnections %d less 3 superuser-reserved; lower cnpg.reads.poolMax or the replicas, or turn cnpg.reads.pooler on" $how $maxConnections) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/*
 The connection budget, checked at render. Every pod the Deployment may run at once (the most
 replicas plus the rollout's surge of one) opens up to poolMax connections plus one more: for the
@@ -255,7 +320,13 @@ Guards across values, which values.schema.json cannot express.
 {{- if eq (include "social-posts.cnpgPoolerName" .) (include "social-posts.cnpgClusterName" .) }}
 {{- fail "cnpg.pooler.name must differ from the Cluster's name (CloudNativePG refuses a Pooler named like a Cluster)" }}
 {{- end }}
-{{- if and .Values.cnpg.pooler.enabled .Values.database.preparedStatements (eq (int .Values.cnpg.pooler.maxPreparedStatements) 0) }}
+{{- if include "social-posts.cnpgReadPooler" . }}
+{{- $readPooler := include "social-posts.cnpgReadPoolerName" . }}
+{{- if or (eq $readPooler (include "social-posts.cnpgClusterName" .)) (eq $readPooler (include "social-posts.cnpgPoolerName" .)) }}
+{{- fail "cnpg.reads.pooler.name must differ from the Cluster's name and the rw Pooler's (cnpg.pooler.name): each Pooler is a Service of its own" }}
+{{- end }}
+{{- end }}
+{{- if and (or .Values.cnpg.pooler.enabled (include "social-posts.cnpgReadPooler" .)) .Values.database.preparedStatements (eq (int .Values.cnpg.pooler.maxPreparedStatements) 0) }}
 {{- fail "database.preparedStatements is true but cnpg.pooler.maxPreparedStatements is 0: PgBouncer would not track them in transaction mode; set one of them" }}
 {{- end }}
 {{- end }}
@@ -269,6 +340,7 @@ Guards across values, which values.schema.json cannot express.
 {{- fail "cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections, which the connection budget checks" }}
 {{- end }}
 {{- include "social-posts.validateConnectionBudget" . }}
+{{- include "social-posts.validateReadBudget" . }}
 {{- end }}
 
 {{/*

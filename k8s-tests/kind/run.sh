@@ -123,6 +123,8 @@ if [ "$DATABASE" = cnpg ]; then
   # <release>-db-pooler-rw; the Pooler's PgBouncers run as a Deployment of the Pooler's name.
   k -n "$NAMESPACE" wait --for=condition=Ready "cluster/$RELEASE-db" --timeout=900s
   k -n "$NAMESPACE" rollout status "deployment/$RELEASE-db-pooler-rw" --timeout=300s
+  # Reads on standbys (cnpg.reads, more than one instance): the ro Pooler, <release>-db-pooler-ro.
+  k -n "$NAMESPACE" rollout status "deployment/$RELEASE-db-pooler-ro" --timeout=300s
 else
   k -n "$NAMESPACE" rollout status "statefulset/$RELEASE-postgresql" --timeout=300s
 fi

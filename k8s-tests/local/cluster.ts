@@ -41,6 +41,8 @@ export interface ClusterOptions {
   launcher: Launcher;
   logDir: string;
   database: { host: string; port: number };
+  /** The ro Pooler the replicas read from, when the release reads on standbys. */
+  readDatabase?: { host: string; port: number };
   /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
   onEndpoints: (endpoints: string[]) => Promise<void>;
   /** Called whenever a replica is added or removed (the Prometheus stand-in's targets). */
@@ -120,6 +122,12 @@ export class Cluster {
       // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
       DB_HOSTNAME: this.options.database.host,
       DB_PORT: String(this.options.database.port),
+      ...(this.options.readDatabase
+        ? {
+            DB_READ_HOSTNAME: this.options.readDatabase.host,
+            DB_READ_PORT: String(this.options.readDatabase.port),
+          }
+        : {}),
     });
     const firstStart = this.counter <= release.replicas;
     const launchedAt = Date.now();

@@ -7,7 +7,9 @@
  *   database and owner of bootstrap.initdb and its postInitApplicationSQL run as the superuser;
  * - the -rw Service: a TCP relay (tools/harness/relay.ts) whose target moves to the promoted standby;
  * - Secret <cluster>-app: basic-auth with username, password, host (the -rw Service), port, dbname;
- * - the Pooler: PgBouncer 1.24.1 with the pgbouncer.ini CloudNativePG writes for it
+ * - the -ro Service (reads on standbys, cnpg.reads): a TCP relay to the standby while it is one;
+ * - the Poolers: PgBouncer 1.24.1 with the pgbouncer.ini CloudNativePG writes for each (type rw
+ *   before the -rw Service, type ro before the -ro Service)
  *   (cloudnative-pg/cloudnative-pg, pkg/management/pgbouncer/config/config.go and strings.go, commit
  *   4b5e244a7d031f67e025c83c1555e7726ecbbfa1, tag v1.30.0): the rendered poolMode and parameters over
  *   its defaults (auth_type hba, client_tls_sslmode prefer, log_stats 0, ignore_startup_parameters
@@ -64,16 +66,29 @@ export interface CnpgPooler extends KubeObject {
 }
 
 /**
- * The rendered Pooler and the Cluster it serves, if the release renders CloudNativePG's database,
- * and the Cluster's archiving through the Barman Cloud plugin when it has one.
+ * The rendered Poolers (the rw one, and the ro one when reads go to standbys) and the Cluster they
+ * serve, if the release renders CloudNativePG's database, and the Cluster's archiving through the
+ * Barman Cloud plugin when it has one.
  */
 export function cnpgObjects(
   objects: KubeObject[],
-): { cluster: CnpgCluster; pooler: CnpgPooler; archiving?: Archiving } | undefined {
-  const poolers = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
-  if (poolers.length === 0) return undefined;
-  const [pooler] = poolers;
-  if (poolers.length > 1 || !pooler) throw new Error('one Pooler is modelled');
+): { cluster: CnpgCluster; pooler: CnpgPooler; readPooler?: CnpgPooler; archiving?: Archiving } | undefined {
+  const all = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
+  if (all.length === 0) return undefined;
+  const ofType = (type: string) => all.filter((p) => p.spec.type === type);
+  const [pooler] = ofType('rw');
+  const [readPooler] = ofType('ro');
+  if (
+    !pooler ||
+    ofType('rw').length > 1 ||
+    ofType('ro').length > 1 ||
+    all.length !== ofType('rw').length + ofType('ro').length
+  )
+    throw new Error('one Pooler of type rw, and at most one of type ro, is modelled');
+  if (readPooler && readPooler.spec.cluster.name !== pooler.spec.cluster.name)
+    throw new Error(
+      `Poolers ${pooler.metadata.name} and ${readPooler.metadata.name} name different Clusters`,
+    );
   const cluster = objects.find(
     (o) => o.kind === 'Cluster' && o.metadata.name === pooler.spec.cluster.name,
   ) as CnpgCluster | undefined;
@@ -82,7 +97,7 @@ export function cnpgObjects(
       `Pooler ${pooler.metadata.name} names Cluster ${pooler.spec.cluster.name}, which is not rendered`,
     );
   const archiving = archivingOf(cluster, objects);
-  return { cluster, pooler, ...(archiving ? { archiving } : {}) };
+  return { cluster, pooler, ...(readPooler ? { readPooler } : {}), ...(archiving ? { archiving } : {}) };
 }
 
 /** PgBouncer's settings as CloudNativePG builds them from the Pooler (buildPgBouncerParameters). */
@@ -123,6 +138,9 @@ export class CnpgStandIn {
   private recovered = false;
   private rw: Relay | undefined;
   private pgbouncer: OwnPgBouncer | undefined;
+  /** The -ro Service and the ro Pooler's PgBouncer, when the release reads on standbys. */
+  private ro: Relay | undefined;
+  private readPgbouncer: OwnPgBouncer | undefined;
   private readonly password = randomBytes(24).toString('base64url');
   private readonly dir: string;
 
@@ -134,6 +152,7 @@ export class CnpgStandIn {
     /** Names the replicas dial besides the rendered ones (processes cannot map a Service name). */
     private readonly extraNames: string[] = [],
     archiving?: Archiving,
+    private readonly readPooler?: CnpgPooler,
   ) {
     this.dir = join(workDir, 'cnpg');
     mkdirSync(this.dir, { recursive: true });
@@ -162,6 +181,11 @@ export class CnpgStandIn {
     const ca = makeCa(this.dir, 'ca', this.name);
     signServer(this.dir, 'server', ca, this.serverNames());
     ownForPostgres(ca.cert);
+  }
+
+  /** The ro Pooler's port once started (reads on standbys), else undefined. */
+  get readPoolerPort(): number | undefined {
+    return this.readPgbouncer?.port;
   }
 
   /** Instances, the -rw Service, bootstrap, the Pooler; resolves with the Pooler's port. */
@@ -213,7 +237,62 @@ export class CnpgStandIn {
       },
     });
     await this.pgbouncer.start();
+    if (this.readPooler) {
+      // The -ro Service: the ready standbys, here the one standby (the owner reached it by replication).
+      this.ro = new Relay(this.instances.standbyPort);
+      await this.ro.start();
+      this.readPgbouncer = new OwnPgBouncer({
+        version: '1.24',
+        target: { host: '127.0.0.1', port: this.ro.port },
+        poolSize: Number(this.readPooler.spec.pgbouncer.parameters?.default_pool_size ?? 20),
+        overrides: {
+          settings: { ...poolerSettings(this.readPooler), ...tls },
+          users: { [owner]: secret },
+          hba: ['host all all 0.0.0.0/0 md5'],
+        },
+      });
+      await this.readPgbouncer.start();
+    }
     return this.pgbouncer.port;
+  }
+
+  /** The standby's replay paused (pg_wal_replay_pause) or resumed: a standby falling behind. */
+  async pauseReplay(paused: boolean): Promise<void> {
+    if (this.promoted || this.recovered) throw new Error(`Cluster ${this.name} has no standby left`);
+    const client = new Client({
+      host: '127.0.0.1',
+      port: this.instances.standbyPort,
+      user: postgresServer.user,
+      database: 'postgres',
+    });
+    await client.connect();
+    try {
+      await client.query(paused ? 'SELECT pg_wal_replay_pause()' : 'SELECT pg_wal_replay_resume()');
+    } finally {
+      await client.end();
+    }
+  }
+
+  /** Transactions each instance has committed in the application database (where reads landed). */
+  async committedOn(): Promise<{ primary: number; standby: number }> {
+    const { database } = this.cluster.spec.bootstrap.initdb;
+    const count = async (port: number) => {
+      const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database: 'postgres' });
+      await client.connect();
+      try {
+        const row = (
+          await client.query<{ n: string }>(
+            'SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1',
+            [database],
+          )
+        ).rows[0];
+        return Number(row?.n ?? 0);
+      } finally {
+        await client.end();
+      }
+    };
+    const { primaryPort, standbyPort } = this.instances;
+    return { primary: await count(primaryPort), standby: await count(standbyPort) };
   }
 
   /** The Secrets CloudNativePG makes: <cluster>-app (basic-auth) and <cluster>-ca. */
@@ -279,6 +358,8 @@ export class CnpgStandIn {
   async recover(rendered: KubeObject[]): Promise<RecoveryReport> {
     const { server, report } = await this.plugin().recover(rendered, this.primary(), this.name);
     this.rw?.retarget(server.port);
+    // The recovered Cluster has no standby here: its -ro Service leads nowhere.
+    this.ro?.retarget(await freePort());
     this.recovered = true;
     this.instances.destroy();
     return report;
@@ -307,14 +388,19 @@ export class CnpgStandIn {
     this.instances.promoteStandby();
     this.promoted = true;
     this.rw?.retarget(this.instances.standbyPort);
+    // The promoted standby is the primary now: with two instances no standby is left for -ro.
+    this.ro?.retarget(await freePort());
     return { promotedAfterMs: Date.now() - started };
   }
 
   async close(): Promise<void> {
     // Kept with the run's logs (the work folder stays when a run fails).
     if (this.pgbouncer) writeFileSync(join(this.dir, 'pgbouncer.log'), this.pgbouncer.log);
+    if (this.readPgbouncer) writeFileSync(join(this.dir, 'pgbouncer-ro.log'), this.readPgbouncer.log);
     await this.pgbouncer?.destroy();
+    await this.readPgbouncer?.destroy();
     await this.rw?.close();
+    await this.ro?.close();
     this.instances.destroy();
     await this.backups?.destroy();
   }

@@ -22,6 +22,11 @@ export interface DatabaseControl {
   stop(): Promise<void>;
   start(): Promise<void>;
   failover?: () => Promise<{ promotedAfterMs: number }>;
+  /** Reads on standbys (the ro Pooler): the standby's replay paused or resumed, and where transactions committed. */
+  standby?: {
+    pauseReplay(paused: boolean): Promise<void>;
+    committedOn(): Promise<{ primary: number; standby: number }>;
+  };
   /** The Barman Cloud plugin's part (the backup case), when the Cluster archives through it. */
   backups?: {
     base(): Promise<{ backupId: string; name: string; ms: number }>;
@@ -59,6 +64,10 @@ function routes(c: Controlled): Routes {
   const backups = () => {
     if (!database.backups) throw new Error('no backups: the Cluster has no Barman Cloud plugin entry');
     return database.backups;
+  };
+  const standby = () => {
+    if (!database.standby) throw new Error('no ro Pooler: the release does not read on standbys');
+    return database.standby;
   };
   /** The replaced replicas, after checking each one shut down gracefully; throws otherwise. */
   const checked = ({ replaced }: RolloutResult): string => {
@@ -108,6 +117,18 @@ function routes(c: Controlled): Routes {
       step(`failover: standby promoted and -rw moved to it ${result.promotedAfterMs} ms after the kill`);
       return JSON.stringify(result);
     },
+    // The standby-reads case: a lagging standby, and which instance ran the transactions.
+    'POST /database/standby/pause': async () => {
+      await standby().pauseReplay(true);
+      step('standby: replay paused (pg_wal_replay_pause)');
+      return 'paused';
+    },
+    'POST /database/standby/resume': async () => {
+      await standby().pauseReplay(false);
+      step('standby: replay resumed');
+      return 'resumed';
+    },
+    'GET /database/committed': async () => JSON.stringify(await standby().committedOn()),
     // The backup case: the ScheduledBackup's base backup now, the mistake, the recovery Cluster.
     'POST /backup/base': async () => {
       const backup = await backups().base();

@@ -49,13 +49,15 @@ export interface Release {
   liveness: ProbeTiming;
   startup: ProbeTiming;
   database: { host: string; port: number; name: string; user: string; password: string };
+  /** The read endpoint (DB_READ_HOSTNAME, DB_READ_PORT) when the release reads on standbys. */
+  readDatabase?: { host: string; port: number };
   /** The rendered pod spec and API container, for what a container runtime applies (security, limits, mounts). */
   podSpec: IPodSpec;
   container: IContainer;
   /** Secret name → key → content, for the pod's Secret volumes (the rendered ones and the operator's). */
   secrets: Record<string, Record<string, Buffer>>;
   /** CloudNativePG's Cluster and the Pooler the service dials, when the release renders them. */
-  cnpg?: { cluster: CnpgCluster; pooler: CnpgPooler };
+  cnpg?: { cluster: CnpgCluster; pooler: CnpgPooler; readPooler?: CnpgPooler };
 }
 
 /**
@@ -147,10 +149,18 @@ export function readRelease(rendered: KubeObject[], provided: KubeObject[] = [])
   // The emulation stands in for the in-chart PostgreSQL or for CloudNativePG's Pooler; an external
   // host would be a different test.
   const cnpg = cnpgObjects(rendered);
+  const readDatabase = env.DB_READ_HOSTNAME
+    ? { host: env.DB_READ_HOSTNAME, port: Number(env.DB_READ_PORT ?? env.DB_PORT) }
+    : undefined;
   if (cnpg) {
     if (database.host !== cnpg.pooler.metadata.name)
       throw new Error(
         `DB_HOSTNAME ${database.host} is not the Pooler's Service ${cnpg.pooler.metadata.name}`,
+      );
+    // Reads on standbys are modelled through the ro Pooler (the -ro Service alone is not).
+    if (readDatabase?.host !== cnpg.readPooler?.metadata.name)
+      throw new Error(
+        `DB_READ_HOSTNAME ${String(readDatabase?.host)} is not the ro Pooler's Service ${String(cnpg.readPooler?.metadata.name)}`,
       );
   } else {
     one(objects, 'Service', database.host);
@@ -173,6 +183,7 @@ export function readRelease(rendered: KubeObject[], provided: KubeObject[] = [])
     liveness: probe(container.livenessProbe, 'liveness'),
     startup: probe(container.startupProbe, 'startup'),
     database,
+    ...(readDatabase ? { readDatabase } : {}),
     podSpec,
     container,
     secrets,

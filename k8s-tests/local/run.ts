@@ -189,9 +189,9 @@ async function main(): Promise<number> {
   const rendered = cnpgObjects(objects);
   let poolerPort = 0;
   if (rendered) {
-    const { cluster, pooler, archiving } = rendered;
+    const { cluster, pooler, readPooler, archiving } = rendered;
     step(
-      `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
+      `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}${readPooler ? ` and ro Pooler ${readPooler.metadata.name}` : ''}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
     );
     if (archiving)
       step(
@@ -205,10 +205,11 @@ async function main(): Promise<number> {
       tmp,
       runAsProcesses ? ['localhost'] : [],
       archiving,
+      readPooler,
     );
     poolerPort = await state.cnpg.start();
     step(
-      `Pooler on 127.0.0.1:${poolerPort}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
+      `Pooler on 127.0.0.1:${poolerPort}${state.cnpg.readPoolerPort ? `, ro Pooler on 127.0.0.1:${state.cnpg.readPoolerPort}` : ''}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
     );
   }
   const release: Release = readRelease(objects, state.cnpg?.secrets() ?? []);
@@ -305,7 +306,12 @@ async function main(): Promise<number> {
       logDir,
       { id: facts.id, size: mb(facts.size), base: facts.base },
       // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
-      release.cnpg ? { [release.database.host]: '127.0.0.1' } : {},
+      release.cnpg
+        ? {
+            [release.database.host]: '127.0.0.1',
+            ...(release.readDatabase ? { [release.readDatabase.host]: '127.0.0.1' } : {}),
+          }
+        : {},
     );
   }
   step(launcher.describe());
@@ -314,6 +320,7 @@ async function main(): Promise<number> {
 
   let database: DatabaseControl;
   let dbAddress: { host: string; port: number };
+  let readAddress: { host: string; port: number } | undefined;
   const standIn = state.cnpg;
   if (standIn) {
     database = {
@@ -323,6 +330,14 @@ async function main(): Promise<number> {
       },
       start: () => standIn.startDatabase(),
       failover: () => standIn.failover(FAILOVER_DETECTION_MS),
+      ...(standIn.readPoolerPort
+        ? {
+            standby: {
+              pauseReplay: (paused: boolean) => standIn.pauseReplay(paused),
+              committedOn: () => standIn.committedOn(),
+            },
+          }
+        : {}),
       ...(standIn.backups
         ? {
             backups: {
@@ -334,6 +349,11 @@ async function main(): Promise<number> {
         : {}),
     };
     dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
+    if (release.readDatabase && standIn.readPoolerPort)
+      readAddress = {
+        host: runAsProcesses ? 'localhost' : release.readDatabase.host,
+        port: standIn.readPoolerPort,
+      };
   } else {
     const pgPort = await freePort();
     step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
@@ -409,6 +429,7 @@ async function main(): Promise<number> {
     launcher,
     logDir,
     database: dbAddress,
+    ...(readAddress ? { readDatabase: readAddress } : {}),
     ...(upgrade ? { image: upgrade.from } : {}),
     onReplicas: (replicas) => {
       prometheus.setTargets(
@@ -433,7 +454,12 @@ async function main(): Promise<number> {
     cluster,
     launcher,
     logDir,
-    onceEnv: { ...release.env, DB_HOSTNAME: dbAddress.host, DB_PORT: String(dbAddress.port) },
+    onceEnv: {
+      ...release.env,
+      DB_HOSTNAME: dbAddress.host,
+      DB_PORT: String(dbAddress.port),
+      ...(readAddress ? { DB_READ_HOSTNAME: readAddress.host, DB_READ_PORT: String(readAddress.port) } : {}),
+    },
     broken,
     reload,
     settled: () => reloads,
@@ -463,6 +489,7 @@ async function main(): Promise<number> {
     // The backup case renders the chart again with these and the recovery values.
     K8S_VALUES_FILES: extraValues.join(','),
     ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: backupReportFile } : {}),
+    ...(readAddress ? { K8S_STANDBY_READS: '1' } : {}),
     ...(upgrade
       ? {
           K8S_UPGRADE_FROM: upgrade.from,

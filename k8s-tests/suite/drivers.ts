@@ -49,6 +49,16 @@ export interface Driver {
    * objects made from the store, with the service moved onto it.
    */
   backups?: BackupControl;
+  /**
+   * Reads on standbys (local runner with the ro Pooler, K8S_STANDBY_READS=1): the standby's replay
+   * paused or resumed, and the transactions each instance has committed in the application database.
+   */
+  standby?: StandbyControl;
+}
+
+export interface StandbyControl {
+  pauseReplay(paused: boolean): Promise<void>;
+  committed(): Promise<{ primary: number; standby: number }>;
 }
 
 export interface BackupControl {
@@ -115,6 +125,19 @@ function localDriver(): Driver {
               JSON.parse(
                 await control(base, 'POST', '/backup/recover', JSON.stringify(rendered)),
               ) as RecoveryReport,
+          }
+        : undefined,
+    standby:
+      process.env.K8S_STANDBY_READS === '1'
+        ? {
+            pauseReplay: async (paused) => {
+              await control(base, 'POST', paused ? '/database/standby/pause' : '/database/standby/resume');
+            },
+            committed: async () =>
+              JSON.parse(await control(base, 'GET', '/database/committed')) as {
+                primary: number;
+                standby: number;
+              },
           }
         : undefined,
     name: 'local',

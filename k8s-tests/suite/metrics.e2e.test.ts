@@ -60,6 +60,15 @@ const NOT_HERE: Record<string, string> = {
   nginx_ingress_controller_requests:
     "ingress-nginx's controller metrics are not emulated (promtool tests the rule)",
   kube_pod_container_status_waiting_reason: 'no container waiting (the series exists only while one is)',
+  // Reads on standbys (case 13). This case's own anonymous reads make db_reads_total's series
+  // wherever there is a read endpoint; the in-chart database has none.
+  ...(process.env.K8S_STANDBY_READS === '1'
+    ? {}
+    : { db_reads_total: 'no read endpoint: the release does not read on standbys' }),
+  db_read_fallbacks_total:
+    'no read has fallen back to the primary since the replicas started (the rollout case replaces them after case 13)',
+  db_standby_replay_lag_seconds:
+    "no standby reachable: the in-chart database has none, and the failover case promotes the emulation's only one",
 };
 // The database's series come from exporters this runner does not run (promtool tests their rules).
 const NOT_EMULATED: [RegExp, string][] = [

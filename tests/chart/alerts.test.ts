@@ -144,7 +144,7 @@ describe('PrometheusRule of prod, checked and unit-tested with promtool', () => 
         expect([r.alert, selector]).toEqual([
           r.alert,
           expect.stringMatching(
-            /namespace="social-posts-prod", (pod=~"social-posts-db-\[0-9\]\+"|persistentvolumeclaim=~"social-posts-db-\[0-9\]\+\(-wal\)\?"|pod=~"social-posts-db-pooler-rw-\[a-z0-9\]\+-\[a-z0-9\]\+")/,
+            /namespace="social-posts-prod", (pod=~"social-posts-db-\[0-9\]\+"|persistentvolumeclaim=~"social-posts-db-\[0-9\]\+\(-wal\)\?"|pod=~"\(social-posts-db-pooler-rw\|social-posts-db-pooler-ro\)-\[a-z0-9\]\+-\[a-z0-9\]\+")/,
           ),
         ]);
     }
@@ -243,7 +243,9 @@ describe('PrometheusRule options', () => {
     expect(exprs).toContain('pod=~"posts-eu-[a-z0-9]+-[a-z0-9]+", container="social-posts"');
     expect(exprs).toContain('ingress="posts-eu-auth"');
     expect(exprs).toContain('namespace="eu", pod=~"posts-eu-db-[0-9]+"');
-    expect(exprs).toContain('namespace="eu", pod=~"posts-eu-db-pooler-rw-[a-z0-9]+-[a-z0-9]+"');
+    expect(exprs).toContain(
+      'namespace="eu", pod=~"(posts-eu-db-pooler-rw|posts-eu-db-pooler-ro)-[a-z0-9]+-[a-z0-9]+"',
+    );
   });
 
   it('When backups, the Pooler or the standbys are off, then their alerts are left out (their series would not exist)', async () => {
@@ -254,9 +256,12 @@ describe('PrometheusRule options', () => {
     expect(await names({ 'backup.walArchiving': 'false' })).not.toContain(
       'SocialPostsDatabaseWALArchivingFailing',
     );
-    expect(await names({ 'cnpg.pooler.enabled': 'false', 'autoscaling.maxReplicas': '5' })).not.toContain(
+    const noPooler = { 'cnpg.pooler.enabled': 'false', 'autoscaling.maxReplicas': '5' };
+    expect(await names({ ...noPooler, 'cnpg.reads.pooler.enabled': 'false' })).not.toContain(
       'SocialPostsPoolerClientsWaiting',
     );
+    // The ro Pooler alone still has PgBouncers whose clients may wait.
+    expect(await names(noPooler)).toContain('SocialPostsPoolerClientsWaiting');
     expect(await names({ 'cnpg.cluster.instances': '1' })).not.toContain(
       'SocialPostsDatabaseNoSynchronousStandby',
     );

@@ -89,11 +89,13 @@ interface ScheduledBackup extends KubeObject {
   };
 }
 
+type Pooler = KubeObject & { spec: { cluster: { name: string }; type: string } };
+
 interface Kinds {
   Cluster: Cluster;
   ObjectStore: ObjectStore;
   ScheduledBackup: ScheduledBackup;
-  Pooler: KubeObject & { spec: { cluster: { name: string } } };
+  Pooler: Pooler;
 }
 
 function all<K extends keyof Kinds>(objects: KubeObject[], kind: K): Kinds[K][] {
@@ -422,10 +424,17 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 
   it("When the recovery values are rendered, then the service moves onto the new Cluster: its Pooler, its owner's Secret and its CA", () => {
-    const pooler = one(objects, 'Pooler');
-    expect(pooler.spec.cluster.name).toBe('social-posts-db-r1');
-    expect(configMapData(objects).DB_HOSTNAME).toBe(pooler.metadata.name);
-    expect(pooler.metadata.name).not.toBe(one(prod, 'Pooler').metadata.name);
+    const poolers = objects.filter((o): o is Pooler => o.kind === 'Pooler');
+    const name = (rendered: KubeObject[], type: string) =>
+      rendered.find((o) => o.kind === 'Pooler' && (o as Pooler).spec.type === type)?.metadata.name;
+    expect(poolers.map((p) => [p.spec.type, p.spec.cluster.name])).toEqual([
+      ['rw', 'social-posts-db-r1'],
+      ['ro', 'social-posts-db-r1'],
+    ]);
+    expect(configMapData(objects).DB_HOSTNAME).toBe(name(objects, 'rw'));
+    expect(configMapData(objects).DB_READ_HOSTNAME).toBe(name(objects, 'ro'));
+    expect(name(objects, 'rw')).not.toBe(name(prod, 'rw'));
+    expect(name(objects, 'ro')).not.toBe(name(prod, 'ro'));
     const password = apiContainer(objects).env?.find((e) => e.name === 'DB_PASSWORD');
     expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-r1-app', key: 'password' });
     expect(podSpec(objects).volumes?.map((v) => v.secret?.secretName)).toContain('social-posts-db-r1-ca');

@@ -43,6 +43,7 @@ interface Cluster extends KubeObject {
       synchronous?: { method: string; number: number; dataDurability: string };
     };
     certificates?: { serverAltDNSNames: string[] };
+    probes?: { readiness?: { type: string; maximumLag?: string } };
     storage: { size: string };
   };
 }
@@ -75,6 +76,13 @@ function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): Custo
   return matches[0] as CustomKinds[K];
 }
 
+/** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
+function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
+  const matches = objects.filter((o): o is Pooler => o.kind === 'Pooler' && (o as Pooler).spec.type === type);
+  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
+  return must(matches[0], `${type} Pooler`);
+}
+
 describe('CloudNativePG: what prod renders', () => {
   let objects: KubeObject[];
   beforeAll(async () => {
@@ -82,7 +90,7 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it('When the prod values are rendered, then the Cluster and Pooler are valid against CloudNativePG v1.30.0 CRDs', () => {
-    for (const object of [one(objects, 'Cluster'), one(objects, 'Pooler')]) {
+    for (const object of [one(objects, 'Cluster'), pooler(objects, 'rw'), pooler(objects, 'ro')]) {
       const validate = must(crdValidator(object), `CRD of ${object.kind}`);
       expect(crdProblems(object, validate)).toEqual([]);
     }
@@ -121,15 +129,14 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it('When the prod values are rendered, then the Pooler pools in transaction mode with PgBouncer settings as strings, prepared statements tracked', () => {
-    const pooler = one(objects, 'Pooler');
+    const rw = pooler(objects, 'rw');
     const cluster = one(objects, 'Cluster');
-    expect(pooler.metadata.name).not.toBe(cluster.metadata.name);
-    expect(pooler.spec.cluster.name).toBe(cluster.metadata.name);
-    expect(pooler.spec.type).toBe('rw');
-    expect(pooler.spec.instances).toBe(2);
-    expect(pooler.spec.pgbouncer.poolMode).toBe('transaction');
+    expect(rw.metadata.name).not.toBe(cluster.metadata.name);
+    expect(rw.spec.cluster.name).toBe(cluster.metadata.name);
+    expect(rw.spec.instances).toBe(2);
+    expect(rw.spec.pgbouncer.poolMode).toBe('transaction');
     // 3 replicas at least x poolMax 10, over 2 PgBouncers.
-    expect(pooler.spec.pgbouncer.parameters).toEqual({
+    expect(rw.spec.pgbouncer.parameters).toEqual({
       max_client_conn: '1000',
       default_pool_size: '15',
       max_prepared_statements: '200',
@@ -141,13 +148,13 @@ describe('CloudNativePG: what prod renders', () => {
 
   it("When the prod values are rendered, then the service dials the Pooler's Service by a name the server certificate carries, over verified TLS", () => {
     const env = configMapData(objects);
-    const pooler = one(objects, 'Pooler');
-    expect(env.DB_HOSTNAME).toBe(pooler.metadata.name);
+    const rw = pooler(objects, 'rw');
+    expect(env.DB_HOSTNAME).toBe(rw.metadata.name);
     expect(env.DB_PORT).toBe('5432');
     expect(env.DB_SSL).toBe('true');
     const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
     expect(names).toContain(env.DB_HOSTNAME);
-    expect(names).toContain(`${pooler.metadata.name}.social-posts-prod.svc`);
+    expect(names).toContain(`${rw.metadata.name}.social-posts-prod.svc`);
   });
 
   it("When the prod values are rendered, then only ca.crt of the cluster's CA Secret is mounted, read-only, where DB_SSL_CA_FILE points", () => {
@@ -174,26 +181,29 @@ describe('CloudNativePG: what prod renders', () => {
     expect(findAll(objects, 'Secret')).toEqual([]);
   });
 
-  it('When the prod values are rendered, then the API may reach only the Pooler pods on 5432 (by label), besides DNS', () => {
+  it('When the prod values are rendered, then the API may reach only the two Poolers\' pods on 5432 (by label), besides DNS', () => {
     const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     const database = must(policy.spec?.egress, 'egress').filter((rule) =>
       rule.ports?.some((port) => port.port === 5432),
     );
     expect(database).toEqual([
       {
-        to: [{ podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } }],
+        to: [
+          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' } } },
+        ],
         ports: [{ port: 5432, protocol: 'TCP' }],
       },
     ]);
   });
 
   it('When the prod values are rendered, then the connection budget has room: (10 + 1) x (10 + 1) clients against 1000 per PgBouncer, 2 x 15 server connections against 100', () => {
-    const pooler = one(objects, 'Pooler');
+    const rw = pooler(objects, 'rw');
     const hpa = findOne(objects, 'HorizontalPodAutoscaler');
     const poolMax = Number(configMapData(objects).DB_POOL_MAX);
     const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
-    expect(clients).toBeLessThan(Number(pooler.spec.pgbouncer.parameters.max_client_conn) / 2);
-    const servers = pooler.spec.instances * Number(pooler.spec.pgbouncer.parameters.default_pool_size);
+    expect(clients).toBeLessThan(Number(rw.spec.pgbouncer.parameters.max_client_conn) / 2);
+    const servers = rw.spec.instances * Number(rw.spec.pgbouncer.parameters.default_pool_size);
     const maxConnections = Number(one(objects, 'Cluster').spec.postgresql.parameters.max_connections);
     expect(servers).toBeLessThan(maxConnections / 2);
   });
@@ -239,10 +249,16 @@ describe('CloudNativePG: options', () => {
 
   it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
     const objects = await render({
-      set: { ...cnpgOn.set, 'cnpg.pooler.enabled': 'false', 'networkPolicy.enabled': 'true' },
+      set: {
+        ...cnpgOn.set,
+        'cnpg.pooler.enabled': 'false',
+        'cnpg.reads.pooler.enabled': 'false',
+        'networkPolicy.enabled': 'true',
+      },
       setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
     });
     expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
+    expect(configMapData(objects).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
     // CloudNativePG's own server certificate already names the -rw Service.
     expect(one(objects, 'Cluster').spec.certificates).toBeUndefined();
@@ -267,11 +283,12 @@ describe('CloudNativePG: options', () => {
         'cnpg.pooler.parameters.server_login_retry': '5',
       },
     });
-    expect(one(objects, 'Pooler').spec.pgbouncer.parameters).toMatchObject({
-      query_wait_timeout: '30',
-      server_login_retry: '5',
-      max_client_conn: '1000',
-    });
+    for (const type of ['rw', 'ro'] as const)
+      expect(pooler(objects, type).spec.pgbouncer.parameters).toMatchObject({
+        query_wait_timeout: '30',
+        server_login_retry: '5',
+        max_client_conn: '1000',
+      });
   });
 
   it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
@@ -281,6 +298,7 @@ describe('CloudNativePG: options', () => {
       // CloudNativePG's PgBouncer pods carry cnpg.io/cluster as well: without the role they would be scraped twice.
       { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' },
       { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
+      { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' },
     ]);
     for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
     const off = await render(cnpgOn);
@@ -326,6 +344,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       {
         from: [
           { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' } } },
           { podSelector: instances },
         ],
         ports: tcp(5432),
@@ -359,22 +378,28 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
     ]);
   });
 
-  it('When the prod values are rendered, then the PgBouncers admit only the API pods (and monitoring on 9127) and reach only DNS, the API server and the instances', () => {
-    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db-pooler-rw');
-    expect(policy.spec?.podSelector).toEqual({
-      matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' },
-    });
-    expect(policy.spec?.ingress).toEqual([
-      { from: [{ podSelector: { matchLabels: api } }], ports: tcp(5432) },
-      monitoring(9127),
-    ]);
-    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
-  });
+  it.each(['social-posts-db-pooler-rw', 'social-posts-db-pooler-ro'])(
+    'When the prod values are rendered, then the PgBouncers of %s admit only the API pods (and monitoring on 9127) and reach only DNS, the API server and the instances',
+    (name) => {
+      const policy = findOne(objects, 'NetworkPolicy', name);
+      expect(policy.spec?.podSelector).toEqual({ matchLabels: { 'cnpg.io/poolerName': name } });
+      expect(policy.spec?.ingress).toEqual([
+        { from: [{ podSelector: { matchLabels: api } }], ports: tcp(5432) },
+        monitoring(9127),
+      ]);
+      expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+    },
+  );
 
   it('When the Pooler and backups are off, then the API pods reach PostgreSQL directly and nothing reaches the object store', async () => {
     const rendered = await render({
       values: ['values-prod.yaml'],
-      set: { 'cnpg.pooler.enabled': 'false', 'backup.enabled': 'false', 'autoscaling.maxReplicas': '5' },
+      set: {
+        'cnpg.pooler.enabled': 'false',
+        'cnpg.reads.pooler.enabled': 'false',
+        'backup.enabled': 'false',
+        'autoscaling.maxReplicas': '5',
+      },
     });
     const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
     expect(policy.spec?.ingress?.[0]?.from).toEqual([
@@ -496,8 +521,141 @@ describe('The connection budget, checked at render', () => {
     },
   );
 
+  it.each<[string, RenderOptions, string]>([
+    [
+      'the pods could open more read connections than one ro PgBouncer takes',
+      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.maxClientConn': '100' } },
+      'read connection budget: (10 replicas at most + 1 surge) x (read pool 10) = 110 connections exceed cnpg.reads.pooler.maxClientConn 100',
+    ],
+    [
+      "the ro Pooler's server pools exceed one standby's max_connections",
+      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.defaultPoolSize': '50' } },
+      'read connection budget: cnpg.reads.pooler.instances 2 x default_pool_size 50 = 100 server connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 10',
+    ],
+    [
+      "without the ro Pooler, the read pools exceed one standby's max_connections",
+      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' } },
+      'read connection budget: (10 replicas at most + 1 surge) x (read pool 9) = 99 connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 3 superuser-reserved',
+    ],
+  ])('When %s, then helm template fails with one line naming the numbers', async (_case, options, message) => {
+    const error = await renderRefused(options);
+    expect(error.split('\n')[0]).toContain(message);
+  });
+
   it.each(environments)('When the %s values are rendered, then they pass the budget', async (environment) => {
     await expect(renderEnvironment(environment)).resolves.toEqual(expect.any(Array));
+  });
+});
+
+describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', () => {
+  let objects: KubeObject[];
+  beforeAll(async () => {
+    objects = await renderEnvironment('prod');
+  });
+
+  it("When the prod values are rendered, then a second Pooler of type ro pools the standbys in transaction mode, sized by the fleet's read pools", () => {
+    const ro = pooler(objects, 'ro');
+    expect(crdProblems(ro, must(crdValidator(ro), 'Pooler CRD'))).toEqual([]);
+    expect(ro.metadata.name).toBe('social-posts-db-pooler-ro');
+    expect(ro.spec.cluster.name).toBe('social-posts-db');
+    expect(ro.spec.instances).toBe(2);
+    expect(ro.spec.pgbouncer.poolMode).toBe('transaction');
+    // 3 replicas at least x read pool 10 (database.poolMax), over 2 PgBouncers.
+    expect(ro.spec.pgbouncer.parameters).toEqual({
+      max_client_conn: '1000',
+      default_pool_size: '15',
+      max_prepared_statements: '200',
+      server_login_retry: '2',
+    });
+  });
+
+  it('When the prod values are rendered, then the pods read from the ro Pooler by a name the server certificate carries, within 1000 ms of the primary', () => {
+    const env = configMapData(objects);
+    expect(env).toMatchObject({
+      DB_READ_HOSTNAME: 'social-posts-db-pooler-ro',
+      DB_READ_PORT: '5432',
+      DB_READ_POOL_MAX: '10',
+      DB_READ_MAX_LAG_MS: '1000',
+    });
+    const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    for (const name of ['social-posts-db-pooler-ro', 'social-posts-db-pooler-ro.social-posts-prod.svc'])
+      expect(names).toContain(name);
+    // The rw Pooler's names stay.
+    expect(names).toContain('social-posts-db-pooler-rw');
+  });
+
+  it('When the prod values are rendered, then a standby is ready (in the -ro Service) only while streaming within 64Mi of replay', () => {
+    expect(one(objects, 'Cluster').spec.probes).toEqual({ readiness: { type: 'streaming', maximumLag: '64Mi' } });
+  });
+
+  it('When reads on standbys are off, or there is no standby, then there is no ro Pooler, no read endpoint and no streaming probe', async () => {
+    const cases: Record<string, string>[] = [{ 'cnpg.reads.enabled': 'false' }, { 'cnpg.cluster.instances': '1' }];
+    for (const set of cases) {
+      const rendered = await render({ values: ['values-prod.yaml'], set });
+      expect(rendered.filter((o) => o.kind === 'Pooler').map((o) => (o as Pooler).spec.type)).toEqual(['rw']);
+      expect(Object.keys(configMapData(rendered)).filter((key) => key.startsWith('DB_READ_'))).toEqual([]);
+      expect(one(rendered, 'Cluster').spec.probes).toBeUndefined();
+      expect(findAll(rendered, 'NetworkPolicy').map((p) => p.metadata?.name)).not.toContain(
+        'social-posts-db-pooler-ro',
+      );
+      expect(one(rendered, 'Cluster').spec.certificates?.serverAltDNSNames).not.toContain(
+        'social-posts-db-pooler-ro',
+      );
+    }
+  });
+
+  it("When the ro Pooler is off, then the pods read from the Cluster's -ro Service and may reach the instances, which admit them", async () => {
+    const rendered = await render({ values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' } });
+    expect(rendered.filter((o) => o.kind === 'Pooler').map((o) => (o as Pooler).spec.type)).toEqual(['rw']);
+    expect(configMapData(rendered).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
+    const egress = must(findOne(rendered, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
+    expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
+      { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+      // The instances only (the -ro Service's endpoints), not the PgBouncers that share cnpg.io/cluster.
+      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' } } },
+    ]);
+    const ingress = must(findOne(rendered, 'NetworkPolicy', 'social-posts-db').spec?.ingress, 'ingress');
+    expect(ingress[0]?.from?.slice(0, 2)).toEqual([
+      { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+      {
+        podSelector: {
+          matchLabels: {
+            'app.kubernetes.io/name': 'social-posts',
+            'app.kubernetes.io/instance': 'social-posts',
+            'app.kubernetes.io/component': 'api',
+          },
+        },
+      },
+    ]);
+  });
+
+  it('When the read values are set, then the settings and the probe follow them (an empty maximumLag keeps the default probe)', async () => {
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'cnpg.reads.maxLagMs': '250', 'cnpg.reads.poolMax': '4', 'cnpg.reads.pooler.name': 'reads' },
+      setString: { 'cnpg.reads.maximumLag': '' },
+    });
+    expect(configMapData(rendered)).toMatchObject({
+      DB_READ_HOSTNAME: 'reads',
+      DB_READ_POOL_MAX: '4',
+      DB_READ_MAX_LAG_MS: '250',
+    });
+    // 3 replicas at least x 4, over 2 PgBouncers.
+    expect(pooler(rendered, 'ro').spec.pgbouncer.parameters.default_pool_size).toBe('6');
+    expect(one(rendered, 'Cluster').spec.probes).toBeUndefined();
+  });
+
+  it.each<[string, RenderOptions, string]>([
+    [
+      'the ro Pooler is named like the rw one',
+      { set: { 'cnpg.reads.pooler.name': 'social-posts-db-pooler-rw' } },
+      "cnpg.reads.pooler.name must differ from the Cluster's name and the rw Pooler's",
+    ],
+    ['the read bound is under the service\'s 100 ms', { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
+    ['the probe lag is not a quantity', { setString: { 'cnpg.reads.maximumLag': '64 MB' } }, 'maximumLag'],
+  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
+    const error = await renderRefused({ values: ['values-prod.yaml'], ...options });
+    expect(error).toContain(message);
   });
 });
 
@@ -517,13 +675,15 @@ describe('The kind runner with --cnpg (it cannot run here; these checks keep it 
   it('When the e2e values turn cnpg on, then the Cluster and Pooler validate and carry the names the runner and the kind driver wait for', async () => {
     const objects = await render(e2e);
     const cluster = one(objects, 'Cluster');
-    const pooler = one(objects, 'Pooler');
-    for (const object of [cluster, pooler])
+    const rw = pooler(objects, 'rw');
+    for (const object of [cluster, rw, pooler(objects, 'ro')])
       expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
     expect(cluster.metadata.name).toBe('social-posts-db');
     expect(runner).toContain('cluster/$RELEASE-db"');
-    expect(pooler.metadata.name).toBe('social-posts-db-pooler-rw');
+    expect(rw.metadata.name).toBe('social-posts-db-pooler-rw');
     expect(runner).toContain('deployment/$RELEASE-db-pooler-rw"');
+    expect(pooler(objects, 'ro').metadata.name).toBe('social-posts-db-pooler-ro');
+    expect(runner).toContain('deployment/$RELEASE-db-pooler-ro"');
     // Three instances: after the primary is lost a synchronous standby remains, so writes go on.
     expect(cluster.spec.instances).toBe(3);
     expect(objects.filter((o) => o.kind === 'StatefulSet')).toEqual([]);
