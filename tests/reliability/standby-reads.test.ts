@@ -72,7 +72,7 @@ async function feedStatements(port: number, database: string, guarded: boolean):
     `SELECT sum(s.calls) AS calls, sum(s.rows) AS rows
        FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = $1 AND s.query LIKE '%"page"%' AND s.query NOT LIKE '%viewer%'
-        AND s.query NOT ILIKE '%ilike%' AND (s.query LIKE '%standby_fresh%') = $2`,
+        AND s.query NOT LIKE '%fold_case%' AND (s.query LIKE '%standby_fresh%') = $2`,
     [database, guarded],
   );
   return { calls: Number(rows[0]?.calls ?? 0), rows: Number(rows[0]?.rows ?? 0) };
