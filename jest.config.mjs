@@ -32,6 +32,8 @@ const projects = [
   project('reliability', 'tests/reliability', { testTimeout: 180_000 }),
   // Debian's Chromium driven by playwright-core against the service as its own process.
   project('browser', 'tests/browser', { testTimeout: 120_000 }),
+  // npm run release against a real registry on the machine (docker-registry, skopeo, gpg, podman).
+  project('release', 'tests/release', { testTimeout: 900_000 }),
   // Through the proxy (k8s-tests/README.md); its cases share one user and one rate-limit counter.
   project('k8s', 'k8s-tests', { testMatch: ['**/*.test.ts'], testTimeout: 60_000 }),
 ];

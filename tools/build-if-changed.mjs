@@ -11,7 +11,7 @@ import { join, relative } from 'node:path';
 
 const root = join(import.meta.dirname, '..');
 const TREES = ['service/src', 'migrations'];
-const FILES = ['tsconfig.json', 'tsconfig.build.json', 'package-lock.json'];
+const FILES = ['package.json', 'tsconfig.json', 'tsconfig.build.json', 'package-lock.json'];
 const STAMP = join(root, 'dist', '.build-inputs');
 const ENTRY = join(root, 'dist', 'service', 'src', 'main.js');
 

@@ -304,6 +304,11 @@ Guards across values, which values.schema.json cannot express.
 {{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed config.shutdownDelaySeconds + config.shutdownTimeoutSeconds (%d), or Kubernetes kills pods mid-drain" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
 {{- end }}
+{{- $startBudget := add (int .Values.database.startupWaitSeconds) (div (add (int64 .Values.database.migrationTimeoutMs) 999) 1000) }}
+{{- $probeWindow := add (int (.Values.startupProbe.initialDelaySeconds | default 0)) (mul (int (.Values.startupProbe.periodSeconds | default 10)) (int (.Values.startupProbe.failureThreshold | default 3))) }}
+{{- if lt (int $probeWindow) (int $startBudget) }}
+{{- fail (printf "startupProbe allows %d s (initialDelaySeconds + periodSeconds x failureThreshold) but a start may take database.startupWaitSeconds + database.migrationTimeoutMs = %d s: the kubelet would kill a pod still waiting for its database or migrating; raise startupProbe.failureThreshold to at least %d or lower those budgets" (int $probeWindow) (int $startBudget) (int (div (add (sub (int $startBudget) (int (.Values.startupProbe.initialDelaySeconds | default 0))) (sub (int (.Values.startupProbe.periodSeconds | default 10)) 1)) (int (.Values.startupProbe.periodSeconds | default 10))))) }}
+{{- end }}
 {{- if eq (int .Values.metrics.port) (int .Values.containerPort) }}
 {{- fail "metrics.port must differ from containerPort: metrics have a listener of their own, which the Ingress never reaches" }}
 {{- end }}

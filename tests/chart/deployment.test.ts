@@ -1,5 +1,6 @@
 import {
   apiContainer,
+  configMapData,
   environments,
   findOne,
   must,
@@ -37,10 +38,16 @@ describe.each(environments)('The API Deployment of %s', (environment) => {
     expect(container.readinessProbe?.timeoutSeconds).toBeGreaterThan(1);
   });
 
-  it(`When the ${environment} values are rendered, then the startup probe allows at least 3 minutes for migrations on first boot`, () => {
+  it(`When the ${environment} values are rendered, then the startup probe's window covers the pod's database wait plus its migration budget`, () => {
     const startup = must(apiContainer(objects).startupProbe, 'startupProbe');
     expect(startup.httpGet).toEqual({ path: '/healthz/live', port: 'http' });
-    expect((startup.periodSeconds ?? 10) * (startup.failureThreshold ?? 3)).toBeGreaterThanOrEqual(180);
+    const config = configMapData(objects);
+    const worstStart =
+      Number(config['DB_STARTUP_WAIT_SECONDS']) + Number(config['DB_MIGRATION_TIMEOUT_MS']) / 1000;
+    expect(worstStart).toBeGreaterThan(0);
+    const window =
+      (startup.initialDelaySeconds ?? 0) + (startup.periodSeconds ?? 10) * (startup.failureThreshold ?? 3);
+    expect(window).toBeGreaterThanOrEqual(worstStart);
   });
 
   it(`When the ${environment} values are rendered, then the grace period is comfortably above the 5 s delay plus 15 s drain`, () => {

@@ -69,14 +69,28 @@ export interface RenderOptions {
   /** --set-json: lists and objects (rules, env vars, volumes). */
   setJson?: Record<string, unknown>;
   namespace?: string;
+  /** Render values-prod.yaml without the site's values on top (its empty placeholders). */
+  withoutSite?: boolean;
   extraArgs?: string[];
   env?: NodeJS.ProcessEnv;
 }
 
-/** The values flags of the options, for `helm lint`, `helm template` and `helm install` alike. */
+/**
+ * The site's own values an operator layers on prod's (its bucket, its API server's addresses), which
+ * values-prod.yaml leaves empty so that an install without them fails to render.
+ */
+export const prodSiteValues = resolve(__dirname, 'values-prod-site.yaml');
+
+/**
+ * The values flags of the options, for `helm lint`, `helm template` and `helm install` alike; prod's
+ * file is followed by the site's values unless `withoutSite` asks for prod's file alone.
+ */
 export function valuesArgs(options: RenderOptions = {}): string[] {
   const args: string[] = [];
-  for (const file of options.values ?? []) args.push('--values', resolve(chartDir, file));
+  for (const file of options.values ?? []) {
+    args.push('--values', resolve(chartDir, file));
+    if (file === 'values-prod.yaml' && options.withoutSite !== true) args.push('--values', prodSiteValues);
+  }
   for (const [key, value] of Object.entries(options.set ?? {})) args.push('--set', `${key}=${value}`);
   for (const [key, value] of Object.entries(options.setString ?? {}))
     args.push('--set-string', `${key}=${value}`);

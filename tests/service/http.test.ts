@@ -280,6 +280,17 @@ describe('Documentation', () => {
     expect(doc.paths['/posts/']?.get?.security).toBeDefined();
   });
 
+  test("When /openapi.json is read, then its version is the release's, package.json's", async () => {
+    const { version } = JSON.parse(readFileSync(resolve(__dirname, '../../package.json'), 'utf8')) as {
+      version: string;
+    };
+    const doc = (await request(svc.app).get('/openapi.json').expect(200)).body as {
+      info: { version: string };
+    };
+    expect(doc.info.version).toBe(version);
+    expect(version).toMatch(/^\d+\.\d+\.\d+$/);
+  });
+
   test("When docs/api.md's status table is read, then each call lists exactly the statuses /openapi.json gives it", async () => {
     const doc = (await request(svc.app).get('/openapi.json').expect(200)).body as {
       paths: Record<string, Record<string, { responses?: Record<string, unknown> }>>;

@@ -18,7 +18,14 @@ import path from 'node:path';
 import { ROOT } from '../../tools/harness/service';
 import { usingPostgres } from './helpers';
 
-const INPUTS = ['service/src', 'migrations', 'tsconfig.json', 'tsconfig.build.json', 'package-lock.json'];
+const INPUTS = [
+  'service/src',
+  'migrations',
+  'package.json',
+  'tsconfig.json',
+  'tsconfig.build.json',
+  'package-lock.json',
+];
 let copy = '';
 
 beforeAll(() => {

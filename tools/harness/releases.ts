@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
+import semver from 'semver';
 import { parse as parseYaml } from 'yaml';
 import { ROOT } from './service';
 
@@ -28,38 +29,22 @@ export interface ParsedChangelog {
   unreadable: string[];
 }
 
-const SEMVER =
-  /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$/;
 const RELEASE_HEADING = /^## \[([^\]]+)\] - (\S+)$/;
 const RECORD_LINE = /^Chart (\S+) · commit ([0-9a-f]{40}|pending)$/;
 const SUBSECTIONS = ['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security', 'Upgrading'];
 
+/** A SemVer 2.0.0 version written exactly (no leading "v" or "=", no spaces), build metadata allowed. */
 export function isSemVer(version: string): boolean {
-  return SEMVER.test(version);
+  const parsed = semver.parse(version);
+  if (parsed === null) return false;
+  const build = parsed.build.length > 0 ? `+${parsed.build.join('.')}` : '';
+  return `${parsed.version}${build}` === version;
 }
 
 /** SemVer 2.0.0 precedence: negative when a comes first, 0 when equal (build metadata ignored). */
 export function compareSemVer(a: string, b: string): number {
-  const [left, right] = [SEMVER.exec(a), SEMVER.exec(b)];
-  if (!left || !right) throw new Error(`not a semantic version: ${left ? b : a}`);
-  for (const index of [1, 2, 3]) {
-    const difference = Number(left[index]) - Number(right[index]);
-    if (difference !== 0) return Math.sign(difference);
-  }
-  const [preLeft, preRight] = [left[4], right[4]];
-  if (preLeft === undefined || preRight === undefined) {
-    // A pre-release comes before its release.
-    return (preLeft === undefined ? 1 : 0) - (preRight === undefined ? 1 : 0);
-  }
-  const [partsLeft, partsRight] = [preLeft.split('.'), preRight.split('.')];
-  for (let index = 0; index < Math.min(partsLeft.length, partsRight.length); index++) {
-    const [x, y] = [partsLeft[index] ?? '', partsRight[index] ?? ''];
-    const [xNumeric, yNumeric] = [/^\d+$/.test(x), /^\d+$/.test(y)];
-    if (xNumeric && yNumeric && x !== y) return Math.sign(Number(x) - Number(y));
-    if (xNumeric !== yNumeric) return xNumeric ? -1 : 1;
-    if (x !== y) return x < y ? -1 : 1;
-  }
-  return Math.sign(partsLeft.length - partsRight.length);
+  for (const version of [a, b]) if (!isSemVer(version)) throw new Error(`not a semantic version: ${version}`);
+  return semver.compare(a, b);
 }
 
 function isIsoDate(text: string): boolean {

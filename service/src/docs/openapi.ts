@@ -1,5 +1,7 @@
 import type Joi from 'joi';
 import swaggerJsdoc from 'swagger-jsdoc';
+// The release's own version, so /docs names the build that answers; compiled into dist/ beside the code.
+import packageJson from '../../../package.json';
 import { BODY_LIMIT_TEXT, BODY_TOO_LARGE } from '../http/body';
 import { requestComponents, type OpenApiSchema, type ParameterSource } from './request-schemas';
 
@@ -50,7 +52,7 @@ const definition = (parts: readonly DocsPart[]) => {
     openapi: '3.0.3',
     info: {
       title: 'Social Posts API',
-      version: '1.0.0',
+      version: packageJson.version,
       description: [
         'Register, log in for a bearer token, write posts, vote, read the public feed.',
         '',

@@ -1,0 +1,193 @@
+/**
+ * `npm run release` against a real registry (Debian's docker-registry on a local port): the chart
+ * pulled as an operator does (`helm pull oci://… --verify`), the image by its recorded digest, the
+ * SBOM read back from the registry; then a chart and an image altered after release, refused.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { IMAGE, imageExists } from '../../tools/container';
+import { startRegistry, type Registry } from '../../tools/harness/registry';
+import { release, SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
+import { ensureTools } from '../../tools/tools';
+
+const helm = ensureTools().helm;
+let registry: Registry;
+let work = '';
+let record: ReleaseRecord;
+
+const run = (command: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
+  spawnSync(command, args, { encoding: 'utf8', env: { ...process.env, ...env } });
+
+beforeAll(async () => {
+  work = mkdtempSync(path.join(tmpdir(), 'social-posts-release-test-'));
+  const gnupg = path.join(work, 'gnupg');
+  mkdirSync(gnupg, { mode: 0o700 });
+  const gpg = (args: string[]) =>
+    execFileSync('gpg', ['--batch', '--pinentry-mode', 'loopback', '--passphrase', '', ...args], {
+      env: { ...process.env, GNUPGHOME: gnupg },
+    });
+  gpg(['--quick-gen-key', 'Release Test <release@example.com>', 'rsa2048', 'sign', 'never']);
+  // Helm reads the legacy keyring files, not gpg's key store.
+  writeFileSync(path.join(work, 'secring.gpg'), gpg(['--export-secret-keys']));
+  writeFileSync(path.join(work, 'pubring.gpg'), gpg(['--export']));
+  registry = await startRegistry();
+  record = await release({
+    registry: `${registry.host}/social-posts`,
+    key: 'Release Test',
+    keyring: path.join(work, 'secring.gpg'),
+    plainHttp: true,
+    out: path.join(work, 'out'),
+    // CI builds the image in its own step first; without it the release builds it.
+    ...(imageExists(IMAGE) ? { image: IMAGE } : {}),
+  });
+});
+
+afterAll(async () => {
+  if (work) await registry.stop();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+function pullChart(into: string) {
+  mkdirSync(into, { recursive: true });
+  return run(helm, [
+    'pull',
+    record.chart.replace(/^oci:\/\//, 'oci://'),
+    '--version',
+    record.chartVersion,
+    '--verify',
+    '--keyring',
+    path.join(work, 'pubring.gpg'),
+    '--plain-http',
+    '--destination',
+    into,
+  ]);
+}
+
+describe('A release in the registry', () => {
+  it('When the chart is pulled with --verify, then its signature holds and its default image is the pushed one by digest', () => {
+    const pulled = pullChart(path.join(work, 'pulled'));
+    expect(pulled.stderr + pulled.stdout).toContain(record.chartDigest);
+    expect(pulled.status).toBe(0);
+    const values = run(helm, [
+      'show',
+      'values',
+      path.join(work, 'pulled', `social-posts-${record.chartVersion}.tgz`),
+    ]);
+    expect(values.stdout).toContain(`repository: ${record.image}`);
+    expect(values.stdout).toContain(`digest: ${record.imageDigest}`);
+  });
+
+  it('When the image is read by its recorded digest, then the registry serves exactly that manifest', () => {
+    const raw = run('skopeo', [
+      'inspect',
+      '--raw',
+      '--tls-verify=false',
+      `docker://${record.image}@${record.imageDigest}`,
+    ]);
+    expect(raw.status).toBe(0);
+    expect(`sha256:${createHash('sha256').update(raw.stdout).digest('hex')}`).toBe(record.imageDigest);
+  });
+
+  it('When the SBOM attached to the image is read from the registry, then it lists every production package at its locked version', async () => {
+    const base = `http://${registry.host}/v2/social-posts/social-posts`;
+    const index = (await (
+      await fetch(`${base}/manifests/${record.imageDigest.replace(':', '-')}`, {
+        headers: { accept: 'application/vnd.oci.image.index.v1+json' },
+      })
+    ).json()) as { manifests: { digest: string; artifactType: string }[] };
+    const artifact = index.manifests.find((m) => m.artifactType === SBOM_MEDIA_TYPE);
+    expect(artifact).toBeDefined();
+    const manifest = (await (
+      await fetch(`${base}/manifests/${artifact?.digest ?? ''}`, {
+        headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+      })
+    ).json()) as { subject: { digest: string }; layers: { digest: string }[] };
+    expect(manifest.subject.digest).toBe(record.imageDigest);
+    const sbom = (await (await fetch(`${base}/blobs/${manifest.layers[0]?.digest ?? ''}`)).json()) as {
+      bomFormat: string;
+      components: { name: string; version: string; group?: string }[];
+    };
+    expect(sbom.bomFormat).toBe('CycloneDX');
+    const listed = new Set(
+      sbom.components.map((c) => `${c.group ? `${c.group}/` : ''}${c.name}@${c.version}`),
+    );
+    const lock = JSON.parse(readFileSync(path.join(__dirname, '../../package-lock.json'), 'utf8')) as {
+      packages: Record<string, { version?: string; dev?: boolean; name?: string }>;
+    };
+    const production = Object.entries(lock.packages)
+      .filter(([key, entry]) => key !== '' && entry.dev !== true)
+      .map(
+        ([key, entry]) =>
+          `${entry.name ?? key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length)}@${entry.version}`,
+      );
+    expect(production.length).toBeGreaterThan(50);
+    expect(production.filter((pkg) => !listed.has(pkg))).toEqual([]);
+  });
+});
+
+describe('Altered after release', () => {
+  it('When a chart with other values is pushed under the same version with the old provenance, then helm pull --verify refuses it', () => {
+    const folder = path.join(work, 'tamper');
+    mkdirSync(folder, { recursive: true });
+    execFileSync('tar', ['-xzf', record.chartPackage, '-C', folder]);
+    const values = path.join(folder, 'social-posts', 'values.yaml');
+    writeFileSync(
+      values,
+      readFileSync(values, 'utf8').replace(record.imageDigest, `sha256:${'0'.repeat(64)}`),
+    );
+    const tampered = path.join(work, 'tampered');
+    mkdirSync(tampered);
+    const tgz = path.join(tampered, path.basename(record.chartPackage));
+    execFileSync('tar', ['-czf', tgz, '-C', folder, 'social-posts']);
+    copyFileSync(record.provenance, `${tgz}.prov`);
+    const push = run(helm, [
+      'push',
+      tgz,
+      `oci://${record.chart.replace(/^oci:\/\//, '').replace(/\/social-posts$/, '')}`,
+      '--plain-http',
+    ]);
+    expect(push.status).toBe(0);
+    const pulled = pullChart(path.join(work, 'pulled-tampered'));
+    expect(pulled.status).not.toBe(0);
+    expect(pulled.stderr).toMatch(/sha256 sum does not match|verif/i);
+  });
+
+  it('When the image manifest is altered in the registry, then reading it by the recorded digest is refused', () => {
+    const hex = record.imageDigest.slice('sha256:'.length);
+    const blobs = path.join(
+      registry.storage,
+      'docker/registry/v2/blobs/sha256',
+      hex.slice(0, 2),
+      hex,
+      'data',
+    );
+    expect(readdirSync(path.dirname(blobs))).toContain('data');
+    const manifest = readFileSync(blobs, 'utf8');
+    writeFileSync(
+      blobs,
+      manifest
+        .replace('"schemaVersion": 2', '"schemaVersion":2 ')
+        .replace('"schemaVersion":2,', '"schemaVersion": 2 ,'),
+    );
+    expect(readFileSync(blobs, 'utf8')).not.toBe(manifest);
+    const raw = run('skopeo', [
+      'inspect',
+      '--raw',
+      '--tls-verify=false',
+      `docker://${record.image}@${record.imageDigest}`,
+    ]);
+    expect(raw.status).not.toBe(0);
+    expect(raw.stderr).toMatch(/digest/i);
+  });
+});

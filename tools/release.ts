@@ -1,0 +1,324 @@
+/**
+ * `npm run release -- --registry HOST[:PORT]/PATH --key NAME --keyring SECRING [--image REF]
+ * [--plain-http] [--out DIR] [--record CHANGELOG]`: cuts the release this tree carries.
+ *
+ * 1. The image: built from the Dockerfile (or `--image`, one built already), pushed as
+ *    `<registry>/social-posts:<version>`, its manifest digest read back with skopeo.
+ * 2. SBOMs in CycloneDX: npm's own `npm sbom` of the production tree (development packages left
+ *    out), attached to the image in the registry as OCI artifacts whose `subject` is the image
+ *    (and listed in the referrers tag schema's index, `sha256-<hex>`, for registries without the
+ *    referrers API, as distribution 2.8).
+ * 3. The chart: packaged with `image.repository` and `image.digest` set to what was pushed, so its
+ *    defaults pull the image by digest; signed (`helm package --sign`: a .prov beside the .tgz) and
+ *    pushed as an OCI artifact to `oci://<registry>/charts` with its provenance.
+ * 4. `release.json` in the output folder: versions, commit and every digest; with `--record` the
+ *    changelog's section of this version gets the image and chart digests under its record line.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { parseDocument } from 'yaml';
+import { build, engine, IMAGE } from './container';
+import { treeVersions, versionProblems } from './harness/releases';
+import { repoRoot } from './node-release';
+import { ensureBase } from './stand-in-base';
+import { ensureTools } from './tools';
+
+export const SBOM_MEDIA_TYPE = 'application/vnd.cyclonedx+json';
+const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
+const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
+const EMPTY_CONFIG = { mediaType: 'application/vnd.oci.empty.v1+json', content: '{}' };
+
+export interface ReleaseRecord {
+  version: string;
+  chartVersion: string;
+  commit: string;
+  image: string;
+  imageDigest: string;
+  chart: string;
+  chartDigest: string;
+  sboms: { file: string; manifestDigest: string }[];
+  chartPackage: string;
+  provenance: string;
+}
+
+function log(message: string): void {
+  process.stdout.write(`[release] ${message}\n`);
+}
+
+function exec(command: string, args: string[], options: { cwd?: string } = {}): string {
+  return execFileSync(command, args, {
+    cwd: options.cwd ?? repoRoot,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    maxBuffer: 256 * 1024 * 1024,
+  });
+}
+
+const sha256 = (data: Buffer | string): string => `sha256:${createHash('sha256').update(data).digest('hex')}`;
+
+/** The manifest's digest as the registry stores it: skopeo reads it, its bytes are hashed here. */
+export function manifestDigest(reference: string, plainHttp: boolean): { digest: string; raw: string } {
+  const raw = exec('skopeo', [
+    'inspect',
+    '--raw',
+    ...(plainHttp ? ['--tls-verify=false'] : []),
+    `docker://${reference}`,
+  ]);
+  return { digest: sha256(raw), raw };
+}
+
+/** Pushes one blob through the distribution API (a monolithic upload). */
+async function pushBlob(base: string, repository: string, data: Buffer): Promise<string> {
+  const digest = sha256(data);
+  const start = await fetch(`${base}/v2/${repository}/blobs/uploads/`, { method: 'POST' });
+  if (start.status !== 202) throw new Error(`blob upload to ${repository}: ${start.status}`);
+  const location = new URL(start.headers.get('location') ?? '', base);
+  location.searchParams.set('digest', digest);
+  const put = await fetch(location, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/octet-stream' },
+    body: new Uint8Array(data),
+  });
+  if (put.status !== 201)
+    throw new Error(`blob ${digest} to ${repository}: ${put.status} ${await put.text()}`);
+  return digest;
+}
+
+async function putManifest(
+  base: string,
+  repository: string,
+  reference: string,
+  mediaType: string,
+  body: string,
+): Promise<void> {
+  const answer = await fetch(`${base}/v2/${repository}/manifests/${reference}`, {
+    method: 'PUT',
+    headers: { 'content-type': mediaType },
+    body,
+  });
+  if (answer.status !== 201)
+    throw new Error(`manifest ${reference} to ${repository}: ${answer.status} ${await answer.text()}`);
+}
+
+/**
+ * Attaches files to a manifest as OCI 1.1 artifacts (`subject` set to it), and lists them in the
+ * referrers tag schema's index so that clients find them on registries without the referrers API.
+ */
+export async function attachArtifacts(
+  registryHost: string,
+  repository: string,
+  subject: { digest: string; raw: string; mediaType: string },
+  files: { file: string; artifactType: string }[],
+  plainHttp: boolean,
+): Promise<{ file: string; manifestDigest: string }[]> {
+  const base = `${plainHttp ? 'http' : 'https'}://${registryHost}`;
+  const config = Buffer.from(EMPTY_CONFIG.content);
+  const configDigest = await pushBlob(base, repository, config);
+  const attached: { file: string; manifestDigest: string; artifactType: string; size: number }[] = [];
+  for (const { file, artifactType } of files) {
+    const data = readFileSync(file);
+    const layerDigest = await pushBlob(base, repository, data);
+    const manifest = JSON.stringify({
+      schemaVersion: 2,
+      mediaType: OCI_MANIFEST,
+      artifactType,
+      config: { mediaType: EMPTY_CONFIG.mediaType, digest: configDigest, size: config.length },
+      layers: [
+        {
+          mediaType: artifactType,
+          digest: layerDigest,
+          size: data.length,
+          annotations: { 'org.opencontainers.image.title': path.basename(file) },
+        },
+      ],
+      subject: { mediaType: subject.mediaType, digest: subject.digest, size: Buffer.byteLength(subject.raw) },
+      annotations: { 'org.opencontainers.image.created': new Date().toISOString() },
+    });
+    const digest = sha256(manifest);
+    await putManifest(base, repository, digest, OCI_MANIFEST, manifest);
+    attached.push({
+      file: path.basename(file),
+      manifestDigest: digest,
+      artifactType,
+      size: Buffer.byteLength(manifest),
+    });
+  }
+  const index = JSON.stringify({
+    schemaVersion: 2,
+    mediaType: OCI_INDEX,
+    manifests: attached.map((artifact) => ({
+      mediaType: OCI_MANIFEST,
+      digest: artifact.manifestDigest,
+      size: artifact.size,
+      artifactType: artifact.artifactType,
+    })),
+  });
+  await putManifest(base, repository, subject.digest.replace(':', '-'), OCI_INDEX, index);
+  return attached.map(({ file, manifestDigest: digest }) => ({ file, manifestDigest: digest }));
+}
+
+/** The production npm tree in CycloneDX, from the lock file, as npm itself writes it. */
+export function npmSbom(out: string): string {
+  const file = path.join(out, 'sbom-npm-production.cdx.json');
+  writeFileSync(
+    file,
+    exec('npm', ['sbom', '--sbom-format', 'cyclonedx', '--omit', 'dev', '--package-lock-only']),
+  );
+  return file;
+}
+
+/** A copy of the chart whose default image is the one pushed, by digest. */
+function chartWithImage(repository: string, digest: string): string {
+  const folder = mkdtempSync(path.join(tmpdir(), 'social-posts-chart-'));
+  const chart = path.join(folder, 'social-posts');
+  cpSync(path.join(repoRoot, 'chart'), chart, { recursive: true });
+  const valuesFile = path.join(chart, 'values.yaml');
+  const values = parseDocument(readFileSync(valuesFile, 'utf8'));
+  values.setIn(['image', 'repository'], repository);
+  values.setIn(['image', 'digest'], digest);
+  writeFileSync(valuesFile, values.toString());
+  return chart;
+}
+
+export interface ReleaseOptions {
+  registry: string;
+  key: string;
+  keyring: string;
+  image?: string;
+  plainHttp: boolean;
+  out: string;
+  record?: string;
+}
+
+export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
+  const versions = treeVersions();
+  const problems = versionProblems().filter((problem) => !problem.includes('is not in this clone'));
+  if (problems.length > 0) throw new Error(`the versions are not in step: ${problems.join('; ')}`);
+  const commit = exec('git', ['rev-parse', 'HEAD']).trim();
+  const registryHost = options.registry.split('/')[0] ?? '';
+  const registryPath = options.registry.split('/').slice(1).join('/');
+  const tls = options.plainHttp ? ['--tls-verify=false'] : [];
+  mkdirSync(options.out, { recursive: true });
+
+  let local = options.image;
+  if (!local) {
+    ensureBase(log);
+    build(repoRoot, IMAGE, log);
+    local = IMAGE;
+  }
+  const imageRepository = `${options.registry}/social-posts`;
+  const imageRef = `${imageRepository}:${versions.app}`;
+  log(`pushing ${local} as ${imageRef}`);
+  const [command, ...engineArgs] = engine().command;
+  if (!command) throw new Error('no container engine');
+  exec(command, [...engineArgs, 'push', ...tls, local, `docker://${imageRef}`]);
+  const image = manifestDigest(imageRef, options.plainHttp);
+  const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
+  log(`image ${imageRepository}@${image.digest}`);
+
+  const sbomFile = npmSbom(options.out);
+  const repositoryPath = [registryPath, 'social-posts'].filter(Boolean).join('/');
+  const sboms = await attachArtifacts(
+    registryHost,
+    repositoryPath,
+    { ...image, mediaType: imageMediaType },
+    [{ file: sbomFile, artifactType: SBOM_MEDIA_TYPE }],
+    options.plainHttp,
+  );
+  log(`SBOM attached to the image: ${sboms.map((sbom) => sbom.manifestDigest).join(', ')}`);
+
+  const { helm } = ensureTools();
+  const chartDir = chartWithImage(imageRepository, image.digest);
+  try {
+    exec(helm, [
+      'package',
+      '--sign',
+      '--key',
+      options.key,
+      '--keyring',
+      options.keyring,
+      '--destination',
+      options.out,
+      chartDir,
+    ]);
+  } finally {
+    rmSync(path.dirname(chartDir), { recursive: true, force: true });
+  }
+  const chartPackage = path.join(options.out, `social-posts-${versions.chart}.tgz`);
+  const chartRepository = `${options.registry}/charts`;
+  exec(helm, [
+    'push',
+    chartPackage,
+    `oci://${chartRepository}`,
+    ...(options.plainHttp ? ['--plain-http'] : []),
+  ]);
+  const chart = manifestDigest(`${chartRepository}/social-posts:${versions.chart}`, options.plainHttp);
+  log(`chart oci://${chartRepository}/social-posts@${chart.digest} (signed: ${chartPackage}.prov)`);
+
+  const record: ReleaseRecord = {
+    version: versions.app,
+    chartVersion: versions.chart,
+    commit,
+    image: imageRepository,
+    imageDigest: image.digest,
+    chart: `oci://${chartRepository}/social-posts`,
+    chartDigest: chart.digest,
+    sboms,
+    chartPackage,
+    provenance: `${chartPackage}.prov`,
+  };
+  writeFileSync(path.join(options.out, 'release.json'), `${JSON.stringify(record, null, 2)}\n`);
+  if (options.record) recordInChangelog(options.record, record);
+  return record;
+}
+
+/** The digests line under the version's record line (replacing one written before). */
+export function recordInChangelog(file: string, record: ReleaseRecord): void {
+  const lines = readFileSync(file, 'utf8').split('\n');
+  const heading = lines.findIndex((line) => line.startsWith(`## [${record.version}] - `));
+  const recordLine = lines.findIndex((line, index) => index > heading && line.startsWith('Chart '));
+  if (heading < 0 || recordLine < 0) throw new Error(`${file} has no section for ${record.version}`);
+  const digests = `Image \`${record.image}@${record.imageDigest}\` · chart \`${record.chart}:${record.chartVersion}@${record.chartDigest}\``;
+  if (lines[recordLine + 1]?.startsWith('Image `')) lines[recordLine + 1] = digests;
+  else lines.splice(recordLine + 1, 0, digests);
+  writeFileSync(file, lines.join('\n'));
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      registry: { type: 'string' },
+      key: { type: 'string' },
+      keyring: { type: 'string' },
+      image: { type: 'string' },
+      'plain-http': { type: 'boolean', default: false },
+      out: { type: 'string', default: path.join(repoRoot, 'dist', 'release') },
+      record: { type: 'string' },
+    },
+  });
+  if (!values.registry || !values.key || !values.keyring)
+    throw new Error(
+      'usage: npm run release -- --registry HOST[:PORT]/PATH --key NAME --keyring SECRING [--image REF] [--plain-http] [--out DIR] [--record CHANGELOG.md]',
+    );
+  const record = await release({
+    registry: values.registry,
+    key: values.key,
+    keyring: values.keyring,
+    plainHttp: values['plain-http'],
+    out: values.out,
+    ...(values.image ? { image: values.image } : {}),
+    ...(values.record ? { record: values.record } : {}),
+  });
+  log(`done: ${JSON.stringify(record)}`);
+}
+
+if (require.main === module) {
+  main().catch((error: unknown) => {
+    process.stderr.write(`[release] failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  });
+}
