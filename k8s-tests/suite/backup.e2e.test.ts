@@ -17,7 +17,7 @@ import { ensureTools } from '../../tools/tools';
 import type { BackedUpCluster } from '../local/cnpg-backup';
 import { renderChart } from '../local/release';
 import type { Report } from '../report';
-import { closeConnections, postForm, postJson, send, describeAnswer, type SendOptions } from './client';
+import { closeConnections, describeAnswer, fromAddress, postForm, postJson, send } from './client';
 import { driverFromEnv } from './drivers';
 
 const driver = driverFromEnv();
@@ -36,11 +36,7 @@ afterAll(() => {
   closeConnections();
 });
 
-const options = (token?: string): SendOptions => ({
-  localAddress: CLIENT_ADDRESS,
-  fresh: true,
-  headers: token ? { Authorization: `Bearer ${token}` } : {},
-});
+const options = fromAddress(CLIENT_ADDRESS);
 
 async function signedIn(label: string): Promise<string> {
   const username = `e2e-backup-${label}-${run}@example.com`;

@@ -27,6 +27,19 @@ export interface SendOptions {
   localAddress?: string;
 }
 
+/**
+ * A suite's requests from its own client address (the proxy's limits count per address), each on a
+ * new connection, signed in with `token` when given.
+ */
+export const fromAddress =
+  (address: string) =>
+  (token?: string, extra: SendOptions = {}): SendOptions => ({
+    ...extra,
+    localAddress: address,
+    fresh: true,
+    headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), ...extra.headers },
+  });
+
 function required(name: string): string {
   const value = process.env[name];
   if (!value)

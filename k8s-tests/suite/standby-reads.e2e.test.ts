@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { pollUntil } from '../../tools/harness/poll';
-import { closeConnections, postForm, postJson, send, type SendOptions } from './client';
+import { closeConnections, fromAddress, postForm, postJson, send } from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';
 
 const driver = driverFromEnv();
@@ -31,11 +31,7 @@ afterAll(() => {
   closeConnections();
 });
 
-const options = (token?: string): SendOptions => ({
-  localAddress: CLIENT_ADDRESS,
-  fresh: true,
-  headers: token ? { Authorization: `Bearer ${token}` } : {},
-});
+const options = fromAddress(CLIENT_ADDRESS);
 
 /** Sum of a counter's samples on one metrics page whose labels include `label` (e.g. target="standby"). */
 function counter(page: string, name: string, label = ''): number {

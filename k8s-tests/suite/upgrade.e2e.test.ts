@@ -17,12 +17,12 @@ import { pollUntil } from '../../tools/harness/poll';
 import type { Report } from '../report';
 import {
   closeConnections,
+  fromAddress,
   postForm,
   postJson,
   send,
   describeAnswer,
   type Answer,
-  type SendOptions,
 } from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';
 
@@ -43,12 +43,7 @@ afterAll(() => {
   closeConnections();
 });
 
-const options = (token?: string, extra: SendOptions = {}): SendOptions => ({
-  ...extra,
-  localAddress: CLIENT_ADDRESS,
-  fresh: true,
-  headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), ...extra.headers },
-});
+const options = fromAddress(CLIENT_ADDRESS);
 
 const body = (answer: Answer): unknown => JSON.parse(answer.body) as unknown;
 

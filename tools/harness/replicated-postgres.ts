@@ -81,24 +81,8 @@ export class ReplicatedPostgres {
     initdb(this.data('primary'), postgresServer.user, ['-A', 'trust', '--no-sync']);
     configureServer(this.data('primary'), this.options.settings ?? {});
     this.start('primary', this.primaryPort, this.primaryOptions());
-    runPostgresTool('pg_basebackup', [
-      '-D',
-      this.data('standby'),
-      '-R',
-      '-h',
-      '127.0.0.1',
-      '-p',
-      String(this.primaryPort),
-      '-U',
-      postgresServer.user,
-      '-X',
-      'stream',
-    ]);
-    // The name the primary waits for; later lines of postgresql.auto.conf win.
-    appendFileSync(
-      path.join(this.data('standby'), 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=127.0.0.1 port=${String(this.primaryPort)} user=${postgresServer.user} application_name=${STANDBY_NAME}'\n`,
-    );
+    // The name the primary waits for.
+    this.baseBackup('standby', STANDBY_NAME);
     // Promoted, it waits for no standby of its own: writes go on once it is the primary.
     this.start('standby', this.standbyPort, ['-c hot_standby=on']);
     this.standbyPorts = [this.standbyPort];
