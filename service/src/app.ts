@@ -21,6 +21,7 @@ import { createMetrics, type Metrics } from './metrics';
 import { visiblePostOwner } from './posts/posts.repository';
 import { postsDocs, postsRoutes } from './posts/posts.routes';
 import type { Settings } from './settings';
+import { routeSpans } from './tracing';
 import { findUserById } from './users/users.repository';
 import { usersDocs, usersRoutes } from './users/users.routes';
 import { votesDocs, votesRoutes } from './votes/votes.routes';
@@ -71,6 +72,7 @@ export function createApp({
   app.use('/healthz', healthRouter(db, logger, cors, shutdown));
   app.use(
     inSequence(
+      routeSpans,
       // Every other request's waits for a connection and its statements share one budget
       // (budget.ts); the probes keep their own bound.
       (_req, _res, next) => {

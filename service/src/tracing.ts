@@ -8,15 +8,18 @@ import {
   type Context,
   type Tracer,
 } from '@opentelemetry/api';
+import type { RequestHandler } from 'express';
 
 /**
- * The spans this service makes itself (the pool wait, each statement), beside those of the http,
- * express and pg instrumentations. Only OpenTelemetry's API is imported here, which is small: the
+ * The spans this service makes itself (the route, the pool wait, each statement), beside those of
+ * the http and pg instrumentations. Only OpenTelemetry's API is imported here, which is small: the
  * SDK (tracing-sdk.ts) is loaded only when a collector is configured, and until it calls
  * tracingStarted every helper below costs one comparison.
  */
 interface Started {
   tracer: Tracer;
+  /** The middleware that makes each sampled request's route span (tracing-sdk.ts). */
+  routeSpans: RequestHandler;
   /** A context in which the pg instrumentation makes no span: the statement's own span stands for it. */
   withoutDriverSpans: (active: Context) => Context;
   flush: () => Promise<void>;
@@ -28,6 +31,12 @@ let started: Started | undefined;
 export function tracingStarted(sdk: Started): void {
   started = sdk;
 }
+
+/** The app's middleware for route spans: while tracing is off, one comparison per request. */
+export const routeSpans: RequestHandler = (req, res, next) => {
+  if (started) started.routeSpans(req, res, next);
+  else next();
+};
 
 /** Sends the spans not yet exported; at shutdown, after the last request. */
 export async function flushTraces(): Promise<void> {

@@ -6,7 +6,7 @@ import { pollUntil } from '../../tools/harness/poll';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
-import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { migratedDatabaseEnv, testEnv, usingPostgres } from './helpers';
 
 /**
  * Traces over the wire: the service runs as its own process and exports to a collector made here,
@@ -191,13 +191,15 @@ async function startTraced(
   collector: Collector,
   overrides: Record<string, string> = {},
 ): Promise<ServiceProcess & { drop(): Promise<void> }> {
-  const fresh = await freshDatabaseEnv();
+  const fresh = await migratedDatabaseEnv();
   const svc = await startService(
     testEnv({
       ...fresh.env,
       PORT: '0',
       LOG_LEVEL: 'info',
       SHUTDOWN_DELAY_SECONDS: '0',
+      // The test plays the proxy: the request id it sends is taken, as a trusted proxy's is.
+      TRUSTED_PROXIES: '127.0.0.1',
       OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint,
       OTEL_RESOURCE_ATTRIBUTES: 'k8s.namespace.name=tests,deployment.environment.name=ci',
       ...overrides,
