@@ -185,11 +185,13 @@ describe('Metrics', () => {
     expect(Math.abs(appliedAt - Date.now() / 1000)).toBeLessThan(3600);
 
     const logger = createLogger('silent');
-    await migrateDown(db, logger);
+    // One rollback undoes the last batch: a migration run outside a transaction is a batch of its own.
+    const undone = await migrateDown(db, logger);
     try {
+      expect(undone.length).toBeGreaterThan(0);
       text = await scrape();
-      expect(sample(text, 'db_migrations_applied')).toBe(0);
-      expect(sample(text, 'db_migrations_pending')).toBe(shipped);
+      expect(sample(text, 'db_migrations_applied')).toBe(shipped - undone.length);
+      expect(sample(text, 'db_migrations_pending')).toBe(undone.length);
       expect(sample(text, 'db_schema_up_to_date')).toBe(0);
     } finally {
       await migrateToLatest(db, logger);
