@@ -122,6 +122,7 @@ describe.each(DATABASES)('On a database with $name', ({ ctype }) => {
 const logger = createLogger('silent');
 
 describe.each(DATABASES)('Migrating a database with $name', ({ ctype }) => {
+  // A new database of its own, migrated in two steps: the embedded one starts from initdb.
   test('When accounts made before the folded index differ only in letter case, then none is lost: the later ones are marked, each logs in with its address as stored, and a new look-alike is refused', async () => {
     const fresh = await freshDatabaseEnv({ ctype });
     const settings = loadSettings(testEnv(fresh.env));
@@ -189,5 +190,5 @@ describe.each(DATABASES)('Migrating a database with $name', ({ ctype }) => {
       await db.close();
       await fresh.drop();
     }
-  });
+  }, 120_000);
 });
