@@ -22,7 +22,7 @@ import {
  * - most anonymous reads of the feed run on the standbys, counted on each server with
  *   pg_stat_statements, and none is staler than DB_READ_MAX_LAG_MS;
  * - the paused standby gets no read once its lag is past the bound (and a probe has seen it).
- * The faults case loses a standby, pauses the other, and fails the primary over to it.
+ * The faults (a standby lost, replay paused, the primary failing over) are standby-faults.test.ts's.
  */
 const MAX_LAG_MS = 1000;
 const PAIRS = 5000;

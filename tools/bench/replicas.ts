@@ -4,7 +4,8 @@
  * The primary's CPU per request of the anonymous public feed, today's way (every read on the
  * primary) against reads on standbys (DB_READ_HOSTNAME): a primary and two streaming standbys of
  * the harness (tools/harness/replicated-postgres.ts), one service process per way, autocannon on
- * GET /posts/public without a token. CPU is each server's backends' (user + system, from /proc):
+ * GET /posts/public without a token, then POST /posts/ with one (the primary's and the standbys' CPU
+ * per write). CPU is each server's backends' (user + system, from /proc):
  * the processes whose parent is its postmaster, read before and after each run. Prints a table; a
  * figure, not a test: the machine's other load moves it.
  */
@@ -53,18 +54,26 @@ function spent(before: Map<number, number>, after: Map<number, number>): number 
   return ms;
 }
 
+/** What autocannon sends: the anonymous feed by default, a post with a token for the write run. */
+type Request = Pick<autocannon.Options, 'method' | 'headers' | 'body'> & { path: string };
+
+const FEED: Request = { path: '/posts/public' };
+
 async function measure(
   cluster: ReplicatedPostgres,
   svc: ServiceProcess,
+  request: Request = FEED,
 ): Promise<{ requests: number; primaryUs: number; standbysUs: number; serviceUs: number }> {
   const dirs = ['primary', 'standby', 'standby2'].map((d) => path.join(cluster.dir, d));
   // Backends open with the first requests: a short warm-up, then the processes are listed.
-  await autocannon({ url: `${svc.base}/posts/public`, connections: CONNECTIONS, duration: 1 });
+  const { path: target, ...sent } = request;
+  await autocannon({ url: `${svc.base}${target}`, ...sent, connections: CONNECTIONS, duration: 1 });
   const pids = dirs.map(serverPids);
   const before = pids.map(cpuOf);
   const serviceBefore = cpuMsOf(svc.pid) ?? 0;
   const result = await autocannon({
-    url: `${svc.base}/posts/public`,
+    url: `${svc.base}${target}`,
+    ...sent,
     connections: CONNECTIONS,
     duration: DURATION_S,
   });
@@ -102,18 +111,26 @@ async function main(): Promise<void> {
     for (let i = 0; i < POSTS; i++)
       await call(today.base, '/posts/', { token, json: { title: `post ${String(i)}`, content: 'content' } });
     const rows: string[] = [];
-    for (const [way, svc] of [
-      ['today: every read on the primary', today],
-      ['reads on standbys', onStandbys],
+    // Writes go to the primary either way: the standbys' figure is their replay of them.
+    const write: Request = {
+      path: '/posts/',
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ title: 'bench write', content: 'content' }),
+    };
+    for (const [way, svc, request] of [
+      ['today: every read on the primary', today, FEED],
+      ['reads on standbys', onStandbys, FEED],
+      ['writes (POST /posts/ with a token)', onStandbys, write],
     ] as const) {
-      const m = await measure(cluster, svc);
+      const m = await measure(cluster, svc, request);
       rows.push(
         `| ${way} | ${String(m.requests)} | ${String(m.primaryUs)} | ${String(m.standbysUs)} | ${String(m.serviceUs)} |`,
       );
     }
     process.stdout.write(
       [
-        `GET /posts/public without a token, ${String(CONNECTIONS)} connections, ${String(DURATION_S)} s, ${String(POSTS)} posts`,
+        `GET /posts/public without a token (and POST /posts/ with one), ${String(CONNECTIONS)} connections, ${String(DURATION_S)} s, ${String(POSTS)} posts`,
         '',
         "| Way | Requests | Primary's CPU per request (µs) | Standbys' CPU per request (µs) | Service CPU per request (µs) |",
         '|---|---|---|---|---|',

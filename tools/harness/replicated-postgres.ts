@@ -5,7 +5,7 @@
  * the standby named in `synchronous_standby_names`, a commit returns only once the standby has
  * the WAL: every acknowledged write survives the primary's loss.
  */
-import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
@@ -144,11 +144,13 @@ export class ReplicatedPostgres {
 
   /**
    * The standby on `port` follows the primary on `primaryPort` (a promoted one), as CloudNativePG
-   * points its other instances at a new primary: restarted with the new primary_conninfo.
+   * points its other instances at a new primary: (re)started with the new primary_conninfo.
    */
   follow(port: number, primaryPort: number): void {
     const which = this.standbyAt(port);
-    runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'fast', '-w', 'stop']);
+    // A lost one (killStandby) comes back following the new primary.
+    if (existsSync(path.join(this.data(which), 'postmaster.pid')))
+      runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'fast', '-w', 'stop']);
     appendFileSync(
       path.join(this.data(which), 'postgresql.auto.conf'),
       `primary_conninfo = 'host=127.0.0.1 port=${String(primaryPort)} user=${postgresServer.user} application_name=${which}'\n`,
