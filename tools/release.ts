@@ -4,8 +4,8 @@
  *
  * 1. The image: built from the Dockerfile (or `--image`, one built already), pushed as
  *    `<registry>/social-posts:<version>`, its manifest digest read back with skopeo.
- * 2. SBOMs in CycloneDX: npm's own `npm sbom` of the production tree (development packages left
- *    out), attached to the image in the registry as OCI artifacts whose `subject` is the image
+ * 2. SBOMs in CycloneDX: `@cyclonedx/cyclonedx-npm` of the production tree (development
+ *    packages left out), attached to the image in the registry as OCI artifacts whose `subject` is the image
  *    (and listed in the referrers tag schema's index, `sha256-<hex>`, for registries without the
  *    referrers API, as distribution 2.8).
  * 3. The chart: packaged with `image.repository` and `image.digest` set to what was pushed, so its
@@ -161,25 +161,37 @@ export async function attachArtifacts(
   return attached.map(({ file, manifestDigest: digest }) => ({ file, manifestDigest: digest }));
 }
 
-/** The production npm tree in CycloneDX, from the lock file, as npm itself writes it. */
+/**
+ * The production npm tree in CycloneDX, from the lock file, by CycloneDX's own npm generator:
+ * `npm sbom --omit dev` leaves some of the lock's production packages out.
+ * Flattened, so that a package nested under another's node_modules is a component of its own.
+ */
 export function npmSbom(out: string): string {
   const file = path.join(out, 'sbom-npm-production.cdx.json');
-  writeFileSync(
+  exec(path.join(repoRoot, 'node_modules', '.bin', 'cyclonedx-npm'), [
+    '--omit',
+    'dev',
+    '--package-lock-only',
+    '--flatten-components',
+    '--output-reproducible',
+    '--output-format',
+    'JSON',
+    '--output-file',
     file,
-    exec('npm', ['sbom', '--sbom-format', 'cyclonedx', '--omit', 'dev', '--package-lock-only']),
-  );
+  ]);
   return file;
 }
 
 /** A copy of the chart whose default image is the one pushed, by digest. */
-function chartWithImage(repository: string, digest: string): string {
+export function chartWithImage(repository: string, digest: string): string {
   const folder = mkdtempSync(path.join(tmpdir(), 'social-posts-chart-'));
   const chart = path.join(folder, 'social-posts');
   cpSync(path.join(repoRoot, 'chart'), chart, { recursive: true });
   const valuesFile = path.join(chart, 'values.yaml');
   const values = parseDocument(readFileSync(valuesFile, 'utf8'));
-  values.setIn(['image', 'repository'], repository);
-  values.setIn(['image', 'digest'], digest);
+  // New nodes, so that the values are written plain rather than in the empty strings' quotes.
+  values.setIn(['image', 'repository'], values.createNode(repository));
+  values.setIn(['image', 'digest'], values.createNode(digest));
   writeFileSync(valuesFile, values.toString());
   return chart;
 }
