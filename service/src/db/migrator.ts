@@ -192,25 +192,57 @@ async function runOutside(
     "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
   );
   const [before] = rows;
-  await k.raw(`SET lock_timeout = ${String(connection.lockTimeoutMs)}`);
-  await k.raw(`SET statement_timeout = ${String(connection.timeoutMs)}`);
+  const sets = `SET lock_timeout = ${String(connection.lockTimeoutMs)}; SET statement_timeout = ${String(connection.timeoutMs)}`;
+  let pid: number | undefined;
+  if ('pglite' in k.client) {
+    // One session, no pooler: nothing to find again, and PGlite takes one statement a message.
+    for (const set of sets.split('; ')) await k.raw(set);
+  } else {
+    // One message, so one server session, takes both and says which it is.
+    const taken = await k.raw<{ rows: { pid: number }[] }[]>(`${sets}; SELECT pg_backend_pid() AS pid`);
+    pid = (Array.isArray(taken) ? taken.at(-1) : undefined)?.rows[0]?.pid;
+  }
   const started = Date.now();
   try {
     await run(k);
   } finally {
-    // Behind a pooler the session is another client's next: leave it as it was.
-    if (before)
-      await k
-        .raw("SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)", [
-          before.lock,
-          before.statement,
-        ])
-        .catch(() => undefined);
+    if (before) await setBack(k, pid, before, logger);
   }
   logger.info(
     { migration: name, direction, durationMs: Date.now() - started },
     'migration ran outside a transaction',
   );
+}
+
+/** How many times the set-back is sent to reach the server session that took the settings. */
+const SET_BACK_TRIES = 20;
+
+/**
+ * Sets the time-outs back on the server session that took them. Behind a pooler in transaction
+ * mode each statement outside a transaction may land on another server connection, and a session
+ * left with the migration's lock_timeout would fail the next client's lock waits early: so the
+ * set-back goes again until it lands there, and that session is ended when it never does.
+ */
+async function setBack(
+  k: Knex,
+  pid: number | undefined,
+  before: { lock: string; statement: string },
+  logger: Logger,
+): Promise<void> {
+  if (pid === undefined) return;
+  try {
+    for (let attempt = 0; attempt < SET_BACK_TRIES; attempt++) {
+      const { rows } = await k.raw<{ rows: { pid: number }[] }>(
+        "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false), pg_backend_pid() AS pid",
+        [before.lock, before.statement],
+      );
+      if (rows[0]?.pid === pid) return;
+    }
+    await k.raw('SELECT pg_terminate_backend(?)', [pid]);
+    logger.warn({ pid }, "a migration's time-outs could not be set back on its server session: ended it");
+  } catch (error) {
+    logger.warn({ err: error }, "a migration's time-outs could not be set back");
+  }
 }
 
 /** knex's record of an applied migration, in a batch of its own (`down` undoes it alone). */
