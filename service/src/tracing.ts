@@ -76,9 +76,12 @@ function inSpan<T>(
   });
 }
 
-/** The wait for a pooled connection. */
+/**
+ * The wait for a pooled connection. Opening one is part of the wait: the statements the driver and
+ * knex send on a new connection (its version check) make no spans of their own.
+ */
 export function tracedPoolWait<T>(work: () => Promise<T>): Promise<T> {
-  return inSpan('db pool wait', SpanKind.INTERNAL, DB_SYSTEM, work);
+  return inSpan('db pool wait', SpanKind.INTERNAL, DB_SYSTEM, work, true);
 }
 
 /**
