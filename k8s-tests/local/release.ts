@@ -62,14 +62,16 @@ export interface Release {
 
 /**
  * Values files beyond valuesFiles (the --gateway run adds k8s-tests/values-e2e-gateway.yaml), and
- * single values over them as strings (`--set-string`).
+ * single values over them as strings (`--set-string`); `chart` a packaged chart (one pulled from a
+ * registry) instead of this checkout's folder.
  */
 export function renderChart(
   helm: string,
   extraValuesFiles: string[] = [],
   strings: Record<string, string> = {},
+  chart = resolve(repoRoot, 'chart'),
 ): KubeObject[] {
-  const args = ['template', releaseName, resolve(repoRoot, 'chart'), '--namespace', namespace];
+  const args = ['template', releaseName, chart, '--namespace', namespace];
   for (const file of [...valuesFiles, ...extraValuesFiles.map((f) => resolve(repoRoot, f))])
     args.push('--values', file);
   for (const [key, value] of Object.entries(strings)) args.push('--set-string', `${key}=${value}`);

@@ -17,6 +17,11 @@
  * image:previous`), so the database gets that release's schema, and the suite's first case changes
  * the Deployment's image to this release's; the other cases then run on this release.
  *
+ * `--from-registry` (containers only): installs as an operator does from a published release. The
+ * image is released into a registry on a local port (`npm run release`), the chart pulled back with
+ * `helm pull --verify` and rendered from its package, and the image it names pulled by digest
+ * (local/from-registry.ts); the replicas run that reference.
+ *
  * The database is the production topology (k8s-tests/values-e2e-cnpg.yaml turns cnpg.enabled on):
  * the replicas dial the rendered Pooler's Service over TLS verified against the cluster's CA, and
  * local/cnpg.ts runs what CloudNativePG would: PgBouncer 1.24.1 configured from the rendered Pooler,
@@ -43,6 +48,8 @@ import { postgresBin } from '../../tools/harness/postgres';
 import { Postgres } from './postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
+import { installFromRegistry, pullImage } from './from-registry';
+import type { Registry } from '../../tools/harness/registry';
 import { stillRunning, stop } from '../../tools/harness/processes';
 import { freePort } from '../../tools/harness/service';
 import {
@@ -60,6 +67,7 @@ const startedAt = Date.now();
 const gatewayMode = process.argv.includes('--gateway');
 const runAsProcesses = process.argv.slice(2).includes('--processes');
 const inChartDatabase = process.argv.slice(2).includes('--in-chart-database');
+const fromRegistry = process.argv.slice(2).includes('--from-registry');
 const upgradeFromPrevious = process.argv.includes('--upgrade')
   ? true
   : !process.argv.includes('--no-upgrade') && !gatewayMode && !runAsProcesses;
@@ -82,6 +90,7 @@ interface Running {
   prometheus?: Prometheus;
   kubeStateMetrics?: KubeStateMetrics;
   jest?: ChildProcess;
+  registry?: Registry;
 }
 
 const state: Running = { tmp: mkdtempSync(join(tmpdir(), 'social-posts-k8s-')) };
@@ -91,7 +100,8 @@ let tornDown: Promise<void> | undefined;
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
     step('tear-down');
-    const { jest, control, broken, cluster, nginx, postgres, cnpg, prometheus, kubeStateMetrics } = state;
+    const { jest, control, broken, cluster, nginx, postgres, cnpg, prometheus, kubeStateMetrics, registry } =
+      state;
     if (jest?.pid !== undefined && jest.exitCode === null && jest.signalCode === null)
       process.kill(jest.pid, 'SIGTERM');
     control?.close();
@@ -112,6 +122,9 @@ function tearDown(): Promise<void> {
     });
     await cnpg?.close().catch((error: unknown) => {
       step(`cnpg: ${String(error)}`);
+    });
+    await registry?.stop().catch((error: unknown) => {
+      step(`registry: ${String(error)}`);
     });
     // Anything left (a start that failed half-way) goes by its pid as well.
     for (const managed of stillRunning()) await stop(managed, 'SIGKILL', 5000);
@@ -181,10 +194,14 @@ async function main(): Promise<number> {
     ...(gatewayMode ? ['k8s-tests/values-e2e-gateway.yaml'] : []),
     ...(inChartDatabase ? [] : ['k8s-tests/values-e2e-cnpg.yaml']),
   ];
+  if (fromRegistry && runAsProcesses)
+    throw new Error('--from-registry runs the published image: the replicas run as processes (--processes)');
+  const installed = fromRegistry ? await installFromRegistry(tmp, step) : undefined;
+  if (installed) state.registry = installed.registry;
   step(
-    `render the chart: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml${extraValues.map((f) => ` + ${f}`).join('')}`,
+    `render the chart${installed ? ' pulled from the registry' : ''}: helm template with chart/values-dev.yaml + k8s-tests/values-e2e.yaml${extraValues.map((f) => ` + ${f}`).join('')}`,
   );
-  const objects = renderChart(ensureTools().helm, extraValues);
+  const objects = renderChart(ensureTools().helm, extraValues, {}, installed?.chart);
   // CloudNativePG first: its Secrets (the owner's password, the CA) are part of the pods' settings.
   const rendered = cnpgObjects(objects);
   let poolerPort = 0;
@@ -265,7 +282,10 @@ async function main(): Promise<number> {
   mkdirSync(logDir);
   if (upgradeFromPrevious && runAsProcesses)
     throw new Error('--upgrade needs the images: the replicas run as processes (--processes)');
-  const upgrade = upgradeFromPrevious ? { from: previousImage(), to: IMAGE } : undefined;
+  // Installed from the registry, the Deployment names the image by digest; else the local build.
+  const releaseImage = installed ? (release.container.image ?? '') : IMAGE;
+  if (installed) pullImage(releaseImage, step);
+  const upgrade = upgradeFromPrevious ? { from: previousImage(), to: releaseImage } : undefined;
   if (upgrade && !imageExists(upgrade.from))
     throw new Error(`no image ${upgrade.from}: run npm run image:previous first, or use --no-upgrade`);
   let launcher: Launcher;
@@ -430,7 +450,7 @@ async function main(): Promise<number> {
     logDir,
     database: dbAddress,
     ...(readAddress ? { readDatabase: readAddress } : {}),
-    ...(upgrade ? { image: upgrade.from } : {}),
+    ...(upgrade ? { image: upgrade.from } : installed ? { image: releaseImage } : {}),
     onReplicas: (replicas) => {
       prometheus.setTargets(
         replicas.map((r) => ({ address: `127.0.0.1:${r.metricsPort}`, pod: podName(r) })),
@@ -488,6 +508,7 @@ async function main(): Promise<number> {
     K8S_METRICS_REPORT_FILE: metricsReportFile,
     // The backup case renders the chart again with these and the recovery values.
     K8S_VALUES_FILES: extraValues.join(','),
+    ...(installed ? { K8S_CHART: installed.chart } : {}),
     ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: backupReportFile } : {}),
     ...(readAddress ? { K8S_STANDBY_READS: '1' } : {}),
     ...(upgrade

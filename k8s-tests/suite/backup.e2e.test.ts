@@ -101,6 +101,8 @@ backupCase(
       {
         'backup.recovery.targetTime': mistake.before,
       },
+      // The chart the run installed: the one pulled from the registry, when it was.
+      process.env.K8S_CHART,
     );
     const cluster = rendered.find(
       (o) => o.kind === 'Cluster' && (o as BackedUpCluster).spec.bootstrap?.recovery,

@@ -18,11 +18,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { IMAGE, imageExists } from '../../tools/container';
-import { startRegistry, type Registry } from '../../tools/harness/registry';
-import { release, SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
+import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/harness/published';
+import type { Registry } from '../../tools/harness/registry';
+import { SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
 import { ensureTools } from '../../tools/tools';
 
 const helm = ensureTools().helm;
+let published: Published;
 let registry: Registry;
 let work = '';
 let record: ReleaseRecord;
@@ -32,26 +34,9 @@ const run = (command: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
 
 beforeAll(async () => {
   work = mkdtempSync(path.join(tmpdir(), 'social-posts-release-test-'));
-  const gnupg = path.join(work, 'gnupg');
-  mkdirSync(gnupg, { mode: 0o700 });
-  const gpg = (args: string[]) =>
-    execFileSync('gpg', ['--batch', '--pinentry-mode', 'loopback', '--passphrase', '', ...args], {
-      env: { ...process.env, GNUPGHOME: gnupg },
-    });
-  gpg(['--quick-gen-key', 'Release Test <release@example.com>', 'rsa2048', 'sign', 'never']);
-  // Helm reads the legacy keyring files, not gpg's key store.
-  writeFileSync(path.join(work, 'secring.gpg'), gpg(['--export-secret-keys']));
-  writeFileSync(path.join(work, 'pubring.gpg'), gpg(['--export']));
-  registry = await startRegistry();
-  record = await release({
-    registry: `${registry.host}/social-posts`,
-    key: 'Release Test',
-    keyring: path.join(work, 'secring.gpg'),
-    plainHttp: true,
-    out: path.join(work, 'out'),
-    // CI builds the image in its own step first; without it the release builds it.
-    ...(imageExists(IMAGE) ? { image: IMAGE } : {}),
-  });
+  // CI builds the image in its own step first; without it the release builds it.
+  published = await publish(work, imageExists(IMAGE) ? IMAGE : undefined);
+  ({ registry, record } = published);
 });
 
 afterAll(async () => {
@@ -59,21 +44,7 @@ afterAll(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-function pullChart(into: string) {
-  mkdirSync(into, { recursive: true });
-  return run(helm, [
-    'pull',
-    record.chart.replace(/^oci:\/\//, 'oci://'),
-    '--version',
-    record.chartVersion,
-    '--verify',
-    '--keyring',
-    path.join(work, 'pubring.gpg'),
-    '--plain-http',
-    '--destination',
-    into,
-  ]);
-}
+const pullChart = (into: string) => pullPublished(published, into);
 
 describe('A release in the registry', () => {
   it('When the chart is pulled with --verify, then its signature holds and its default image is the pushed one by digest', () => {
@@ -83,7 +54,7 @@ describe('A release in the registry', () => {
     const values = run(helm, [
       'show',
       'values',
-      path.join(work, 'pulled', `social-posts-${record.chartVersion}.tgz`),
+      chartFile(published, path.join(work, 'pulled')),
     ]);
     expect(values.status).toBe(0);
     const image = (parse(values.stdout) as { image: { repository: string; digest: string } }).image;

@@ -1,0 +1,80 @@
+/**
+ * A release as an operator meets it: `npm run release` into a real registry on a local port
+ * (registry.ts), signed with a throwaway key, and the chart pulled back with `helm pull --verify`.
+ * The release test and k8s:local's install from the registry start from here.
+ */
+import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { release, type ReleaseRecord } from '../release';
+import { ensureTools } from '../tools';
+import { startRegistry, type Registry } from './registry';
+
+export interface Published {
+  registry: Registry;
+  record: ReleaseRecord;
+  /** The public half of the signing key, what an operator verifies the chart with. */
+  pubring: string;
+}
+
+/** A signing key made for this run only, written as the legacy keyring files Helm reads. */
+function throwawayKey(work: string): { name: string; secring: string; pubring: string } {
+  const gnupg = path.join(work, 'gnupg');
+  mkdirSync(gnupg, { recursive: true, mode: 0o700 });
+  const gpg = (args: string[]) =>
+    execFileSync('gpg', ['--batch', '--pinentry-mode', 'loopback', '--passphrase', '', ...args], {
+      env: { ...process.env, GNUPGHOME: gnupg },
+    });
+  const name = 'Release Test';
+  gpg(['--quick-gen-key', `${name} <release@example.com>`, 'rsa2048', 'sign', 'never']);
+  const secring = path.join(work, 'secring.gpg');
+  const pubring = path.join(work, 'pubring.gpg');
+  writeFileSync(secring, gpg(['--export-secret-keys']));
+  writeFileSync(pubring, gpg(['--export']));
+  return { name, secring, pubring };
+}
+
+/** Cuts the release into a fresh registry; `image` is one built already (else the release builds it). */
+export async function publish(work: string, image?: string): Promise<Published> {
+  mkdirSync(work, { recursive: true });
+  const key = throwawayKey(work);
+  const registry = await startRegistry();
+  try {
+    const record = await release({
+      registry: `${registry.host}/social-posts`,
+      key: key.name,
+      keyring: key.secring,
+      plainHttp: true,
+      out: path.join(work, 'out'),
+      ...(image ? { image } : {}),
+    });
+    return { registry, record, pubring: key.pubring };
+  } catch (error) {
+    await registry.stop();
+    throw error;
+  }
+}
+
+/** `helm pull oci://… --verify` of the published chart into a folder; the .tgz is `chartFile(…)`. */
+export function pullChart(published: Published, into: string): SpawnSyncReturns<string> {
+  mkdirSync(into, { recursive: true });
+  return spawnSync(
+    ensureTools().helm,
+    [
+      'pull',
+      published.record.chart,
+      '--version',
+      published.record.chartVersion,
+      '--verify',
+      '--keyring',
+      published.pubring,
+      '--plain-http',
+      '--destination',
+      into,
+    ],
+    { encoding: 'utf8' },
+  );
+}
+
+export const chartFile = (published: Published, folder: string): string =>
+  path.join(folder, `social-posts-${published.record.chartVersion}.tgz`);
