@@ -1,19 +1,48 @@
-import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { parse } from 'yaml';
-import { readmeWithValuesSection } from '../../tools/chart-values-table';
 import { chartDir } from './helm';
 
-const valuesText = readFileSync(resolve(chartDir, 'values.yaml'), 'utf8');
+const valuesPath = resolve(chartDir, 'values.yaml');
+const valuesText = readFileSync(valuesPath, 'utf8');
 const readme = readFileSync(resolve(chartDir, 'README.md'), 'utf8');
 const documented = [...valuesText.matchAll(/^\s*## @param (\S+) /gm)].map((match) => match[1] ?? '');
+// The generator and its configuration exactly as `npm run chart:readme` runs them.
+const generator = require.resolve('@bitnami/readme-generator-for-helm/bin/index.js');
+const generatorConfig = resolve(chartDir, '..', 'tools', 'readme-generator.json');
 
-/** Dotted paths of every value: objects are descended, lists and scalars are leaves. */
+/**
+ * Dotted paths of every value: objects are descended, and so are lists unless all their items are
+ * strings (such a list is one value to the generator); other scalars are leaves.
+ */
 function leafPaths(value: unknown, prefix = ''): string[] {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return [prefix];
+  if (Array.isArray(value)) {
+    if (value.every((item) => typeof item === 'string')) return [prefix];
+    return value.flatMap((item: unknown, index) => leafPaths(item, `${prefix}[${index.toString()}]`));
+  }
+  if (value === null || typeof value !== 'object') return [prefix];
   const entries = Object.entries(value as Record<string, unknown>);
   if (entries.length === 0) return [prefix];
   return entries.flatMap(([key, child]) => leafPaths(child, prefix ? `${prefix}.${key}` : key));
+}
+
+/** The README as the generator leaves it after rewriting its Values section from values.yaml. */
+function regenerated(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'chart-readme-'));
+  try {
+    const copy = join(dir, 'README.md');
+    writeFileSync(copy, readme);
+    execFileSync(
+      process.execPath,
+      [generator, '--values', valuesPath, '--readme', copy, '--config', generatorConfig],
+      { stdio: 'pipe' },
+    );
+    return readFileSync(copy, 'utf8');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 describe('Documentation of the values', () => {
@@ -26,11 +55,15 @@ describe('Documentation of the values', () => {
 
   it('When chart/README.md is read, then its values table lists every documented value', () => {
     expect(documented.length).toBeGreaterThan(50);
-    expect(documented.filter((param) => !readme.includes(`| \`${param}\` |`))).toEqual([]);
+    const rows = readme
+      .split('\n')
+      .map((line) => /^\| `([^`]+)` +\|/.exec(line)?.[1])
+      .filter((name) => name !== undefined);
+    expect(documented.filter((param) => !rows.includes(param))).toEqual([]);
   });
 
-  it('When chart/README.md is read, then its Values section is the one built from values.yaml (descriptions and defaults included; `tsx tools/chart-values-table.ts` rewrites it)', () => {
-    expect(readme).toBe(readmeWithValuesSection(readme, valuesText));
+  it('When chart/README.md is read, then its Values section is the one readme-generator-for-helm builds from values.yaml (descriptions and defaults included; `npm run chart:readme` rewrites it)', () => {
+    expect(readme).toBe(regenerated());
   });
 
   it('When chart/README.md is read, then it covers helm install per environment, skaffold and the ingress-nginx operator notes', () => {
