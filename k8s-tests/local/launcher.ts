@@ -305,7 +305,7 @@ export class ContainerLauncher implements Launcher {
       if (!pid) await sleep(100);
     }
     if (!pid) throw new Error(`${spec.name}: the container did not start; see ${spec.logFile}`);
-    // podman: "2026-11-23 10:02:03.123456789 +0000 UTC", docker: RFC 3339; Date takes milliseconds.
+    // podman: "YYYY-MM-DD hh:mm:ss.nnnnnnnnn +0000 UTC", docker: RFC 3339; Date takes milliseconds.
     const started = ((await inspect('{{.State.StartedAt}}')) ?? '')
       .replace(/(\.\d{3})\d*/, '$1')
       .replace(/^(\S+) (\S+) ([+-]\d{2})(\d{2}) \S+$/, '$1T$2$3:$4');

@@ -1,5 +1,5 @@
 /**
- * The API container as the rendered pod spec runs it (issue 10), through the same driver as the
+ * The API container as the rendered pod spec runs it, through the same driver as the
  * ingress suite: inside a running replica the service's user is the securityContext's, cannot
  * write outside the chart's writable mounts, holds no capability, cannot gain privileges, and
  * node is PID 1 (so the kubelet's SIGTERM reaches it; the rollout case shows the drain). The

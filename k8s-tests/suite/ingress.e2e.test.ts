@@ -1,5 +1,5 @@
 /**
- * What clients and operators see through ingress-nginx (issue 4), against whichever target the
+ * What clients and operators see through ingress-nginx, against whichever target the
  * environment names: K8S_BASE_URL and K8S_HOST (the ingress), K8S_ALLOWED_ORIGINS (the installed
  * environment's CORS allow-list), K8S_DRIVER (local or kind for cases 6 and 7; none skips them), K8S_PROXY
  * (ingress-nginx, or nginx-gateway-fabric for the chart's Gateway API path) and K8S_REPORT_FILE
@@ -374,7 +374,7 @@ platformCase(
   600_000,
 );
 
-/** Seconds within which writes must succeed again after the primary is lost (issue 19). */
+/** Seconds within which writes must succeed again after the primary is lost: failover's budget. */
 const WRITES_BACK_MS = 15_000;
 const failoverCase = driver.failover ? test : test.skip;
 

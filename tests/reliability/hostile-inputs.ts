@@ -1,6 +1,6 @@
 /**
  * The hostile-input generators of tests/reliability/hostile.test.ts (fast-check arbitraries and fixed
- * lists): what a hostile client sends, per family of issue 11, derived from the service's own
+ * lists): what a hostile client sends, per family of attack, derived from the service's own
  * OpenAPI document. The test decides what is sent and what every answer must be.
  */
 import { createHmac } from 'node:crypto';
@@ -43,7 +43,7 @@ export interface HostileRequest {
   headers: Record<string, string>;
   body?: Buffer;
   label: string;
-  /** The families of issue 11 this request belongs to (counted, so each is shown to be generated). */
+  /** The attack families this request belongs to (counted, so each is shown to be generated). */
   families?: string[];
   /** Why this request must be refused (no 2xx): it carries something the service must not accept. */
   mustRefuse?: string;
@@ -278,7 +278,7 @@ export function queryString(params: Parameter[]): fc.Arbitrary<string> {
           `${p.name}=1e2`,
           `${p.name}=-0`,
           `${p.name}=%00`,
-          // Past a documented ceiling (skip's 10000) and the largest safe integer (issue 29).
+          // Past a documented ceiling (skip's 10000) and the largest safe integer: bounds hold at their edges.
           `${p.name}=10001`,
           `${p.name}=9007199254740991`,
           // Searches no index serves: answered, or at worst refused with 503 while others run.

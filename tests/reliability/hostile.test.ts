@@ -27,7 +27,7 @@ import {
 import { normaliseEmail } from '../../service/src/users/email';
 
 const SEED = 20261121;
-/** The families of issues 11 and 29; each must be generated (see the report line). */
+/** The attack families; each must be generated (see the report line). */
 const FAMILIES = [
   'encoding',
   'charset',
@@ -37,7 +37,7 @@ const FAMILIES = [
   'email',
   'health',
   'protocol',
-  // Issue 29.
+  // JOSE header parameters a token may carry (crit, b64) and If-Match preconditions.
   'crit',
   'b64',
   'if-match',
@@ -232,7 +232,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
           { weight: 1, arbitrary: fc.constant('none') },
         ),
         chunked: fc.boolean(),
-        // The families of issue 11, each on a share of the requests.
+        // The attack families, each on a share of the requests.
         claim: fc.oneof(
           { weight: 6, arbitrary: fc.constant(undefined) },
           { weight: 1, arbitrary: fc.constantFrom(...claimTokens(authorId)) },

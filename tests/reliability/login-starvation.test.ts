@@ -1,9 +1,9 @@
 /**
- * Issue 29: failed logins slowed unrelated requests. bcrypt and request decompression (zlib) share
- * libuv's four threads; without a bound, a few clients sending wrong passwords kept every thread
- * hashing, and each gzip-bodied request waited its turn behind them (a p50 of 7 ms became 1,159
- * ms). PASSWORD_HASH_CONCURRENCY (2) leaves the other threads to decompression (docs/benchmarks.md,
- * "Login and the threadpool"; the figures before and after come from `npm run bench:login`).
+ * Failed logins must not slow unrelated requests. bcrypt and request decompression (zlib) share
+ * libuv's four threads; without a bound, a few clients sending wrong passwords would keep every
+ * thread hashing, and each gzip-bodied request would wait its turn behind them.
+ * PASSWORD_HASH_CONCURRENCY (2) leaves the other threads to decompression (docs/benchmarks.md,
+ * "Login and the threadpool"; `npm run bench:login` measures it).
  */
 import { gzipSync } from 'node:zlib';
 import {

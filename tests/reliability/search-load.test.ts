@@ -1,8 +1,8 @@
 /**
- * Issue 29: anonymous searches no index can serve (`%%%%`, `zz`, `q`, `_`) were each a scan of the
- * whole table; a handful of clients filled the pool, the cheap feed waited seconds and readiness,
- * which asked on the same pool, answered 503 on every replica at once. Now they run a few at a time
- * per process, the excess is refused at once, and readiness asks on a connection of its own.
+ * Anonymous searches no index can serve (`%%%%`, `zz`, `q`, `_`) are each a scan of the whole
+ * table; unbounded, a handful of clients would fill the pool, the cheap feed would wait and
+ * readiness, on the same pool, would answer 503 on every replica at once. So they run a few at a
+ * time per process, the excess is refused at once, and readiness asks on a connection of its own.
  */
 import { seed } from '../../tools/harness/seed';
 import { call, isProblem, report, sleep, startService, statusCounts, type Answer } from './support';

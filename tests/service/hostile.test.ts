@@ -9,7 +9,7 @@ import { databaseSnapshot, expectProblem, startTestServer, TEST_SECRET, uniqueEm
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
 /**
- * The families of hostile input an independent attack run found (issue 11), over real HTTP on the
+ * The families of hostile input an independent attack run found, over real HTTP on the
  * server as it runs in production (startServer: terminus, Node's HTTP layer, the app). Raw sockets
  * where no HTTP client would send the request.
  */

@@ -1,6 +1,6 @@
 /**
  * Readiness asks the database on a connection of its own: a request pool that is full (load) is
- * not a database that has gone, and must not take a healthy replica out of rotation (issue 29).
+ * not a database that has gone, and must not take a healthy replica out of rotation.
  * On the embedded database there is one session, which the probe shares: PostgreSQL only.
  */
 import request from 'supertest';

@@ -1,5 +1,5 @@
 /**
- * Whether failed logins slow unrelated requests (issue 29): bcrypt runs on libuv's threadpool,
+ * Whether failed logins slow unrelated requests: bcrypt runs on libuv's threadpool,
  * which request decompression (zlib) shares. For each PASSWORD_HASH_CONCURRENCY given (64 stands
  * for "no bound", as before it existed; 2 is the default), a server on a seeded database is
  * measured quiet and then while 8 clients send failed logins back to back: the p50 of a

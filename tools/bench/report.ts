@@ -36,7 +36,7 @@ export interface DeepPage {
   cursor: EndpointFigures | null;
 }
 
-/** One target of issue 14, as measured on one size. */
+/** One performance target, as measured on one size. */
 export interface Target {
   /** Stable across sizes (the rows of the overall table). */
   id: string;
@@ -89,7 +89,7 @@ export const CPU_RATIO_TARGET = 1.6;
 export const CURSOR_TARGET = 1.5;
 
 /**
- * The targets of issue 14 for one size: list throughput against the reference at every count, no
+ * The performance targets for one size: list throughput against the reference at every count, no
  * errors, and the public list's CPU per request against the reference's.
  */
 export function targetsOf(r: Pick<SizeResult, 'runs'>): Target[] {
@@ -400,7 +400,7 @@ function ladderSummary(results: SizeResult[]): string[] {
   ];
 }
 
-// Findings from profiling and A/B sessions (2026-11-21 to -23), kept because they explain the
+// Findings from profiling and A/B sessions, kept because they explain the
 // figures; the tables above are remeasured on every run, the A/B figures below are not.
 function why(results: SizeResult[]): string[] {
   return [

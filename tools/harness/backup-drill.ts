@@ -1,5 +1,5 @@
 /**
- * The backup and point-in-time-recovery drill with the real parts (issue 30): a primary archiving
+ * The backup and point-in-time-recovery drill with the real parts: a primary archiving
  * its WAL into an S3-compatible store with barman-cloud-wal-archive, base backups with
  * barman-cloud-backup, recovery into a new server with barman-cloud-restore and
  * barman-cloud-wal-restore, the service under write load through real HTTP. Used by

@@ -110,7 +110,7 @@ export function archivingSettings(s: BarmanSettings, archiveTimeout: string): Re
   };
 }
 
-/** A moment as a timestamptz literal recovery_target_time reads ("2026-11-26 03:42:06.320+00"). */
+/** A moment as a timestamptz literal recovery_target_time reads ("YYYY-MM-DD hh:mm:ss.mmm+00"). */
 const postgresTime = (moment: Date): string => moment.toISOString().replace('T', ' ').replace('Z', '+00');
 
 /** The settings of a server recovering from the store: to `targetTime`, or to the end of the archive. */
@@ -173,7 +173,7 @@ export function durationMs(value: string): number {
 
 /** CloudNativePG's archive_timeout where a Cluster sets none (5 minutes: cloudnative-pg v1.15.1's release notes). */
 export const CNPG_DEFAULT_ARCHIVE_TIMEOUT = '5min';
-/** The drill's stand-in while the chart has no value: a minute, as issue 30 plans for prod. */
+/** The drill's stand-in when the chart sets no archive_timeout: a minute, as prod's values set it. */
 export const FALLBACK_ARCHIVE_TIMEOUT = '60s';
 
 /** prod's archive_timeout: cnpg.cluster.parameters.archive_timeout of chart/values-prod.yaml, or the fallback. */
