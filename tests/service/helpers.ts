@@ -1,4 +1,6 @@
 import { randomBytes } from 'node:crypto';
+import Ajv from 'ajv';
+import addFormats from 'ajv-formats';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
@@ -8,7 +10,7 @@ import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger, type Logger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
-import type { Post } from '../../service/src/posts/posts.repository';
+import type { Post } from '../../service/src/posts/post';
 import type { User } from '../../service/src/users/user';
 import { serviceEnv } from '../../tools/harness/env';
 import { copyTemplate } from '../../tools/harness/pglite-template';
@@ -188,6 +190,22 @@ export function postsFixture<Name extends string = never>(
     if ('close' in service) await service.close();
   });
   return { service, ...made };
+}
+
+/**
+ * What is wrong with an answer's body against the component /openapi.json documents it as (none:
+ * it is what the document says), read by ajv; OpenAPI 3.0's `example` is an annotation only.
+ */
+export async function documentedAs(app: Target, component: string): Promise<(body: unknown) => string[]> {
+  const { components } = (await request(app).get('/openapi.json').expect(200)).body as { components: object };
+  const ajv = new Ajv({ allErrors: true });
+  addFormats(ajv);
+  ajv.addKeyword('example').addKeyword('components');
+  ajv.addSchema({ components }, 'openapi.json');
+  const validate = ajv.getSchema(`openapi.json#/components/schemas/${component}`);
+  if (!validate) throw new Error(`/openapi.json has no component ${component}`);
+  return (body) =>
+    validate(body) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message ?? e.keyword}`);
 }
 
 export const bearer = (account: Account | string): { Authorization: string } => ({

@@ -1,6 +1,7 @@
 import request from 'supertest';
 import {
   bearer,
+  documentedAs,
   expectProblem,
   newAccount,
   newPost,
@@ -888,5 +889,32 @@ describe('The largest answer', () => {
     expect((page.body as PostBody[]).every((post) => post.owner.email === address)).toBe(true);
     expect(bytes).toBeGreaterThan(6_100_000);
     expect(bytes).toBeLessThan(LARGEST_PAGE_BYTES);
+  });
+});
+
+describe('The answers and /openapi.json', () => {
+  test('When a post is created, read, replaced, listed and read on the public feed, then each answer is what /openapi.json documents it as', async () => {
+    const post = await documentedAs(service.app, 'Post');
+    const publicPost = await documentedAs(service.app, 'PublicPost');
+    const title = `Documented ${token()}`;
+    const created = await api().post('/posts/').set(bearer(alice)).send({ title, content: 'x' }).expect(201);
+    const { id } = created.body as PostBody;
+    const read = await getPost(alice, id);
+    const replaced = await api()
+      .put(`/posts/${id}`)
+      .set(bearer(alice))
+      .send({ title, content: 'y' })
+      .expect(200);
+    const listed = await api().get(searchPath('/posts/', title)).set(bearer(alice)).expect(200);
+    const feed = await api().get(searchPath('/posts/public', title)).expect(200);
+    expect(read.status).toBe(200);
+    expect(listed.body).toHaveLength(1);
+    expect(feed.body).toHaveLength(1);
+    for (const body of [created.body, read.body, replaced.body, ...(listed.body as unknown[])])
+      expect(post(body)).toEqual([]);
+    const [onFeed] = feed.body as unknown[];
+    expect(publicPost(onFeed)).toEqual([]);
+    // The two components differ where the answers do: the feed's owner has no e-mail address.
+    expect(post(onFeed)).toEqual(["/owner must have required property 'email'"]);
   });
 });

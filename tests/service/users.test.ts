@@ -1,5 +1,5 @@
 import request from 'supertest';
-import { expectProblem, uniqueEmail, postsFixture } from './helpers';
+import { documentedAs, expectProblem, uniqueEmail, postsFixture } from './helpers';
 
 const { service: svc } = postsFixture();
 
@@ -95,5 +95,25 @@ describe('POST /users/', () => {
     const res = await request(svc.app).get('/users/');
     expectProblem(res, 405);
     expect(res.headers.allow).toBe('POST');
+  });
+});
+
+describe('The answers and /openapi.json', () => {
+  test('When a user registers and logs in, then each answer is what /openapi.json documents it as', async () => {
+    const user = await documentedAs(svc.app, 'User');
+    const token = await documentedAs(svc.app, 'Token');
+    const email = uniqueEmail();
+    const password = 'password123';
+    const created = await request(svc.app).post('/users/').send({ email, password }).expect(201);
+    const login = await request(svc.app)
+      .post('/login')
+      .type('form')
+      .send({ username: email, password })
+      .expect(200);
+    expect(user(created.body)).toEqual([]);
+    expect(token(login.body)).toEqual([]);
+    // Neither component takes the other answer: each says what its own holds.
+    expect(user(login.body)).not.toEqual([]);
+    expect(token(created.body)).not.toEqual([]);
   });
 });

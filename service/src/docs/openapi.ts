@@ -1,4 +1,6 @@
+import { isDeepStrictEqual } from 'node:util';
 import type Joi from 'joi';
+import joiToSwagger from 'joi-to-swagger';
 import swaggerJsdoc from 'swagger-jsdoc';
 // The release's own version, so /docs names the build that answers; compiled into dist/ beside the code.
 import packageJson from '../../../package.json';
@@ -14,7 +16,9 @@ export interface DocsPart {
   /** Request bodies, validated and documented by the same joi schemas. */
   bodies?: readonly Joi.ObjectSchema[];
   parameters?: readonly ParameterSource[];
-  /** Components of the answers. */
+  /** The shapes of the answers, as the components their `className` metas name (answerComponents). */
+  answers?: readonly Joi.ObjectSchema[];
+  /** Components of the answers that have no joi shape. */
   schemas?: Record<string, OpenApiSchema>;
   headers?: Record<string, OpenApiSchema>;
   /** The files whose `@openapi` comments document the feature's paths. */
@@ -38,6 +42,24 @@ function merged(records: (Record<string, OpenApiSchema> | undefined)[]): Record<
   for (const [name, value] of records.flatMap((record) => Object.entries(record ?? {}))) {
     if (name in out) throw new Error(`two parts of the OpenAPI document define ${name}`);
     out[name] = value;
+  }
+  return out;
+}
+
+/**
+ * The answers' components, converted by joi-to-swagger as they are (no request-side corrections: an
+ * answer's object is open or closed as its shape says). A shape nested in another (a post's owner)
+ * comes with it, under its own name; one name given to two different shapes is a mistake.
+ */
+function answerComponents(shapes: readonly Joi.ObjectSchema[]): Record<string, OpenApiSchema> {
+  const out: Record<string, OpenApiSchema> = {};
+  for (const shape of shapes) {
+    const named = (joiToSwagger(shape).components?.schemas ?? {}) as Record<string, OpenApiSchema>;
+    for (const [name, schema] of Object.entries(named)) {
+      if (name in out && !isDeepStrictEqual(out[name], schema))
+        throw new Error(`two answer shapes are named ${name}`);
+      out[name] = schema;
+    }
   }
   return out;
 }
@@ -92,6 +114,7 @@ const definition = (parts: readonly DocsPart[]) => {
       },
       schemas: merged([
         requests.schemas,
+        answerComponents(parts.flatMap((part) => part.answers ?? [])),
         ...parts.map((part) => part.schemas),
         {
           Problem: {

@@ -4,32 +4,22 @@ import { brokenForeignKey } from '../db/errors';
 import { retryingRaces } from '../db/races';
 import { statement, type Param, type Statement } from '../db/statements';
 import type { User } from '../users/user';
+import type { Post, PublicPost } from './post';
 import type { Position } from './posts.cursor';
 import type { ListQuery, PostInput } from './posts.schemas';
 
-interface PostRow {
-  id: number;
-  title: string;
-  content: string;
-  published: boolean;
-  created_at: Date;
-  user_id: number;
-}
+/** A post's row as the API shows it. */
+type PostRow = Omit<Post, 'owner' | 'votes'>;
 
-/** The columns a post is read with: its row as the API shows it. */
-const POST_COLUMNS = ['id', 'title', 'content', 'published', 'created_at', 'user_id'] as const;
-
-/** The one post shape every endpoint returns: the row with its owner and vote total. */
-export interface Post extends PostRow {
-  owner: User;
-  votes: number;
-}
-
-/** A post on the public feed, which anyone may read: its owner without an e-mail address. */
-export interface PublicPost extends PostRow {
-  owner: Omit<User, 'email'>;
-  votes: number;
-}
+/** The columns a post is read with: every field of its row, which the compiler holds to Post's. */
+const POST_COLUMNS = Object.keys({
+  id: true,
+  title: true,
+  content: true,
+  published: true,
+  created_at: true,
+  user_id: true,
+} satisfies Record<keyof PostRow, true>) as (keyof PostRow)[];
 
 interface PostWithOwnerRow extends PostRow {
   owner_email: string;

@@ -9,6 +9,7 @@ import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { Slots } from '../concurrency';
 import type { User } from '../users/user';
+import { postSchema, publicPostSchema } from './post';
 import { encodeCursor } from './posts.cursor';
 import {
   conditionalChange,
@@ -222,28 +223,10 @@ export function postsRoutes(
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
 }
 
-/** The post as OpenAPI describes it, with `owner` as given: the public feed's leaves out the e-mail. */
-function postSchema(owner: object) {
-  return {
-    type: 'object',
-    required: ['id', 'title', 'content', 'published', 'created_at', 'user_id', 'owner', 'votes'],
-    properties: {
-      id: { type: 'integer', example: 7 },
-      title: { type: 'string' },
-      content: { type: 'string' },
-      published: { type: 'boolean' },
-      created_at: { type: 'string', format: 'date-time' },
-      user_id: { type: 'integer' },
-      owner,
-      votes: { type: 'integer', minimum: 0, description: 'Total votes on the post.' },
-    },
-  };
-}
-
 /**
  * The OpenAPI parts of the posts (the app hands them to docs/openapi.ts): the request body and
- * parameters, generated from the schemas that validate them, the post, the paging header, and the
- * comments below.
+ * parameters, generated from the schemas that validate them, the post's two shapes (post.ts), the
+ * paging header, and the comments below.
  */
 export const postsDocs = {
   tags: [{ name: 'Posts' }],
@@ -256,22 +239,7 @@ export const postsDocs = {
     },
     { in: 'path' as const, schema: postIdParams, names: { id: 'postId' } },
   ],
-  schemas: {
-    Post: postSchema({ $ref: '#/components/schemas/User' }),
-    PublicPost: {
-      description:
-        "A post on the public feed, which anyone may read: the same shape, the owner's e-mail address left out.",
-      ...postSchema({
-        type: 'object',
-        required: ['id', 'created_at'],
-        additionalProperties: false,
-        properties: {
-          id: { type: 'integer', example: 1 },
-          created_at: { type: 'string', format: 'date-time' },
-        },
-      }),
-    },
-  },
+  answers: [postSchema, publicPostSchema],
   headers: {
     NextLink: {
       description:
@@ -325,7 +293,7 @@ export const postsDocs = {
  *           schema: { $ref: '#/components/schemas/PostInput' }
  *     responses:
  *       201:
- *         description: The new post with its owner and 0 votes.
+ *         description: The new post, with 0 votes.
  *         content:
  *           application/json:
  *             schema: { $ref: '#/components/schemas/Post' }
@@ -341,9 +309,9 @@ export const postsDocs = {
  *     summary: The public feed
  *     description: >
  *       Published posts only, no token needed; same query rules, paging (`skip` or `cursor`, and
- *       `Link: rel="next"`), order and shape as the list, except that each owner is `{id,
- *       created_at}`: no e-mail address goes to anonymous readers. A cursor from either list is
- *       valid on the other: it carries only a position.
+ *       `Link: rel="next"`) and order as the list. Each post is a `PublicPost`: no e-mail address
+ *       goes to anonymous readers. A cursor from either list is valid on the other: it carries
+ *       only a position.
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
  *       - $ref: '#/components/parameters/skip'

@@ -8,7 +8,11 @@ export interface UserWithHash extends User {
   password: string;
 }
 
-const PUBLIC_COLUMNS = ['id', 'email', 'created_at'];
+/** The columns a user is shown with: every field of User, which the compiler holds them to. */
+const PUBLIC_COLUMNS = Object.keys({ id: true, email: true, created_at: true } satisfies Record<
+  keyof User,
+  true
+>);
 
 /** Inserts a user; undefined when the e-mail is already taken (in any letter case). */
 export async function createUser(
@@ -47,7 +51,7 @@ export async function findUserById(db: Database, id: number): Promise<User | und
  */
 export const userByEmail = statement<{ email: string }>('user_by_email', (knex, param) =>
   knex('users')
-    .select('id', 'email', 'created_at', 'password')
+    .select([...PUBLIC_COLUMNS, 'password'])
     .whereRaw('fold_case(email) = fold_case(?)', [param('email')])
     .orderByRaw('lower(email) = lower(?) DESC, email_lookalike IS TRUE, id', [param('email')])
     .limit(1),

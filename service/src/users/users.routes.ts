@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import bcrypt from 'bcrypt';
 import type { Router } from 'express';
+import Joi from 'joi';
 import { Semaphore } from '../concurrency';
 import type { Database } from '../db/connection';
 import { ApiError, methodNotAllowed } from '../http/errors';
@@ -9,6 +10,7 @@ import { sendJson } from '../http/json';
 import { signAccessToken, type TokenKey } from '../http/tokens';
 import { validate } from '../http/validation';
 import { normaliseEmail } from './email';
+import { userSchema } from './user';
 import { createUser, findUserByEmail } from './users.repository';
 import { bcryptComparable, loginForm, userCreate } from './users.schemas';
 
@@ -22,6 +24,24 @@ export interface UsersOptions {
   /** TOKEN_ISSUER: the `iss` and `aud` of the tokens signed. */
   tokenIssuer: string;
 }
+
+/** The login's answer. */
+interface Token {
+  access_token: string;
+  token_type: 'bearer';
+}
+
+/** Its OpenAPI component is generated from this, checked against Token by the compiler; open, as User's. */
+const tokenSchema = Joi.object<Token, true>({
+  access_token: Joi.string()
+    .required()
+    .description(
+      'HS256 JWT; header `kid` is the id of the signing key (derived from it, not secret), `sub` the user id, `exp` ACCESS_TOKEN_EXPIRE_MINUTES later.',
+    ),
+  token_type: Joi.string().valid('bearer').required(),
+})
+  .unknown()
+  .meta({ className: 'Token' });
 
 /** Registration and the form login, added to the app's one API router (app.ts). */
 export function usersRoutes(router: Router, db: Database, options: UsersOptions): void {
@@ -66,41 +86,20 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
           options.tokenIssuer,
         ),
         token_type: 'bearer',
-      });
+      } satisfies Token);
     })
     .all(methodNotAllowed(['POST']));
 }
 
 /**
  * The OpenAPI parts of registration and login (the app hands them to docs/openapi.ts): the request
- * bodies, generated from the schemas that validate them, what the answers hold, and the comments below.
+ * bodies, generated from the schemas that validate them, what the answers hold (the user's shape in
+ * user.ts), and the comments below.
  */
 export const usersDocs = {
   tags: [{ name: 'Users' }, { name: 'Authentication' }],
   bodies: [userCreate, loginForm],
-  schemas: {
-    User: {
-      type: 'object',
-      required: ['id', 'email', 'created_at'],
-      properties: {
-        id: { type: 'integer', example: 1 },
-        email: { type: 'string', format: 'email', example: 'a@b.io' },
-        created_at: { type: 'string', format: 'date-time' },
-      },
-    },
-    Token: {
-      type: 'object',
-      required: ['access_token', 'token_type'],
-      properties: {
-        access_token: {
-          type: 'string',
-          description:
-            'HS256 JWT; header `kid` is the id of the signing key (derived from it, not secret), `sub` the user id, `exp` ACCESS_TOKEN_EXPIRE_MINUTES later.',
-        },
-        token_type: { type: 'string', enum: ['bearer'] },
-      },
-    },
-  },
+  answers: [userSchema, tokenSchema],
   // Both the TypeScript source (tests, tsx) and the compiled file keep the comments.
   apis: [__filename],
 };
