@@ -25,7 +25,7 @@ import {
   type RecoveryRun,
 } from '../../tools/harness/barman';
 import { ObjectStore } from '../../tools/harness/object-store';
-import type { KubeObject } from './objects';
+import type { KubeObject } from '../../tools/harness/manifests';
 
 export const BARMAN_PLUGIN = 'barman-cloud.cloudnative-pg.io';
 

@@ -44,7 +44,7 @@ import {
   type PluginEntry,
   type RecoveryReport,
 } from './cnpg-backup';
-import type { KubeObject } from './objects';
+import type { KubeObject } from '../../tools/harness/manifests';
 
 export interface CnpgCluster extends KubeObject {
   spec: {

@@ -15,7 +15,7 @@ import { brokenModes, type BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import type { RecoveryReport } from './cnpg-backup';
 import { ContainerLauncher, type Launcher } from './launcher';
-import type { KubeObject } from './objects';
+import type { KubeObject } from '../../tools/harness/manifests';
 
 /** What case 6 stops and starts, and case 8 fails over (CloudNativePG only). */
 export interface DatabaseControl {

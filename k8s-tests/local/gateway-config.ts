@@ -30,15 +30,13 @@
  */
 import { checkPath, defaultServer, emulatedConf, HostLocations, hostServer, refusal } from './proxy-config';
 import type { EmulationSettings, Refuse } from './proxy-config';
+import type { KubeObject } from '../../tools/harness/manifests';
 
 /** NGF's templates clear no header (no headers-more module): `server_tokens off` leaves `Server: nginx`. */
 export type NginxSettings = EmulationSettings;
 
 /** A rendered object, as read from helm template or k8s-tests/gateway.yaml. */
-export interface GatewayObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; annotations?: Record<string, string> };
+export interface GatewayObject extends KubeObject {
   spec?: unknown;
 }
 

@@ -3,7 +3,6 @@
  * what the local emulation runs: the Ingress objects, the API container's environment (ConfigMap and
  * Secret, as the kubelet would assemble it) and its probes.
  */
-import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
@@ -13,9 +12,8 @@ import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { IProbe } from 'kubernetes-models/v1/Probe';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
-import { parseAllDocuments } from 'yaml';
 import { cnpgObjects, type CnpgCluster, type CnpgPooler } from './cnpg';
-import type { KubeObject } from './objects';
+import { helmTemplate, type KubeObject } from '../../tools/harness/manifests';
 
 export const repoRoot = resolve(__dirname, '..', '..');
 export const releaseName = 'social-posts';
@@ -71,18 +69,11 @@ export function renderChart(
   strings: Record<string, string> = {},
   chart = resolve(repoRoot, 'chart'),
 ): KubeObject[] {
-  const args = ['template', releaseName, chart, '--namespace', namespace];
+  const args = [releaseName, chart, '--namespace', namespace];
   for (const file of [...valuesFiles, ...extraValuesFiles.map((f) => resolve(repoRoot, f))])
     args.push('--values', file);
   for (const [key, value] of Object.entries(strings)) args.push('--set-string', `${key}=${value}`);
-  // No kubeconfig: rendering must never reach a cluster (lookup then finds no Secret).
-  const text = execFileSync(helm, args, {
-    env: { ...process.env, KUBECONFIG: '/dev/null' },
-    encoding: 'utf8',
-  });
-  return parseAllDocuments(text)
-    .map((document) => document.toJS() as KubeObject | null)
-    .filter((object): object is KubeObject => object !== null);
+  return helmTemplate(helm, args);
 }
 
 function one(objects: KubeObject[], kind: string, name: string): unknown {

@@ -23,17 +23,14 @@ import {
   panelQueries,
   type PrometheusRuleObject,
 } from '../../tools/harness/promql';
+import type { KubeObject } from '../../tools/harness/manifests';
 import { send } from './client';
 
 const prometheusUrl = process.env.K8S_PROMETHEUS_URL;
 const renderedFile = process.env.K8S_RENDERED_FILE;
 const describeWithPrometheus = prometheusUrl && renderedFile ? describe : describe.skip;
 
-interface Rendered {
-  kind: string;
-  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
-  data?: Record<string, string>;
-}
+type Rendered = KubeObject & { data?: Record<string, string> };
 
 interface QueryAnswer {
   status: string;
@@ -81,8 +78,7 @@ const notHere = (name: string): string | undefined =>
 
 describeWithPrometheus('Alerts and dashboard in a real Prometheus (local runner only)', () => {
   const objects = renderedFile ? (JSON.parse(readFileSync(renderedFile, 'utf8')) as Rendered[]) : [];
-  const rule = objects.find((o) => o.kind === 'PrometheusRule') as
-    (PrometheusRuleObject & Rendered) | undefined;
+  const rule = objects.find((o) => o.kind === 'PrometheusRule') as PrometheusRuleObject | undefined;
   const configMap = objects.find(
     (o) => o.kind === 'ConfigMap' && o.metadata.labels?.grafana_dashboard === '1',
   );
@@ -178,7 +174,9 @@ describeWithPrometheus('Alerts and dashboard in a real Prometheus (local runner 
   });
 
   it('When every alert expression is asked, then it is valid and each part without its threshold returns series', async () => {
-    const rules = alertRules(rule ?? { kind: '', metadata: { name: '' }, spec: { groups: [] } });
+    const rules = alertRules(
+      rule ?? { apiVersion: '', kind: '', metadata: { name: '' }, spec: { groups: [] } },
+    );
     expect(rules.length).toBeGreaterThan(10);
     const missing: string[] = [];
     for (const r of rules) {

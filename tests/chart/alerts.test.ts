@@ -70,9 +70,9 @@ function promtool(args: string[], cwd: string): Promise<{ code: number; out: str
 }
 
 const prometheusRules = (objects: KubeObject[]) =>
-  objects.filter((object): object is PrometheusRuleObject & KubeObject => object.kind === 'PrometheusRule');
+  objects.filter((object): object is PrometheusRuleObject => object.kind === 'PrometheusRule');
 
-async function ruleOf(options: RenderOptions): Promise<PrometheusRuleObject & KubeObject> {
+async function ruleOf(options: RenderOptions): Promise<PrometheusRuleObject> {
   const rules = prometheusRules(await render(options));
   expect(rules).toHaveLength(1);
   return must(rules[0], 'PrometheusRule');
@@ -86,7 +86,7 @@ const prodWith = (set: Record<string, string>, extra: Partial<RenderOptions> = {
 });
 
 describe('PrometheusRule of prod, checked and unit-tested with promtool', () => {
-  let rule: PrometheusRuleObject & KubeObject;
+  let rule: PrometheusRuleObject;
   let dir: string;
 
   beforeAll(async () => {

@@ -29,8 +29,7 @@ type Implementation = (typeof implementations)[number];
 
 const parentRef = { name: 'shared', namespace: 'gateway-system', sectionName: 'https' };
 
-interface Route {
-  metadata: { name: string };
+interface Route extends KubeObject {
   spec: {
     parentRefs: Record<string, unknown>[];
     hostnames: string[];
@@ -43,9 +42,7 @@ interface Route {
   };
 }
 
-interface Policy {
-  kind: string;
-  metadata: { name: string };
+interface Policy extends KubeObject {
   spec: Record<string, unknown> & { targetRefs: { group: string; kind: string; name: string }[] };
 }
 

@@ -15,7 +15,7 @@ import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import type { IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
-import { parseAllDocuments } from 'yaml';
+import { helmTemplate, type KubeObject } from '../../tools/harness/manifests';
 import { ensureTools } from '../../tools/tools';
 
 export const repoRoot = resolve(__dirname, '..', '..');
@@ -28,12 +28,7 @@ export const ciValuesFiles = readdirSync(resolve(chartDir, 'ci'))
   .filter((file) => file.endsWith('-values.yaml'))
   .map((file) => `ci/${file}`);
 
-/** What every rendered Kubernetes object has; kinds are narrowed with the kubernetes-models interfaces. */
-export interface KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
-}
+export { parseManifests, type KubeObject } from '../../tools/harness/manifests';
 
 export interface HelmResult {
   code: number;
@@ -105,24 +100,16 @@ export function releaseArgs(options: RenderOptions = {}): string[] {
   return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];
 }
 
+/** helm's own answer, unparsed and without blocking (a fake API server in this process answers its lookups). */
 export function template(options: RenderOptions = {}): Promise<HelmResult> {
   return runHelm(['template', ...releaseArgs(options)], options.env);
 }
 
-export function parseManifests(text: string): KubeObject[] {
-  return parseAllDocuments(text)
-    .map((document) => {
-      if (document.errors.length > 0)
-        throw new Error(`rendered YAML does not parse: ${document.errors[0]?.message ?? ''}`);
-      return document.toJS() as KubeObject | null;
-    })
-    .filter((object): object is KubeObject => object !== null);
-}
-
-export async function render(options: RenderOptions = {}): Promise<KubeObject[]> {
-  const result = await template(options);
-  if (result.code !== 0) throw new Error(`helm template failed:\n${result.stderr}`);
-  return parseManifests(result.stdout);
+/** The chart rendered and parsed (helm's stderr in the error when it refuses); blocks while helm runs. */
+export function render(options: RenderOptions = {}): Promise<KubeObject[]> {
+  return new Promise((resolvePromise) => {
+    resolvePromise(helmTemplate(helmBin, releaseArgs(options), options.env));
+  });
 }
 
 /** The options an operator uses for an environment (see chart/README.md): the values file alone. */

@@ -84,7 +84,7 @@ describe('Metric names of the alerts and the dashboard', () => {
     used = new Map();
     const use = (name: string, where: string) => used.set(name, [...(used.get(name) ?? []), where]);
     const rule = must(
-      objects.find((o): o is PrometheusRuleObject & KubeObject => o.kind === 'PrometheusRule'),
+      objects.find((o): o is PrometheusRuleObject => o.kind === 'PrometheusRule'),
       'PrometheusRule',
     );
     for (const r of alertRules(rule)) for (const name of metricNames(r.expr)) use(name, r.alert);

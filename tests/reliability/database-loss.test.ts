@@ -92,7 +92,7 @@ test('When the database goes away and comes back, then ready is 503 within 2 s w
     samePid: svc.child.exitCode === null,
   });
 
-  expect(readyStatus).toBe(503);
+  expect(readyStatus?.status).toBe(503);
   expect(readyDownMs).toBeLessThanOrEqual(2000);
   expect(live.map((l) => l.status)).toEqual([200, 200, 200]);
   for (const { name, answer } of [...down, ...burst.map((answer) => ({ name: 'burst', answer }))]) {
@@ -104,7 +104,7 @@ test('When the database goes away and comes back, then ready is 503 within 2 s w
     expect(answer.ms).toBeLessThan(BOUNDED_MS);
   }
   expect(aliveWhileDown).toBe(true);
-  expect(readyAgain).toBe(200);
+  expect(readyAgain?.status).toBe(200);
   expect(readyUpMs).toBeLessThanOrEqual(5000);
   expect(up.map((u) => `${u.name}:${u.answer.status}`)).toEqual([
     'public list:200',

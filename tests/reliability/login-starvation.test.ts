@@ -56,6 +56,7 @@ test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /pos
       status: res.status,
       contentType: res.headers.get('content-type') ?? '',
       retryAfter: res.headers.get('retry-after'),
+      headers: res.headers,
       body: text,
       ms: performance.now() - started,
     };

@@ -1,5 +1,6 @@
 import { migrations } from '../../migrations';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
+import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
   call,
@@ -236,8 +237,7 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
     const failed = answers.filter((a) => a.status >= 500);
     const failedLines = () => svc.lines.filter((l) => l.msg === 'request failed');
     // A log line is read from the child's stdout and may arrive just after its answer.
-    for (const until = Date.now() + 2000; failedLines().length < failed.length && Date.now() < until;)
-      await sleep(50);
+    await pollUntil(failedLines, (lines) => lines.length >= failed.length, { withinMs: 2000, everyMs: 50 });
     const logged = failedLines();
     report('pgbouncer 1.18 named statements left on', {
       statuses: statusCounts(answers),

@@ -64,6 +64,7 @@ test('When 20 anonymous clients keep sending searches no index serves, then the 
         searches.push({
           status: res.status,
           contentType,
+          headers: res.headers,
           body: contentType.includes('json') ? (JSON.parse(text) as unknown) : text,
           ms: performance.now() - started,
           retryAfter: res.headers.get('retry-after'),

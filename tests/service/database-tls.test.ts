@@ -16,6 +16,7 @@ import {
   type LogLine,
   type ScriptProcess,
 } from '../../tools/harness/service';
+import { pollUntil } from '../../tools/harness/poll';
 import { testEnv, usingPostgres } from './helpers';
 
 /**
@@ -337,16 +338,13 @@ async function probeUntilLogged(
   probe: () => Promise<void>,
   match: (line: LogLine) => boolean,
 ): Promise<LogLine> {
-  const deadline = Date.now() + 5000;
-  for (;;) {
+  const probed = async () => {
     const from = proc.lines.length;
     await probe();
-    const seenBy = Date.now() + 300;
-    while (Date.now() < seenBy) {
-      const line = proc.lines.slice(from).find(match);
-      if (line) return line;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    if (Date.now() > deadline) throw new Error('no matching log line within 5 s of probing');
-  }
+    const seen = () => proc.lines.slice(from).find(match);
+    return (await pollUntil(seen, Boolean, { withinMs: 300, everyMs: 20 })).value;
+  };
+  const { value } = await pollUntil(probed, Boolean, { withinMs: 5000, everyMs: 0 });
+  if (!value) throw new Error('no matching log line within 5 s of probing');
+  return value;
 }

@@ -7,7 +7,7 @@ import { createLogger } from '../../service/src/logger';
 import { startServer } from '../../service/src/server';
 import { loadSettings } from '../../service/src/settings';
 import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
-import { pollUntil } from '../../tools/harness/poll';
+import { waitForStatus } from '../../tools/harness/client';
 
 /** A TCP relay in front of PostgreSQL: closing it is, to the service, the database going away. */
 class DatabaseSwitch {
@@ -79,17 +79,6 @@ afterAll(async () => {
 });
 
 const get = (path: string) => fetch(`${base}${path}`);
-
-/** Polls until the answer has the wanted status or the time runs out; returns the last answer. */
-async function waitForStatus(path: string, status: number, withinMs: number): Promise<Response> {
-  return (
-    await pollUntil(
-      () => get(path),
-      (res) => res.status === status,
-      { withinMs },
-    )
-  ).value;
-}
 
 /** Sends raw bytes and returns everything the server answers before it closes. */
 async function rawExchange(bytes: string): Promise<string> {
@@ -166,13 +155,13 @@ describe('Health endpoints', () => {
     else await db.close();
 
     const started = Date.now();
-    const ready = await waitForStatus('/healthz/ready', 503, 2000);
-    expect(ready.status).toBe(503);
+    const ready = await waitForStatus(base, '/healthz/ready', 503, 2000);
+    expect(ready?.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(2500);
     // The contract's error shape, as every other 503; and never cached by a proxy.
-    expect(ready.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-    expect(ready.headers.get('cache-control')).toBe('no-store');
-    const body = (await ready.json()) as { detail: string };
+    expect(ready?.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(ready?.headers.get('cache-control')).toBe('no-store');
+    const body = ready?.body as { detail: string };
     expect(body.detail).toMatch(/database/);
     expect(JSON.stringify(body)).not.toMatch(/ECONNREFUSED|stack|at /);
 
@@ -188,8 +177,8 @@ describe('Health endpoints', () => {
     'When the database comes back, then ready is 200 again without a restart',
     async () => {
       await dbSwitch.start();
-      const ready = await waitForStatus('/healthz/ready', 200, 5000);
-      expect(ready.status).toBe(200);
+      const ready = await waitForStatus(base, '/healthz/ready', 200, 5000);
+      expect(ready?.status).toBe(200);
       expect((await get('/posts/public')).status).toBe(200);
     },
   );

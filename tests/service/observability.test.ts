@@ -12,6 +12,7 @@ import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { describeSettings, loadSettings } from '../../service/src/settings';
 import { sample, samples } from '../../tools/harness/metrics-text';
+import { pollUntil } from '../../tools/harness/poll';
 import { startService } from '../../tools/harness/service';
 import {
   bearer,
@@ -131,20 +132,13 @@ describe('Metrics', () => {
     });
     pending.on('error', () => undefined);
     pending.write('{"email": ');
-    let during: number | undefined;
-    for (let i = 0; i < 50 && during !== 1; i++) {
-      during = sample(await scrape(), 'http_requests_in_flight');
-      if (during !== 1) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    expect(during).toBe(1);
+    const inFlight = async () => sample(await scrape(), 'http_requests_in_flight');
+    const during = await pollUntil(inFlight, (n) => n === 1, { withinMs: 2500, everyMs: 50 });
+    expect(during.value).toBe(1);
 
     pending.destroy();
-    let after: number | undefined;
-    for (let i = 0; i < 50 && after !== 0; i++) {
-      after = sample(await scrape(), 'http_requests_in_flight');
-      if (after !== 0) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    expect(after).toBe(0);
+    const after = await pollUntil(inFlight, (n) => n === 0, { withinMs: 2500, everyMs: 50 });
+    expect(after.value).toBe(0);
   });
 
   test('When scraped, then the database pool reports used, idle, waiting and maximum connections', async () => {
@@ -202,9 +196,11 @@ describe('Metrics', () => {
   test('When the API listener closes, then the metrics listener closes with it', async () => {
     running.server.closeAllConnections();
     await new Promise((resolve) => running.server.close(resolve));
-    for (let i = 0; i < 50 && running.metricsServer.listening; i++) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await pollUntil(
+      () => running.metricsServer.listening,
+      (listening) => !listening,
+      { withinMs: 1000, everyMs: 20 },
+    );
     expect(running.metricsServer.listening).toBe(false);
     await expect(fetch(scrapeUrl)).rejects.toThrow();
   });
@@ -388,8 +384,7 @@ describe('Request log edge cases', () => {
       call.end();
       await new Promise((resolve) => setTimeout(resolve, 100));
       call.destroy();
-      for (let i = 0; i < 50 && requestLines().length === 0; i++)
-        await new Promise((resolve) => setTimeout(resolve, 20));
+      await pollUntil(requestLines, (lines) => lines.length > 0, { withinMs: 1000, everyMs: 20 });
       expect(requestLines()).toEqual([
         expect.objectContaining({
           level: 30,

@@ -7,6 +7,7 @@
 import request from 'supertest';
 import { PrimaryPositions, parseLsn } from '../../service/src/db/standbys';
 import { loadSettings } from '../../service/src/settings';
+import { pollUntil } from '../../tools/harness/poll';
 import { freePort } from '../../tools/harness/service';
 import {
   bearer,
@@ -140,13 +141,13 @@ onPostgres('With a read endpoint', () => {
 
   /** Reads until one is not sent to the primary for want of its position (read every 0.1 s from the start). */
   const positioned = async (on: TestService): Promise<void> => {
-    for (let attempt = 0; attempt < 50; attempt++) {
+    const read = async () => {
       const before = on.db.reads.counts.fallbacks.no_primary_position;
       await request(on.app).get('/posts/public?limit=1').expect(200);
-      if (on.db.reads.counts.fallbacks.no_primary_position === before) return;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    throw new Error('no position of the primary after 50 reads');
+      return on.db.reads.counts.fallbacks.no_primary_position === before;
+    };
+    const { held } = await pollUntil(read, (onStandby) => onStandby, { withinMs: 5000 });
+    if (!held) throw new Error('no position of the primary within 5 s of reads');
   };
 
   test('When a post is written, then the anonymous feed read on the standby endpoint has it, in the same order and form as the primary gives', async () => {

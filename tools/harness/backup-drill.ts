@@ -319,7 +319,7 @@ export async function serveRecovered(
 ): Promise<{ svc: ServiceProcess; readyMs: number }> {
   const started = Date.now();
   const svc = await start(port);
-  const status = await waitForStatus(svc.base, '/healthz/ready', 200, 120_000);
+  const status = (await waitForStatus(svc.base, '/healthz/ready', 200, 120_000))?.status ?? 0;
   if (status !== 200) throw new Error(`the service on the recovered server was not ready: ${String(status)}`);
   return { svc, readyMs: Date.now() - started };
 }

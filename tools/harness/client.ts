@@ -8,6 +8,7 @@ export interface Answer {
   contentType: string;
   /** The Retry-After header, when the answer has one. */
   retryAfter: string | null;
+  headers: Headers;
   body: unknown;
   ms: number;
 }
@@ -50,6 +51,7 @@ export async function call(
     status: res.status,
     contentType,
     retryAfter: res.headers.get('retry-after'),
+    headers: res.headers,
     body: parsed,
     ms: performance.now() - started,
   };
@@ -95,22 +97,13 @@ export async function author(
   return { token, posts };
 }
 
-/** Polls until the path answers with the status or the time runs out; returns the last status. */
+/** Polls until the path answers with the status or the time runs out; returns the last answer (none: refused or timed out). */
 export async function waitForStatus(
   base: string,
   p: string,
   status: number,
   withinMs: number,
-): Promise<number> {
-  const polled = await pollUntil(
-    // No answer at all (refused, timed out) counts as status 0.
-    () =>
-      call(base, p, { timeoutMs: 2000 }).then(
-        (a) => a.status,
-        () => 0,
-      ),
-    (got) => got === status,
-    { withinMs, everyMs: 50 },
-  );
-  return polled.value;
+): Promise<Answer | undefined> {
+  const read = () => call(base, p, { timeoutMs: 2000 }).catch(() => undefined);
+  return (await pollUntil(read, (got) => got?.status === status, { withinMs, everyMs: 50 })).value;
 }

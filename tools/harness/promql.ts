@@ -7,18 +7,13 @@
  *   Prometheus for each and expects series).
  */
 import type { parser as Parser } from '@prometheus-io/lezer-promql' with { 'resolution-mode': 'import' };
+import type { KubeObject } from './manifests';
 
 // The package's CommonJS build; its types are declared for the ES module build only.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { parser } = require('@prometheus-io/lezer-promql') as { parser: typeof Parser };
 
 type SyntaxNode = ReturnType<typeof parser.parse>['topNode'];
-
-/** A rendered object, as far as these helpers read it. */
-interface Rendered {
-  kind: string;
-  metadata: { name: string; labels?: Record<string, string> };
-}
 
 export interface AlertRule {
   alert: string;
@@ -28,7 +23,7 @@ export interface AlertRule {
   annotations?: Record<string, string>;
 }
 
-export interface PrometheusRuleObject extends Rendered {
+export interface PrometheusRuleObject extends KubeObject {
   spec: { groups: { name: string; rules: AlertRule[] }[] };
 }
 

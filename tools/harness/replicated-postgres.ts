@@ -16,6 +16,7 @@ import {
   queryServer,
   runPostgresTool,
 } from './postgres';
+import { pollUntil } from './poll';
 import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
@@ -160,11 +161,9 @@ export class ReplicatedPostgres {
 
   /** Resolves once the primary waits for the standby again (its commits are replicated). */
   private async synchronous(): Promise<void> {
-    const deadline = Date.now() + 30_000;
-    while ((await this.syncState().catch(() => undefined)) !== 'sync') {
-      if (Date.now() > deadline) throw new Error('the standby was not synchronous within 30 s');
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+    const read = () => this.syncState().catch(() => undefined);
+    const { held } = await pollUntil(read, (state) => state === 'sync', { withinMs: 30_000, everyMs: 200 });
+    if (!held) throw new Error('the standby was not synchronous within 30 s');
   }
 
   /** The standby's sync_state as the primary sees it ('sync' when commits wait for it). */
