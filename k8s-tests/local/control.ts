@@ -91,12 +91,15 @@ function routes(c: Controlled): Routes {
       step(`inspect: node -e … inside ${replica.name}`);
       return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
     },
-    // The image as an operator might misconfigure it: no DB_HOSTNAME, so the embedded database.
+    // The image as an operator might misconfigure it: no database address, so the embedded database.
+    // The read endpoint goes too: with it alone the start stops on that setting instead.
     'POST /image/without-database': () => {
       if (!(launcher instanceof ContainerLauncher))
         throw new Error('no image: the replicas run as processes');
       const env = { ...c.onceEnv };
       delete env.DB_HOSTNAME;
+      delete env.DB_READ_HOSTNAME;
+      delete env.DB_READ_PORT;
       step('a container of the image without DB_HOSTNAME');
       return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
     },
