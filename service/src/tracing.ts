@@ -48,8 +48,8 @@ const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
 
 /**
  * Runs `work` in a span of its own, a child of the active one. Outside a sampled span (a request
- * not traced, a background job) it runs bare: a span there would start a trace of its own or be
- * dropped with its parent anyway.
+ * not traced, a background job) it runs without spans, the driver's included: a span there would
+ * start a trace of its own or be dropped with its parent anyway.
  */
 function inSpan<T>(
   name: string,
@@ -58,8 +58,12 @@ function inSpan<T>(
   work: () => Promise<T>,
   suppressDriver = false,
 ): Promise<T> {
-  if (!started || trace.getActiveSpan()?.isRecording() !== true) return work();
+  if (!started) return work();
   const { tracer, withoutDriverSpans } = started;
+  // Not sampled: the driver's instrumentation would still build each statement's attributes for a
+  // span that is dropped, so it is told to stand aside too.
+  if (trace.getActiveSpan()?.isRecording() !== true)
+    return context.with(withoutDriverSpans(context.active()), work);
   return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     try {
       return await (suppressDriver ? context.with(withoutDriverSpans(context.active()), work) : work());
