@@ -1,12 +1,12 @@
 /**
  * `k8s:local --from-registry`: the install an operator makes from a published release. The image
- * `npm run image:build` made is released into a registry on a local port (tools/harness/published.ts),
+ * `npm run image:build` made is released into a registry on a local port (tools/published.ts),
  * the chart is pulled back with `helm pull --verify` and rendered from its package, and the image
  * its defaults name is pulled by digest: the replicas run what the registry served.
  */
 import { join } from 'node:path';
 import { engine, IMAGE, imageExists, run } from '../../tools/container';
-import { chartFile, publish, pullChart } from '../../tools/harness/published';
+import { chartFile, publish, pullChart } from '../../tools/published';
 import type { Registry } from '../../tools/harness/registry';
 
 export interface Installed {

@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { IMAGE, imageExists } from '../../tools/container';
-import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/harness/published';
+import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/published';
 import type { Registry } from '../../tools/harness/registry';
 import { SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
 import { ensureTools } from '../../tools/tools';

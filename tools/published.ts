@@ -6,9 +6,9 @@
 import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { release, type ReleaseRecord } from '../release';
-import { ensureTools } from '../tools';
-import { startRegistry, type Registry } from './registry';
+import { startRegistry, type Registry } from './harness/registry';
+import { release, type ReleaseRecord } from './release';
+import { ensureTools } from './tools';
 
 export interface Published {
   registry: Registry;
