@@ -17,7 +17,9 @@ export interface Installed {
 
 export async function installFromRegistry(work: string, step: (message: string) => void): Promise<Installed> {
   if (!imageExists(IMAGE)) throw new Error(`no image ${IMAGE}: run npm run image:build first`);
-  step(`release: ${IMAGE} released into docker-registry on a local port, the chart signed with a throwaway key`);
+  step(
+    `release: ${IMAGE} released into docker-registry on a local port, the chart signed with a throwaway key`,
+  );
   const published = await publish(join(work, 'release'), IMAGE);
   const { record } = published;
   step(`released: image ${record.image}@${record.imageDigest}, chart ${record.chart}@${record.chartDigest}`);

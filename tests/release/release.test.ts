@@ -51,11 +51,7 @@ describe('A release in the registry', () => {
     const pulled = pullChart(path.join(work, 'pulled'));
     expect(pulled.stderr + pulled.stdout).toContain(record.chartDigest);
     expect(pulled.status).toBe(0);
-    const values = run(helm, [
-      'show',
-      'values',
-      chartFile(published, path.join(work, 'pulled')),
-    ]);
+    const values = run(helm, ['show', 'values', chartFile(published, path.join(work, 'pulled'))]);
     expect(values.status).toBe(0);
     const image = (parse(values.stdout) as { image: { repository: string; digest: string } }).image;
     expect(image.repository).toBe(record.image);
