@@ -43,19 +43,9 @@ export function loginSection(resultsDir: string): string[] {
   return [
     '## Login and the threadpool',
     '',
-    "bcrypt (native) and request decompression (zlib) both run on libuv's threadpool, four threads by default. " +
-      `\`npm run bench:login\` (tools/bench/login-starvation.ts) starts the service on ${r.posts.toLocaleString('en-US')} posts ` +
-      `(\`BCRYPT_ROUNDS=${String(r.bcryptRounds)}\`), then for ${String(r.seconds)} s sends sequential probes (a gzip-bodied ` +
-      `\`POST /posts/\`, a valid login) alone, and again beside ${String(r.attackers)} clients sending failed logins back to back, ` +
-      'once per `PASSWORD_HASH_CONCURRENCY`. Measured ' +
-      `${r.measuredAt}, Node ${r.node}, load average ${r.loadAverage.join(' / ')} (a shared, busy machine: the times are high, the contrast is the point).`,
+    `\`npm run bench:login\`, ${r.posts.toLocaleString('en-US')} posts, \`BCRYPT_ROUNDS=${String(r.bcryptRounds)}\`: p50 of sequential probes over ${String(r.seconds)} s, alone and beside ${String(r.attackers)} clients sending failed logins, per \`PASSWORD_HASH_CONCURRENCY\`. Measured ${r.measuredAt}, Node ${r.node}, load average ${r.loadAverage.join(' / ')}.`,
     '',
     ...loginTable(r),
-    '',
-    'Without a bound, eight logins fill every thread and each gzip-bodied request waits behind them; with two ' +
-      'hashes at most, decompression keeps two threads. Logins still queue behind each other (bcrypt is work the ' +
-      "CPU must do; the proxy's 10 a minute per address is what bounds failed ones), and a failed login costs what " +
-      'a valid one does: both wait for the same turn and run the same compare.',
     '',
   ];
 }

@@ -58,8 +58,8 @@ export function poolerLines(r: PoolerResult): string[] {
       ? `${fmt(s.median ?? 0)} (${fmt(Math.min(...s.rps))}–${fmt(Math.max(...s.rps))})${s.errors + s.non2xx > 0 ? ` ⚠ ${String(s.errors + s.non2xx)} failed` : ''}`
       : '—';
   // Each round measures a cell's contenders back to back, so a round's own ratio is little moved by
-  // the machine's speed drifting between rounds (seen here at ±30 % on a shared host), which the
-  // ratio of two medians taken from different rounds is not.
+  // the machine's speed drifting between rounds, which the ratio of two medians from different
+  // rounds is not.
   const ratio = (a: string, b: string, list: string, connections: number) => {
     const x = find(a, list, connections)?.rps ?? [];
     const y = find(b, list, connections)?.rps ?? [];
@@ -87,12 +87,6 @@ export function poolerLines(r: PoolerResult): string[] {
     }),
     '',
     'CPU time per request (µs, median of the rounds): the service process, and PgBouncer where it is in the path.',
-    ...(split
-      ? ["The pooler spends its CPU from its own quota here, not from the servers'."]
-      : [
-          'On this machine the pooler takes its share of the same two cores as the service, PostgreSQL and the load',
-          'generator, so its own CPU comes out of the throughput; where it runs on nodes of its own, it does not.',
-        ]),
     '',
     `| list | connections | ${keys.map((k) => `${k} service`).join(' | ')} | ${poolerKeys.map((k) => `${k} pooler`).join(' | ')} |`,
     `|---|---|${keys.map(() => '---|').join('')}${poolerKeys.map(() => '---|').join('')}`,
@@ -118,26 +112,8 @@ export function poolerSection(resultsDir: string): string[] {
   return [
     '## Behind PgBouncer',
     '',
-    'Reproduce: `npm run bench:pooler -- --posts 100000 --before <commit>` (PgBouncer 1.24.1 built by',
-    '`tools/pgbouncer.ts`). The lists, public, signed in and searched, served by the bare reference (the',
-    "service's own statements, prepared per shape, the caller looked up on every request, the same pool of",
-    'connections), by the service direct to PostgreSQL and through PgBouncer in transaction mode, and by an older',
-    'commit of the service (`before`, direct), all on the same data and measured in the same alternating rounds.',
-    '',
     ...(shared ? poolerLines(shared) : []),
     '',
-    ...(split
-      ? [
-          '### With the pooler on CPU of its own',
-          '',
-          'In a cluster PgBouncer runs in pods of its own (the Pooler), so what it spends is not taken from the',
-          'service. `--pooler-cpu 0.5` (as root, Linux only) reproduces that on one machine: the pooler gets half a core',
-          'to itself through a CPU quota, and the servers, PostgreSQL and the load generator share the rest, direct',
-          'contenders too.',
-          '',
-          ...poolerLines(split),
-          '',
-        ]
-      : []),
+    ...(split ? ['### With the pooler on CPU of its own', '', ...poolerLines(split), ''] : []),
   ];
 }

@@ -79,7 +79,7 @@ const mark = (ok: boolean) => (ok ? '✅ met' : '❌ missed');
 const markTarget = (t: Target) => (t.stretch ? '✅ met, stretch too' : mark(t.met));
 const cpu = (f: EndpointFigures | undefined) =>
   f?.cpuUsPerRequest === undefined ? '–' : fmt(f.cpuUsPerRequest);
-/** The first count's run: the one the plot, the scaling table and the checks read. */
+/** The first count's run: the one the scaling tables and the checks read. */
 const firstRun = (r: SizeResult): ConnectionRun =>
   r.runs[0] ?? { connections: 0, service: {}, reference: {} };
 
@@ -314,66 +314,18 @@ function scaling(results: SizeResult[]): string[] {
   return lines;
 }
 
-const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/"/g, '&quot;');
-
-/** p50 latency against the number of posts (log scale), one line per endpoint, as plain SVG. */
-export function plot(results: SizeResult[]): string {
-  const W = 760;
-  const H = 420;
-  const left = 60;
-  const right = 240;
-  const top = 40;
-  const bottom = 50;
-  const sizes = results.map((r) => r.posts);
-  // Login is bcrypt-bound (seconds under load) and does not depend on the posts; plotted, it would
-  // flatten every other line, so it stays in the tables only.
+/** p50 of every endpoint but login (bcrypt sets its latency, not the posts) at every size. */
+function p50Table(results: SizeResult[]): string[] {
   const service = (r: SizeResult) => firstRun(r).service;
   const names = Object.keys(results[0] ? service(results[0]) : {}).filter((n) => !n.startsWith('login'));
-  const maxY = Math.max(1, ...results.flatMap((r) => names.map((n) => service(r)[n]?.p50 ?? 0))) * 1.1;
-  const lx = (n: number) => Math.log10(n);
-  const [minX, maxX] = [lx(Math.min(...sizes)), lx(Math.max(...sizes))];
-  const x = (n: number) => left + (maxX === minX ? 0.5 : (lx(n) - minX) / (maxX - minX)) * (W - left - right);
-  const y = (v: number) => top + (1 - v / maxY) * (H - top - bottom);
-  const out = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${String(W)}" height="${String(H)}" viewBox="0 0 ${String(W)} ${String(H)}" font-family="sans-serif" font-size="12">`,
-    `<rect width="100%" height="100%" fill="white"/>`,
-    `<text x="${String(W / 2 - 100)}" y="20" font-size="14">p50 latency (ms) against posts in the database (${String(results[0] ? firstRun(results[0]).connections : '?')} connections)</text>`,
-    `<line x1="${String(left)}" y1="${String(H - bottom)}" x2="${String(W - right)}" y2="${String(H - bottom)}" stroke="black"/>`,
-    `<line x1="${String(left)}" y1="${String(top)}" x2="${String(left)}" y2="${String(H - bottom)}" stroke="black"/>`,
+  if (names.length === 0) return [];
+  return [
+    `p50 ms of every endpoint but login, by posts in the database (${String(results[0] ? firstRun(results[0]).connections : '?')} connections):`,
+    '',
+    `| Endpoint | ${results.map((r) => `${fmt(r.posts)} posts`).join(' | ')} |`,
+    `|---|${results.map(() => '---:').join('|')}|`,
+    ...names.map((n) => `| ${n} | ${results.map((r) => String(service(r)[n]?.p50 ?? '–')).join(' | ')} |`),
   ];
-  for (let i = 0; i <= 5; i++) {
-    const v = (maxY / 5) * i;
-    out.push(
-      `<line x1="${String(left)}" y1="${y(v).toFixed(1)}" x2="${String(W - right)}" y2="${y(v).toFixed(1)}" stroke="#ddd"/>`,
-      `<text x="${String(left - 8)}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(0)}</text>`,
-    );
-  }
-  for (const n of sizes)
-    out.push(
-      `<text x="${x(n).toFixed(1)}" y="${String(H - bottom + 18)}" text-anchor="middle">${fmt(n)}</text>`,
-    );
-  out.push(
-    `<text x="${String((left + W - right) / 2)}" y="${String(H - 12)}" text-anchor="middle">posts (log scale)</text>`,
-  );
-  names.forEach((name, i) => {
-    const color = COLORS[i % COLORS.length] ?? 'black';
-    const points = results
-      .filter((r) => service(r)[name])
-      .map((r) => `${x(r.posts).toFixed(1)},${y(service(r)[name]?.p50 ?? 0).toFixed(1)}`);
-    out.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${points.join(' ')}"/>`);
-    for (const p of points) {
-      const [px, py] = p.split(',');
-      out.push(`<circle cx="${px ?? '0'}" cy="${py ?? '0'}" r="3" fill="${color}"/>`);
-    }
-    const ly = top + 10 + i * 20;
-    out.push(
-      `<line x1="${String(W - right + 15)}" y1="${String(ly)}" x2="${String(W - right + 40)}" y2="${String(ly)}" stroke="${color}" stroke-width="2"/>`,
-      `<text x="${String(W - right + 46)}" y="${String(ly + 4)}">${esc(name)}</text>`,
-    );
-  });
-  out.push('</svg>');
-  return `${out.join('\n')}\n`;
 }
 
 /** Every size's ladder side by side: what each rung adds, and where that leaves the throughput. */
@@ -388,6 +340,8 @@ function ladderSummary(results: SizeResult[]): string[] {
     return `${own} µs, ${found.ofReference} ×`;
   };
   return [
+    '## The ladder at every size',
+    '',
     'CPU per request each rung adds over the rung it builds on, and the throughput it leaves against the reference:',
     '',
     `| Rung | ${ladders.map((l) => `${fmt(l.posts)} posts`).join(' | ')} |`,
@@ -396,66 +350,6 @@ function ladderSummary(results: SizeResult[]): string[] {
       (rung, i) =>
         `| ${String(i + 1)}. ${rung.name} | ${ladders.map((l) => cell(l.steps, rung.key)).join(' | ')} |`,
     ),
-    '',
-  ];
-}
-
-// Findings from profiling and A/B sessions, kept because they explain the
-// figures; the tables above are remeasured on every run, the A/B figures below are not.
-function why(results: SizeResult[]): string[] {
-  return [
-    '## Where the time goes, and what changed',
-    '',
-    "Both servers send the same SQL as the same named prepared statements (the reference compiles the service's",
-    'own statements from its repositories at start, so the two cannot drift), look the caller up on every',
-    'authenticated request, build the same JSON and the same `Link` header, use a pool of the same size and run',
-    'on the same Node release: the ratio is the cost of the framework and middleware alone. The ladder splits it',
-    'layer by layer:',
-    '',
-    ...ladderSummary(results),
-    'Each change of 2026-11-23 (issue 14) was measured A/B on the public list at 10,000 posts, 10',
-    'connections, on a quiet machine, 6 s runs after a 2 s warm-up, two rounds; CPU µs per request:',
-    '',
-    "- **Queries built once.** Every hot query (the eight shapes of the list, one post, the token's",
-    "  user, the login's user, a post's owner, a vote and its withdrawal) is built by knex once",
-    '  (`service/src/db/statements.ts`) and sent straight to a pooled connection as a named prepared',
-    "  statement, so neither knex's compiler nor PostgreSQL's parser runs per request. The knex rung",
-    '  added 46-80 µs to the reference in the runs of 2026-11-22; now 263 and 256 µs against the',
-    "  reference's 259 and 263: knex costs nothing per request. PostgreSQL still plans each list query anew (0.2-0.4 ms at 1M",
-    '  posts): with `LIMIT` and `OFFSET` as parameters a generic plan assumes 10 % of the table and never',
-    '  wins, so its custom plans stay, which also keeps the right plan for rare and common searches.',
-    "  `published` is written as the partial index's own predicate, not `published = $1`, so any plan",
-    '  can use that index.',
-    "- **Node 24, the image's release.** The bench now runs both servers on the Node release the image",
-    "  ships (24.21.0; `--node current` for the machine's). Bare Express with the list cost 408 and 414",
-    '  µs on Node 20 against 256-263 for bare node:http, and 298 and 308 on Node 24: most of what earlier',
-    '  runs booked to Express was Node 20. The service went from 534 and 538 µs to 404 and 418; the',
-    '  reference stayed at 258-261.',
-    "- **Headers for what they protect.** helmet's 13 headers became 4 on API answers",
-    '  (`service/src/http/security-headers.ts`; the full set stays on `/docs`), and a request without',
-    "  `Origin` gets only `Vary: Origin` from CORS. A list answer's headers: 1,020 bytes before, 558",
-    '  after (with the new 67-byte `Link`).',
-    '- **Routing.** The four API modules add their routes to one router instead of mounting four, and',
-    '  the probes are mounted at `/healthz`, so no other request walks their routes.',
-    '- **Each piece alone** (Node 20, bare Express at 408 and 414 µs; the "express + …" rungs now measure',
-    '  it on every run): ETag +23 and +25, metrics +13 and +18, request log +16 and +20, CORS +10 and',
-    "  +13, security headers +10 and +11, the Host and body-size checks +19 and +8, joi's list-query",
-    '  check +35 and +19; the whole app +131 and +110. Each is small; the ETag stays, for the 304 it',
-    '  gives a client polling the feed (`tests/service/http.test.ts`).',
-    '',
-    'What is left has no hot spot. A CPU profile of the authenticated list under load',
-    '(`npm run bench:profile`, Node 24, 10,000 posts) shows two functions at 3 % or more of the',
-    "service's time, and both belong to the reference's work too: the socket writes (`writev`, 33 %,",
-    "also the largest share of the reference's profile) and `JSON.stringify` of the page (7 %). The",
-    'rest is spread over Express, pg, the token check and the pool at 2 % or less each.',
-    '',
-    'Issue 32 (2026-11-26) measured the service against the physical limit (above) and split its CPU',
-    'by stage (above). Among what the service does and the limit does not, the token check came first',
-    '(passport, passport-jwt and jsonwebtoken on every signed-in request), then the router walking each',
-    'middleware as a layer of its own. A token that passed the full check is now kept, until its `exp`, and',
-    'its next requests cost a map look-up (`service/src/http/token-cache.ts`, `TOKEN_CACHE_SIZE`); passport',
-    'still checks every token the process has not seen. The middleware every request walks runs as two',
-    'layers of the router instead of eight (`service/src/http/sequence.ts`).',
     '',
   ];
 }
@@ -521,45 +415,14 @@ export async function publishResult(
 }
 
 /**
- * Rebuilds docs/benchmarks.md from GENERATED_START to its end, and docs/benchmarks.svg, from every
+ * Rebuilds docs/benchmarks.md from GENERATED_START to its end, tables only, from every
  * result in the folder, with the pooler run's and the login run's sections when `resultsDir` holds
  * them. The part above the marker is kept.
  */
 export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: string): string[] {
   mkdirSync(docsDir, { recursive: true });
   const mdPath = path.join(docsDir, 'benchmarks.md');
-  const md = [
-    GENERATED_START,
-    '',
-    '## How `npm run bench` measures',
-    '',
-    'Reproduce on your own machine (PostgreSQL on 127.0.0.1:5432, or set `DB_HOSTNAME`, `DB_PORT`, `DB_USERNAME`, `DB_PASSWORD`):',
-    '',
-    '```sh',
-    'npm run bench -- --posts 10000,100000,1000000   # or one size; --duration 10 --connections 10,64 --reseed',
-    '```',
-    '',
-    'Each size seeds a database `sp_bench_<posts>` set-based in SQL (one user per ten posts, about two votes per post,',
-    `nine posts in ten published, "news" in about one title in ten and "zephyr" in one in ten thousand), reuses it`,
-    'on later runs, then measures every endpoint with [autocannon](https://github.com/mcollina/autocannon) against',
-    'the service (`node --import tsx service/src/main.ts`, `NODE_ENV=production`, `LOG_LEVEL=warn`, `BCRYPT_ROUNDS=12`,',
-    "pool of 10) and against `tools/bench/reference.ts`, a bare `node:http` + `pg` server sending the service's own statements on the same",
-    'data, in the same run: endpoint by endpoint, back to back, the one going first alternating, so a',
-    'disturbance lands on both; all of it at each connection count. Every figure is after a 1 s warm-up;',
-    "latencies are autocannon's, in ms, measured on",
-    'the same machine as the server, the database and the load generator, which therefore share the CPU.',
-    "CPU µs/req is the server process's own CPU time (user + system, from `/proc`) over the requests it answered:",
-    'steadier than throughput, which also depends on the other two (for login it includes the bcrypt threads;',
-    'its time-out is 30 s, as 64 logins at once queue for seconds).',
-    'Each size then measures, at the first count, the public list one layer at a time from the reference to the',
-    'service (`tools/bench/ladder.ts` serves the rungs between, among them bare Express plus each single piece of the',
-    'app), and deep pages of both lists by offset and by cursor.',
-    '',
-    '![p50 latency against the number of posts](benchmarks.svg)',
-    '',
-    '(Login is left out of the plot: bcrypt, not the number of posts, sets its latency.)',
-    '',
-  ];
+  const md = [GENERATED_START, ''];
   if (resultsDir) md.push(...limitSection(resultsDir), ...profileSection(resultsDir));
   const overall = overallTargets(results);
   if (overall.length > 0) md.push('## Targets', '', ...overall, '');
@@ -579,13 +442,11 @@ export function renderDocs(results: SizeResult[], docsDir: string, resultsDir?: 
     const deep = deepTable(r);
     if (deep.length > 0) md.push(...deep, '');
   }
-  md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '');
+  md.push('## Latency from 10,000 to 1,000,000 posts', '', ...scaling(results), '', ...p50Table(results), '');
   if (resultsDir) md.push(...poolerSection(resultsDir), ...loginSection(resultsDir));
-  md.push(...why(results));
-  const svgPath = path.join(docsDir, 'benchmarks.svg');
+  md.push(...ladderSummary(results));
   writeFileSync(mdPath, writtenPart(mdPath) + md.join('\n'));
-  writeFileSync(svgPath, plot(results));
-  return [mdPath, svgPath];
+  return [mdPath];
 }
 
 /** The headline figures' markers in docs/benchmarks.md (in its written part, above GENERATED_START). */

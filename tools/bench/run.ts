@@ -5,7 +5,7 @@
  * data, measures every endpoint with autocannon against both at each connection count, then (at
  * the first count) the public list one layer at a time between the two, deep pages by offset and
  * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
- * and prints the targets. Results go to tools/bench/results/; docs/benchmarks.svg, the generated part of
+ * and prints the targets. Results go to tools/bench/results/; the generated part of
  * docs/benchmarks.md and its headline figures are rebuilt from every result there (with --out, only
  * the generated docs, there; the headline figures in docs/ are left alone).
  */
