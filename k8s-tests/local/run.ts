@@ -172,8 +172,8 @@ function runSuite(env: NodeJS.ProcessEnv): Promise<number> {
   });
 }
 
-async function main(): Promise<number> {
-  const { tmp } = state;
+/** What the run needs of this machine: it fails at once, naming what is missing. */
+function checkPrerequisites(): void {
   for (const [bin, hint] of [
     [process.env.NGINX_BIN ?? '/usr/sbin/nginx', 'apt-get install nginx'],
     [HEADERS_MORE_MODULE, 'apt-get install libnginx-mod-http-headers-more-filter'],
@@ -184,6 +184,237 @@ async function main(): Promise<number> {
   }
   if (process.getuid?.() !== 0)
     throw new Error('run as root: PostgreSQL runs as postgres and nginx as nobody');
+}
+
+/**
+ * CloudNativePG's stand-in for the rendered Cluster and Poolers (local/cnpg.ts); the rw Pooler's
+ * port, 0 when the release renders none (the in-chart database).
+ */
+async function startCnpg(objects: KubeObject[], tmp: string): Promise<number> {
+  const rendered = cnpgObjects(objects);
+  if (!rendered) return 0;
+  const { cluster, pooler, readPooler, archiving } = rendered;
+  step(
+    `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}${readPooler ? ` and ro Pooler ${readPooler.metadata.name}` : ''}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
+  );
+  if (archiving)
+    step(
+      `Barman Cloud plugin stand-in: WAL archived to ${archiving.settings.destinationPath}/${archiving.settings.serverName} at ${archiving.settings.endpointUrl} (s3rver), archive_timeout ${archiving.archiveTimeout}${archiving.scheduled ? ", base backups on the suite's request" : ''}`,
+    );
+  // Processes cannot resolve the Pooler's Service name; they dial localhost, which the certificate adds.
+  state.cnpg = new CnpgStandIn(
+    cluster,
+    pooler,
+    namespace,
+    tmp,
+    runAsProcesses ? ['localhost'] : [],
+    archiving,
+    readPooler,
+  );
+  const poolerPort = await state.cnpg.start();
+  step(
+    `Pooler on 127.0.0.1:${poolerPort}${state.cnpg.readPoolerPort ? `, ro Pooler on 127.0.0.1:${state.cnpg.readPoolerPort}` : ''}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
+  );
+  return poolerPort;
+}
+
+/** The emulated kubelet's runtime: containers of the image, or with --processes this checkout built. */
+function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
+  if (runAsProcesses) {
+    step('build the service (tsc into the work folder; dist/ is left alone)');
+    const build = join(tmp, 'build');
+    const tsc = require.resolve('typescript/bin/tsc', { paths: [repoRoot] });
+    execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', build], {
+      cwd: repoRoot,
+      stdio: 'inherit',
+    });
+    // The pod's Secret volumes as host folders: a setting naming one of their files points there.
+    const mounted: Record<string, string> = {};
+    for (const mount of containerPolicy(release.podSpec, release.container, release.secrets).mounts) {
+      if (!mount.files) continue;
+      const dir = join(tmp, 'mounts', mount.volume);
+      mkdirSync(dir, { recursive: true });
+      for (const [file, content] of Object.entries(mount.files)) writeFileSync(join(dir, file), content);
+      mounted[mount.path] = dir;
+    }
+    return new ProcessLauncher(
+      join(build, 'service/src/main.js'),
+      join(repoRoot, 'node_modules'),
+      logDir,
+      mounted,
+    );
+  } else {
+    let facts;
+    try {
+      facts = imageFacts();
+    } catch {
+      throw new Error(
+        `no image ${IMAGE} (${engine().name}): run npm run image:build first, or use --processes`,
+      );
+    }
+    return new ContainerLauncher(
+      containerPolicy(release.podSpec, release.container, release.secrets),
+      logDir,
+      { id: facts.id, size: mb(facts.size), base: facts.base },
+      // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
+      release.cnpg
+        ? {
+            [release.database.host]: '127.0.0.1',
+            ...(release.readDatabase ? { [release.readDatabase.host]: '127.0.0.1' } : {}),
+          }
+        : {},
+    );
+  }
+}
+
+interface Address {
+  host: string;
+  port: number;
+}
+
+/**
+ * The database the replicas dial and what the suite may do to it: CloudNativePG's stand-in (its
+ * Pooler, failover, standby and backups) or, with the in-chart database, one PostgreSQL.
+ */
+async function databaseFor(
+  release: Release,
+  poolerPort: number,
+  tmp: string,
+): Promise<{ database: DatabaseControl; dbAddress: Address; readAddress?: Address }> {
+  let database: DatabaseControl;
+  let dbAddress: Address;
+  let readAddress: Address | undefined;
+  const standIn = state.cnpg;
+  if (standIn) {
+    database = {
+      stop: () => {
+        standIn.stopDatabase();
+        return Promise.resolve();
+      },
+      start: () => standIn.startDatabase(),
+      failover: () => standIn.failover(FAILOVER_DETECTION_MS),
+      ...(standIn.readPoolerPort
+        ? {
+            standby: {
+              pauseReplay: (paused: boolean) => standIn.pauseReplay(paused),
+              committedOn: () => standIn.committedOn(),
+            },
+          }
+        : {}),
+      ...(standIn.backups
+        ? {
+            backups: {
+              base: () => standIn.baseBackup(),
+              mistake: () => standIn.mistake(),
+              recover: (objects: KubeObject[]) => standIn.recover(objects),
+            },
+          }
+        : {}),
+    };
+    dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
+    if (release.readDatabase && standIn.readPoolerPort)
+      readAddress = {
+        host: runAsProcesses ? 'localhost' : release.readDatabase.host,
+        port: standIn.readPoolerPort,
+      };
+  } else {
+    const pgPort = await freePort();
+    step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
+    const postgres = new Postgres({
+      dir: join(tmp, 'postgres'),
+      port: pgPort,
+      database: release.database.name,
+      user: release.database.user,
+      password: release.database.password,
+    });
+    state.postgres = postgres;
+    await postgres.init();
+    database = { stop: () => postgres.stop(), start: () => postgres.start() };
+    dbAddress = { host: '127.0.0.1', port: pgPort };
+  }
+  return { database, dbAddress, ...(readAddress ? { readAddress } : {}) };
+}
+
+/** A replica's pod name in the metrics, as the emulated cluster names it. */
+const podName = (replica: { name: string }) => `${releaseName}-local-${replica.name.replace(/\W/g, '')}`;
+
+async function startMonitoring(release: Release, tmp: string): Promise<Prometheus> {
+  // Monitoring: a kube-state-metrics stand-in reading the emulated cluster, and Prometheus scraping
+  // it and every running replica's metrics port with the ServiceMonitor's target labels.
+  const memoryLimitBytes = containerPolicy(
+    release.podSpec,
+    release.container,
+    release.secrets,
+  ).memoryLimitBytes;
+  const kubeStateMetrics = new KubeStateMetrics(() => {
+    const running = state.cluster?.replicas.filter((r) => !r.process.hasExited()) ?? [];
+    return {
+      namespace,
+      deployment: releaseName,
+      container: release.container.name,
+      desired: release.replicas,
+      available: running.filter((r) => r.ready).length,
+      pods: running.map((r) => ({ pod: podName(r), restarts: r.restarts })),
+      memoryLimitBytes,
+    };
+  });
+  state.kubeStateMetrics = kubeStateMetrics;
+  await kubeStateMetrics.start();
+  const metricsPortName =
+    release.service.spec?.ports?.find((p) => p.targetPort === 'metrics')?.name ?? 'metrics';
+  const prometheus = new Prometheus(join(tmp, 'prometheus'), {
+    name: releaseName,
+    namespace,
+    container: release.container.name,
+    port: metricsPortName,
+  });
+  state.prometheus = prometheus;
+  await prometheus.start(kubeStateMetrics.port);
+  step(
+    `Prometheus on ${prometheus.url} (Debian's ${PROMETHEUS_BIN}): scrapes every replica's metrics port with the ServiceMonitor's labels and a kube-state-metrics stand-in on 127.0.0.1:${kubeStateMetrics.port}, every second`,
+  );
+  return prometheus;
+}
+
+/** The suite's report files joined with the runtime's figures, printed as the proof table. */
+function printReport(
+  files: { report: string; metrics: string; upgrade: string; backup: string },
+  cluster: Cluster,
+  launcher: Launcher,
+  release: Release,
+): void {
+  if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
+  // Memory is read before the replicas stop; the figures go into the proof table.
+  for (const replica of cluster.replicas) cluster.recordMemory(replica);
+  let report: Report | undefined;
+  try {
+    report = readReport(files.report);
+  } catch {
+    step('no report was written');
+  }
+  if (report && existsSync(files.metrics))
+    report.metrics = (JSON.parse(readFileSync(files.metrics, 'utf8')) as Report).metrics;
+  if (report && existsSync(files.upgrade))
+    report.upgrade = (JSON.parse(readFileSync(files.upgrade, 'utf8')) as Report).upgrade;
+  if (report && existsSync(files.backup))
+    report.backup = (JSON.parse(readFileSync(files.backup, 'utf8')) as Report).backup;
+  if (report) {
+    const policy =
+      launcher.kind === 'containers'
+        ? containerPolicy(release.podSpec, release.container, release.secrets)
+        : undefined;
+    report.runtime = {
+      launcher: launcher.describe(),
+      memoryLimitBytes: policy?.memoryLimitBytes,
+      replicas: [...cluster.figures.values()],
+    };
+    process.stdout.write(`\n${formatReport(report)}\n\n`);
+  }
+}
+
+async function main(): Promise<number> {
+  const { tmp } = state;
+  checkPrerequisites();
   // Readable for the postgres and nobody users, which own their subfolders.
   chmodSync(tmp, 0o755);
   step(`work folder ${tmp}`);
@@ -203,32 +434,7 @@ async function main(): Promise<number> {
   );
   const objects = renderChart(ensureTools().helm, extraValues, {}, installed?.chart);
   // CloudNativePG first: its Secrets (the owner's password, the CA) are part of the pods' settings.
-  const rendered = cnpgObjects(objects);
-  let poolerPort = 0;
-  if (rendered) {
-    const { cluster, pooler, readPooler, archiving } = rendered;
-    step(
-      `CloudNativePG stand-in for Cluster ${cluster.metadata.name} and Pooler ${pooler.metadata.name}${readPooler ? ` and ro Pooler ${readPooler.metadata.name}` : ''}: CA and server certificate, primary + synchronous standby, PgBouncer 1.24.1 (${pooler.spec.pgbouncer.poolMode})`,
-    );
-    if (archiving)
-      step(
-        `Barman Cloud plugin stand-in: WAL archived to ${archiving.settings.destinationPath}/${archiving.settings.serverName} at ${archiving.settings.endpointUrl} (s3rver), archive_timeout ${archiving.archiveTimeout}${archiving.scheduled ? ", base backups on the suite's request" : ''}`,
-      );
-    // Processes cannot resolve the Pooler's Service name; they dial localhost, which the certificate adds.
-    state.cnpg = new CnpgStandIn(
-      cluster,
-      pooler,
-      namespace,
-      tmp,
-      runAsProcesses ? ['localhost'] : [],
-      archiving,
-      readPooler,
-    );
-    poolerPort = await state.cnpg.start();
-    step(
-      `Pooler on 127.0.0.1:${poolerPort}${state.cnpg.readPoolerPort ? `, ro Pooler on 127.0.0.1:${state.cnpg.readPoolerPort}` : ''}, instances on ${state.cnpg.instances.primaryPort} (primary) and ${state.cnpg.instances.standbyPort} (standby)`,
-    );
-  }
+  const poolerPort = await startCnpg(objects, tmp);
   const release: Release = readRelease(objects, state.cnpg?.secrets() ?? []);
   const controllerValues = parse(
     readFileSync(join(repoRoot, 'k8s-tests/ingress-nginx-values.yaml'), 'utf8'),
@@ -288,107 +494,12 @@ async function main(): Promise<number> {
   const upgrade = upgradeFromPrevious ? { from: previousImage(), to: releaseImage } : undefined;
   if (upgrade && !imageExists(upgrade.from))
     throw new Error(`no image ${upgrade.from}: run npm run image:previous first, or use --no-upgrade`);
-  let launcher: Launcher;
-  if (runAsProcesses) {
-    step('build the service (tsc into the work folder; dist/ is left alone)');
-    const build = join(tmp, 'build');
-    const tsc = require.resolve('typescript/bin/tsc', { paths: [repoRoot] });
-    execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', build], {
-      cwd: repoRoot,
-      stdio: 'inherit',
-    });
-    // The pod's Secret volumes as host folders: a setting naming one of their files points there.
-    const mounted: Record<string, string> = {};
-    for (const mount of containerPolicy(release.podSpec, release.container, release.secrets).mounts) {
-      if (!mount.files) continue;
-      const dir = join(tmp, 'mounts', mount.volume);
-      mkdirSync(dir, { recursive: true });
-      for (const [file, content] of Object.entries(mount.files)) writeFileSync(join(dir, file), content);
-      mounted[mount.path] = dir;
-    }
-    launcher = new ProcessLauncher(
-      join(build, 'service/src/main.js'),
-      join(repoRoot, 'node_modules'),
-      logDir,
-      mounted,
-    );
-  } else {
-    let facts;
-    try {
-      facts = imageFacts();
-    } catch {
-      throw new Error(
-        `no image ${IMAGE} (${engine().name}): run npm run image:build first, or use --processes`,
-      );
-    }
-    launcher = new ContainerLauncher(
-      containerPolicy(release.podSpec, release.container, release.secrets),
-      logDir,
-      { id: facts.id, size: mb(facts.size), base: facts.base },
-      // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
-      release.cnpg
-        ? {
-            [release.database.host]: '127.0.0.1',
-            ...(release.readDatabase ? { [release.readDatabase.host]: '127.0.0.1' } : {}),
-          }
-        : {},
-    );
-  }
+  const launcher = makeLauncher(release, tmp, logDir);
   step(launcher.describe());
   if (upgrade)
     step(`upgrade case: the replicas start from ${upgrade.from}, the suite upgrades them to ${upgrade.to}`);
 
-  let database: DatabaseControl;
-  let dbAddress: { host: string; port: number };
-  let readAddress: { host: string; port: number } | undefined;
-  const standIn = state.cnpg;
-  if (standIn) {
-    database = {
-      stop: () => {
-        standIn.stopDatabase();
-        return Promise.resolve();
-      },
-      start: () => standIn.startDatabase(),
-      failover: () => standIn.failover(FAILOVER_DETECTION_MS),
-      ...(standIn.readPoolerPort
-        ? {
-            standby: {
-              pauseReplay: (paused: boolean) => standIn.pauseReplay(paused),
-              committedOn: () => standIn.committedOn(),
-            },
-          }
-        : {}),
-      ...(standIn.backups
-        ? {
-            backups: {
-              base: () => standIn.baseBackup(),
-              mistake: () => standIn.mistake(),
-              recover: (objects: KubeObject[]) => standIn.recover(objects),
-            },
-          }
-        : {}),
-    };
-    dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
-    if (release.readDatabase && standIn.readPoolerPort)
-      readAddress = {
-        host: runAsProcesses ? 'localhost' : release.readDatabase.host,
-        port: standIn.readPoolerPort,
-      };
-  } else {
-    const pgPort = await freePort();
-    step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
-    const postgres = new Postgres({
-      dir: join(tmp, 'postgres'),
-      port: pgPort,
-      database: release.database.name,
-      user: release.database.user,
-      password: release.database.password,
-    });
-    state.postgres = postgres;
-    await postgres.init();
-    database = { stop: () => postgres.stop(), start: () => postgres.start() };
-    dbAddress = { host: '127.0.0.1', port: pgPort };
-  }
+  const { database, dbAddress, readAddress } = await databaseFor(release, poolerPort, tmp);
 
   step(`nginx on 127.0.0.1:${listenPort} (no endpoints yet: 503)`);
   const nginx = new Nginx(prefix, statusPort);
@@ -408,41 +519,7 @@ async function main(): Promise<number> {
         await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
       }));
 
-  // Monitoring: a kube-state-metrics stand-in reading the emulated cluster, and Prometheus scraping
-  // it and every running replica's metrics port with the ServiceMonitor's target labels.
-  const podName = (replica: { name: string }) => `${releaseName}-local-${replica.name.replace(/\W/g, '')}`;
-  const memoryLimitBytes = containerPolicy(
-    release.podSpec,
-    release.container,
-    release.secrets,
-  ).memoryLimitBytes;
-  const kubeStateMetrics = new KubeStateMetrics(() => {
-    const running = state.cluster?.replicas.filter((r) => !r.process.hasExited()) ?? [];
-    return {
-      namespace,
-      deployment: releaseName,
-      container: release.container.name,
-      desired: release.replicas,
-      available: running.filter((r) => r.ready).length,
-      pods: running.map((r) => ({ pod: podName(r), restarts: r.restarts })),
-      memoryLimitBytes,
-    };
-  });
-  state.kubeStateMetrics = kubeStateMetrics;
-  await kubeStateMetrics.start();
-  const metricsPortName =
-    release.service.spec?.ports?.find((p) => p.targetPort === 'metrics')?.name ?? 'metrics';
-  const prometheus = new Prometheus(join(tmp, 'prometheus'), {
-    name: releaseName,
-    namespace,
-    container: release.container.name,
-    port: metricsPortName,
-  });
-  state.prometheus = prometheus;
-  await prometheus.start(kubeStateMetrics.port);
-  step(
-    `Prometheus on ${prometheus.url} (Debian's ${PROMETHEUS_BIN}): scrapes every replica's metrics port with the ServiceMonitor's labels and a kube-state-metrics stand-in on 127.0.0.1:${kubeStateMetrics.port}, every second`,
-  );
+  const prometheus = await startMonitoring(release, tmp);
 
   const cluster = new Cluster({
     release,
@@ -525,33 +602,12 @@ async function main(): Promise<number> {
     K8S_DATABASE: release.cnpg ? 'cnpg' : 'in-chart',
     ...expectations(release),
   });
-  if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
-  // Memory is read before the replicas stop; the figures go into the proof table.
-  for (const replica of cluster.replicas) cluster.recordMemory(replica);
-  let report: Report | undefined;
-  try {
-    report = readReport(reportFile);
-  } catch {
-    step('no report was written');
-  }
-  if (report && existsSync(metricsReportFile))
-    report.metrics = (JSON.parse(readFileSync(metricsReportFile, 'utf8')) as Report).metrics;
-  if (report && existsSync(upgradeReportFile))
-    report.upgrade = (JSON.parse(readFileSync(upgradeReportFile, 'utf8')) as Report).upgrade;
-  if (report && existsSync(backupReportFile))
-    report.backup = (JSON.parse(readFileSync(backupReportFile, 'utf8')) as Report).backup;
-  if (report) {
-    const policy =
-      launcher.kind === 'containers'
-        ? containerPolicy(release.podSpec, release.container, release.secrets)
-        : undefined;
-    report.runtime = {
-      launcher: launcher.describe(),
-      memoryLimitBytes: policy?.memoryLimitBytes,
-      replicas: [...cluster.figures.values()],
-    };
-    process.stdout.write(`\n${formatReport(report)}\n\n`);
-  }
+  printReport(
+    { report: reportFile, metrics: metricsReportFile, upgrade: upgradeReportFile, backup: backupReportFile },
+    cluster,
+    launcher,
+    release,
+  );
   return code;
 }
 
