@@ -1,14 +1,12 @@
-import { Relay } from '../../tools/harness/relay';
-import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
 import { isProblem } from '../../tools/harness/problem';
 import {
   account,
   call,
+  replicatedBehindRelay,
   report,
   sleep,
   startService,
   statusCounts,
-  stopAllServices,
   type ServiceProcess,
 } from './support';
 
@@ -38,18 +36,7 @@ const WRITES_BACK_WITHIN_MS = 15_000;
 /** Anonymous reads may get a 503 from the primary's loss until this long after the relay moved. */
 const READS_BACK_WITHIN_MS = 5000;
 
-const cluster = new ReplicatedPostgres({ standbys: 2 });
-let relay: Relay | undefined;
-beforeAll(async () => {
-  await cluster.init();
-  relay = new Relay(cluster.primaryPort);
-  await relay.start();
-});
-afterAll(async () => {
-  await stopAllServices();
-  await relay?.close();
-  cluster.destroy();
-});
+const { pair: cluster, relay } = replicatedBehindRelay({ standbys: 2 });
 
 interface Answered {
   kind: 'write' | 'read-back' | 'anonymous';
@@ -125,8 +112,7 @@ function traffic(apis: ServiceProcess[], tokens: string[]) {
 }
 
 test('When a standby is lost, replay paused on the other and the primary fails over to it under mixed traffic through two processes, then anonymous reads answer (a 503 within budget only while nothing can), every acknowledged write is on the new primary, and no writer reads a state without their own write', async () => {
-  const moved = relay;
-  if (!moved) throw new Error('no relay');
+  const moved = relay();
   const [synchronous, asynchronous] = cluster.standbyPorts as [number, number];
   const env = {
     DB_HOSTNAME: '127.0.0.1',

@@ -1,7 +1,7 @@
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
 import { Relay } from '../../tools/harness/relay';
-import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
+import { ReplicatedPostgres, type ReplicatedOptions } from '../../tools/harness/replicated-postgres';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import {
   startService as startServiceProcess,
@@ -143,16 +143,16 @@ export function load(options: autocannon.Options, expected: number): LoadRecord 
 }
 
 /**
- * A primary with a synchronous standby and, in front of it, a relay standing in for the -rw
- * Service, made before this file's cases and removed after them; `start` runs the service on the
- * relay's address with the given statement time-out.
+ * A primary with a synchronous standby (more with `options.standbys`) and, in front of it, a relay
+ * standing in for the -rw Service, made before this file's cases and removed after them; `start`
+ * runs the service on the relay's address with the given statement time-out.
  */
-export function replicatedBehindRelay(): {
+export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
   pair: ReplicatedPostgres;
   relay: () => Relay;
   start: (statementTimeoutMs: number) => Promise<ServiceProcess>;
 } {
-  const pair = new ReplicatedPostgres();
+  const pair = new ReplicatedPostgres(options);
   let relay: Relay | undefined;
   beforeAll(async () => {
     await pair.init();
