@@ -484,6 +484,28 @@ test('When migrations are rolled back and applied again, then the schema comes b
   });
 });
 
+test("When the migrations run, then the app's session keeps its own time-outs (on the embedded database it is the one session the migrations ran on)", async () => {
+  const fresh = await freshDatabaseEnv();
+  const db = await open(fresh.env);
+  try {
+    const timeouts = async () =>
+      (
+        await db.knex.raw<{ rows: { lock: string; statement: string }[] }>(
+          "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
+        )
+      ).rows[0];
+    const before = await timeouts();
+    // Down and up again, so that those run outside a transaction set their own time-outs both ways.
+    await migrateToLatest(db, logger);
+    for (let batch = await migrateDown(db, logger); batch.length > 0; batch = await migrateDown(db, logger));
+    expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
+    expect(await timeouts()).toEqual(before);
+  } finally {
+    await db.close();
+    await fresh.drop();
+  }
+});
+
 test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);

@@ -221,7 +221,8 @@ const SET_BACK_TRIES = 20;
  * Sets the time-outs back on the server session that took them. Behind a pooler in transaction
  * mode each statement outside a transaction may land on another server connection, and a session
  * left with the migration's lock_timeout would fail the next client's lock waits early: so the
- * set-back goes again until it lands there, and that session is ended when it never does.
+ * set-back goes again until it lands there, and that session is ended when it never does. With no
+ * session to find (`pid` unknown: PGlite's one session, which the app goes on using) it goes once.
  */
 async function setBack(
   k: Knex,
@@ -229,14 +230,13 @@ async function setBack(
   before: { lock: string; statement: string },
   logger: Logger,
 ): Promise<void> {
-  if (pid === undefined) return;
   try {
     for (let attempt = 0; attempt < SET_BACK_TRIES; attempt++) {
       const { rows } = await k.raw<{ rows: { pid: number }[] }>(
         "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false), pg_backend_pid() AS pid",
         [before.lock, before.statement],
       );
-      if (rows[0]?.pid === pid) return;
+      if (pid === undefined || rows[0]?.pid === pid) return;
     }
     await k.raw('SELECT pg_terminate_backend(?)', [pid]);
     logger.warn({ pid }, "a migration's time-outs could not be set back on its server session: ended it");
