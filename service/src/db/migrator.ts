@@ -230,14 +230,20 @@ async function setBack(
   before: { lock: string; statement: string },
   logger: Logger,
 ): Promise<void> {
-  try {
-    for (let attempt = 0; attempt < SET_BACK_TRIES; attempt++) {
-      const { rows } = await k.raw<{ rows: { pid: number }[] }>(
+  // The session the set-back reached.
+  const sendSetBack = async () =>
+    (
+      await k.raw<{ rows: { pid: number }[] }>(
         "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false), pg_backend_pid() AS pid",
         [before.lock, before.statement],
-      );
-      if (pid === undefined || rows[0]?.pid === pid) return;
+      )
+    ).rows[0]?.pid;
+  try {
+    if (pid === undefined) {
+      await sendSetBack();
+      return;
     }
+    for (let attempt = 0; attempt < SET_BACK_TRIES; attempt++) if ((await sendSetBack()) === pid) return;
     await k.raw('SELECT pg_terminate_backend(?)', [pid]);
     logger.warn({ pid }, "a migration's time-outs could not be set back on its server session: ended it");
   } catch (error) {
