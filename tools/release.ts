@@ -183,7 +183,7 @@ export function npmSbom(out: string): string {
 }
 
 /** A copy of the chart whose default image is the one pushed, by digest. */
-export function chartWithImage(repository: string, digest: string): string {
+function chartWithImage(repository: string, digest: string): string {
   const folder = mkdtempSync(path.join(tmpdir(), 'social-posts-chart-'));
   const chart = path.join(folder, 'social-posts');
   cpSync(path.join(repoRoot, 'chart'), chart, { recursive: true });
