@@ -1,7 +1,18 @@
+import { EventEmitter } from 'node:events';
 import type { IncomingMessage } from 'node:http';
-import { context, diag, DiagLogLevel, propagation, trace, type Tracer } from '@opentelemetry/api';
+import {
+  context,
+  diag,
+  DiagLogLevel,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  trace,
+  type Context,
+  type Tracer,
+} from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { getRPCMetadata, RPCType, suppressTracing, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { getRPCMetadata, RPCType, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
@@ -13,6 +24,8 @@ import {
   AlwaysOnSampler,
   BatchSpanProcessor,
   ParentBasedSampler,
+  RandomIdGenerator,
+  SamplingDecision,
   TraceIdRatioBasedSampler,
   TracerProvider,
   type Sampler,
@@ -39,10 +52,39 @@ export function samplerFor(name: SamplerName, ratio: number): Sampler {
 }
 
 /** Probes and scrapes come every few seconds from the kubelet and Prometheus: no trace of them. */
-const untraced = (req: IncomingMessage): boolean => {
+const probeOrScrape = (req: IncomingMessage): boolean => {
   const url = req.url ?? '';
   return url.startsWith('/healthz') || url.startsWith('/metrics');
 };
+
+/**
+ * The configured sampler's answer for a request, asked at the door, before the http
+ * instrumentation does any work for it: a request it declines is left alone entirely (no span, no
+ * attributes, nothing for the driver's instrumentation), which is what keeps a low ratio cheap.
+ * The caller's `traceparent` is the parent it decides on; a new root is decided on a throwaway
+ * trace id, which gives the ratio's odds as well as the span's own id would.
+ */
+export function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => boolean {
+  const ids = new RandomIdGenerator();
+  return (req) => {
+    const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    const traceId = trace.getSpanContext(parent)?.traceId ?? ids.generateTraceId();
+    const { decision } = sampler.shouldSample(parent, traceId, 'request', SpanKind.SERVER, {}, []);
+    return decision === SamplingDecision.RECORD_AND_SAMPLED;
+  };
+}
+
+/**
+ * Binds an emitter's listeners to a context only where that context holds a span. The http
+ * instrumentation binds each request and response, the declined ones too, which would wrap every
+ * listener and every event of a request no span is made for.
+ */
+class SpanContextManager extends AsyncLocalStorageContextManager {
+  override bind<T>(target: Context, bound: T): T {
+    if (bound instanceof EventEmitter && trace.getSpan(target) === undefined) return bound;
+    return super.bind(target, bound);
+  }
+}
 
 /**
  * Starts OpenTelemetry's SDK. Must run before express, pg and http are first loaded by the
@@ -74,18 +116,20 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
       ...settings.resourceAttributes,
       'service.name': settings.serviceName,
     }),
-    sampler: samplerFor(settings.sampler, settings.samplerArg),
+    // The door (sampledAtTheDoor) has decided: every span that starts is in a request it took.
+    sampler: new AlwaysOnSampler(),
     spanProcessors: [new BatchSpanProcessor({ exporter })],
   });
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  context.setGlobalContextManager(new SpanContextManager().enable());
   // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
+  const sampled = sampledAtTheDoor(samplerFor(settings.sampler, settings.samplerArg));
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [
       new HttpInstrumentation({
-        ignoreIncomingRequestHook: untraced,
+        ignoreIncomingRequestHook: (req) => probeOrScrape(req) || !sampled(req),
         // The service calls nothing over HTTP but the collector, whose exporter traces nothing.
         disableOutgoingRequestInstrumentation: true,
       }),
@@ -98,7 +142,6 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
   tracingStarted({
     tracer,
     routeSpans: routeSpans(tracer),
-    withoutDriverSpans: suppressTracing,
     flush: () => provider.shutdown(),
   });
 }

@@ -20,8 +20,6 @@ interface Started {
   tracer: Tracer;
   /** The middleware that makes each sampled request's route span (tracing-sdk.ts). */
   routeSpans: RequestHandler;
-  /** A context in which the pg instrumentation makes no span: the statement's own span stands for it. */
-  withoutDriverSpans: (active: Context) => Context;
   flush: () => Promise<void>;
 }
 
@@ -43,6 +41,13 @@ export async function flushTraces(): Promise<void> {
   await started?.flush();
 }
 
+/**
+ * A context in which the pg instrumentation makes no span, as it makes them only under one: the
+ * statement's own span stands for it. It stands aside at once there, where in a context that only
+ * suppresses tracing it would still build each statement's attributes for a span that is dropped.
+ */
+const withoutDriverSpans = (): Context => trace.deleteSpan(context.active());
+
 /** The database attributes of every statement span (OpenTelemetry's database conventions). */
 const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
 
@@ -59,14 +64,12 @@ function inSpan<T>(
   suppressDriver = false,
 ): Promise<T> {
   if (!started) return work();
-  const { tracer, withoutDriverSpans } = started;
-  // Not sampled: the driver's instrumentation would still build each statement's attributes for a
-  // span that is dropped, so it is told to stand aside too.
-  if (trace.getActiveSpan()?.isRecording() !== true)
-    return context.with(withoutDriverSpans(context.active()), work);
+  const { tracer } = started;
+  // A request the sampler declined has no span at all, and the driver's instrumentation stands aside.
+  if (trace.getActiveSpan()?.isRecording() !== true) return work();
   return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     try {
-      return await (suppressDriver ? context.with(withoutDriverSpans(context.active()), work) : work());
+      return await (suppressDriver ? context.with(withoutDriverSpans(), work) : work());
     } catch (error) {
       span.recordException(error instanceof Error ? error : String(error));
       span.setStatus({
@@ -98,8 +101,8 @@ export function tracedStatement<T>(name: string, work: () => Promise<T>): Promis
 
 /**
  * pino's mixin while tracing is on: each line written inside a span carries its trace and span id,
- * so a trace leads to its request's log lines and back. A request not sampled still has a trace id
- * (the caller's, or a new one), which matches the proxy's log.
+ * so a trace leads to its request's log lines and back. A request the sampler declined has no span,
+ * so its lines carry none: its request id ties them to the proxy's log.
  */
 export function traceIds(): { trace_id?: string; span_id?: string } {
   const span = trace.getActiveSpan();

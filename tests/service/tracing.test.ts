@@ -301,6 +301,57 @@ describe.each([
   });
 });
 
+describe('Sampling', () => {
+  const collector = new Collector();
+  let svc: ServiceProcess & { drop(): Promise<void> };
+
+  beforeAll(async () => {
+    await collector.start();
+    svc = await startTraced(collector, {
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.5',
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await svc.stop();
+    await svc.drop();
+    await collector.close();
+  });
+
+  test('When one request in two is sampled, then about half the requests without a caller are traced, in whole, none whose caller did not sample, and every one whose caller did', async () => {
+    const get = async (traceparent?: string) => {
+      const answer = await fetch(`${svc.base}/posts/public?limit=2`, {
+        headers: traceparent === undefined ? {} : { traceparent },
+      });
+      expect(answer.status).toBe(200);
+    };
+    const declinedByCaller = Array.from({ length: 20 }, () => newTraceId());
+    for (const traceId of declinedByCaller) await get(`00-${traceId}-${newSpanId()}-00`);
+    const requests = 200;
+    for (let i = 0; i < requests; i++) await get();
+    const sampledByCaller = Array.from({ length: 5 }, () => newTraceId());
+    for (const traceId of sampledByCaller) await get(`00-${traceId}-${newSpanId()}-01`);
+
+    // Spans are exported in the order they end: once the last request's trace is in, all are.
+    await collector.trace(sampledByCaller.at(-1) as string);
+    const servers = collector.spans.filter((s) => s.kind === SERVER);
+    const traced = new Set(servers.map((s) => s.traceId));
+    expect(declinedByCaller.filter((id) => traced.has(id))).toEqual([]);
+    expect(sampledByCaller.filter((id) => traced.has(id))).toEqual(sampledByCaller);
+    // Ratio 0.5 of 200: 100 expected; outside 70 to 130 is over four standard deviations away, and
+    // a ratio applied twice (at the door and again by the SDK) would keep about 50.
+    const ownRoots = servers.filter((s) => s.parentSpanId === '').length;
+    expect(ownRoots).toBeGreaterThanOrEqual(70);
+    expect(ownRoots).toBeLessThanOrEqual(130);
+    // A traced request is traced in whole: its statement span came with it.
+    for (const traceId of traced) {
+      expect(
+        collector.spans.filter((s) => s.traceId === traceId && s.kind === CLIENT).length,
+      ).toBeGreaterThan(0);
+    }
+  }, 60_000);
+});
+
 const onPostgres = usingPostgres() ? describe : describe.skip;
 
 onPostgres('Tracing a database fault', () => {
