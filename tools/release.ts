@@ -4,8 +4,9 @@
  *
  * 1. The image: built from the Dockerfile (or `--image`, one built already), pushed as
  *    `<registry>/social-posts:<version>`, its manifest digest read back with skopeo.
- * 2. SBOMs in CycloneDX: `@cyclonedx/cyclonedx-npm` of the production tree (development
- *    packages left out), attached to the image in the registry as OCI artifacts whose `subject` is the image
+ * 2. SBOMs in CycloneDX: the image's contents (its Debian and npm packages, by cdxgen:
+ *    image-sbom.ts) and `@cyclonedx/cyclonedx-npm`'s of the production tree (development packages
+ *    left out), each attached to the image in the registry as OCI artifacts whose `subject` is the image
  *    (and listed in the referrers tag schema's index, `sha256-<hex>`, for registries without the
  *    referrers API, as distribution 2.8).
  * 3. The chart: packaged with `image.repository` and `image.digest` set to what was pushed, so its
@@ -24,6 +25,7 @@ import { parseDocument } from 'yaml';
 import { build, engine, IMAGE } from './container';
 import { treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
+import { imageSbom } from './image-sbom';
 import { ensureBase } from './stand-in-base';
 import { ensureTools } from './tools';
 
@@ -232,16 +234,16 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
   log(`image ${imageRepository}@${image.digest}`);
 
-  const sbomFile = npmSbom(options.out);
+  const sbomFiles = [imageSbom(local, versions.app, options.out), npmSbom(options.out)];
   const repositoryPath = [registryPath, 'social-posts'].filter(Boolean).join('/');
   const sboms = await attachArtifacts(
     registryHost,
     repositoryPath,
     { ...image, mediaType: imageMediaType },
-    [{ file: sbomFile, artifactType: SBOM_MEDIA_TYPE }],
+    sbomFiles.map((file) => ({ file, artifactType: SBOM_MEDIA_TYPE })),
     options.plainHttp,
   );
-  log(`SBOM attached to the image: ${sboms.map((sbom) => sbom.manifestDigest).join(', ')}`);
+  log(`SBOMs attached to the image: ${sboms.map((sbom) => sbom.manifestDigest).join(', ')}`);
 
   const { helm } = ensureTools();
   const chartDir = chartWithImage(imageRepository, image.digest);

@@ -1,7 +1,7 @@
 /**
  * `npm run release` against a real registry (Debian's docker-registry on a local port): the chart
  * pulled as an operator does (`helm pull oci://… --verify`), the image by its recorded digest, the
- * SBOM read back from the registry; then a chart and an image altered after release, refused.
+ * SBOMs read back from the registry; then a chart and an image altered after release, refused.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -17,7 +17,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
-import { IMAGE, imageExists } from '../../tools/container';
+import { engine, IMAGE, imageExists, runLimits } from '../../tools/container';
 import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/published';
 import type { Registry } from '../../tools/harness/registry';
 import { SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
@@ -77,42 +77,115 @@ describe('A release in the registry', () => {
     expect(pulled.status).toBe(0);
   });
 
-  it('When the SBOM attached to the image is read from the registry, then it lists every production package at its locked version', async () => {
-    const base = `http://${registry.host}/v2/social-posts/social-posts`;
-    const index = (await (
-      await fetch(`${base}/manifests/${record.imageDigest.replace(':', '-')}`, {
-        headers: { accept: 'application/vnd.oci.image.index.v1+json' },
-      })
-    ).json()) as { manifests: { digest: string; artifactType: string }[] };
-    const artifact = index.manifests.find((m) => m.artifactType === SBOM_MEDIA_TYPE);
-    expect(artifact).toBeDefined();
-    const manifest = (await (
-      await fetch(`${base}/manifests/${artifact?.digest ?? ''}`, {
-        headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-      })
-    ).json()) as { subject: { digest: string }; layers: { digest: string }[] };
-    expect(manifest.subject.digest).toBe(record.imageDigest);
-    const sbom = (await (await fetch(`${base}/blobs/${manifest.layers[0]?.digest ?? ''}`)).json()) as {
-      bomFormat: string;
-      components: { name: string; version: string; group?: string }[];
-    };
-    expect(sbom.bomFormat).toBe('CycloneDX');
-    const listed = new Set(
-      sbom.components.map((c) => `${c.group ? `${c.group}/` : ''}${c.name}@${c.version}`),
-    );
-    const lock = JSON.parse(readFileSync(path.join(__dirname, '../../package-lock.json'), 'utf8')) as {
-      packages: Record<string, { version?: string; dev?: boolean; name?: string }>;
-    };
-    const production = Object.entries(lock.packages)
-      .filter(([key, entry]) => key !== '' && entry.dev !== true)
-      .map(
-        ([key, entry]) =>
-          `${entry.name ?? key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length)}@${entry.version}`,
-      );
+  it('When the SBOMs attached to the image are read from the registry, then the production tree lists every production package at its locked version', async () => {
+    const sbom = await attachedSbom('sbom-npm-production.cdx.json');
+    const production = lockedProduction();
     expect(production.length).toBeGreaterThan(50);
-    expect(production.filter((pkg) => !listed.has(pkg))).toEqual([]);
+    expect(production.filter((pkg) => !sbom.listed.has(pkg))).toEqual([]);
+  });
+
+  it("When the image's SBOM is read from the registry, then it lists every Debian package installed in the image and every production package, at their versions", async () => {
+    const sbom = await attachedSbom('sbom-image.cdx.json');
+    expect(sbom.component).toEqual({ name: 'social-posts', version: record.version });
+    const debian = inImage('dpkg-query', ['-W', '-f', '${Package}@${Version}\n']);
+    expect(debian.length).toBeGreaterThan(50);
+    expect(debian.filter((pkg) => !sbom.listed.has(pkg))).toEqual([]);
+    // Every package.json at a package's root under the service's node_modules.
+    const npm = inImage('node', [
+      '-e',
+      `const fs = require('fs');
+       for (const file of fs.readdirSync('/app/node_modules', { recursive: true }))
+         if (/^(.*\\/node_modules\\/)?(@[^/]+\\/)?[^/@][^/]*\\/package\\.json$/.test(file)) {
+           const { name, version } = JSON.parse(fs.readFileSync('/app/node_modules/' + file, 'utf8'));
+           if (name && version) console.log(name + '@' + version);
+         }`,
+    ]);
+    const locked = new Set(lockedProduction());
+    expect(npm.length).toBeGreaterThan(50);
+    expect(npm.filter((pkg) => !locked.has(pkg))).toEqual([]);
+    expect(npm.filter((pkg) => !sbom.listed.has(pkg))).toEqual([]);
   });
 });
+
+/** What a command run in the released image prints, line by line. */
+function inImage(command: string, args: string[]): string[] {
+  const [engineCommand = 'podman', ...engineArgs] = engine().command;
+  const answer = run(engineCommand, [
+    ...engineArgs,
+    'run',
+    '--rm',
+    '--network',
+    'host',
+    ...runLimits(),
+    '--entrypoint',
+    command,
+    IMAGE,
+    ...args,
+  ]);
+  expect(answer.stderr).toBe('');
+  expect(answer.status).toBe(0);
+  return answer.stdout.trim().split('\n');
+}
+
+/** Every production package of the lock file, as `name@version`. */
+function lockedProduction(): string[] {
+  const lock = JSON.parse(readFileSync(path.join(__dirname, '../../package-lock.json'), 'utf8')) as {
+    packages: Record<string, { version?: string; dev?: boolean; name?: string }>;
+  };
+  return Object.entries(lock.packages)
+    .filter(([key, entry]) => key !== '' && entry.dev !== true)
+    .map(
+      ([key, entry]) =>
+        `${entry.name ?? key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length)}@${entry.version}`,
+    );
+}
+
+/**
+ * The SBOM attached to the released image under a file name, found as a client without the
+ * referrers API finds it (the referrers tag schema's index), with what it lists as `name@version`.
+ */
+async function attachedSbom(
+  title: string,
+): Promise<{ listed: Set<string>; component: { name?: string; version?: string } }> {
+  const base = `http://${registry.host}/v2/social-posts/social-posts`;
+  const index = (await (
+    await fetch(`${base}/manifests/${record.imageDigest.replace(':', '-')}`, {
+      headers: { accept: 'application/vnd.oci.image.index.v1+json' },
+    })
+  ).json()) as { manifests: { digest: string; artifactType: string }[] };
+  const manifests = await Promise.all(
+    index.manifests
+      .filter((m) => m.artifactType === SBOM_MEDIA_TYPE)
+      .map(
+        async (m) =>
+          (await (
+            await fetch(`${base}/manifests/${m.digest}`, {
+              headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+            })
+          ).json()) as {
+            subject: { digest: string };
+            layers: { digest: string; annotations?: Record<string, string> }[];
+          },
+      ),
+  );
+  const manifest = manifests.find(
+    (m) => m.layers[0]?.annotations?.['org.opencontainers.image.title'] === title,
+  );
+  expect(manifest?.subject.digest).toBe(record.imageDigest);
+  const sbom = (await (await fetch(`${base}/blobs/${manifest?.layers[0]?.digest ?? ''}`)).json()) as {
+    bomFormat: string;
+    metadata: { component?: { name?: string; version?: string } };
+    components: { name: string; version: string; group?: string; purl?: string }[];
+  };
+  expect(sbom.bomFormat).toBe('CycloneDX');
+  // An npm package's group is its scope; a Debian package's is the distribution (`debian`).
+  const named = (c: { name: string; group?: string; purl?: string }) =>
+    c.purl?.startsWith('pkg:npm/') && c.group ? `${c.group}/${c.name}` : c.name;
+  return {
+    listed: new Set(sbom.components.map((c) => `${named(c)}@${c.version}`)),
+    component: { name: sbom.metadata.component?.name, version: sbom.metadata.component?.version },
+  };
+}
 
 describe('Altered after release', () => {
   it('When a chart with other values is pushed under the same version with the old provenance, then helm pull --verify refuses it', () => {
