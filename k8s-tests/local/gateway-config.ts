@@ -474,20 +474,11 @@ export function gatewayHost(objects: GatewayObject[]): string {
   return Array.isArray(hostnames) && typeof hostnames[0] === 'string' ? hostnames[0] : '';
 }
 
-/**
- * The nginx.conf NGINX Gateway Fabric would write for these objects, attached to `gateway`
- * (k8s-tests/gateway.yaml), with its Helm values; throws on anything it does not model.
- */
-export function translateGateway(
+/** The routes and the policies among the rendered objects; anything else is refused. */
+function routesAndPolicies(
   objects: GatewayObject[],
-  gatewayObject: GatewayObject,
-  fabricValues: NginxGatewayFabricValues,
-  settings: NginxSettings,
-): string {
-  const { gatewayClassName } = readFabricValues(fabricValues);
-  const gateway = readGateway(gatewayObject, gatewayClassName);
-  const namespace = settings.namespace;
-
+  namespace: string,
+): { routeObjects: GatewayObject[]; policyObjects: GatewayObject[] } {
   const routeObjects: GatewayObject[] = [];
   const policyObjects: GatewayObject[] = [];
   for (const object of objects) {
@@ -502,14 +493,15 @@ export function translateGateway(
     // Other Gateway API kinds, other NGF policies, other implementations' policies (Envoy Gateway).
     else if (object.apiVersion.includes('gateway')) refuse(`${kind} ${object.metadata.name}`);
   }
+  return { routeObjects, policyObjects };
+}
 
-  const upstreams = new Map<string, string[]>();
-  const routes = routeObjects.map((object) =>
-    readRoute(object, namespace, gateway, settings.endpoints, upstreams),
-  );
-  if (routes.length === 0) refuse('no HTTPRoute');
-  const routeNames = new Set(routes.map((r) => r.name));
-
+/** What the policies write into each targeted route's locations, and the rate limits' zones. */
+function policyDirectives(
+  policyObjects: GatewayObject[],
+  namespace: string,
+  routeNames: Set<string>,
+): { directives: Map<string, RouteDirectives>; zones: RateLimitRule[] } {
   const directives = new Map<string, RouteDirectives>();
   const zones: RateLimitRule[] = [];
   for (const object of policyObjects) {
@@ -531,18 +523,11 @@ export function translateGateway(
       directives.set(route, { ...current, ...(rateLimit ? { rateLimit } : {}), ...(proxy ? { proxy } : {}) });
     }
   }
+  return { directives, zones };
+}
 
-  // One server per host name: the locations of every route on that host.
-  // NGF merges two routes' rules for one location or prefers one by route age: not modelled.
-  const servers = new HostLocations<PathRule>(refuse, (rule) => rule.route);
-  for (const route of routes)
-    for (const host of route.hosts) {
-      servers.host(host);
-      for (const rule of route.rules)
-        for (const location of rule.locations) servers.add(host, location, rule);
-    }
-
-  const p = settings.prefix;
+/** The http context before the servers: base settings, rate-limit zones and upstreams. */
+function httpContext(zones: RateLimitRule[], upstreams: Map<string, string[]>, prefix: string): string[] {
   const lines: string[] = [
     '  # NGINX Gateway Fabric: base http configuration.',
     '  server_tokens off;',
@@ -555,62 +540,106 @@ export function translateGateway(
     lines.push(`  limit_req_zone ${zone.key} zone=${zone.zone}:${zone.zoneSize} rate=${zone.rate};`);
   for (const [name, endpoints] of upstreams) {
     lines.push(`  upstream ${name} {`, '    random two least_conn;', `    zone ${name} 512k;`);
-    if (endpoints.length === 0) lines.push(`    server unix:${p}/${NO_ENDPOINTS_SOCKET};`);
+    if (endpoints.length === 0) lines.push(`    server unix:${prefix}/${NO_ENDPOINTS_SOCKET};`);
     for (const endpoint of endpoints) lines.push(`    server ${endpoint};`);
     lines.push('    keepalive 16;', '  }');
   }
+  return lines;
+}
+
+/** One location of a host's server: the policies' includes, then a redirect or the proxying. */
+function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: RouteDirectives): string[] {
+  const lines = [`    location ${location} {`];
+  // The policies' includes, in the order NGF writes them.
+  if (rateLimit) {
+    for (const zone of rateLimit.rules)
+      lines.push(
+        `      limit_req zone=${zone.zone}${zone.burst ? ` burst=${zone.burst}` : ''}${zone.noDelay ? ' nodelay' : ''}${zone.delay ? ` delay=${zone.delay}` : ''};`,
+      );
+    if (rateLimit.logLevel) lines.push(`      limit_req_log_level ${rateLimit.logLevel};`);
+    if (rateLimit.rejectCode) lines.push(`      limit_req_status ${rateLimit.rejectCode};`);
+  }
+  if (proxy?.connect) lines.push(`      proxy_connect_timeout ${proxy.connect};`);
+  if (proxy?.read) lines.push(`      proxy_read_timeout ${proxy.read};`);
+  if (proxy?.send) lines.push(`      proxy_send_timeout ${proxy.send};`);
+  if (rule.redirect) {
+    // servers_template.go: rewrite, then return (both in nginx's rewrite phase, before
+    // limit_req's preaccess phase: a redirect is answered without being counted).
+    return [
+      ...lines,
+      `      rewrite ^ ${rule.redirect.path};`,
+      `      return ${rule.redirect.code} "$scheme://$host:${rule.redirect.port}$uri$is_args$args";`,
+      '      proxy_http_version 1.1;',
+      '    }',
+    ];
+  }
+  const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
+  const set = rule.setHeaders ?? [];
+  const base = [
+    ['Host', '$gw_api_compliant_host'],
+    ['X-Forwarded-For', '$proxy_add_x_forwarded_for'],
+    ['X-Real-IP', '$remote_addr'],
+    ['X-Forwarded-Proto', '$scheme'],
+    ['X-Forwarded-Host', '$host'],
+    ['X-Forwarded-Port', '$server_port'],
+  ].filter(([name]) => !set.some((header) => header.name === name));
+  return [
+    ...lines,
+    '      proxy_http_version 1.1;',
+    // The route's own headers first, then the base ones it did not replace (generateProxySetHeaders).
+    ...[...set.map((header) => [header.name, header.value]), ...base].map(
+      ([name, value]) => `      proxy_set_header ${name ?? ''} "${value ?? ''}";`,
+    ),
+    '      proxy_set_header Upgrade "$http_upgrade";',
+    '      proxy_set_header Connection "$connection_keepalive";',
+    // No URI part: nginx passes the request URI as the client sent it.
+    `      proxy_pass http://${backend.upstream};`,
+    '    }',
+  ];
+}
+
+/**
+ * The nginx.conf NGINX Gateway Fabric would write for these objects, attached to `gateway`
+ * (k8s-tests/gateway.yaml), with its Helm values; throws on anything it does not model.
+ */
+export function translateGateway(
+  objects: GatewayObject[],
+  gatewayObject: GatewayObject,
+  fabricValues: NginxGatewayFabricValues,
+  settings: NginxSettings,
+): string {
+  const { gatewayClassName } = readFabricValues(fabricValues);
+  const gateway = readGateway(gatewayObject, gatewayClassName);
+  const namespace = settings.namespace;
+  const { routeObjects, policyObjects } = routesAndPolicies(objects, namespace);
+
+  const upstreams = new Map<string, string[]>();
+  const routes = routeObjects.map((object) =>
+    readRoute(object, namespace, gateway, settings.endpoints, upstreams),
+  );
+  if (routes.length === 0) refuse('no HTTPRoute');
+  const { directives, zones } = policyDirectives(
+    policyObjects,
+    namespace,
+    new Set(routes.map((r) => r.name)),
+  );
+
+  // One server per host name: the locations of every route on that host.
+  // NGF merges two routes' rules for one location or prefers one by route age: not modelled.
+  const servers = new HostLocations<PathRule>(refuse, (rule) => rule.route);
+  for (const route of routes)
+    for (const host of route.hosts) {
+      servers.host(host);
+      for (const rule of route.rules)
+        for (const location of rule.locations) servers.add(host, location, rule);
+    }
+
+  const lines = httpContext(zones, upstreams, settings.prefix);
   lines.push(...defaultServer(settings, ['    default_type text/html;', '    return 404;']));
   for (const [host, locations] of servers.byHost) {
     lines.push(...hostServer(settings, host));
-    for (const [location, rule] of locations) {
-      const { rateLimit, proxy } = directives.get(rule.route) ?? {};
-      lines.push(`    location ${location} {`);
-      // The policies' includes, in the order NGF writes them.
-      if (rateLimit) {
-        for (const zone of rateLimit.rules)
-          lines.push(
-            `      limit_req zone=${zone.zone}${zone.burst ? ` burst=${zone.burst}` : ''}${zone.noDelay ? ' nodelay' : ''}${zone.delay ? ` delay=${zone.delay}` : ''};`,
-          );
-        if (rateLimit.logLevel) lines.push(`      limit_req_log_level ${rateLimit.logLevel};`);
-        if (rateLimit.rejectCode) lines.push(`      limit_req_status ${rateLimit.rejectCode};`);
-      }
-      if (proxy?.connect) lines.push(`      proxy_connect_timeout ${proxy.connect};`);
-      if (proxy?.read) lines.push(`      proxy_read_timeout ${proxy.read};`);
-      if (proxy?.send) lines.push(`      proxy_send_timeout ${proxy.send};`);
-      if (rule.redirect) {
-        // servers_template.go: rewrite, then return (both in nginx's rewrite phase, before
-        // limit_req's preaccess phase: a redirect is answered without being counted).
-        lines.push(
-          `      rewrite ^ ${rule.redirect.path};`,
-          `      return ${rule.redirect.code} "$scheme://$host:${rule.redirect.port}$uri$is_args$args";`,
-          '      proxy_http_version 1.1;',
-          '    }',
-        );
-        continue;
-      }
-      const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
-      const set = rule.setHeaders ?? [];
-      const base = [
-        ['Host', '$gw_api_compliant_host'],
-        ['X-Forwarded-For', '$proxy_add_x_forwarded_for'],
-        ['X-Real-IP', '$remote_addr'],
-        ['X-Forwarded-Proto', '$scheme'],
-        ['X-Forwarded-Host', '$host'],
-        ['X-Forwarded-Port', '$server_port'],
-      ].filter(([name]) => !set.some((header) => header.name === name));
-      lines.push(
-        '      proxy_http_version 1.1;',
-        // The route's own headers first, then the base ones it did not replace (generateProxySetHeaders).
-        ...[...set.map((header) => [header.name, header.value]), ...base].map(
-          ([name, value]) => `      proxy_set_header ${name ?? ''} "${value ?? ''}";`,
-        ),
-        '      proxy_set_header Upgrade "$http_upgrade";',
-        '      proxy_set_header Connection "$connection_keepalive";',
-        // No URI part: nginx passes the request URI as the client sent it.
-        `      proxy_pass http://${backend.upstream};`,
-        '    }',
-      );
-    }
+    for (const [location, rule] of locations)
+      lines.push(...locationBlock(location, rule, directives.get(rule.route) ?? {}));
     // servers.go: without a rule for "/", NGF answers "/" itself with 404.
     if (![...locations.values()].some((rule) => rule.path === '/'))
       lines.push('    location = / {', '      return 404;', '    }');
@@ -618,7 +647,7 @@ export function translateGateway(
   }
   lines.push(
     '  server {',
-    `    listen unix:${p}/${NO_ENDPOINTS_SOCKET};`,
+    `    listen unix:${settings.prefix}/${NO_ENDPOINTS_SOCKET};`,
     '    access_log off;',
     '    return 503;',
     '  }',
