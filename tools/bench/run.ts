@@ -313,6 +313,84 @@ async function measureDeepPages(service: Server, token: string, posts: number): 
   return out;
 }
 
+/** Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop. */
+async function livenessDuringLogins(service: Server): Promise<SizeResult['liveDuringLogins']> {
+  const [logins, live] = await Promise.all([
+    run({
+      url: `${service.base}/login`,
+      connections: 20,
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+    }),
+    run({ url: `${service.base}/healthz/live`, connections: 1 }),
+  ]);
+  log(
+    `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
+  );
+  return { p50: live.latency.p50, p99: live.latency.p99, loginRps: Math.round(logins.requests.average) };
+}
+
+/** Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them. */
+async function residentMemory(
+  service: Server,
+  token: string,
+  publishedIds: number[],
+): Promise<SizeResult['memory']> {
+  const auth = { authorization: `Bearer ${token}` };
+  const mix: autocannon.Request[] = [
+    { method: 'GET', path: '/posts/public?limit=5' },
+    { method: 'GET', path: `/posts/${String(publishedIds[0])}`, headers: auth },
+    { method: 'GET', path: '/posts/?limit=5', headers: auth },
+    { method: 'GET', path: '/no/such/path' },
+  ];
+  // A single reading lands anywhere in a garbage-collection cycle (±20 % seen); the median of
+  // readings taken through the last 10,000 requests of each stretch does not.
+  const residentDuring = async (amount: number): Promise<number> => {
+    const samples: number[] = [];
+    const timer = setInterval(() => samples.push(rssMb(service.child.pid ?? 0)), 100);
+    try {
+      await run({ url: service.base, requests: mix, amount });
+    } finally {
+      clearInterval(timer);
+    }
+    return median(samples);
+  };
+  await run({ url: service.base, requests: mix, amount: 10_000 });
+  const rss20k = await residentDuring(10_000);
+  await run({ url: service.base, requests: mix, amount: 70_000 });
+  const rss100k = await residentDuring(10_000);
+  log(
+    `  resident memory (median through requests 10,000-20,000 and 90,000-100,000): ${rss20k.toFixed(1)} MB, ${rss100k.toFixed(1)} MB`,
+  );
+  return { rss20k, rss100k };
+}
+
+/** Login timing: unknown e-mail against known e-mail with a wrong password, interleaved. */
+async function loginTimings(service: Server): Promise<SizeResult['loginTiming']> {
+  const unknown: number[] = [];
+  const wrong: number[] = [];
+  for (let i = 0; i < 25; i++) {
+    unknown.push((await login(service.base, `nobody${String(i)}@bench.example`, 'wrong-password-1')).ms);
+    wrong.push((await login(service.base, 'user2@bench.example', 'wrong-password-1')).ms);
+  }
+  log(
+    `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
+  );
+  return { unknownMedianMs: median(unknown), wrongPasswordMedianMs: median(wrong) };
+}
+
+/** What the figures were measured on. */
+async function machine(): Promise<SizeResult['machine']> {
+  return {
+    cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
+    memoryGb: Math.round(os.totalmem() / 2 ** 30),
+    node: node.version,
+    postgres: await postgresVersion(),
+    loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
+  };
+}
+
 async function benchSize(posts: number): Promise<SizeResult> {
   const info = await seed(posts, reseed, log);
   log(
@@ -356,60 +434,10 @@ async function benchSize(posts: number): Promise<SizeResult> {
     log(`deep pages, service only (${String(firstCount)} connections, ${String(deepDuration)} s each):`);
     const deepPages = await measureDeepPages(service, token, posts);
 
-    // Liveness while 20 logins hash at once: bcrypt runs on libuv's pool, never on the event loop.
-    const [logins, live] = await Promise.all([
-      run({
-        url: `${service.base}/login`,
-        connections: 20,
-        method: 'POST',
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
-      }),
-      run({ url: `${service.base}/healthz/live`, connections: 1 }),
-    ]);
-    log(
-      `  /healthz/live during 20 concurrent logins: p50 ${String(live.latency.p50)} ms, p99 ${String(live.latency.p99)} ms`,
-    );
+    const liveDuringLogins = await livenessDuringLogins(service);
     await settle(service);
-
-    // Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them.
-    const auth = { authorization: `Bearer ${token}` };
-    const mix: autocannon.Request[] = [
-      { method: 'GET', path: '/posts/public?limit=5' },
-      { method: 'GET', path: `/posts/${String(publishedIds[0])}`, headers: auth },
-      { method: 'GET', path: '/posts/?limit=5', headers: auth },
-      { method: 'GET', path: '/no/such/path' },
-    ];
-    // A single reading lands anywhere in a garbage-collection cycle (±20 % seen); the median of
-    // readings taken through the last 10,000 requests of each stretch does not.
-    const residentDuring = async (amount: number): Promise<number> => {
-      const samples: number[] = [];
-      const timer = setInterval(() => samples.push(rssMb(service.child.pid ?? 0)), 100);
-      try {
-        await run({ url: service.base, requests: mix, amount });
-      } finally {
-        clearInterval(timer);
-      }
-      return median(samples);
-    };
-    await run({ url: service.base, requests: mix, amount: 10_000 });
-    const rss20k = await residentDuring(10_000);
-    await run({ url: service.base, requests: mix, amount: 70_000 });
-    const rss100k = await residentDuring(10_000);
-    log(
-      `  resident memory (median through requests 10,000-20,000 and 90,000-100,000): ${rss20k.toFixed(1)} MB, ${rss100k.toFixed(1)} MB`,
-    );
-
-    // Login timing: unknown e-mail against known e-mail with a wrong password, interleaved.
-    const unknown: number[] = [];
-    const wrong: number[] = [];
-    for (let i = 0; i < 25; i++) {
-      unknown.push((await login(service.base, `nobody${String(i)}@bench.example`, 'wrong-password-1')).ms);
-      wrong.push((await login(service.base, 'user2@bench.example', 'wrong-password-1')).ms);
-    }
-    log(
-      `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
-    );
+    const memory = await residentMemory(service, token, publishedIds);
+    const loginTiming = await loginTimings(service);
 
     const targets = targetsOf({ runs });
     log(`targets at ${String(posts)} posts:`);
@@ -423,24 +451,14 @@ async function benchSize(posts: number): Promise<SizeResult> {
       deepDuration,
       connections: connectionCounts,
       ...(note ? { note } : {}),
-      machine: {
-        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
-        memoryGb: Math.round(os.totalmem() / 2 ** 30),
-        node: node.version,
-        postgres: await postgresVersion(),
-        loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
-      },
+      machine: await machine(),
       runs,
       ladder,
       deepPages,
       targets,
-      liveDuringLogins: {
-        p50: live.latency.p50,
-        p99: live.latency.p99,
-        loginRps: Math.round(logins.requests.average),
-      },
-      memory: { rss20k, rss100k },
-      loginTiming: { unknownMedianMs: median(unknown), wrongPasswordMedianMs: median(wrong) },
+      liveDuringLogins,
+      memory,
+      loginTiming,
     };
   } finally {
     await service.stop();
