@@ -119,11 +119,8 @@ export interface UpgradeOptions {
   log?: (line: string) => void;
 }
 
-export interface Figures {
-  posts: number;
-  votes: number;
-  users: number;
-  seedSeconds: number;
+/** What the answers under load tell. */
+export interface AnswerFigures {
   requests: number;
   /** Answers by status, and by which release gave them. */
   statuses: Record<string, number>;
@@ -142,6 +139,13 @@ export interface Figures {
   failedByPhase: Record<Phase, number>;
   /** Failed answers by status, release and detail. */
   failures: Record<string, number>;
+}
+
+export interface Figures extends AnswerFigures {
+  posts: number;
+  votes: number;
+  users: number;
+  seedSeconds: number;
   /** The errors each release logged (distinct messages, with how often). */
   logged: Record<string, number>;
   /** The previous release's start on an empty database, for comparison. */
@@ -384,6 +388,41 @@ async function inScratch<T>(
   }
 }
 
+/** What the answers under load tell: statuses, where they failed or were slow, by phase and instance. */
+function answerFigures(answers: MixedAnswer[]): AnswerFigures {
+  const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
+  const failed = answers.filter((a) => a.status === 0 || a.status >= 500);
+  const failedByPhase: Record<Phase, number> = {
+    'old alone': 0,
+    'new starting': 0,
+    both: 0,
+    'new alone': 0,
+  };
+  for (const a of failed) failedByPhase[phaseOf(a)] += 1;
+  const slowestByPhase: Partial<Record<Phase, number>> = {};
+  for (const a of answers) {
+    const at = phaseOf(a);
+    slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
+  }
+  const tally = (key: (a: MixedAnswer) => string, of = answers) =>
+    of.reduce<Record<string, number>>((acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }), {});
+  const overBudget = answers.filter((a) => a.ms > ANSWER_BUDGET_MS);
+  return {
+    requests: answers.length,
+    statuses: tally((a) => String(a.status)),
+    byInstance: tally((a) => a.instance),
+    serverErrors: answers.filter((a) => a.status >= 500).length,
+    noAnswer: answers.filter((a) => a.status === 0).length,
+    outsideApi: answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
+    overBudget: overBudget.length,
+    overBudgetBy: tally((a) => `${a.phase} @${a.instance}`, overBudget),
+    slowest: answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
+    failedByPhase,
+    slowestByPhase,
+    failures: tally((a) => `${String(a.status)} ${a.instance}: ${a.error ?? ''}`, failed),
+  };
+}
+
 /**
  * The whole upgrade on a scratch database (dropped afterwards): seed under the previous release,
  * traffic, the surge replica, both serving, the old one stopped, the new one alone; then what the
@@ -481,53 +520,12 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       log(`backfill: ${JSON.stringify(backfill)}; checking writes and counts`);
       const findings = await check(k, fresh.svc.base, signedIn[0]?.token ?? '', load, hotPosts);
 
-      const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
-      const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500);
-      const failedByPhase: Record<Phase, number> = {
-        'old alone': 0,
-        'new starting': 0,
-        both: 0,
-        'new alone': 0,
-      };
-      for (const a of failed) failedByPhase[phaseOf(a)] += 1;
-      const slowestByPhase: Partial<Record<Phase, number>> = {};
-      for (const a of load.answers) {
-        const at = phaseOf(a);
-        slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
-      }
-      const tally = (key: (a: MixedAnswer) => string) =>
-        load.answers.reduce<Record<string, number>>(
-          (acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }),
-          {},
-        );
       const figures: Figures = {
         posts: options.posts,
         votes: seededVotes,
         users: seeded.users,
         seedSeconds: seeded.seedSeconds,
-        requests: load.answers.length,
-        statuses: tally((a) => String(a.status)),
-        byInstance: tally((a) => a.instance),
-        serverErrors: load.answers.filter((a) => a.status >= 500).length,
-        noAnswer: load.answers.filter((a) => a.status === 0).length,
-        outsideApi: load.answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
-        overBudget: load.answers.filter((a) => a.ms > ANSWER_BUDGET_MS).length,
-        overBudgetBy: load.answers
-          .filter((a) => a.ms > ANSWER_BUDGET_MS)
-          .reduce<Record<string, number>>((acc, a) => {
-            const key = `${a.phase} @${a.instance}`;
-            return { ...acc, [key]: (acc[key] ?? 0) + 1 };
-          }, {}),
-        slowest: load.answers.reduce<MixedAnswer | undefined>(
-          (s, a) => (!s || a.ms > s.ms ? a : s),
-          undefined,
-        ),
-        failedByPhase,
-        slowestByPhase,
-        failures: failed.reduce<Record<string, number>>((acc, a) => {
-          const key = `${String(a.status)} ${a.instance}: ${a.error ?? ''}`;
-          return { ...acc, [key]: (acc[key] ?? 0) + 1 };
-        }, {}),
+        ...answerFigures(load.answers),
         logged: loggedErrors([
           [oldInstance.name, old],
           ['new', fresh.svc],
