@@ -117,18 +117,9 @@ function row(what: string, result: string): string {
   return `| ${what.padEnd(34)} | ${result}`;
 }
 
-export function formatReport(report: Report): string {
-  const lines = [
-    `Proof table (${report.target})`,
-    row('what', 'observed'),
-    row('-'.repeat(34), '-'.repeat(40)),
-  ];
-  const statuses = Object.entries(report.statuses)
-    .sort(([a], [b]) => a.localeCompare(b))
-    .map(([status, count]) => `${status}: ${count}`)
-    .join(', ');
-  lines.push(row('requests sent through the ingress', `${report.requests} (${statuses})`));
-  const { rateLimit, general, bypass, cors, database, rollout } = report;
+/** The proxy's own answers: rate limits, the bypass attempts, CORS. */
+function proxyRows({ rateLimit, general, bypass, cors }: Report): string[] {
+  const lines: string[] = [];
   if (rateLimit) {
     lines.push(
       row(
@@ -153,6 +144,12 @@ export function formatReport(report: Report): string {
       );
   }
   if (cors) lines.push(row('CORS', `${cors.allowed} allowed; ${cors.foreign} refused`));
+  return lines;
+}
+
+/** A stopped and restarted database, as the probes and the API saw it. */
+function databaseRows({ database }: Report): string[] {
+  const lines: string[] = [];
   if (database) {
     lines.push(row('database stopped: ready 503 after', `${(database.readyDownMs / 1000).toFixed(1)} s`));
     lines.push(row('  /healthz/live meanwhile', database.liveDuringOutage.join(', ')));
@@ -162,11 +159,22 @@ export function formatReport(report: Report): string {
     );
     lines.push(row('  API restarts', String(database.restarts)));
   }
+  return lines;
+}
+
+/** Requests during a rollout. */
+function rolloutRows({ rollout }: Report): string[] {
+  const lines: string[] = [];
   if (rollout) {
     lines.push(row('rollout: requests during it', `${rollout.sent} sent, ${rollout.failed} failed`));
     lines.push(row('  rollout', rollout.detail));
   }
-  const { upgrade } = report;
+  return lines;
+}
+
+/** The upgrade from the previous release under load. */
+function upgradeRows({ upgrade }: Report): string[] {
+  const lines: string[] = [];
   if (upgrade) {
     const kinds = Object.entries(upgrade.byRequest)
       .map(([kind, count]) => `${count} ${kind}`)
@@ -206,7 +214,12 @@ export function formatReport(report: Report): string {
       ),
     );
   }
-  const { failover } = report;
+  return lines;
+}
+
+/** Writes across a failover. */
+function failoverRows({ failover }: Report): string[] {
+  const lines: string[] = [];
   if (failover) {
     lines.push(
       row(
@@ -216,7 +229,12 @@ export function formatReport(report: Report): string {
     );
     lines.push(row('  writes back after the kill', `${(failover.writesBackMs / 1000).toFixed(1)} s`));
   }
-  const { backup } = report;
+  return lines;
+}
+
+/** A backup, a mistake and the recovery to just before it. */
+function backupRows({ backup }: Report): string[] {
+  const lines: string[] = [];
   if (backup) {
     const { written } = backup;
     lines.push(
@@ -241,7 +259,12 @@ export function formatReport(report: Report): string {
       row('  the recovered Cluster archives to', `${backup.serverName} (${backup.archivedWal} shipped)`),
     );
   }
-  const { metrics } = report;
+  return lines;
+}
+
+/** Prometheus, the dashboard's queries and the alerts' expressions. */
+function metricsRows({ metrics }: Report): string[] {
+  const lines: string[] = [];
   if (metrics) {
     const statuses = Object.entries(metrics.load.statuses)
       .map(([status, count]) => `${status}: ${count}`)
@@ -277,7 +300,12 @@ export function formatReport(report: Report): string {
       );
     }
   }
-  const { runtime } = report;
+  return lines;
+}
+
+/** How each replica ran and started. */
+function runtimeRows({ runtime }: Report): string[] {
+  const lines: string[] = [];
   if (runtime) {
     lines.push(row('replicas ran as', runtime.launcher));
     const limit = runtime.memoryLimitBytes ? ` of the ${mib(runtime.memoryLimitBytes)} limit` : '';
@@ -295,6 +323,31 @@ export function formatReport(report: Report): string {
       );
     }
   }
+  return lines;
+}
+
+export function formatReport(report: Report): string {
+  const lines = [
+    `Proof table (${report.target})`,
+    row('what', 'observed'),
+    row('-'.repeat(34), '-'.repeat(40)),
+  ];
+  const statuses = Object.entries(report.statuses)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([status, count]) => `${status}: ${count}`)
+    .join(', ');
+  lines.push(row('requests sent through the ingress', `${report.requests} (${statuses})`));
+  for (const rows of [
+    proxyRows,
+    databaseRows,
+    rolloutRows,
+    upgradeRows,
+    failoverRows,
+    backupRows,
+    metricsRows,
+    runtimeRows,
+  ])
+    lines.push(...rows(report));
   return lines.join('\n');
 }
 
