@@ -412,6 +412,81 @@ function printReport(
   }
 }
 
+/**
+ * The nginx.conf of the proxy being emulated, for the API's ready endpoints at a generation: the
+ * chart's HTTPRoutes as NGINX Gateway Fabric writes them (--gateway), else its Ingresses as
+ * ingress-nginx does.
+ */
+function proxyConf(
+  objects: KubeObject[],
+  release: Release,
+  where: { prefix: string; listenPort: number; statusPort: number },
+): (endpoints: string[], generation: number) => string {
+  const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
+  const controllerValues = readYaml('k8s-tests/ingress-nginx-values.yaml') as ControllerValues;
+  // Both translations ask for a backend's ready endpoints; only the API's Service has any.
+  const apiEndpoints = (endpoints: string[]) => (service: string, port: number | string) => {
+    if (!servesApi(release, service, port))
+      throw new Error(`backend ${service}:${String(port)} is not the API`);
+    return endpoints;
+  };
+  return (endpoints, generation) => {
+    const settings = { ...where, generation, namespace, endpoints: apiEndpoints(endpoints) };
+    return gatewayMode
+      ? translateGateway(
+          objects,
+          readYaml('k8s-tests/gateway.yaml') as Parameters<typeof translateGateway>[1],
+          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
+          settings,
+        )
+      : translate(release.ingresses, controllerValues, {
+          ...settings,
+          headersMoreModule: HEADERS_MORE_MODULE,
+        });
+  };
+}
+
+/**
+ * The emulated proxy: nginx with the translated configuration, reloaded for each change of the
+ * ready endpoints (and the retry cases' misbehaving one beside them), one reload at a time.
+ */
+class EmulatedProxy {
+  readonly nginx: Nginx;
+  readonly broken: BrokenEndpoint;
+  /** The ready replicas' addresses, as the Service's endpoints list them. */
+  ready: string[] = [];
+  generation = 0;
+  private reloads: Promise<void> = Promise.resolve();
+
+  constructor(
+    prefix: string,
+    statusPort: number,
+    private readonly conf: (endpoints: string[], generation: number) => string,
+  ) {
+    this.nginx = new Nginx(prefix, statusPort);
+    this.broken = new BrokenEndpoint(this.nginx.errorLog);
+  }
+
+  async start(): Promise<void> {
+    this.generation++;
+    await this.nginx.start(this.conf([], this.generation), this.generation);
+  }
+
+  readonly reload = (): Promise<void> =>
+    (this.reloads = this.reloads
+      .catch(() => undefined)
+      .then(async () => {
+        this.generation++;
+        await this.nginx.reload(
+          this.conf([...this.ready, ...this.broken.endpoints()], this.generation),
+          this.generation,
+        );
+      }));
+
+  /** Resolves once every reload asked for so far is done. */
+  readonly settled = (): Promise<void> => this.reloads;
+}
+
 async function main(): Promise<number> {
   const { tmp } = state;
   checkPrerequisites();
@@ -436,9 +511,6 @@ async function main(): Promise<number> {
   // CloudNativePG first: its Secrets (the owner's password, the CA) are part of the pods' settings.
   const poolerPort = await startCnpg(objects, tmp);
   const release: Release = readRelease(objects, state.cnpg?.secrets() ?? []);
-  const controllerValues = parse(
-    readFileSync(join(repoRoot, 'k8s-tests/ingress-nginx-values.yaml'), 'utf8'),
-  ) as ControllerValues;
   const host = gatewayMode ? gatewayHost(objects) : (release.ingresses[0]?.spec?.rules?.[0]?.host ?? '');
   if (gatewayMode)
     step(`HTTPRoutes for ${host} on the Gateway of k8s-tests/gateway.yaml, ${release.replicas} replicas`);
@@ -446,43 +518,9 @@ async function main(): Promise<number> {
 
   const listenPort = await freePort();
   const statusPort = await freePort();
-  const prefix = join(tmp, 'nginx');
-  let generation = 0;
-  const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
-  // Both translations ask for a backend's ready endpoints; only the API's Service has any.
-  const apiEndpoints = (endpoints: string[]) => (service: string, port: number | string) => {
-    if (!servesApi(release, service, port))
-      throw new Error(`backend ${service}:${String(port)} is not the API`);
-    return endpoints;
-  };
-  const gatewayConf = (endpoints: string[]) =>
-    translateGateway(
-      objects,
-      readYaml('k8s-tests/gateway.yaml') as Parameters<typeof translateGateway>[1],
-      readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
-      {
-        prefix,
-        listenPort,
-        statusPort,
-        generation,
-        namespace,
-        endpoints: apiEndpoints(endpoints),
-      },
-    );
-  const nginxConf = (endpoints: string[]) =>
-    gatewayMode
-      ? gatewayConf(endpoints)
-      : translate(release.ingresses, controllerValues, {
-          prefix,
-          listenPort,
-          statusPort,
-          generation,
-          namespace,
-          headersMoreModule: HEADERS_MORE_MODULE,
-          endpoints: apiEndpoints(endpoints),
-        });
+  const conf = proxyConf(objects, release, { prefix: join(tmp, 'nginx'), listenPort, statusPort });
   // Translate before starting anything: an unmodelled feature fails the run here.
-  nginxConf([]);
+  conf([], 0);
 
   const logDir = join(tmp, 'replicas');
   mkdirSync(logDir);
@@ -502,22 +540,10 @@ async function main(): Promise<number> {
   const { database, dbAddress, readAddress } = await databaseFor(release, poolerPort, tmp);
 
   step(`nginx on 127.0.0.1:${listenPort} (no endpoints yet: 503)`);
-  const nginx = new Nginx(prefix, statusPort);
-  state.nginx = nginx;
-  generation++;
-  await nginx.start(nginxConf([]), generation);
-  // The retry cases add a misbehaving endpoint next to the ready replicas; reloads go one at a time.
-  const broken = new BrokenEndpoint(nginx.errorLog);
-  state.broken = broken;
-  let ready: string[] = [];
-  let reloads: Promise<void> = Promise.resolve();
-  const reload = () =>
-    (reloads = reloads
-      .catch(() => undefined)
-      .then(async () => {
-        generation++;
-        await nginx.reload(nginxConf([...ready, ...broken.endpoints()]), generation);
-      }));
+  const proxy = new EmulatedProxy(join(tmp, 'nginx'), statusPort, conf);
+  state.nginx = proxy.nginx;
+  state.broken = proxy.broken;
+  await proxy.start();
 
   const prometheus = await startMonitoring(release, tmp);
 
@@ -534,9 +560,9 @@ async function main(): Promise<number> {
       );
     },
     onEndpoints: async (endpoints) => {
-      ready = endpoints;
-      await reload();
-      step(`endpoints: [${endpoints.join(', ')}] (nginx configuration generation ${generation})`);
+      proxy.ready = endpoints;
+      await proxy.reload();
+      step(`endpoints: [${endpoints.join(', ')}] (nginx configuration generation ${proxy.generation})`);
     },
   });
   state.cluster = cluster;
@@ -557,10 +583,10 @@ async function main(): Promise<number> {
       DB_PORT: String(dbAddress.port),
       ...(readAddress ? { DB_READ_HOSTNAME: readAddress.host, DB_READ_PORT: String(readAddress.port) } : {}),
     },
-    broken,
-    reload,
-    settled: () => reloads,
-    ready: () => ready,
+    broken: proxy.broken,
+    reload: proxy.reload,
+    settled: proxy.settled,
+    ready: () => proxy.ready,
     step,
     ...(upgrade ? { upgrade } : {}),
   });
