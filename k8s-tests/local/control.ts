@@ -59,50 +59,29 @@ export interface Controlled {
 
 type Routes = Record<string, (body: string) => Promise<string>>;
 
-function routes(c: Controlled): Routes {
-  const { cluster, database, launcher, broken, step } = c;
-  const backups = () => {
-    if (!database.backups) throw new Error('no backups: the Cluster has no Barman Cloud plugin entry');
-    return database.backups;
-  };
+/** The replaced replicas, after checking each one shut down gracefully; throws otherwise. */
+function checkedRollout(c: Controlled, { replaced }: RolloutResult): string {
+  const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
+  c.step(`rollout done: ${text}`);
+  // A replica that did not end its graceful shutdown with 0 was killed or crashed.
+  if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
+  // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
+  for (const { name } of replaced) {
+    const log = readFileSync(join(c.logDir, `${name}.log`), 'utf8');
+    if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
+      throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
+  }
+  return text;
+}
+
+/** The database's: stop, start, failover, a lagging standby. */
+function databaseRoutes(c: Controlled): Routes {
+  const { database, step } = c;
   const standby = () => {
     if (!database.standby) throw new Error('no ro Pooler: the release does not read on standbys');
     return database.standby;
   };
-  /** The replaced replicas, after checking each one shut down gracefully; throws otherwise. */
-  const checked = ({ replaced }: RolloutResult): string => {
-    const text = replaced.map((r) => `${r.name} exit ${String(r.exit)}`).join(', ');
-    step(`rollout done: ${text}`);
-    // A replica that did not end its graceful shutdown with 0 was killed or crashed.
-    if (replaced.some((r) => r.exit !== 0)) throw new Error(`rollout: ${text}`);
-    // The SIGTERM reached the service itself (PID 1 in a container), which drained and said so.
-    for (const { name } of replaced) {
-      const log = readFileSync(join(c.logDir, `${name}.log`), 'utf8');
-      if (!log.includes('shutdown started') || !log.includes('shutdown complete'))
-        throw new Error(`rollout: ${name} exited without its graceful shutdown; see its log`);
-    }
-    return text;
-  };
-  const table: Routes = {
-    // The container case: what the service's own process sees inside a running replica.
-    'POST /replica/inspect': () => {
-      const replica = cluster.replicas.find((r) => r.ready && !r.terminating);
-      if (!replica) throw new Error('no ready replica');
-      step(`inspect: node -e … inside ${replica.name}`);
-      return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
-    },
-    // The image as an operator might misconfigure it: no database address, so the embedded database.
-    // The read endpoint goes too: with it alone the start stops on that setting instead.
-    'POST /image/without-database': () => {
-      if (!(launcher instanceof ContainerLauncher))
-        throw new Error('no image: the replicas run as processes');
-      const env = { ...c.onceEnv };
-      delete env.DB_HOSTNAME;
-      delete env.DB_READ_HOSTNAME;
-      delete env.DB_READ_PORT;
-      step('a container of the image without DB_HOSTNAME');
-      return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
-    },
+  return {
     'POST /database/stop': async () => {
       await database.stop();
       step('PostgreSQL stopped (fast shutdown)');
@@ -132,6 +111,16 @@ function routes(c: Controlled): Routes {
       return 'resumed';
     },
     'GET /database/committed': async () => JSON.stringify(await standby().committedOn()),
+  };
+}
+
+/** The backup case: the ScheduledBackup's base backup now, the mistake, the recovery Cluster. */
+function backupRoutes({ database, step }: Controlled): Routes {
+  const backups = () => {
+    if (!database.backups) throw new Error('no backups: the Cluster has no Barman Cloud plugin entry');
+    return database.backups;
+  };
+  return {
     // The backup case: the ScheduledBackup's base backup now, the mistake, the recovery Cluster.
     'POST /backup/base': async () => {
       const backup = await backups().base();
@@ -154,6 +143,33 @@ function routes(c: Controlled): Routes {
         `backup: ${report.cluster} recovered from ${report.sourceServerName} (backup ${report.backupId}) to ${String(report.targetTime)} in ${String(report.downloadMs + report.replayMs)} ms, archiving to ${report.serverName}; the -rw Service moved to it`,
       );
       return JSON.stringify(report);
+    },
+  };
+}
+
+/** The replicas': inside one, the image alone, rollouts and upgrades, metrics pages, restarts. */
+function replicaRoutes(c: Controlled): Routes {
+  const { cluster, launcher, step } = c;
+  const checked = (result: RolloutResult) => checkedRollout(c, result);
+  return {
+    // The container case: what the service's own process sees inside a running replica.
+    'POST /replica/inspect': () => {
+      const replica = cluster.replicas.find((r) => r.ready && !r.terminating);
+      if (!replica) throw new Error('no ready replica');
+      step(`inspect: node -e … inside ${replica.name}`);
+      return Promise.resolve(launcher.exec(replica.name, ['node', '-e', INSPECT_SCRIPT]));
+    },
+    // The image as an operator might misconfigure it: no database address, so the embedded database.
+    // The read endpoint goes too: with it alone the start stops on that setting instead.
+    'POST /image/without-database': () => {
+      if (!(launcher instanceof ContainerLauncher))
+        throw new Error('no image: the replicas run as processes');
+      const env = { ...c.onceEnv };
+      delete env.DB_HOSTNAME;
+      delete env.DB_READ_HOSTNAME;
+      delete env.DB_READ_PORT;
+      step('a container of the image without DB_HOSTNAME');
+      return Promise.resolve(JSON.stringify(launcher.runOnce(env, 60_000)));
     },
     'POST /rollout': async () => {
       step('rollout: replacing the replicas one by one (maxSurge 1, maxUnavailable 0)');
@@ -194,6 +210,13 @@ function routes(c: Controlled): Routes {
     },
     'GET /restarts': () =>
       Promise.resolve(JSON.stringify({ restarts: cluster.restarts + cluster.unexpectedExits.length })),
+  };
+}
+
+/** The proxy's: its endpoints settled, and the retry cases' misbehaving endpoint. */
+function proxyRoutes(c: Controlled): Routes {
+  const { broken, step } = c;
+  const table: Routes = {
     // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
     // lets a new connection land on an old worker for a moment, which the real controller (no
     // reload for endpoints) never does, so case 6 waits for it before its next request.
@@ -216,6 +239,10 @@ function routes(c: Controlled): Routes {
       return broken.endpoints().join('');
     };
   return table;
+}
+
+function routes(c: Controlled): Routes {
+  return { ...replicaRoutes(c), ...databaseRoutes(c), ...backupRoutes(c), ...proxyRoutes(c) };
 }
 
 /** Listens on a free port of 127.0.0.1; a route's failure answers 500 with its message. */
