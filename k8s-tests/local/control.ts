@@ -190,6 +190,20 @@ function replicaRoutes(c: Controlled): Routes {
       const text = checked(result);
       return JSON.stringify({ ...upgrade, replaced: text, started: result.started });
     },
+    // The rollback case: `helm rollback` to the previous revision sets the pod template's image back.
+    'POST /rollback': async () => {
+      const { upgrade } = c;
+      if (!upgrade) throw new Error('the replicas did not start from the previous release (--no-upgrade)');
+      if (cluster.templateImage() !== upgrade.to)
+        throw new Error(
+          `the Deployment runs ${cluster.templateImage() ?? 'the default image'}, not ${upgrade.to}`,
+        );
+      step(
+        `rollback: image ${upgrade.to} -> ${upgrade.from}, replica by replica (maxSurge 1, maxUnavailable 0)`,
+      );
+      const result = await cluster.rollout(upgrade.from);
+      return JSON.stringify({ from: upgrade.to, to: upgrade.from, replaced: checked(result) });
+    },
     // Each ready replica's own metrics page, as a scrape of its pod would read it.
     'GET /replicas/metrics': async () => {
       const ready = cluster.replicas.filter((r) => r.ready && !r.terminating);

@@ -33,6 +33,8 @@ export interface Driver {
    * Deployment's image changed to this release's and rolled out; returns once that has finished.
    */
   upgrade?: () => Promise<string>;
+  /** The rollback case: the Deployment's image set back to the previous release's and rolled out. */
+  rollback?: () => Promise<string>;
   /** Each ready replica's metrics page and image (local runner only). */
   replicaMetrics?: () => Promise<ReplicaMetrics[]>;
   /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
@@ -149,6 +151,7 @@ function localDriver(): Driver {
     },
     rollout: () => control(base, 'POST', '/rollout'),
     upgrade: () => control(base, 'POST', '/upgrade'),
+    rollback: () => control(base, 'POST', '/rollback'),
     replicaMetrics: async () =>
       JSON.parse(await control(base, 'GET', '/replicas/metrics')) as ReplicaMetrics[],
     endpointsSettled: async () => {

@@ -83,6 +83,62 @@ const applied = (page: ReplicaMetrics) => sample(page.metrics, 'db_migrations_ap
 const backfillPending = (page: ReplicaMetrics) =>
   sample(page.metrics, 'db_backfill_pending', 'backfill="posts.vote_count"');
 
+/** What a stream of requests met while a rollout ran. */
+interface Stream {
+  sent: number;
+  byRequest: Record<string, number>;
+  failures: string[];
+  failedBy: Record<string, number>;
+  /** Whether each client's post holds its vote at the end. */
+  voted: boolean[];
+}
+
+/**
+ * Two clients, one request at a time each, each on a new connection (k8s-tests/README.md,
+ * Endpoints: nginx reloads), sending reads, signed-in lists and votes back to back until the
+ * rollout has finished. Each client votes on a post of its own, alternating add and withdraw.
+ */
+async function streamDuring(
+  rollout: Promise<unknown>,
+  clients: { token: string; postId: number }[],
+): Promise<Stream> {
+  let done = false;
+  const finished = rollout.finally(() => {
+    done = true;
+  });
+  const stream: Stream = { sent: 0, byRequest: {}, failures: [], failedBy: {}, voted: [] };
+  const client = async (token: string, postId: number) => {
+    let voted = false;
+    for (let i = 0; !done && stream.sent < MAX_REQUESTS; i++) {
+      stream.sent++;
+      const kind = ['public list', 'signed-in page', 'vote', 'signed-in list'][i % 4] ?? '';
+      stream.byRequest[kind] = (stream.byRequest[kind] ?? 0) + 1;
+      let answer: Answer;
+      let expected = 200;
+      if (kind === 'public list') answer = await send('GET', '/posts/public', options(token));
+      else if (kind === 'signed-in page') answer = await send('GET', '/posts/?limit=1', options(token));
+      else if (kind === 'signed-in list') answer = await send('GET', '/posts/?limit=20', options(token));
+      else {
+        answer = await vote(token, postId, voted ? 0 : 1);
+        expected = 201;
+        if (answer.status === expected) voted = !voted;
+      }
+      if (answer.status !== expected) {
+        stream.failures.push(`${kind}: ${describeAnswer(answer)}`);
+        const key = `${kind} ${answer.error ? 'no answer' : String(answer.status)}`;
+        stream.failedBy[key] = (stream.failedBy[key] ?? 0) + 1;
+      }
+    }
+    return voted;
+  };
+  const [voted] = await Promise.all([
+    Promise.all(clients.map(({ token, postId }) => client(token, postId))),
+    finished,
+  ]);
+  stream.voted = voted;
+  return stream;
+}
+
 upgradeCase(
   'When the previous release is replaced by this one replica by replica under a steady stream of reads, lists and votes, then none fails and the data, its votes and the schema are upgraded (case U)',
   async () => {
@@ -117,46 +173,19 @@ upgradeCase(
     // Each client of the stream votes on a post of its own: its votes alternate add and withdraw.
     const streamPosts = { a: await newPost(a, 'upgrade stream a'), b: await newPost(b, 'upgrade stream b') };
 
-    let done = false;
-    let sent = 0;
-    const byRequest: Record<string, number> = {};
-    const failures: string[] = [];
-    const failedBy: Record<string, number> = {};
     const startedAt = Date.now();
     let detail = '';
-    const rollout = upgrade()
-      .then((text) => {
+    const stream = await streamDuring(
+      upgrade().then((text) => {
         detail = (JSON.parse(text) as { replaced: string }).replaced;
-      })
-      .finally(() => {
-        done = true;
-      });
-    // Two clients, one request at a time each, each on a new connection (k8s-tests/README.md, Endpoints: nginx reloads).
-    const client = async (token: string, postId: number) => {
-      let voted = false;
-      for (let i = 0; !done && sent < MAX_REQUESTS; i++) {
-        sent++;
-        const kind = ['public list', 'signed-in page', 'vote', 'signed-in list'][i % 4] ?? '';
-        byRequest[kind] = (byRequest[kind] ?? 0) + 1;
-        let answer: Answer;
-        let expected = 200;
-        if (kind === 'public list') answer = await send('GET', '/posts/public', options(token));
-        else if (kind === 'signed-in page') answer = await send('GET', '/posts/?limit=1', options(token));
-        else if (kind === 'signed-in list') answer = await send('GET', '/posts/?limit=20', options(token));
-        else {
-          answer = await vote(token, postId, voted ? 0 : 1);
-          expected = 201;
-          if (answer.status === expected) voted = !voted;
-        }
-        if (answer.status !== expected) {
-          failures.push(`${kind}: ${describeAnswer(answer)}`);
-          const key = `${kind} ${answer.error ? 'no answer' : String(answer.status)}`;
-          failedBy[key] = (failedBy[key] ?? 0) + 1;
-        }
-      }
-      return voted;
-    };
-    const [votedA, votedB] = await Promise.all([client(a, streamPosts.a), client(b, streamPosts.b), rollout]);
+      }),
+      [
+        { token: a, postId: streamPosts.a },
+        { token: b, postId: streamPosts.b },
+      ],
+    );
+    const { sent, failures, failedBy, byRequest } = stream;
+    const [votedA, votedB] = stream.voted;
     const upgradeMs = Date.now() - startedAt;
     expectedVotes.set(streamPosts.a, votedA ? 1 : 0);
     expectedVotes.set(streamPosts.b, votedB ? 1 : 0);
@@ -218,6 +247,60 @@ upgradeCase(
     if (file) writeFileSync(file, JSON.stringify(report, null, 2));
     expect(failures.slice(0, 10)).toEqual([]);
     expect(sent).toBeGreaterThan(10);
+  },
+  600_000,
+);
+
+const rollbackCase = upgradeCase === test && driver.rollback ? test : test.skip;
+
+rollbackCase(
+  'When this release is rolled back to the previous one replica by replica under the same stream (helm rollback), then none fails, what was written on this release reads back on the previous one, and rolling forward again leaves every replica on this release (case R)',
+  async () => {
+    const { upgrade, rollback } = driver;
+    if (!upgrade || !rollback || !from || !to) throw new Error('no rollback');
+    const onImage = (image: string) =>
+      pollUntil(replicaPages, (pages) => pages.length > 0 && pages.every((page) => page.image === image), {
+        withinMs: BACKFILL_MS,
+        everyMs: 500,
+      });
+    expect((await onImage(to)).held).toBe(true);
+
+    // Written on this release: a post with a vote, and a post of its own for each client's stream.
+    const a = await signedIn('rollback-a');
+    const b = await signedIn('rollback-b');
+    const written = await newPost(a, 'rollback a1');
+    expect((await vote(b, written, 1)).status).toBe(201);
+    const streamPosts = {
+      a: await newPost(a, 'rollback stream a'),
+      b: await newPost(b, 'rollback stream b'),
+    };
+
+    const stream = await streamDuring(rollback(), [
+      { token: a, postId: streamPosts.a },
+      { token: b, postId: streamPosts.b },
+    ]);
+    const back = await onImage(from);
+    expect(back.value.map((page) => page.image)).toEqual(back.value.map(() => from));
+
+    // The previous release reads what this one wrote, on the schema this one migrated.
+    const expected = {
+      [written]: 1,
+      [streamPosts.a]: stream.voted[0] ? 1 : 0,
+      [streamPosts.b]: stream.voted[1] ? 1 : 0,
+    };
+    const read: Record<number, number> = {};
+    for (const id of [written, streamPosts.a, streamPosts.b]) {
+      const answer = await send('GET', `/posts/${id}`, options(a));
+      expect({ id, status: answer.status }).toEqual({ id, status: 200 });
+      read[id] = (body(answer) as { votes: number }).votes;
+    }
+    expect(read).toEqual(expected);
+    expect(stream.failures.slice(0, 10)).toEqual([]);
+    expect(stream.sent).toBeGreaterThan(10);
+
+    // Forward again, so that the cases after this one meet this release.
+    await upgrade();
+    expect((await onImage(to)).held).toBe(true);
   },
   600_000,
 );
