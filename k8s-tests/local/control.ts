@@ -151,6 +151,18 @@ function backupRoutes({ database, step }: Controlled): Routes {
 function replicaRoutes(c: Controlled): Routes {
   const { cluster, launcher, step } = c;
   const checked = (result: RolloutResult) => checkedRollout(c, result);
+  const releases = () => {
+    if (!c.upgrade) throw new Error('the replicas did not start from the previous release (--no-upgrade)');
+    return c.upgrade;
+  };
+  /** The pod template's image changed from one release's to the other's, replica by replica. */
+  const changeImage = async (what: string, from: string, to: string): Promise<string> => {
+    if (cluster.templateImage() !== from)
+      throw new Error(`the Deployment runs ${cluster.templateImage() ?? 'the default image'}, not ${from}`);
+    step(`${what}: image ${from} -> ${to}, replica by replica (maxSurge 1, maxUnavailable 0)`);
+    const result = await cluster.rollout(to);
+    return JSON.stringify({ from, to, replaced: checked(result), started: result.started });
+  };
   return {
     // The container case: what the service's own process sees inside a running replica.
     'POST /replica/inspect': () => {
@@ -177,32 +189,13 @@ function replicaRoutes(c: Controlled): Routes {
     },
     // The upgrade case: the pod template's image changed to this release's, replica by replica.
     'POST /upgrade': async () => {
-      const { upgrade } = c;
-      if (!upgrade) throw new Error('the replicas did not start from the previous release (--no-upgrade)');
-      if (cluster.templateImage() !== upgrade.from)
-        throw new Error(
-          `the Deployment runs ${cluster.templateImage() ?? 'the default image'}, not ${upgrade.from}`,
-        );
-      step(
-        `upgrade: image ${upgrade.from} -> ${upgrade.to}, replica by replica (maxSurge 1, maxUnavailable 0)`,
-      );
-      const result = await cluster.rollout(upgrade.to);
-      const text = checked(result);
-      return JSON.stringify({ ...upgrade, replaced: text, started: result.started });
+      const { from, to } = releases();
+      return await changeImage('upgrade', from, to);
     },
     // The rollback case: `helm rollback` to the previous revision sets the pod template's image back.
     'POST /rollback': async () => {
-      const { upgrade } = c;
-      if (!upgrade) throw new Error('the replicas did not start from the previous release (--no-upgrade)');
-      if (cluster.templateImage() !== upgrade.to)
-        throw new Error(
-          `the Deployment runs ${cluster.templateImage() ?? 'the default image'}, not ${upgrade.to}`,
-        );
-      step(
-        `rollback: image ${upgrade.to} -> ${upgrade.from}, replica by replica (maxSurge 1, maxUnavailable 0)`,
-      );
-      const result = await cluster.rollout(upgrade.from);
-      return JSON.stringify({ from: upgrade.to, to: upgrade.from, replaced: checked(result) });
+      const { from, to } = releases();
+      return await changeImage('rollback', to, from);
     },
     // Each ready replica's own metrics page, as a scrape of its pod would read it.
     'GET /replicas/metrics': async () => {
