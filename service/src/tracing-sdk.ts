@@ -64,7 +64,7 @@ const probeOrScrape = (req: IncomingMessage): boolean => {
  * The caller's `traceparent` is the parent it decides on; a new root is decided on a throwaway
  * trace id, which gives the ratio's odds as well as the span's own id would.
  */
-export function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => boolean {
+function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => boolean {
   const ids = new RandomIdGenerator();
   return (req) => {
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);

@@ -2,11 +2,12 @@
  * `npm run bench:tracing -- [--posts 10000] [--rounds 5] [--duration 4] [--connections 10] [--node image|current|PATH]`
  *
  * What tracing costs: the same service four times on one seeded database, tracing off (no
- * OTEL_EXPORTER_OTLP_ENDPOINT) twice, sampling one trace in ten (parentbased_traceidratio at 0.1) and every
- * trace (at 1), the last two exporting OTLP/HTTP protobuf to a collector in this process that reads
- * and discards each batch. Alternating rounds (tools/bench/rounds.ts) on the public and the
- * signed-in list; prints the server's CPU per request, median of the rounds, and each against off,
- * the second server with tracing off included, as the measure of the bench's own spread. The target is within 5 % of off at one in ten.
+ * OTEL_EXPORTER_OTLP_ENDPOINT) twice, sampling one trace in ten (parentbased_traceidratio at 0.1)
+ * and every trace (at 1), the last two exporting OTLP/HTTP protobuf to a collector in this process
+ * that reads and discards each batch. Alternating rounds (tools/bench/rounds.ts) on the public and
+ * the signed-in list; prints the server's CPU per request, median of the rounds, and each against
+ * off, the second server with tracing off included, as the measure of the bench's own spread. The
+ * target is within 5 % of off at one in ten.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
