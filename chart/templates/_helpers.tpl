@@ -381,6 +381,15 @@ what would silently archive nowhere or over the archive a recovery reads.
 {{- if and .Values.cnpg.enabled (hasKey $clusterAccount "azure.workload.identity/client-id") (ne (toString (get (.Values.cnpg.cluster.inheritedLabels | default dict) "azure.workload.identity/use")) "true") }}
 {{- fail "cnpg.cluster.serviceAccount.annotations names azure.workload.identity/client-id but cnpg.cluster.inheritedLabels lacks azure.workload.identity/use: \"true\": Azure's webhook gives the identity only to pods with that label (chart/README.md, \"Workload identity\")" }}
 {{- end }}
+{{- /* lookup answers on helm install and upgrade (and template --dry-run=server); plain helm template sees no Cluster. */}}
+{{- $live := lookup "postgresql.cnpg.io/v1" "Cluster" .Release.Namespace (include "social-posts.cnpgClusterName" .) }}
+{{- $archivingNow := false }}
+{{- range (dig "spec" "plugins" list ($live | default dict)) }}
+{{- if and (eq (get . "name") "barman-cloud.cloudnative-pg.io") (get . "isWALArchiver") }}{{ $archivingNow = true }}{{ end }}
+{{- end }}
+{{- if and $archivingNow (not (and .Values.cnpg.enabled $backup.enabled $backup.walArchiving)) (not $backup.allowArchivingToStop) }}
+{{- fail (printf "this upgrade stops the WAL archiving Cluster %q does now (backup.enabled, backup.walArchiving or cnpg.enabled is off): point-in-time recovery would end here. Keep them on, or take a base backup and set backup.allowArchivingToStop=true for this upgrade (chart/README.md, \"Rolling back\")" (include "social-posts.cnpgClusterName" .)) }}
+{{- end }}
 {{- if $backup.recovery.enabled }}
 {{- if not $backup.recovery.sourceServerName }}
 {{- fail "backup.recovery.sourceServerName is required when backup.recovery.enabled: the folder of the cluster to recover from (the lost Cluster's name, or its backup.serverName)" }}

@@ -6,6 +6,7 @@
  * cannot work refused at render; the PostgreSQL image pinned in prod and dev on the same major.
  */
 import { crdProblems, crdValidator } from './crd-schemas';
+import { startFakeKubeApi } from './fake-kube-api';
 import {
   apiContainer,
   ciValuesFiles,
@@ -20,6 +21,7 @@ import {
   renderEnvironment,
   renderRefused,
   runHelm,
+  template,
   type KubeObject,
   type RenderOptions,
 } from './helm';
@@ -656,5 +658,81 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     expect(await renderRefused(options)).toContain(message);
+  });
+});
+
+/**
+ * An upgrade that would stop the live Cluster's WAL archiving is refused unless the operator says so
+ * (lookup, answered by a fake API server as `helm upgrade` has the real one answer); a rollback renders
+ * nothing, so the notes give the check to run before one.
+ */
+describe('WAL archiving across upgrades and rollbacks', () => {
+  const namespace = 'social-posts-test';
+
+  /** `helm template --dry-run=server` beside a cluster holding `live`: what `helm upgrade` renders. */
+  async function upgradeOver(live: KubeObject[], options: RenderOptions) {
+    const api = await startFakeKubeApi(namespace, live);
+    try {
+      return await template({
+        ...options,
+        namespace,
+        env: api.env,
+        extraArgs: ['--dry-run=server', '--disable-openapi-validation'],
+      });
+    } finally {
+      await api.close();
+    }
+  }
+
+  /** The Cluster as the release's earlier revision left it, with `plugins` as its spec has them. */
+  async function liveCluster(plugins: { name: string; isWALArchiver?: boolean }[]): Promise<KubeObject> {
+    const rendered = one(await render({ ...backupOn, namespace }), 'Cluster');
+    const live: KubeObject & { spec: unknown } = {
+      ...rendered,
+      // Owned by the release, as its install left it: helm then upgrades it instead of refusing to adopt it.
+      metadata: {
+        ...rendered.metadata,
+        namespace,
+        annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
+      },
+      spec: { ...rendered.spec, plugins },
+    };
+    return live;
+  }
+
+  const archiving = () => liveCluster([{ name: PLUGIN, isWALArchiver: true }]);
+  const refusal = /this upgrade stops the WAL archiving Cluster "[^"]+" does now/;
+
+  it.each<[string, Record<string, string>]>([
+    ['backups are turned off', { 'backup.enabled': 'false' }],
+    ['WAL archiving is turned off', { 'backup.walArchiving': 'false' }],
+    ['CloudNativePG is turned off', { 'cnpg.enabled': 'false', 'backup.enabled': 'false', 'postgresql.enabled': 'true', 'secret.generate': 'true' }],
+  ])('When the Cluster archives and an upgrade says %s, then rendering refuses and says how to go ahead', async (_case, set) => {
+    const refused = await upgradeOver([await archiving()], withBackup(set));
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(refusal);
+    expect(refused.stderr).toContain('backup.allowArchivingToStop=true');
+
+    const allowed = await upgradeOver([await archiving()], withBackup({ ...set, 'backup.allowArchivingToStop': 'true' }));
+    expect(allowed.stderr).toBe('');
+    expect(allowed.stdout).not.toContain('isWALArchiver: true');
+  });
+
+  it('When the Cluster archives and the upgrade keeps backups on, or it never archived, then the upgrade renders', async () => {
+    const kept = await upgradeOver([await archiving()], backupOn);
+    expect(kept.stderr).toBe('');
+    expect(kept.stdout).toContain('isWALArchiver: true');
+    for (const live of [await liveCluster([]), await liveCluster([{ name: PLUGIN, isWALArchiver: false }])])
+      expect((await upgradeOver([live], withBackup({ 'backup.enabled': 'false' }))).code).toBe(0);
+  });
+
+  it("When backups archive, then the notes give the check before a rollback, and that check counts the rendered release's archiver", async () => {
+    const notes = await installNotes(backupOn);
+    const check = must(/helm get manifest .* \| grep -c '(.+)'/.exec(notes), 'the rollback check in the notes');
+    expect(check[0]).toContain(`helm get manifest social-posts -n ${namespace} --revision <revision>`);
+    const counted = (manifest: string) => manifest.split('\n').filter((line) => line.includes(check[1] ?? '')).length;
+    expect(counted((await template(backupOn)).stdout)).toBe(1);
+    expect(counted((await template(withBackup({ 'backup.walArchiving': 'false' }))).stdout)).toBe(0);
+    expect(await installNotes(withBackup({ 'backup.walArchiving': 'false' }))).not.toContain('helm get manifest');
   });
 });

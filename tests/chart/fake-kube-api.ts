@@ -24,6 +24,14 @@ const discovery: Record<string, Record<string, string>> = {
   'networking.k8s.io/v1': { ingresses: 'Ingress', networkpolicies: 'NetworkPolicy' },
   'autoscaling/v2': { horizontalpodautoscalers: 'HorizontalPodAutoscaler' },
   'policy/v1': { poddisruptionbudgets: 'PodDisruptionBudget' },
+  // The operators' kinds prod renders (CloudNativePG, its Barman Cloud plugin, the Prometheus Operator).
+  'postgresql.cnpg.io/v1': { clusters: 'Cluster', poolers: 'Pooler', scheduledbackups: 'ScheduledBackup' },
+  'barmancloud.cnpg.io/v1': { objectstores: 'ObjectStore' },
+  'monitoring.coreos.com/v1': {
+    podmonitors: 'PodMonitor',
+    prometheusrules: 'PrometheusRule',
+    servicemonitors: 'ServiceMonitor',
+  },
 };
 
 const notFound = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 };

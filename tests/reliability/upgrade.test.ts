@@ -8,14 +8,24 @@
  * production's (tools/bench/upgrade.ts runs the same at 1,000,000 posts) but large enough that a
  * migration holding a lock for its whole length shows.
  */
+import { account, call } from '../../tools/harness/client';
 import { serviceEnv } from '../../tools/harness/env';
-import { upgradeSources } from '../../tools/harness/releases';
-import { report, stopAllServices } from './support';
+import {
+  migrationsAt,
+  readReleases,
+  treeMigrations,
+  upgradeSources,
+  type Release,
+} from '../../tools/harness/releases';
+import { ROOT, spawnScript } from '../../tools/harness/service';
+import { connect, createDatabase, report, stopAllServices } from './support';
 import {
   ANSWER_BUDGET_MS,
   READY_BUDGET_MS,
+  buildRelease,
   runOldOnNewSchema,
   runUpgrade,
+  startRelease,
   summary,
 } from '../../tools/harness/upgrade-drill';
 
@@ -141,4 +151,81 @@ describe.each(sources)('a rolling upgrade from $name', (source) => {
     expect(result.checked).toBe(20);
     expect(result.mismatches).toEqual([]);
   }, 300_000);
+});
+
+/** The oldest recorded release: the rollback that undoes the most of this tree's migrations. */
+const oldest = readReleases()
+  .filter((release) => release.commit !== null)
+  .at(-1) as Release;
+
+describe(`a rollback to ${oldest.version}, which does not know this release's migrations`, () => {
+  it("starts after this release's migrate down --to its last migration, serves what this release wrote, and this release takes the database back", async () => {
+    const theirs = migrationsAt(oldest.commit as string);
+    const keep = theirs.at(-1) as string;
+    expect(treeMigrations().filter((name) => !theirs.includes(name)).length).toBeGreaterThan(0);
+    const dir = buildRelease(oldest);
+    const database = await createDatabase('rollback');
+    const k = connect(database.name);
+    try {
+      const current = await startRelease(ROOT, env(database.name), 300_000);
+      const token = await account(current.svc.base, 'writer@rollback.example');
+      const post = await call(current.svc.base, '/posts/', {
+        token,
+        json: { title: 'written by this release', content: 'kept' },
+      });
+      const postId = (post.body as { id: number }).id;
+      expect(
+        (await call(current.svc.base, '/votes/', { token, json: { post_id: postId, dir: 1 } })).status,
+      ).toBe(201);
+      await current.svc.stop();
+
+      // The command an operator runs, with the same settings as the service.
+      const down = spawnScript('service/src/migrate.ts', env(database.name), {
+        args: ['down', '--to', keep],
+      });
+      expect(await down.exited).toBe(0);
+      const downLog = down.lines.map((line) => line.msg);
+      const recorded = async () =>
+        (await k<{ name: string }>('knex_migrations').select('name').orderBy('name')).map((r) => r.name);
+      expect(await recorded()).toEqual(theirs);
+      expect(downLog).toContain('rolled back');
+
+      const old = await startRelease(dir, env(database.name), 120_000);
+      const oldToken = (
+        (
+          await call(old.svc.base, '/login', {
+            form: { username: 'writer@rollback.example', password: 'correct horse battery' },
+          })
+        ).body as { access_token: string }
+      ).access_token;
+      const read = await call(old.svc.base, `/posts/${String(postId)}`, { token: oldToken });
+      expect(read.status).toBe(200);
+      expect(read.body).toMatchObject({ title: 'written by this release', votes: 1 });
+      const later = await call(old.svc.base, '/posts/', {
+        token: oldToken,
+        json: { title: 'written after the rollback', content: 'kept' },
+      });
+      expect(later.status).toBe(201);
+      const laterId = (later.body as { id: number }).id;
+      expect(
+        (await call(old.svc.base, '/votes/', { token: oldToken, json: { post_id: laterId, dir: 1 } })).status,
+      ).toBe(201);
+      await old.svc.stop();
+
+      const again = await startRelease(ROOT, env(database.name), 300_000);
+      expect(await recorded()).toEqual(treeMigrations());
+      for (const id of [postId, laterId])
+        expect((await call(again.svc.base, `/posts/${String(id)}`, { token: oldToken })).body).toMatchObject({
+          votes: 1,
+        });
+      await again.svc.stop();
+      report(`rollback to ${oldest.version}`, {
+        kept: keep,
+        undone: treeMigrations().length - theirs.length,
+      });
+    } finally {
+      await k.destroy();
+      await database.drop();
+    }
+  }, 600_000);
 });

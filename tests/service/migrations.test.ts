@@ -11,7 +11,7 @@ import {
 } from '../../service/src/db/concurrent-index';
 import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../../service/src/db/backfill';
 import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateDown, migrateToLatest } from '../../service/src/db/migrator';
+import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
@@ -353,7 +353,7 @@ async function batches(k: Knex): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((row) => [row.name, row.batch]));
 }
 
-test('When a migration exports config = { transaction: false }, then the migrations before it commit first, it runs alone outside the transaction (its CREATE INDEX CONCURRENTLY builds a valid index), each is a batch of its own, and migrate:down undoes them one by one', async () => {
+test('When a migration exports config = { transaction: false }, then the migrations before it commit first, it runs alone outside the transaction (its CREATE INDEX CONCURRENTLY builds a valid index), each is a batch of its own, and migrate down --to undoes them, one that ran outside a transaction outside one', async () => {
   await onMigrated(async (db) => {
     const k = db.knex;
     const shipped = await batches(k);
@@ -381,10 +381,16 @@ test('When a migration exports config = { transaction: false }, then the migrati
         '29990101000003_scratch_tags': top + 3,
       });
       expect(await migrateToLatest(db, logger)).toEqual([]);
-      expect(await migrateDown(db, logger)).toEqual(['29990101000003_scratch_tags']);
-      expect(await migrateDown(db, logger)).toEqual(['29990101000002_scratch_notes_body']);
+      expect(await migrateDownTo(db, logger, '29990101000002_scratch_notes_body')).toEqual([
+        '29990101000003_scratch_tags',
+      ]);
+      expect(await migrateDownTo(db, logger, '29990101000001_scratch_notes')).toEqual([
+        '29990101000002_scratch_notes_body',
+      ]);
       expect(await indexState(k, 'scratch_notes_body')).toBe('missing');
-      expect(await migrateDown(db, logger)).toEqual(['29990101000001_scratch_notes']);
+      const lastShipped = Object.keys(shipped).sort().at(-1) ?? '';
+      expect(await migrateDownTo(db, logger, lastShipped)).toEqual(['29990101000001_scratch_notes']);
+      expect(await migrateDownTo(db, logger, lastShipped)).toEqual([]);
       expect(await batches(k)).toEqual(shipped);
     });
   });
@@ -473,11 +479,9 @@ test('When a migration exports config = { transaction: false }, then the migrati
 
 test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
   await onMigrated(async (db) => {
-    // A migration run outside the transaction is a batch of its own, undone alone; the rest undo together.
-    const undone: string[] = [];
-    for (let batch = await migrateDown(db, logger); batch.length > 0; batch = await migrateDown(db, logger))
-      undone.push(...batch);
-    expect(undone.sort()).toEqual(Object.keys(migrations).sort());
+    // Newest first, each one alone; those run outside the transaction are undone outside one.
+    const undone = await migrateDownTo(db, logger, null);
+    expect(undone).toEqual(Object.keys(migrations).sort().reverse());
     expect(await tables(db)).toEqual(['knex_migrations', 'knex_migrations_lock']);
     expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await tables(db)).toEqual(SCHEMA_TABLES);
@@ -497,7 +501,7 @@ test("When the migrations run, then the app's session keeps its own time-outs (o
     const before = await timeouts();
     // Down and up again, so that those run outside a transaction set their own time-outs both ways.
     await migrateToLatest(db, logger);
-    for (let batch = await migrateDown(db, logger); batch.length > 0; batch = await migrateDown(db, logger));
+    await migrateDownTo(db, logger, null);
     expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await timeouts()).toEqual(before);
   } finally {

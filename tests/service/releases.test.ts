@@ -48,6 +48,27 @@ describe('The releases of this tree', () => {
     expect(sources.some((source) => source.migrations.length > 0)).toBe(true);
     expect(sources.length).toBe(sources[0]?.migrations.length === 0 ? 2 : 1);
   });
+
+  it("When docs/operations.md gives each release's last migration (for migrate down --to), then every recorded release has its row, with its chart and the last migration its commit ships", () => {
+    const text = readFileSync(path.join(__dirname, '..', '..', 'docs', 'operations.md'), 'utf8');
+    const rows = [...text.matchAll(/^\| (\S+) \| (\S+) \| `(\d+_\w+)` \|$/gm)].map(
+      ([, version, chart, last]) => ({
+        version,
+        chart,
+        last,
+      }),
+    );
+    const recorded = readReleases().filter((release) => release.commit !== null);
+    expect(rows).toEqual(
+      recorded
+        .map((release) => ({
+          version: release.version,
+          chart: release.chartVersion,
+          last: migrationsAt(release.commit ?? '').at(-1),
+        }))
+        .reverse(),
+    );
+  });
 });
 
 // The checks above, run against small repositories of the same shape, so that each is seen to fail.

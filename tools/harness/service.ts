@@ -48,6 +48,8 @@ export interface SpawnOptions {
   keep?: (line: LogLine) => boolean;
   /** Node options before `--import tsx` (tools/bench/profile.ts passes --cpu-prof). */
   nodeArgs?: string[];
+  /** The script's own arguments. */
+  args?: string[];
   /** The node binary; this process's own by default (the bench picks the image's release). */
   node?: string;
   /** A memory limit as a container's (tools/harness/memory-limit.ts); none by default. */
@@ -65,7 +67,7 @@ export function spawnScript(
   const childEnv = { ...env };
   delete childEnv.NODE_OPTIONS; // jest's flags (vm-modules) are not the child's business
   const node = options.node ?? process.execPath;
-  const nodeArgs = [...(options.nodeArgs ?? []), '--import', 'tsx', script];
+  const nodeArgs = [...(options.nodeArgs ?? []), '--import', 'tsx', script, ...(options.args ?? [])];
   const cgroup =
     options.memoryLimitBytes === undefined
       ? undefined

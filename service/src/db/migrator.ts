@@ -327,43 +327,64 @@ export async function migrateWhenReachable(db: Database, logger: Logger, waitMs:
   }
 }
 
-/**
- * Rolls back the last batch of migrations (operators' `npm run migrate:down`). A migration that ran
- * outside a transaction is a batch of its own, and its `down` runs outside one too.
- */
-export async function migrateDown(db: Database, logger: Logger): Promise<string[]> {
-  return withMigrationConnection(db, async (connection) => {
-    const step = await underLock(connection, logger, async (trx) => {
-      const last = await lastBatch(trx);
-      const outside = last.filter(runsOutsideTransaction);
-      const [name] = outside;
-      if (!name) {
-        const [, undone] = (await trx.migrate.rollback(migratorConfig)) as [number, string[]];
-        return { undone, afterLock: undefined };
-      }
-      if (last.length > 1)
-        throw new Error(
-          `the last batch has ${name}, which runs outside a transaction, among others: undo it by hand`,
-        );
-      if (db.kind === 'embedded') return { undone: [name], afterLock: name };
-      await onSecondConnection(db, (other) => runOutside(other, name, 'down', logger));
-      await trx('knex_migrations').where({ name }).delete();
-      return { undone: [name], afterLock: undefined };
-    });
-    if (step.afterLock) {
-      await runOutside(connection, step.afterLock, 'down', logger);
-      await connection.knex('knex_migrations').where({ name: step.afterLock }).delete();
-    }
-    return step.undone;
-  });
+/** The migrations the database records as applied, in order (none on a database never migrated). */
+export async function appliedMigrations(k: Knex): Promise<string[]> {
+  if (!(await k.schema.hasTable('knex_migrations'))) return [];
+  const rows = await k<{ name: string }>('knex_migrations').select('name');
+  return rows.map((row) => row.name).sort();
 }
 
-/** The names in the last batch knex recorded (none on a database it never migrated). */
-async function lastBatch(k: Knex): Promise<string[]> {
-  if (!(await k.schema.hasTable('knex_migrations'))) return [];
-  const rows = await k<{ name: string; batch: number }>('knex_migrations').select('name', 'batch');
-  const top = Math.max(0, ...rows.map((row) => row.batch));
-  return rows.filter((row) => row.batch === top).map((row) => row.name);
+/**
+ * What `migrateDownTo(keep)` would undo, newest first, or why it must not start: `keep` unknown to
+ * this build or not applied, or a migration after it that only a newer release can undo.
+ */
+export function downPlan(applied: readonly string[], keep: string | null): string[] {
+  const known = knownMigrations();
+  if (keep !== null && !known.includes(keep))
+    throw new Error(
+      `unknown migration "${keep}": this build knows ${known[0] ?? 'none'} to ${known.at(-1) ?? 'none'} (migrate status lists them)`,
+    );
+  if (keep !== null && !applied.includes(keep))
+    throw new Error(`${keep} is not applied: there is nothing after it to undo`);
+  const undo = applied.filter((name) => keep === null || name > keep).reverse();
+  const newer = undo.filter((name) => !known.includes(name));
+  if (newer.length > 0)
+    throw new Error(
+      `${newer.join(', ')} ${newer.length > 1 ? 'were' : 'was'} applied by a newer release, which this build cannot undo: run that release's migrate down --to ${keep ?? '(none)'} first`,
+    );
+  return undo;
+}
+
+/**
+ * Undoes, newest first, every applied migration after `keep` (operators' `migrate down --to`): what an
+ * earlier release does not know, before rolling back to it; `null` undoes them all. Each is a step of
+ * its own under the lock, and one that ran outside a transaction is undone outside one, so a failure
+ * leaves the newer ones undone and the rest applied, and running it again goes on from there.
+ */
+export async function migrateDownTo(db: Database, logger: Logger, keep: string | null): Promise<string[]> {
+  return withMigrationConnection(db, async (connection) => {
+    const undone: string[] = [];
+    for (const name of downPlan(await appliedMigrations(connection.knex), keep)) {
+      const afterLock = await underLock(connection, logger, async (trx) => {
+        if (!(await appliedMigrations(trx)).includes(name)) return undefined; // another process undid it
+        if (!runsOutsideTransaction(name)) {
+          await trx.migrate.down({ ...migratorConfig, name });
+          return undefined;
+        }
+        if (db.kind === 'embedded') return name;
+        await onSecondConnection(db, (other) => runOutside(other, name, 'down', logger));
+        await trx('knex_migrations').where({ name }).delete();
+        return undefined;
+      });
+      if (afterLock) {
+        await runOutside(connection, afterLock, 'down', logger);
+        await connection.knex('knex_migrations').where({ name: afterLock }).delete();
+      }
+      logger.info({ migration: name }, `migration ${name} undone`);
+      undone.push(name);
+    }
+    return undone;
+  });
 }
 
 /** Frees a lock left behind by a process that died mid-migration. */
