@@ -55,7 +55,15 @@ function poolOf(db: Database): Pool | undefined {
 export function createMetrics(db: Database, logger: Logger): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  const httpMiddleware = requestMetrics(registry);
+  registerPoolMetrics(registry, db);
+  registerReadMetrics(registry, () => db.reads);
+  registerSchemaMetrics(registry, db, logger);
+  return { registry, httpMiddleware, observeTokenChecks: registerTokenMetrics(registry) };
+}
 
+/** Times every request by route template, method and status, and counts those in flight. */
+function requestMetrics(registry: Registry): RequestHandler {
   const duration = new Histogram({
     name: 'http_request_duration_seconds',
     help: 'Time from request to response, by route template, method and status code (499: the client closed the connection before the answer was sent).',
@@ -69,6 +77,25 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     registers: [registry],
   });
 
+  return (req, res, next) => {
+    const end = duration.startTimer();
+    inFlight.inc();
+    // 'close' comes for every request, answered or abandoned by the client, exactly once, also
+    // for a pipelined one abandoned before its turn (pipelining.ts); abandoned ones are 499.
+    res.once('close', () => {
+      inFlight.dec();
+      end({
+        method: METHODS.has(req.method) ? req.method : 'other',
+        route: routeLabel(req),
+        status_code: String(settledStatus(res)),
+      });
+    });
+    next();
+  };
+}
+
+/** The pool of the primary's connections, read at scrape time. */
+function registerPoolMetrics(registry: Registry, db: Database): void {
   const poolGauge = (name: string, help: string, read: (pool: Pool) => number) =>
     new Gauge({
       name,
@@ -91,9 +118,10 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     'Most database connections of this process (DB_POOL_MAX; 1 for the embedded database).',
     (p) => p.max,
   );
+}
 
-  registerReadMetrics(registry, () => db.reads);
-
+/** Migration and backfill state, one query each per scrape. */
+function registerSchemaMetrics(registry: Registry, db: Database, logger: Logger): void {
   // One query per scrape, shared by the gauges below (the registry collects them concurrently).
   const perScrape = <T>(what: string, read: () => Promise<T>) => {
     let reading: Promise<T | undefined> | undefined;
@@ -168,24 +196,10 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     'When the latest migration was applied (Unix time).',
     (s) => s.lastAppliedSeconds,
   );
+}
 
-  const httpMiddleware: RequestHandler = (req, res, next) => {
-    const end = duration.startTimer();
-    inFlight.inc();
-    // 'close' comes for every request, answered or abandoned by the client, exactly once, also
-    // for a pipelined one abandoned before its turn (pipelining.ts); abandoned ones are 499.
-    res.once('close', () => {
-      inFlight.dec();
-      end({
-        method: METHODS.has(req.method) ? req.method : 'other',
-        route: routeLabel(req),
-        status_code: String(settledStatus(res)),
-      });
-    });
-    next();
-  };
-
-  // Counted by the authentication itself (plain numbers, no label look-up per request), read here.
+/** auth_token_*: counted by the authentication itself (plain numbers, no label look-up per request), read here. */
+function registerTokenMetrics(registry: Registry): Metrics['observeTokenChecks'] {
   let tokenChecks: (() => TokenChecks) | undefined;
   new Counter({
     name: 'auth_token_checks_total',
@@ -216,12 +230,8 @@ export function createMetrics(db: Database, logger: Logger): Metrics {
     },
   });
 
-  return {
-    registry,
-    httpMiddleware,
-    observeTokenChecks: (read) => {
-      tokenChecks = read;
-    },
+  return (read) => {
+    tokenChecks = read;
   };
 }
 

@@ -185,6 +185,23 @@ const pick = <T>(items: readonly T[]): T => {
   return item;
 };
 
+/** An answer's status and time, and for a 5xx what it said. */
+function answerFigures(answer: Answer): Pick<MixedAnswer, 'status' | 'ms' | 'error'> {
+  if (answer.status < 500) return { status: answer.status, ms: answer.ms };
+  const body = answer.body as { detail?: unknown } | string;
+  const detail = typeof body === 'string' ? body : JSON.stringify(body.detail ?? null);
+  return { status: answer.status, ms: answer.ms, error: detail.slice(0, 200) };
+}
+
+/** What a vote's (dir 1) or withdrawal's (dir 0) answer says of the vote; `unknown` when no answer settles it. */
+function voteState(answer: Answer | undefined, dir: 0 | 1, before: VoteState | undefined): VoteState {
+  if (answer?.status === 201) return dir === 1 ? 'present' : 'absent';
+  if (answer?.status === 409) return 'present';
+  if (answer?.status === 404 && dir === 0) return 'absent';
+  if (answer && answer.status < 500) return before ?? 'absent';
+  return 'unknown';
+}
+
 /**
  * Open-loop mixed traffic at a fixed rate, as many independent clients make it: a request is sent
  * on schedule whether or not earlier ones have been answered, so a slow replica gathers a queue
@@ -214,36 +231,14 @@ export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
     const phase = options.phase?.() ?? '';
     const at = Date.now();
     const started = performance.now();
+    const record = { kind, instance: instance.name, phase, at };
     const request = run(instance.base).then(
       (answer) => {
-        const body = answer.body as { detail?: unknown } | string;
-        const detail =
-          answer.status < 500
-            ? undefined
-            : typeof body === 'string'
-              ? body
-              : JSON.stringify(body.detail ?? null);
-        answers.push({
-          kind,
-          instance: instance.name,
-          phase,
-          at,
-          status: answer.status,
-          ms: answer.ms,
-          ...(detail === undefined ? {} : { error: detail.slice(0, 200) }),
-        });
+        answers.push({ ...record, ...answerFigures(answer) });
         then?.(answer);
       },
       (error: unknown) => {
-        answers.push({
-          kind,
-          instance: instance.name,
-          phase,
-          at,
-          status: 0,
-          ms: performance.now() - started,
-          error: reason(error),
-        });
+        answers.push({ ...record, status: 0, ms: performance.now() - started, error: reason(error) });
         then?.(undefined);
       },
     );
@@ -270,11 +265,7 @@ export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
       (base) => call(base, '/votes/', { token, json: { post_id: postId, dir }, timeoutMs }),
       (answer) => {
         voting.delete(key);
-        let state: VoteState = 'unknown';
-        if (answer?.status === 201) state = dir === 1 ? 'present' : 'absent';
-        else if (answer?.status === 409) state = 'present';
-        else if (answer?.status === 404 && dir === 0) state = 'absent';
-        else if (answer && answer.status < 500) state = votes.get(key) ?? 'absent';
+        const state = voteState(answer, dir, votes.get(key));
         votes.set(key, state);
         if (state === 'present') present.push(key);
       },

@@ -170,6 +170,106 @@ export interface ReadRouterOptions {
   logger: Logger;
 }
 
+/** Records the primary's WAL position, the reads' measure of freshness; logs once when it is not readable. */
+async function readPosition(primaryKnex: Knex, positions: PrimaryPositions, logger: Logger): Promise<void> {
+  const at = Date.now();
+  try {
+    const { rows } = await primaryKnex.raw<{ rows: { lsn: string }[] }>(
+      'SELECT pg_current_wal_lsn()::text AS lsn',
+    );
+    const lsn = rows[0]?.lsn;
+    if (lsn === undefined) throw new Error('no WAL position');
+    positions.record(parseLsn(lsn), at);
+    positions.unreachable = false;
+  } catch (error) {
+    if (!positions.unreachable)
+      logger.warn({ err: error }, "reads on standbys: the primary's WAL position is not readable");
+    positions.unreachable = true;
+  }
+}
+
+/** How far a standby has replayed: its lag, and whether it is fit for reads until the next probe. */
+async function probe(
+  state: StandbyState,
+  positions: PrimaryPositions,
+  maxLagMs: number,
+  skipAfterMiss: boolean,
+): Promise<void> {
+  try {
+    const { rows } = await state.pool.knex.raw<{ rows: { replayed: string | null; standby: boolean }[] }>(
+      'SELECT pg_last_wal_replay_lsn()::text AS replayed, pg_is_in_recovery() AS standby',
+    );
+    const row = rows[0];
+    const now = Date.now();
+    // A primary where a standby was expected (a promoted one) has everything it has.
+    if (!row?.standby) {
+      state.lagMs = 0;
+      state.fit = true;
+      return;
+    }
+    const replayed = row.replayed === null ? 0n : parseLsn(row.replayed);
+    state.lagMs = positions.lagMs(replayed, now);
+    const least = positions.required(now, maxLagMs);
+    // One endpoint in front of several standbys stays in use: each statement's check decides.
+    state.fit = !skipAfterMiss || (least !== undefined && replayed >= least);
+    state.setAside = 'lagging';
+  } catch {
+    state.lagMs = undefined;
+    state.fit = false;
+    state.setAside = 'error';
+  }
+}
+
+/** Runs `round` now and again `intervalMs` after each ends (a slow server never stacks them up), until `stopped`. */
+function repeat(intervalMs: number, round: () => Promise<unknown>, stopped: () => boolean): void {
+  const again = (): void => {
+    if (stopped()) return;
+    setTimeout(() => {
+      void round().finally(again);
+    }, intervalMs).unref();
+  };
+  void round().finally(again);
+}
+
+/**
+ * The statement on one standby, in its guarded form: its rows, or why the primary must answer
+ * instead (the standby failed, or had not replayed `standbyLeast`), the standby set aside for it.
+ */
+async function readOnStandby<Row, P extends object>(
+  state: StandbyState,
+  statement: Statement<P>,
+  params: P,
+  standbyLeast: string,
+  skipAfterMiss: boolean,
+  logger: Logger,
+): Promise<Row[] | FallbackReason> {
+  let rows: GuardedRow[];
+  try {
+    rows = await state.pool.run<GuardedRow, P & GuardParams>(guardedForm(statement), {
+      ...params,
+      standbyLeast,
+    });
+  } catch (error) {
+    logger.debug({ err: error, standby: state.pool.name }, 'reads on standbys: a standby failed a read');
+    if (skipAfterMiss) state.fit = false;
+    state.setAside = 'error';
+    return 'error';
+  }
+  if (rows[0]?.standby_fresh !== true) {
+    if (skipAfterMiss) state.fit = false;
+    state.setAside = 'lagging';
+    return 'lagging';
+  }
+  const kept: Row[] = [];
+  for (const row of rows) {
+    if (row.standby_row !== true) continue;
+    delete row.standby_fresh;
+    delete row.standby_row;
+    kept.push(row as Row);
+  }
+  return kept;
+}
+
 /** Reads on standbys when there are any; otherwise every read on the primary. */
 export function readRouter(options: ReadRouterOptions): ReadRouter {
   const { primary, primaryKnex, maxLagMs, logger } = options;
@@ -203,61 +303,13 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
   let next = 0;
   let closed = false;
 
-  const readPosition = async (): Promise<void> => {
-    const at = Date.now();
-    try {
-      const { rows } = await primaryKnex.raw<{ rows: { lsn: string }[] }>(
-        'SELECT pg_current_wal_lsn()::text AS lsn',
-      );
-      const lsn = rows[0]?.lsn;
-      if (lsn === undefined) throw new Error('no WAL position');
-      positions.record(parseLsn(lsn), at);
-      positions.unreachable = false;
-    } catch (error) {
-      if (!positions.unreachable)
-        logger.warn({ err: error }, "reads on standbys: the primary's WAL position is not readable");
-      positions.unreachable = true;
-    }
-  };
-
-  const probe = async (state: StandbyState): Promise<void> => {
-    try {
-      const { rows } = await state.pool.knex.raw<{ rows: { replayed: string | null; standby: boolean }[] }>(
-        'SELECT pg_last_wal_replay_lsn()::text AS replayed, pg_is_in_recovery() AS standby',
-      );
-      const row = rows[0];
-      const now = Date.now();
-      // A primary where a standby was expected (a promoted one) has everything it has.
-      if (!row?.standby) {
-        state.lagMs = 0;
-        state.fit = true;
-        return;
-      }
-      const replayed = row.replayed === null ? 0n : parseLsn(row.replayed);
-      state.lagMs = positions.lagMs(replayed, now);
-      const least = positions.required(now, maxLagMs);
-      // One endpoint in front of several standbys stays in use: each statement's check decides.
-      state.fit = !skipAfterMiss || (least !== undefined && replayed >= least);
-      state.setAside = 'lagging';
-    } catch {
-      state.lagMs = undefined;
-      state.fit = false;
-      state.setAside = 'error';
-    }
-  };
-
-  // Each loop waits for its round before the next: a slow server never stacks them up.
-  const loop = (intervalMs: number, round: () => Promise<unknown>): void => {
-    const again = (): void => {
-      if (closed) return;
-      setTimeout(() => {
-        void round().finally(again);
-      }, intervalMs).unref();
-    };
-    void round().finally(again);
-  };
-  loop(POSITION_INTERVAL_MS, readPosition);
-  loop(PROBE_INTERVAL_MS, () => Promise.all(states.map(probe)));
+  const stopped = () => closed;
+  repeat(POSITION_INTERVAL_MS, () => readPosition(primaryKnex, positions, logger), stopped);
+  repeat(
+    PROBE_INTERVAL_MS,
+    () => Promise.all(states.map((state) => probe(state, positions, maxLagMs, skipAfterMiss))),
+    stopped,
+  );
 
   const onPrimary = <Row, P extends object>(
     statement: Statement<P>,
@@ -283,34 +335,12 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
         reason = state.setAside;
         continue;
       }
-      let rows: GuardedRow[];
-      try {
-        rows = await state.pool.run<GuardedRow, P & GuardParams>(guardedForm(statement), {
-          ...params,
-          standbyLeast,
-        });
-      } catch (error) {
-        logger.debug({ err: error, standby: state.pool.name }, 'reads on standbys: a standby failed a read');
-        if (skipAfterMiss) state.fit = false;
-        state.setAside = 'error';
-        reason = 'error';
-        continue;
+      const read = await readOnStandby<Row, P>(state, statement, params, standbyLeast, skipAfterMiss, logger);
+      if (Array.isArray(read)) {
+        counts.standby++;
+        return read;
       }
-      if (rows[0]?.standby_fresh !== true) {
-        if (skipAfterMiss) state.fit = false;
-        state.setAside = 'lagging';
-        reason = 'lagging';
-        continue;
-      }
-      counts.standby++;
-      const kept: Row[] = [];
-      for (const row of rows) {
-        if (row.standby_row !== true) continue;
-        delete row.standby_fresh;
-        delete row.standby_row;
-        kept.push(row as Row);
-      }
-      return kept;
+      reason = read;
     }
     return onPrimary<Row, P>(statement, params, reason);
   };

@@ -70,76 +70,70 @@ export interface Authentication<U extends Identified> {
   checks(): TokenChecks;
 }
 
-/**
- * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
- * registered claims (claimsAcceptable: expiry, issue time, lifetime, issuer), through passport-jwt, the
- * first time a token is seen, and by a look-up in `tokenCacheSize` verified tokens (VerifiedTokens:
- * its `exp`, `iat` and `nbf` checked again) after that; and, as each route asks, that the user
- * exists (findUser, which the app hands in). Answers 401 itself, before any body is read.
- */
-export function requireAuth<U extends Identified>(
-  findUser: FindUser<U>,
-  keys: TokenKeys,
-  accessTokenExpireMinutes: number,
-  tokenCacheSize: number,
-  issuer: TokenIssuer,
-): Authentication<U> {
-  // Its own cache and Passport instance, so apps built with different keys (tests) never share either.
-  const cache = new VerifiedTokens(tokenCacheSize);
-  const counts = { cached: 0, verified: 0, refused: 0 };
-  // passport-jwt's own extractor, so a look-up reads the very token it would verify.
-  const bearerToken = ExtractJwt.fromAuthHeaderAsBearerToken();
-  const passport = new Passport();
-  passport.use(
-    new JwtStrategy(
-      {
-        jwtFromRequest: bearerToken,
-        passReqToCallback: true,
-        secretOrKeyProvider: (_req: unknown, token: string, done: (error: unknown, key?: Buffer) => void) => {
-          const key = verificationKey(keys, token);
-          // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
-          if (key) done(null, key as unknown as Buffer);
-          else done(NO_KEY);
-        },
-        algorithms: [TOKEN_ALGORITHM],
-        // jsonwebtoken would refuse an `nbf` a second ahead; claimsAcceptable allows the documented
-        // skew. The typings mark the option deprecated, yet passport-jwt has no other way to it.
-        // eslint-disable-next-line @typescript-eslint/no-deprecated
-        jsonWebTokenOptions: { ignoreNotBefore: true },
-      },
-      // The verified "user" is only the subject's id, in an object (passport wants it truthy).
-      (
-        req: Express.Request,
-        payload: Record<string, unknown>,
-        done: (error: unknown, subject?: { id: number } | false) => void,
-      ) => {
-        const now = Date.now() / 1000;
-        if (!claimsAcceptable(payload, now, accessTokenExpireMinutes * 60, issuer)) {
-          done(null, false);
-          return;
-        }
-        const sub = payload.sub;
-        if (typeof sub !== 'string' || !/^[1-9][0-9]{0,9}$/.test(sub) || Number(sub) > MAX_ID) {
-          done(null, false);
-          return;
-        }
-        const token = bearerToken(req as Parameters<typeof bearerToken>[0]);
-        // claimsAcceptable has checked that exp and iat are numbers, and nbf one when present.
-        // A token that names no issuer is never kept: its window may close before its exp.
-        if (token && !isLegacyToken(payload))
-          cache.add(token, Number(sub), payload as { exp: number; iat: number; nbf?: number }, now);
-        done(null, { id: Number(sub) });
-      },
-    ),
-  );
+// passport-jwt's own extractor, so a look-up reads the very token it would verify.
+const bearerToken = ExtractJwt.fromAuthHeaderAsBearerToken();
 
-  /** The token's subject to `verified`: from the cache at once, else after passport's check; 401 to next. */
-  const checkToken = (
-    req: Request,
-    res: Response,
-    next: (error?: unknown) => void,
-    verified: (id: number) => void,
-  ): void => {
+/**
+ * passport-jwt's strategy: the signature with the key the token's `kid` names, then the registered
+ * claims and the subject; a token it accepts and that names an issuer is kept in `cache`. The
+ * verified "user" is only the subject's id, in an object (passport wants it truthy).
+ */
+function jwtStrategy(
+  keys: TokenKeys,
+  lifetimeSeconds: number,
+  issuer: TokenIssuer,
+  cache: VerifiedTokens,
+): JwtStrategy {
+  return new JwtStrategy(
+    {
+      jwtFromRequest: bearerToken,
+      passReqToCallback: true,
+      secretOrKeyProvider: (_req: unknown, token: string, done: (error: unknown, key?: Buffer) => void) => {
+        const key = verificationKey(keys, token);
+        // jsonwebtoken takes a KeyObject as it is (see tokenKey); the typings only list string | Buffer.
+        if (key) done(null, key as unknown as Buffer);
+        else done(NO_KEY);
+      },
+      algorithms: [TOKEN_ALGORITHM],
+      // jsonwebtoken would refuse an `nbf` a second ahead; claimsAcceptable allows the documented
+      // skew. The typings mark the option deprecated, yet passport-jwt has no other way to it.
+      // eslint-disable-next-line @typescript-eslint/no-deprecated
+      jsonWebTokenOptions: { ignoreNotBefore: true },
+    },
+    (
+      req: Express.Request,
+      payload: Record<string, unknown>,
+      done: (error: unknown, subject?: { id: number } | false) => void,
+    ) => {
+      const now = Date.now() / 1000;
+      const sub = payload.sub;
+      if (
+        !claimsAcceptable(payload, now, lifetimeSeconds, issuer) ||
+        typeof sub !== 'string' ||
+        !/^[1-9][0-9]{0,9}$/.test(sub) ||
+        Number(sub) > MAX_ID
+      ) {
+        done(null, false);
+        return;
+      }
+      const token = bearerToken(req as Parameters<typeof bearerToken>[0]);
+      // claimsAcceptable has checked that exp and iat are numbers, and nbf one when present.
+      // A token that names no issuer is never kept: its window may close before its exp.
+      if (token && !isLegacyToken(payload))
+        cache.add(token, Number(sub), payload as { exp: number; iat: number; nbf?: number }, now);
+      done(null, { id: Number(sub) });
+    },
+  );
+}
+
+/** The token's subject to `verified`: from the cache at once, else after passport's check; 401 to next. */
+const tokenChecker =
+  (
+    passport: InstanceType<typeof Passport>,
+    cache: VerifiedTokens,
+    counts: Omit<TokenChecks, 'held' | 'capacity'>,
+  ) =>
+  (req: Request, res: Response, next: (error?: unknown) => void, verified: (id: number) => void): void => {
     const token = bearerToken(req);
     const known = token ? cache.subject(token, Date.now() / 1000) : undefined;
     if (known !== undefined) {
@@ -167,6 +161,28 @@ export function requireAuth<U extends Identified>(
     ) as RequestHandler;
     authenticate(req, res, next);
   };
+
+/**
+ * Checks signature (HS256 only, with the key the token's `kid` names: verificationKey) and the
+ * registered claims (claimsAcceptable: expiry, issue time, lifetime, issuer), through passport-jwt, the
+ * first time a token is seen, and by a look-up in `tokenCacheSize` verified tokens (VerifiedTokens:
+ * its `exp`, `iat` and `nbf` checked again) after that; and, as each route asks, that the user
+ * exists (findUser, which the app hands in). Answers 401 itself, before any body is read.
+ */
+export function requireAuth<U extends Identified>(
+  findUser: FindUser<U>,
+  keys: TokenKeys,
+  accessTokenExpireMinutes: number,
+  tokenCacheSize: number,
+  issuer: TokenIssuer,
+): Authentication<U> {
+  // Its own cache and Passport instance, so apps built with different keys (tests) never share either.
+  const cache = new VerifiedTokens(tokenCacheSize);
+  const counts = { cached: 0, verified: 0, refused: 0 };
+  const passport = new Passport();
+  passport.use(jwtStrategy(keys, accessTokenExpireMinutes * 60, issuer, cache));
+
+  const checkToken = tokenChecker(passport, cache, counts);
 
   const callers = new WeakMap<Request, Caller<U>>();
   const exists = async (id: number): Promise<boolean> => (await findUser(id)) !== undefined;
