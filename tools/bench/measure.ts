@@ -28,23 +28,29 @@ export interface Server {
 
 /**
  * Starts a server script on a free port, on the given Node, and resolves once it answers HTTP.
- * `cwd` runs another checkout's copy of the script (an older release, say).
+ * `cwd` runs another checkout's copy of the script (an older release, say); `nodeArgs` go before
+ * the script, and `withinMs` bounds the start (a server under valgrind takes minutes).
  */
 export async function startServer(
   script: string,
   env: Record<string, string>,
-  options: { node: string; cwd?: string },
+  options: { node: string; cwd?: string; nodeArgs?: string[]; withinMs?: number },
 ): Promise<Server> {
   const port = await freePort();
   // The service logs at warn here, so readiness is an HTTP answer, not the "listening" line.
   const proc = spawnScript(
     script,
     { ...process.env, ...env, PORT: String(port) },
-    { keep: () => false, node: options.node, ...(options.cwd ? { cwd: options.cwd } : {}) },
+    {
+      keep: () => false,
+      node: options.node,
+      ...(options.cwd ? { cwd: options.cwd } : {}),
+      ...(options.nodeArgs ? { nodeArgs: options.nodeArgs } : {}),
+    },
   );
   const base = `http://127.0.0.1:${String(port)}`;
   try {
-    await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
+    await waitForAnswer(`${base}/healthz/live`, proc, options.withinMs ?? 120_000);
   } catch (error) {
     await proc.stop();
     throw new Error(`${script} did not start`, { cause: error });
