@@ -8,7 +8,8 @@
  * production's (tools/bench/upgrade.ts runs the same at 1,000,000 posts) but large enough that a
  * migration holding a lock for its whole length shows.
  */
-import { account, call } from '../../tools/harness/client';
+import { appliedMigrations } from '../../service/src/db/migrator';
+import { account, call, login } from '../../tools/harness/client';
 import { serviceEnv } from '../../tools/harness/env';
 import {
   migrationsAt,
@@ -185,19 +186,11 @@ describe(`a rollback to ${oldest.version}, which does not know this release's mi
       });
       expect(await down.exited).toBe(0);
       const downLog = down.lines.map((line) => line.msg);
-      const recorded = async () =>
-        (await k<{ name: string }>('knex_migrations').select('name').orderBy('name')).map((r) => r.name);
-      expect(await recorded()).toEqual(theirs);
+      expect(await appliedMigrations(k)).toEqual(theirs);
       expect(downLog).toContain('rolled back');
 
       const old = await startRelease(dir, env(database.name), 120_000);
-      const oldToken = (
-        (
-          await call(old.svc.base, '/login', {
-            form: { username: 'writer@rollback.example', password: 'correct horse battery' },
-          })
-        ).body as { access_token: string }
-      ).access_token;
+      const oldToken = await login(old.svc.base, 'writer@rollback.example');
       const read = await call(old.svc.base, `/posts/${String(postId)}`, { token: oldToken });
       expect(read.status).toBe(200);
       expect(read.body).toMatchObject({ title: 'written by this release', votes: 1 });
@@ -213,7 +206,7 @@ describe(`a rollback to ${oldest.version}, which does not know this release's mi
       await old.svc.stop();
 
       const again = await startRelease(ROOT, env(database.name), 300_000);
-      expect(await recorded()).toEqual(treeMigrations());
+      expect(await appliedMigrations(k)).toEqual(treeMigrations());
       for (const id of [postId, laterId])
         expect((await call(again.svc.base, `/posts/${String(id)}`, { token: oldToken })).body).toMatchObject({
           votes: 1,

@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { openDatabase } from '../../service/src/db/connection';
-import { knownMigrations } from '../../service/src/db/migrator';
+import { appliedMigrations, knownMigrations } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
 import { migratedDatabaseEnv, testEnv } from './helpers';
@@ -60,10 +60,7 @@ async function withDatabase<T>(
   }
 }
 
-const recorded = () =>
-  withDatabase(async (db) =>
-    (await db.knex<{ name: string }>('knex_migrations').select('name').orderBy('name')).map((r) => r.name),
-  );
+const recorded = () => withDatabase((db) => appliedMigrations(db.knex));
 
 const known = knownMigrations();
 const statusLines = (names: string[], state: string) => names.map((name) => `${state}  ${name}`);

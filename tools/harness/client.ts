@@ -68,17 +68,21 @@ export const statusCounts = (answers: { status: number }[]): string =>
     .map(([s, n]) => `${s}x${String(n)}`)
     .join(',');
 
+/** The password `account` registers with unless told otherwise. */
+export const ACCOUNT_PASSWORD = 'correct horse battery';
+
+/** Logs in through the API; returns the token. */
+export async function login(base: string, email: string, password = ACCOUNT_PASSWORD): Promise<string> {
+  const answer = await call(base, '/login', { form: { username: email, password } });
+  if (answer.status !== 200) throw new Error(`login ${email}: ${answer.status}`);
+  return (answer.body as { access_token: string }).access_token;
+}
+
 /** Registers and logs in through the API; returns the token. */
-export async function account(
-  base: string,
-  email: string,
-  password = 'correct horse battery',
-): Promise<string> {
+export async function account(base: string, email: string, password = ACCOUNT_PASSWORD): Promise<string> {
   const created = await call(base, '/users/', { json: { email, password } });
   if (created.status !== 201) throw new Error(`register ${email}: ${created.status}`);
-  const login = await call(base, '/login', { form: { username: email, password } });
-  if (login.status !== 200) throw new Error(`login ${email}: ${login.status}`);
-  return (login.body as { access_token: string }).access_token;
+  return login(base, email, password);
 }
 
 /** Registers and logs in `email` through the API, then publishes `count` posts as it. */

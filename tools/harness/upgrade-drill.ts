@@ -20,7 +20,7 @@ import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
 import { steadyTraffic, API_STATUSES, type Instance, type MixedAnswer, type SignedIn } from './traffic';
-import { call, sleep, type Answer } from './client';
+import { call, login, sleep, type Answer } from './client';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
 export const STATEMENT_BUDGET_MS = 2000;
@@ -189,12 +189,6 @@ const UNCOUNTED =
 
 const count = async (k: Knex, sql: string, bindings: readonly Knex.Value[] = []): Promise<number> =>
   Number((await k.raw<{ rows: { n: string }[] }>(sql, bindings)).rows[0]?.n ?? 0);
-
-async function login(base: string, email: string): Promise<string> {
-  const answer = await call(base, '/login', { form: { username: email, password: BENCH_PASSWORD } });
-  if (answer.status !== 200) throw new Error(`login ${email}: ${answer.status}`);
-  return (answer.body as { access_token: string }).access_token;
-}
 
 /** Metrics series named db_backfill_pending, with their values ([] when the release has none). */
 async function pendingGauges(svc: ServiceProcess): Promise<number[]> {
@@ -450,7 +444,10 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
 
       const signedIn: SignedIn[] = [];
       for (let id = 1; id <= (options.signedIn ?? 10); id++)
-        signedIn.push({ id, token: await login(old.base, `user${String(id)}@bench.example`) });
+        signedIn.push({
+          id,
+          token: await login(old.base, `user${String(id)}@bench.example`, BENCH_PASSWORD),
+        });
       const hotPosts = (
         await k.raw<{ rows: { id: number }[] }>(
           'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 2000',
@@ -612,7 +609,8 @@ export async function runOldOnNewSchema(options: {
     const old = seeded.old.svc;
     started.push(old);
     const tokens: string[] = [];
-    for (let id = 1; id <= 4; id++) tokens.push(await login(old.base, `user${String(id)}@bench.example`));
+    for (let id = 1; id <= 4; id++)
+      tokens.push(await login(old.base, `user${String(id)}@bench.example`, BENCH_PASSWORD));
     const token = (i: number) => tokens[i % tokens.length] ?? '';
     const hot = (
       await k.raw<{ rows: { id: number }[] }>(

@@ -338,7 +338,7 @@ export async function appliedMigrations(k: Knex): Promise<string[]> {
  * What `migrateDownTo(keep)` would undo, newest first, or why it must not start: `keep` unknown to
  * this build or not applied, or a migration after it that only a newer release can undo.
  */
-export function downPlan(applied: readonly string[], keep: string | null): string[] {
+function downPlan(applied: readonly string[], keep: string | null): string[] {
   const known = knownMigrations();
   if (keep !== null && !known.includes(keep))
     throw new Error(
