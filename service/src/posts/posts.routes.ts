@@ -101,74 +101,75 @@ const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'que
 const listQueryOf = (rawQuery: Request['query']): ListQuery =>
   Object.keys(rawQuery).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, rawQuery, 'query');
 
-export interface PostsOptions {
-  /** How many searches the title index cannot serve run at once (SEARCH_UNINDEXED_CONCURRENCY). */
-  searchUnindexedConcurrency: number;
+/**
+ * Why a post the caller would change is not there: their user deleted since the request's look-up
+ * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
+ */
+const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
+
+/**
+ * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
+ * the post's row lock, when it has one; after the ownership check otherwise (the last writer wins).
+ */
+async function changeOwnPost(
+  db: Database,
+  me: Caller<User>,
+  req: Request,
+  id: number,
+  change: (on: Database | Knex.Transaction) => Promise<boolean>,
+): Promise<void> {
+  const userId = me.user.id;
+  const missing = () => vanished(me, id);
+  const condition = ifMatch(req);
+  if (condition) {
+    const result = await conditionalChange(db, id, userId, (post) => conditionHolds(condition, post), change);
+    await outcome(id, result, missing);
+    return;
+  }
+  await assertOwnPost(db, id, userId, missing);
+  if (!(await change(db))) throw await missing();
 }
 
-/** The posts, added to the app's one API router (app.ts). */
-export function postsRoutes(
-  router: Router,
+/** A list page; a search no index serves takes one of the replica's `unindexed` slots, or is 503. */
+function listPage(
   db: Database,
-  auth: Authentication<User>,
-  options: PostsOptions,
-): void {
-  // Per process: such a search may read the whole table (docs/search.md), so a few at once are all
-  // a replica gives them; one more is refused at once rather than queued behind them.
-  const unindexed = new Slots(options.searchUnindexedConcurrency);
-  /**
-   * Why a post the caller would change is not there: their user deleted since the request's look-up
-   * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
-   */
-  const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
+  unindexed: Slots,
+  viewer: 'public',
+  query: ListQuery,
+  on: ReadTarget,
+): Promise<ListPage>;
+function listPage(
+  db: Database,
+  unindexed: Slots,
+  viewer: Viewer,
+  query: ListQuery,
+  on: ReadTarget,
+): Promise<ListPage | undefined>;
+function listPage(
+  db: Database,
+  unindexed: Slots,
+  viewer: Viewer,
+  query: ListQuery,
+  on: ReadTarget,
+): Promise<ListPage | undefined> {
+  if (!query.search || searchIsIndexed(query.search)) return listPosts(db, viewer, query, on);
+  return unindexed.tryRun(
+    () => listPosts(db, viewer, query, on),
+    () => {
+      throw searchesBusy();
+    },
+  );
+}
 
-  /**
-   * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
-   * the post's row lock, when it has one; after the ownership check otherwise (the last writer wins).
-   */
-  const changeOwnPost = async (
-    req: Request,
-    id: number,
-    change: (on: Database | Knex.Transaction) => Promise<boolean>,
-  ): Promise<void> => {
-    const me = auth.caller(req);
-    const userId = me.user.id;
-    const missing = () => vanished(me, id);
-    const condition = ifMatch(req);
-    if (condition) {
-      const result = await conditionalChange(
-        db,
-        id,
-        userId,
-        (post) => conditionHolds(condition, post),
-        change,
-      );
-      await outcome(id, result, missing);
-      return;
-    }
-    await assertOwnPost(db, id, userId, missing);
-    if (!(await change(db))) throw await missing();
-  };
-
-  function listPage(viewer: 'public', query: ListQuery, on: ReadTarget): Promise<ListPage>;
-  function listPage(viewer: Viewer, query: ListQuery, on: ReadTarget): Promise<ListPage | undefined>;
-  function listPage(viewer: Viewer, query: ListQuery, on: ReadTarget): Promise<ListPage | undefined> {
-    if (!query.search || searchIsIndexed(query.search)) return listPosts(db, viewer, query, on);
-    return unindexed.tryRun(
-      () => listPosts(db, viewer, query, on),
-      () => {
-        throw searchesBusy();
-      },
-    );
-  }
-
+/** `/posts/`: the caller's list (published posts and their own drafts), and creating a post. */
+function collectionRoutes(router: Router, db: Database, auth: Authentication<User>, unindexed: Slots): void {
   // Express 5 parses req.query anew on each read: read once, validate that.
   const list: RequestHandler = async (req, res) => {
     const rawQuery = req.query;
     // The list's statement finds the caller's user with the page: no look-up of its own.
     const { query, page } = await auth.callerFoundBy(req, res, async (userId) => {
       const query = listQueryOf(rawQuery);
-      const page = await listPage({ userId }, query, 'primary');
+      const page = await listPage(db, unindexed, { userId }, query, 'primary');
       return page && { query, page };
     });
     sendPage(req, res, rawQuery, query, page);
@@ -185,7 +186,10 @@ export function postsRoutes(
     .get(list)
     .post(auth.required, ...jsonBody, create)
     .all(methodNotAllowed(['GET', 'POST']));
+}
 
+/** `/posts/public`: the feed anyone may read, without a token. */
+function publicFeedRoutes(router: Router, db: Database, unindexed: Slots): void {
   router
     .route('/posts/public')
     .get(async (req, res) => {
@@ -194,10 +198,13 @@ export function postsRoutes(
       // A caller who sends a token may have just written: they read on the primary, and see their
       // write at once through any replica. Without one there is no write of theirs to miss.
       const on: ReadTarget = req.headers.authorization === undefined ? 'standby' : 'primary';
-      sendPage(req, res, rawQuery, query, await listPage('public', query, on));
+      sendPage(req, res, rawQuery, query, await listPage(db, unindexed, 'public', query, on));
     })
     .all(methodNotAllowed(['GET']));
+}
 
+/** `/posts/{id}`: reading one post, and its owner replacing or deleting it. */
+function onePostRoutes(router: Router, db: Database, auth: Authentication<User>): void {
   router
     .route('/posts/:id')
     .get(auth.required, async (req, res) => {
@@ -210,17 +217,38 @@ export function postsRoutes(
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const me = auth.caller(req);
-      await changeOwnPost(req, id, (on) => updatePost(on, id, input));
+      await changeOwnPost(db, me, req, id, (on) => updatePost(on, id, input));
       const post = await getPost(db, id, { userId: me.user.id });
       if (!post) throw await vanished(me, id);
       sendJson(res, post);
     })
     .delete(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      await changeOwnPost(req, id, (on) => deletePost(on, id));
+      await changeOwnPost(db, auth.caller(req), req, id, (on) => deletePost(on, id));
       res.status(204).end();
     })
     .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
+}
+
+export interface PostsOptions {
+  /** How many searches the title index cannot serve run at once (SEARCH_UNINDEXED_CONCURRENCY). */
+  searchUnindexedConcurrency: number;
+}
+
+/** The posts, added to the app's one API router (app.ts). */
+export function postsRoutes(
+  router: Router,
+  db: Database,
+  auth: Authentication<User>,
+  options: PostsOptions,
+): void {
+  // Per process: such a search may read the whole table (docs/search.md), so a few at once are all
+  // a replica gives them; one more is refused at once rather than queued behind them.
+  const unindexed = new Slots(options.searchUnindexedConcurrency);
+  collectionRoutes(router, db, auth, unindexed);
+  // Before /posts/:id, which would otherwise take `public` for an id.
+  publicFeedRoutes(router, db, unindexed);
+  onePostRoutes(router, db, auth);
 }
 
 /**
