@@ -1,4 +1,10 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -68,25 +74,10 @@ export const HTTP_TIMEOUTS = {
   idleMs: 30_000,
 } as const;
 
-/**
- * Listens, and shuts down under terminus: on SIGTERM readiness (health.ts) turns 503 at once, the
- * listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the pod out meanwhile), then
- * stops accepting, lets in-flight requests finish, closes the database and exits 0. Metrics are
- * served on a listener of their own (METRICS_PORT), never on the API's.
- */
-export async function startServer(settings: Settings, db: Database, logger: Logger): Promise<RunningServer> {
-  const metrics = createMetrics(db, logger);
-  const metricsServer = createMetricsServer(metrics.registry, logger);
-  // It must never be what keeps a process alive: the API listener decides that.
-  metricsServer.unref();
-  const shutdown: ShutdownState = { started: false };
-  // Started once the API listens: a migration's data change waits for the release to serve.
-  const background: { backfills?: BackfillRunner } = {};
+/** The API listener, serving the app, with the time-outs above. */
+function apiServer(app: RequestListener): Server {
   // requireHostHeader off: the app answers a missing (or doubled) Host as problem+json (requireHost).
-  const server = createServer(
-    { requireHostHeader: false },
-    createApp({ db, settings, logger, metrics, shutdown }),
-  );
+  const server = createServer({ requireHostHeader: false }, app);
   // Longer than nginx's upstream keep-alive (60 s), so the proxy always closes idle sockets first.
   server.keepAliveTimeout = HTTP_TIMEOUTS.keepAliveMs;
   server.headersTimeout = HTTP_TIMEOUTS.headersMs;
@@ -94,7 +85,23 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
   // A connection where nothing moves either way (a client that stopped reading an answer, or
   // stopped sending) is closed, and whatever it still held with it.
   server.timeout = HTTP_TIMEOUTS.idleMs;
+  return server;
+}
 
+/** What runs beside the API listener, and stops when it does. */
+interface Companions {
+  metricsServer: Server;
+  /** Started once the API listens: a migration's data change waits for the release to serve. */
+  background: { backfills?: BackfillRunner };
+}
+
+/** The shutdown sequence (see startServer), from the signal to the exit. */
+function shutDownOnSignal(
+  server: Server,
+  { settings, db, logger }: { settings: Settings; db: Database; logger: Logger },
+  shutdown: ShutdownState,
+  { metricsServer, background }: Companions,
+): void {
   createTerminus(server, {
     // No health checks here: the app serves the probes (health.ts) and reads `shutdown`.
     signals: ['SIGTERM', 'SIGINT'],
@@ -127,7 +134,10 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
       logger.error({ err: error }, message);
     },
   });
+}
 
+/** What Node would answer on its own, before the app (Expect, CONNECT, malformed HTTP): as the app would. */
+function answerWhatNodeWould(server: Server): void {
   // Expect: 100-continue: the 100 waits until a body parser is about to read (see deferContinue),
   // so a body that will be refused (401, 413, 415...) is never invited. It is then served as any
   // request, by every 'request' listener (the app, and terminus's tracker of busy connections).
@@ -165,6 +175,24 @@ export async function startServer(settings: Settings, db: Database, logger: Logg
     }
     socket.end(rawProblem(clientErrorProblem(error.code)));
   });
+}
+
+/**
+ * Listens, and shuts down under terminus: on SIGTERM readiness (health.ts) turns 503 at once, the
+ * listener keeps serving for SHUTDOWN_DELAY_SECONDS (the proxy takes the pod out meanwhile), then
+ * stops accepting, lets in-flight requests finish, closes the database and exits 0. Metrics are
+ * served on a listener of their own (METRICS_PORT), never on the API's.
+ */
+export async function startServer(settings: Settings, db: Database, logger: Logger): Promise<RunningServer> {
+  const metrics = createMetrics(db, logger);
+  const metricsServer = createMetricsServer(metrics.registry, logger);
+  // It must never be what keeps a process alive: the API listener decides that.
+  metricsServer.unref();
+  const shutdown: ShutdownState = { started: false };
+  const background: Companions['background'] = {};
+  const server = apiServer(createApp({ db, settings, logger, metrics, shutdown }));
+  shutDownOnSignal(server, { settings, db, logger }, shutdown, { metricsServer, background });
+  answerWhatNodeWould(server);
 
   const metricsPort = await listen(metricsServer, settings.metricsPort);
   // Whoever closes the API listener (terminus, a test) closes the metrics one with it.
