@@ -147,7 +147,7 @@ class Counted {
   dump(): number {
     this.control('-d');
     this.dumps++;
-    const file = `${this.outFile}.${String(this.dumps)}`;
+    const file = this.lastDump();
     const total = /^(?:summary|totals): (\d+)/m.exec(readFileSync(file, 'utf8'))?.[1];
     if (total === undefined) throw new Error(`no total in ${file}`);
     return Number(total);
