@@ -333,62 +333,68 @@ async function standby(on: Knex): Promise<boolean> {
 /** Opens PostgreSQL when DB_HOSTNAME is set, otherwise the embedded PGlite database. */
 export async function openDatabase(settings: { db: DatabaseConfig }, logger: Logger): Promise<Database> {
   const { db } = settings;
-  if (db.hostname) {
-    const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
-    // Opened at the first probe, after the migrations' connection has closed (main.ts): a process
-    // holds at most poolMax + 1 connections.
-    // Half the probe's time per try, with no grace: a connection that went silent (its node lost
-    // without a reset) is dropped at once and the second try opens a new one, in time to answer.
-    const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
-    const runner = (pool: Knex) =>
-      statementRunner(pool, postgresSend(db.preparedStatements), (connection, send) =>
-        budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
-      );
-    const run = runner(instance);
-    const reads = readRouter({
-      primary: run,
-      primaryKnex: instance,
-      maxLagMs: db.readMaxLagMs,
-      logger,
-      // Each standby endpoint a pool of its own, as the primary's but for its host.
-      standbys: db.readHosts.map(({ host, port }) => {
-        const pool = postgresPool(
-          { ...db, hostname: host, port },
-          logger,
-          db.readPoolMax,
-          db.statementTimeoutMs,
-        );
-        return { name: `${host}:${String(port)}`, knex: pool, run: runner(pool) };
-      }),
-    });
-    return {
-      knex: instance,
-      isStandby: async () => {
-        try {
-          return await standby(readiness);
-        } catch {
-          return standby(readiness);
-        }
-      },
-      kind: 'postgres',
-      run,
-      reads,
-      forMigrations: () => {
-        // One connection, opened for the migrations and closed after them.
-        const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
-        return {
-          knex: migrations,
-          timeoutMs: db.migrationTimeoutMs,
-          lockTimeoutMs: db.migrationLockTimeoutMs,
-          close: () => migrations.destroy(),
-        };
-      },
-      close: async () => {
-        await Promise.all([reads.close(), instance.destroy(), readiness.destroy()]);
-      },
-    };
-  }
+  return db.hostname ? openPostgres(db, logger) : openEmbedded(db, logger);
+}
 
+/** The primary's pool, one per standby endpoint, and the readiness probe's own connection. */
+function openPostgres(db: DatabaseConfig, logger: Logger): Database {
+  const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
+  // Opened at the first probe, after the migrations' connection has closed (main.ts): a process
+  // holds at most poolMax + 1 connections.
+  // Half the probe's time per try, with no grace: a connection that went silent (its node lost
+  // without a reset) is dropped at once and the second try opens a new one, in time to answer.
+  const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
+  const runner = (pool: Knex) =>
+    statementRunner(pool, postgresSend(db.preparedStatements), (connection, send) =>
+      budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
+    );
+  const run = runner(instance);
+  const reads = readRouter({
+    primary: run,
+    primaryKnex: instance,
+    maxLagMs: db.readMaxLagMs,
+    logger,
+    // Each standby endpoint a pool of its own, as the primary's but for its host.
+    standbys: db.readHosts.map(({ host, port }) => {
+      const pool = postgresPool(
+        { ...db, hostname: host, port },
+        logger,
+        db.readPoolMax,
+        db.statementTimeoutMs,
+      );
+      return { name: `${host}:${String(port)}`, knex: pool, run: runner(pool) };
+    }),
+  });
+  return {
+    knex: instance,
+    isStandby: async () => {
+      try {
+        return await standby(readiness);
+      } catch {
+        return standby(readiness);
+      }
+    },
+    kind: 'postgres',
+    run,
+    reads,
+    forMigrations: () => {
+      // One connection, opened for the migrations and closed after them.
+      const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
+      return {
+        knex: migrations,
+        timeoutMs: db.migrationTimeoutMs,
+        lockTimeoutMs: db.migrationLockTimeoutMs,
+        close: () => migrations.destroy(),
+      };
+    },
+    close: async () => {
+      await Promise.all([reads.close(), instance.destroy(), readiness.destroy()]);
+    },
+  };
+}
+
+/** PGlite in this process, in `embeddedDir` (created on the first start) or in memory. */
+async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Database> {
   // Creating one runs PGlite's initdb, the longest step of a first start: say so before it.
   const exists = db.embeddedDir !== 'memory://' && existsSync(join(db.embeddedDir, 'PG_VERSION'));
   logger.info(

@@ -270,6 +270,19 @@ async function readOnStandby<Row, P extends object>(
   return kept;
 }
 
+/** Without standbys: every read on the primary, counted as such. */
+function primaryOnly(primary: Run, counts: ReadCounts): ReadRouter {
+  return {
+    run: (statement, params) => {
+      counts.primary++;
+      return primary(statement, params);
+    },
+    counts,
+    lags: () => [],
+    close: () => Promise.resolve(),
+  };
+}
+
 /** Reads on standbys when there are any; otherwise every read on the primary. */
 export function readRouter(options: ReadRouterOptions): ReadRouter {
   const { primary, primaryKnex, maxLagMs, logger } = options;
@@ -278,17 +291,7 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
     standby: 0,
     fallbacks: { lagging: 0, error: 0, no_primary_position: 0 },
   };
-  if (options.standbys.length === 0) {
-    return {
-      run: (statement, params) => {
-        counts.primary++;
-        return primary(statement, params);
-      },
-      counts,
-      lags: () => [],
-      close: () => Promise.resolve(),
-    };
-  }
+  if (options.standbys.length === 0) return primaryOnly(primary, counts);
 
   const positions = new PrimaryPositions();
   const states: StandbyState[] = options.standbys.map((pool): StandbyState => ({
