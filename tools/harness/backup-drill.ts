@@ -20,7 +20,7 @@ import {
 } from './barman';
 import { ObjectStore } from './object-store';
 import { OwnPostgres, queryServer } from './postgres';
-import { account, call, sleep, waitForStatus } from './client';
+import { account, call, login, sleep, waitForStatus } from './client';
 import type { ServiceProcess } from './service';
 
 export interface DrillSettings {
@@ -290,10 +290,7 @@ export async function apiFindings(
   for (const post of posts) {
     let token = tokens.get(post.email);
     if (!token) {
-      const login = await call(svc.base, '/login', { form: { username: post.email, password: PASSWORD } });
-      if (login.status !== 200)
-        throw new Error(`login ${post.email} on the recovered server: ${String(login.status)}`);
-      token = (login.body as { access_token: string }).access_token;
+      token = await login(svc.base, post.email, PASSWORD);
       tokens.set(post.email, token);
     }
     const answer = await call(svc.base, `/posts/${String(post.id)}`, { token });
