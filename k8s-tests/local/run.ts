@@ -48,7 +48,7 @@ import { postgresBin } from '../../tools/harness/postgres';
 import { Postgres } from './postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
-import { installFromRegistry, pullImage } from './from-registry';
+import { installFromRegistry, pullImage, type Installed } from './from-registry';
 import type { Registry } from '../../tools/harness/registry';
 import { stillRunning, stop } from '../../tools/harness/processes';
 import { freePort } from '../../tools/harness/service';
@@ -376,13 +376,16 @@ async function startMonitoring(release: Release, tmp: string): Promise<Prometheu
   return prometheus;
 }
 
+/** Where the suite writes its report files, read back for the proof table. */
+interface ReportFiles {
+  report: string;
+  metrics: string;
+  upgrade: string;
+  backup: string;
+}
+
 /** The suite's report files joined with the runtime's figures, printed as the proof table. */
-function printReport(
-  files: { report: string; metrics: string; upgrade: string; backup: string },
-  cluster: Cluster,
-  launcher: Launcher,
-  release: Release,
-): void {
+function printReport(files: ReportFiles, cluster: Cluster, launcher: Launcher, release: Release): void {
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
   // Memory is read before the replicas stop; the figures go into the proof table.
   for (const replica of cluster.replicas) cluster.recordMemory(replica);
@@ -487,13 +490,19 @@ class EmulatedProxy {
   readonly settled = (): Promise<void> => this.reloads;
 }
 
-async function main(): Promise<number> {
-  const { tmp } = state;
-  checkPrerequisites();
-  // Readable for the postgres and nobody users, which own their subfolders.
-  chmodSync(tmp, 0o755);
-  step(`work folder ${tmp}`);
+/** The chart rendered as the run installs it, with CloudNativePG's stand-in started for its Secrets. */
+interface Rendered {
+  /** The values files beyond the e2e ones; the backup case renders with them again. */
+  extraValues: string[];
+  installed?: Installed;
+  objects: KubeObject[];
+  release: Release;
+  host: string;
+  /** The rw Pooler's port, 0 with the in-chart database. */
+  poolerPort: number;
+}
 
+async function renderRelease(tmp: string): Promise<Rendered> {
   const extraValues = [
     // The ServiceMonitor, PrometheusRule and dashboard: the metrics case queries what they render.
     'k8s-tests/values-e2e-metrics.yaml',
@@ -515,13 +524,18 @@ async function main(): Promise<number> {
   if (gatewayMode)
     step(`HTTPRoutes for ${host} on the Gateway of k8s-tests/gateway.yaml, ${release.replicas} replicas`);
   else step(`${release.ingresses.length} Ingress objects for ${host}, ${release.replicas} replicas`);
+  return { extraValues, ...(installed ? { installed } : {}), objects, release, host, poolerPort };
+}
 
-  const listenPort = await freePort();
-  const statusPort = await freePort();
-  const conf = proxyConf(objects, release, { prefix: join(tmp, 'nginx'), listenPort, statusPort });
-  // Translate before starting anything: an unmodelled feature fails the run here.
-  conf([], 0);
+/** What the replicas run on and from which image, with the upgrade case's images when it runs. */
+interface Runtime {
+  logDir: string;
+  launcher: Launcher;
+  releaseImage: string;
+  upgrade?: { from: string; to: string };
+}
 
+function prepareRuntime({ release, installed }: Rendered, tmp: string): Runtime {
   const logDir = join(tmp, 'replicas');
   mkdirSync(logDir);
   if (upgradeFromPrevious && runAsProcesses)
@@ -536,23 +550,37 @@ async function main(): Promise<number> {
   step(launcher.describe());
   if (upgrade)
     step(`upgrade case: the replicas start from ${upgrade.from}, the suite upgrades them to ${upgrade.to}`);
+  return { logDir, launcher, releaseImage, ...(upgrade ? { upgrade } : {}) };
+}
 
-  const { database, dbAddress, readAddress } = await databaseFor(release, poolerPort, tmp);
-
+async function startProxy(
+  tmp: string,
+  listenPort: number,
+  statusPort: number,
+  conf: (endpoints: string[], generation: number) => string,
+): Promise<EmulatedProxy> {
   step(`nginx on 127.0.0.1:${listenPort} (no endpoints yet: 503)`);
   const proxy = new EmulatedProxy(join(tmp, 'nginx'), statusPort, conf);
   state.nginx = proxy.nginx;
   state.broken = proxy.broken;
   await proxy.start();
+  return proxy;
+}
 
-  const prometheus = await startMonitoring(release, tmp);
-
+/** The emulated Deployment's replicas, feeding Prometheus its targets and the proxy its endpoints. */
+async function startReplicas(
+  { installed, release }: Rendered,
+  { launcher, logDir, releaseImage, upgrade }: Runtime,
+  db: { dbAddress: Address; readAddress?: Address },
+  proxy: EmulatedProxy,
+  prometheus: Prometheus,
+): Promise<Cluster> {
   const cluster = new Cluster({
     release,
     launcher,
     logDir,
-    database: dbAddress,
-    ...(readAddress ? { readDatabase: readAddress } : {}),
+    database: db.dbAddress,
+    ...(db.readAddress ? { readDatabase: db.readAddress } : {}),
     ...(upgrade ? { image: upgrade.from } : installed ? { image: releaseImage } : {}),
     onReplicas: (replicas) => {
       prometheus.setTargets(
@@ -570,7 +598,18 @@ async function main(): Promise<number> {
     `${release.replicas} replicas with the rendered ConfigMap and Secrets (PORT, DB_PORT${release.cnpg && !runAsProcesses ? '' : ', DB_HOSTNAME'} rewritten)`,
   );
   await Promise.all(Array.from({ length: release.replicas }, () => cluster.startReplica()));
+  return cluster;
+}
 
+/** The control server through which the cases stop, fail over and upgrade what runs here. */
+async function startControl(
+  release: Release,
+  { launcher, logDir, upgrade }: Runtime,
+  db: { database: DatabaseControl; dbAddress: Address; readAddress?: Address },
+  proxy: EmulatedProxy,
+  cluster: Cluster,
+): Promise<string> {
+  const { database, dbAddress, readAddress } = db;
   const control = await startControlServer({
     database,
     failoverDetectionMs: FAILOVER_DETECTION_MS,
@@ -591,34 +630,42 @@ async function main(): Promise<number> {
     ...(upgrade ? { upgrade } : {}),
   });
   state.control = control.server;
-  const reportFile = join(tmp, 'report.json');
-  const metricsReportFile = join(tmp, 'metrics-report.json');
-  const upgradeReportFile = join(tmp, 'upgrade-report.json');
-  const backupReportFile = join(tmp, 'backup-report.json');
+  return control.url;
+}
+
+/** The suite through the proxy, told by environment what runs here; its exit code. */
+function runCases(
+  tmp: string,
+  { extraValues, installed, objects, release, host }: Rendered,
+  { launcher, upgrade }: Runtime,
+  urls: { base: string; control: string; prometheus: string },
+  readAddress: Address | undefined,
+  files: ReportFiles,
+): Promise<number> {
   const renderedFile = join(tmp, 'rendered.json');
   writeFileSync(renderedFile, JSON.stringify(objects));
   step('the suite, through nginx');
-  const code = await runSuite({
-    K8S_BASE_URL: `http://127.0.0.1:${listenPort}`,
+  return runSuite({
+    K8S_BASE_URL: urls.base,
     K8S_HOST: host,
     K8S_ALLOWED_ORIGINS: release.env.CORS_ALLOWED_ORIGINS ?? '',
     K8S_DRIVER: 'local',
     K8S_PROXY: gatewayMode ? 'nginx-gateway-fabric' : 'ingress-nginx',
-    K8S_CONTROL_URL: control.url,
-    K8S_REPORT_FILE: reportFile,
-    K8S_PROMETHEUS_URL: prometheus.url,
+    K8S_CONTROL_URL: urls.control,
+    K8S_REPORT_FILE: files.report,
+    K8S_PROMETHEUS_URL: urls.prometheus,
     K8S_RENDERED_FILE: renderedFile,
-    K8S_METRICS_REPORT_FILE: metricsReportFile,
+    K8S_METRICS_REPORT_FILE: files.metrics,
     // The backup case renders the chart again with these and the recovery values.
     K8S_VALUES_FILES: extraValues.join(','),
     ...(installed ? { K8S_CHART: installed.chart } : {}),
-    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: backupReportFile } : {}),
+    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: files.backup } : {}),
     ...(readAddress ? { K8S_STANDBY_READS: '1' } : {}),
     ...(upgrade
       ? {
           K8S_UPGRADE_FROM: upgrade.from,
           K8S_UPGRADE_TO: upgrade.to,
-          K8S_UPGRADE_REPORT_FILE: upgradeReportFile,
+          K8S_UPGRADE_REPORT_FILE: files.upgrade,
         }
       : {}),
     K8S_PROBE_WINDOW_SECONDS: String(
@@ -628,12 +675,40 @@ async function main(): Promise<number> {
     K8S_DATABASE: release.cnpg ? 'cnpg' : 'in-chart',
     ...expectations(release),
   });
-  printReport(
-    { report: reportFile, metrics: metricsReportFile, upgrade: upgradeReportFile, backup: backupReportFile },
-    cluster,
-    launcher,
-    release,
-  );
+}
+
+/** Each step records in `state` what it started, so tearDown stops it whichever step fails. */
+async function main(): Promise<number> {
+  const { tmp } = state;
+  checkPrerequisites();
+  // Readable for the postgres and nobody users, which own their subfolders.
+  chmodSync(tmp, 0o755);
+  step(`work folder ${tmp}`);
+
+  const rendered = await renderRelease(tmp);
+  const { release } = rendered;
+  const listenPort = await freePort();
+  const statusPort = await freePort();
+  const conf = proxyConf(rendered.objects, release, { prefix: join(tmp, 'nginx'), listenPort, statusPort });
+  // Translate before starting anything: an unmodelled feature fails the run here.
+  conf([], 0);
+
+  const runtime = prepareRuntime(rendered, tmp);
+  const db = await databaseFor(release, rendered.poolerPort, tmp);
+  const proxy = await startProxy(tmp, listenPort, statusPort, conf);
+  const prometheus = await startMonitoring(release, tmp);
+  const cluster = await startReplicas(rendered, runtime, db, proxy, prometheus);
+  const controlUrl = await startControl(release, runtime, db, proxy, cluster);
+
+  const files: ReportFiles = {
+    report: join(tmp, 'report.json'),
+    metrics: join(tmp, 'metrics-report.json'),
+    upgrade: join(tmp, 'upgrade-report.json'),
+    backup: join(tmp, 'backup-report.json'),
+  };
+  const urls = { base: `http://127.0.0.1:${listenPort}`, control: controlUrl, prometheus: prometheus.url };
+  const code = await runCases(tmp, rendered, runtime, urls, db.readAddress, files);
+  printReport(files, cluster, runtime.launcher, release);
   return code;
 }
 
