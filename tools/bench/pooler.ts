@@ -1,5 +1,5 @@
 /**
- * `npm run bench:pooler -- [--posts 100000] [--duration 6] [--rounds 5] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:pooler -- [--posts 100000] [--duration 6] [--rounds 5] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH]`
  *
  * The lists (public, authenticated, and the public list with a search) served by the bare
  * reference (tools/bench/reference.ts: the service's own statements, prepared per shape, the caller
@@ -8,8 +8,7 @@
  * DB_PREPARED_STATEMENTS=false), and with `--before` by another commit's service (git worktree),
  * direct: what the framework costs, what the pooler costs, what a change costs. Every server runs at once on the same seeded database; each round measures
  * them one after the other, in an order that turns each round, so a disturbance of the machine
- * lands on all of them. Prints the median and spread of the rounds and the ratios; writes
- * results/pooler.json and rebuilds docs/benchmarks.md with it.
+ * lands on all of them. Prints the median and spread of the rounds and the ratios as Markdown tables.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
@@ -19,8 +18,7 @@ import knex from 'knex';
 import { cpuMsOf, median, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
-import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
-import { publishResult } from './report';
+import { poolerSection, type PoolerResult, type PoolerSeries } from './pooler-report';
 import {
   alternatingRounds,
   benchToken as token,
@@ -74,7 +72,6 @@ const pgbouncerSettings = Object.fromEntries(
  * as it runs in a cluster, on CPU of its own. Unset, everything shares the machine.
  */
 const poolerCpu = option('pooler-cpu', '');
-const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (
   ![10_000, 100_000, 1_000_000].includes(posts) ||
@@ -264,10 +261,7 @@ async function main(): Promise<void> {
       },
       series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
     };
-    const written = await publishResult(result, poolerResultFile(split !== undefined), outDir, log);
-    log('');
-    for (const line of poolerLines(result)) log(line);
-    log(`\nwrote ${written.join(', ')}`);
+    log(['', ...poolerSection(result)].join('\n'));
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     await bouncer.destroy();
