@@ -285,7 +285,7 @@ function ladderTable(r: SizeResult): string[] {
 function scaling(results: SizeResult[]): string[] {
   const small = results.find((r) => r.posts === 10_000);
   const large = results.find((r) => r.posts === 1_000_000);
-  if (!small || !large) return ['Needs results at both 10,000 and 1,000,000 posts.'];
+  if (!small || !large) return ['Needs 10,000 and 1,000,000 posts in the same run.'];
   const lines = [
     `| Endpoint (${String(firstRun(large).connections)} connections) | p50 at 10k | p50 at 1M | Ratio | Target ≤ 1.5 × |`,
     '|---|---:|---:|---:|---|',

@@ -504,7 +504,7 @@ async function main(): Promise<void> {
     results.push(result);
     log(['', ...sizeTables(result)].join('\n'));
   }
-  log(['', ...acrossSizes(results)].join('\n'));
+  log(acrossSizes(results).join('\n'));
 }
 
 main().catch((error: unknown) => {
