@@ -22,7 +22,6 @@ describe('The settings docs', () => {
   it('When README.md is read, then it holds no generated table (the generators write into docs/)', () => {
     const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
     expect(readme).not.toContain(TABLE_START);
-    expect(readme).not.toContain('<!-- bench:figures:');
   });
 
   it('When .env.example is loaded as it stands, then the service starts with exactly the defaults of an empty environment', () => {

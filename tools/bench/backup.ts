@@ -1,5 +1,5 @@
 /**
- * `npm run bench:backup -- [--posts 1000000] [--archive-timeout 60s] [--load SECONDS] [--workers 4] [--compression gzip|bzip2|snappy|none] [--jobs 2] [--out DIR]`
+ * `npm run bench:backup -- [--posts 1000000] [--archive-timeout 60s] [--load SECONDS] [--workers 4] [--compression gzip|bzip2|snappy|none] [--jobs 2]`
  *
  * The drill of tests/reliability/backup.test.ts at production size, with prod's archive_timeout (the
  * chart's, unless given): a primary of its own seeded with `--posts` posts (tools/harness/seed.ts) archives
@@ -7,13 +7,11 @@
  * under write load through the service, writes flow `--load` seconds more, then the primary is
  * lost without warning and a new server is recovered from the store to the end of the archive.
  * Prints the RPO (acknowledged writes lost, and their span in seconds), the RTO (base backup
- * download, WAL replay, the service's start to ready) and the backup's size and time; writes
- * results/backup-<posts>.json and docs/backups.md (under `--out` when given).
+ * download, WAL replay, the service's start to ready) and the backup's size and time, then the
+ * run's row of the table in docs/backups.md.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import {
   BackupDrill,
   countMismatches,
@@ -25,13 +23,13 @@ import {
 } from '../harness/backup-drill';
 import { chartArchiveTimeout, COMPRESSIONS, durationMs, type Compression } from '../harness/barman';
 import { postgresServer } from '../harness/postgres';
-import { ROOT, startService, stopAll } from '../harness/service';
+import { startService, stopAll } from '../harness/service';
 import { benchServiceEnv, seed } from '../harness/seed';
-import { type BackupResult, mb, renderBackupDocs } from './backup-report';
+import { backupTable, type BackupResult, mb } from './backup-report';
 
 const USAGE =
-  'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N] [--out DIR]';
-const KNOWN = ['posts', 'archive-timeout', 'load', 'workers', 'compression', 'jobs', 'out'];
+  'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N]';
+const KNOWN = ['posts', 'archive-timeout', 'load', 'workers', 'compression', 'jobs'];
 
 function fail(reason: string): never {
   process.stderr.write(`${reason}\n${USAGE}\n`);
@@ -75,7 +73,6 @@ if (compressionName === 'snappy' && spawnSync('python3', ['-c', 'import snappy']
   fail('--compression snappy needs python3-snappy installed (apt-get install python3-snappy)');
 const compression = compressionName === 'none' ? undefined : (compressionName as Compression);
 const jobs = wholeNumber('jobs', 2, 1);
-const outDir = given.get('out') ?? '';
 
 const log = (line: string) => {
   process.stdout.write(`[bench:backup ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
@@ -182,13 +179,7 @@ async function main(): Promise<void> {
   log(
     `backup: ${mb(result.backup.bytes)} MB in the store (database ${mb(result.backup.dataBytes)} MB) in ${String(result.backup.seconds)} s; WAL archived ${mb(result.walBytes)} MB; vote counts off: ${String(result.countMismatches)}`,
   );
-  const resultsDir = outDir ? path.join(outDir, 'results') : path.join(ROOT, 'tools', 'bench', 'results');
-  mkdirSync(resultsDir, { recursive: true });
-  writeFileSync(
-    path.join(resultsDir, `backup-${String(posts)}.json`),
-    `${JSON.stringify(result, null, 2)}\n`,
-  );
-  await renderBackupDocs(resultsDir, outDir ? path.join(outDir, 'docs') : path.join(ROOT, 'docs'));
+  process.stdout.write(['', ...backupTable(result), ''].join('\n'));
   const held =
     result.rpo.lostBeforeLastReplayed === 0 &&
     result.countMismatches === 0 &&

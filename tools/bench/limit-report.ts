@@ -1,9 +1,6 @@
-/** The figures of `npm run bench:limit` (tools/bench/limit.ts), and their section of docs/benchmarks.md. */
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
+/** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
 import { median } from './measure';
 
-export const LIMIT_RESULT_FILE = 'limit.json';
 /** Every list's service / limit req/s, median of the rounds, at every count. */
 export const LIMIT_RATIO_TARGET = 0.75;
 /** The signed-in list's ratio to the limit within this fraction of the public list's. */
@@ -111,8 +108,8 @@ export function signedInGaps(rows: LimitRow[]): { connections: number; gap: numb
   });
 }
 
-/** The table and the targets, as Markdown (printed by tools/bench/limit.ts too). */
-export function limitLines(r: LimitResult): string[] {
+/** The table and the targets, as Markdown. */
+function limitLines(r: LimitResult): string[] {
   const rows = limitRows(r);
   const med = (s: LimitSeries | undefined, pick: (s: LimitSeries) => number[]) =>
     s ? fmt(median(pick(s))) : '–';
@@ -135,11 +132,8 @@ export function limitLines(r: LimitResult): string[] {
   return lines;
 }
 
-/** The section of docs/benchmarks.md, or nothing when the folder has no limit run. */
-export function limitSection(resultsDir: string): string[] {
-  const file = path.join(resultsDir, LIMIT_RESULT_FILE);
-  if (!existsSync(file)) return [];
-  const r = JSON.parse(readFileSync(file, 'utf8')) as LimitResult;
+/** The run's section: what was measured where, then the table and the targets. */
+export function limitSection(r: LimitResult): string[] {
   return [
     '## Against the physical limit',
     '',

@@ -1,25 +1,17 @@
 /**
- * `npm run bench:limit -- [--posts 100000] [--rounds 7] [--duration 4] [--connections 10,64] [--note TEXT] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:limit -- [--posts 100000] [--rounds 7] [--duration 4] [--connections 10,64] [--note TEXT] [--node image|current|PATH]`
  *
  * The service's lists against the physical limit: tools/bench/reference.ts with REFERENCE_VERIFIER=crypto
  * (bare node:http + pg, the service's own statements, the token checked with node:crypto alone),
  * beside the library reference (the same server checking with jsonwebtoken). The answers are
  * compared first; then alternating rounds (tools/bench/rounds.ts). Prints each list's service / limit
- * and service / reference, median and spread of the rounds, at each count; writes
- * results/limit.json and rebuilds docs/benchmarks.md with it.
+ * and service / reference, median and spread of the rounds, at each count, as Markdown tables.
  */
 import os from 'node:os';
 import knex from 'knex';
-import {
-  limitLines,
-  LIMIT_RESULT_FILE,
-  type LimitKey,
-  type LimitResult,
-  type LimitSeries,
-} from './limit-report';
+import { limitSection, type LimitKey, type LimitResult, type LimitSeries } from './limit-report';
 import { startServer } from './measure';
 import { serverNode } from './node';
-import { publishResult } from './report';
 import {
   alternatingRounds,
   benchToken,
@@ -38,7 +30,6 @@ const connectionCounts = option('connections', '10,64')
   .split(',')
   .map((s) => Number(s.trim()));
 const note = option('note', '');
-const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (
   ![10_000, 100_000, 1_000_000].includes(posts) ||
@@ -153,10 +144,7 @@ async function main(): Promise<void> {
       },
       series,
     };
-    const written = await publishResult(result, LIMIT_RESULT_FILE, outDir, log);
-    log('');
-    for (const line of limitLines(result)) log(line);
-    log(`\nwrote ${written.join(', ')}`);
+    log(['', ...limitSection(result)].join('\n'));
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
   }

@@ -1,8 +1,4 @@
-/** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and their section of docs/benchmarks.md. */
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
-
-export const LOGIN_RESULT_FILE = 'login-starvation.json';
+/** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and the Markdown table it prints of them. */
 
 /** One round: sequential probes for a while, alone or beside the failed-login clients. */
 export interface LoginRound {
@@ -24,7 +20,7 @@ export interface LoginResult {
 }
 
 /** The table of one run: each PASSWORD_HASH_CONCURRENCY, quiet against attacked. */
-export function loginTable(result: LoginResult): string[] {
+function loginTable(result: LoginResult): string[] {
   return [
     '| `PASSWORD_HASH_CONCURRENCY` | gzip-bodied `POST /posts/` p50, quiet → 8 failed logins | valid login p50, quiet → 8 failed logins | failed login p50 |',
     '|---|---:|---:|---:|',
@@ -35,11 +31,8 @@ export function loginTable(result: LoginResult): string[] {
   ];
 }
 
-/** The section, when the folder holds a run. */
-export function loginSection(resultsDir: string): string[] {
-  const file = path.join(resultsDir, LOGIN_RESULT_FILE);
-  if (!existsSync(file)) return [];
-  const r = JSON.parse(readFileSync(file, 'utf8')) as LoginResult;
+/** The run's section: what was measured how, then the table. */
+export function loginSection(r: LoginResult): string[] {
   return [
     '## Login and the threadpool',
     '',

@@ -6,17 +6,14 @@
  * gzip-bodied POST /posts/ and of a valid login, and of the failed logins themselves (which must
  * cost what a valid one does). Sequential probes, so each figure is one request's own time.
  *
- *   npm run bench:login -- [--posts 10000] [--seconds 15] [--concurrency 64,2] [--out DIR]
+ *   npm run bench:login -- [--posts 10000] [--seconds 15] [--concurrency 64,2]
  *
- * Writes tools/bench/results/login-starvation.json and rebuilds docs/benchmarks.md, whose section
- * "Login and the threadpool" shows it (tools/bench/login-report.ts); under `--out` when given (a
- * scratch run, as CI's smoke run).
+ * Prints the figures as a Markdown table (tools/bench/login-report.ts).
  */
 import os from 'node:os';
 import { gzipSync } from 'node:zlib';
-import { LOGIN_RESULT_FILE, loginTable, type LoginResult, type LoginRound } from './login-report';
+import { loginSection, type LoginResult, type LoginRound } from './login-report';
 import { startServer } from './measure';
-import { publishResult } from './report';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 
 const args = process.argv.slice(2);
@@ -27,7 +24,6 @@ const option = (name: string, fallback: string): string => {
 const POSTS = Number(option('posts', '10000'));
 const SECONDS = Number(option('seconds', '15'));
 const VARIANTS = option('concurrency', '64,2').split(',').map(Number);
-const outDir = option('out', '');
 const ATTACKERS = 8;
 
 const p50 = (values: number[]): number => {
@@ -131,8 +127,7 @@ async function main(): Promise<void> {
     loadAverage: os.loadavg().map((l) => Math.round(l * 100) / 100),
     results,
   };
-  const written = await publishResult(result, LOGIN_RESULT_FILE, outDir, log);
-  log(['', ...loginTable(result), '', `wrote ${written.join(', ')}`].join('\n'));
+  log(['', ...loginSection(result)].join('\n'));
 }
 
 main().catch((error: unknown) => {

@@ -1,10 +1,5 @@
-/** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and their section of docs/benchmarks.md. */
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
+/** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and the Markdown tables it prints of them. */
 import { median } from './measure';
-
-/** The run with everything sharing the machine, and the one with the pooler on CPU of its own. */
-export const poolerResultFile = (split: boolean): string => (split ? 'pooler-split.json' : 'pooler.json');
 
 /** One contender on one list at one connection count, over the rounds. */
 export interface PoolerSeries {
@@ -45,7 +40,7 @@ const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 /** The figures as Markdown: a table of medians with the rounds' spread, and the ratios. */
-export function poolerLines(r: PoolerResult): string[] {
+function poolerLines(r: PoolerResult): string[] {
   const find = (key: string, list: string, connections: number) =>
     r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
   const keys = [...new Set(r.series.map((s) => s.key))];
@@ -100,20 +95,8 @@ export function poolerLines(r: PoolerResult): string[] {
   return lines;
 }
 
-/** The section for docs/benchmarks.md, when the results folder holds a pooler run. */
-export function poolerSection(resultsDir: string): string[] {
-  const read = (split: boolean): PoolerResult | undefined => {
-    const file = path.join(resultsDir, poolerResultFile(split));
-    return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as PoolerResult) : undefined;
-  };
-  const shared = read(false);
-  const split = read(true);
-  if (!shared && !split) return [];
-  return [
-    '## Behind PgBouncer',
-    '',
-    ...(shared ? poolerLines(shared) : []),
-    '',
-    ...(split ? ['### With the pooler on CPU of its own', '', ...poolerLines(split), ''] : []),
-  ];
+/** The run's section: its own heading when the pooler had CPU of its own (`--pooler-cpu`). */
+export function poolerSection(r: PoolerResult): string[] {
+  const heading = r.machine.cpuSplit ? '### With the pooler on CPU of its own' : '## Behind PgBouncer';
+  return [heading, '', ...poolerLines(r), ''];
 }

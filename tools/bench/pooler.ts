@@ -1,5 +1,5 @@
 /**
- * `npm run bench:pooler -- [--posts 100000] [--duration 6] [--rounds 5] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:pooler -- [--posts 100000] [--duration 6] [--rounds 5] [--connections 10,64] [--only KEY,…] [--pgbouncer-settings k=v,…] [--before REF] [--node image|current|PATH]`
  *
  * The lists (public, authenticated, and the public list with a search) served by the bare
  * reference (tools/bench/reference.ts: the service's own statements, prepared per shape, the caller
@@ -8,8 +8,7 @@
  * DB_PREPARED_STATEMENTS=false), and with `--before` by another commit's service (git worktree),
  * direct: what the framework costs, what the pooler costs, what a change costs. Every server runs at once on the same seeded database; each round measures
  * them one after the other, in an order that turns each round, so a disturbance of the machine
- * lands on all of them. Prints the median and spread of the rounds and the ratios; writes
- * results/pooler.json and rebuilds docs/benchmarks.md with it.
+ * lands on all of them. Prints the median and spread of the rounds and the ratios as Markdown tables.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
@@ -19,8 +18,7 @@ import knex from 'knex';
 import { cpuMsOf, median, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
-import { poolerLines, poolerResultFile, type PoolerResult, type PoolerSeries } from './pooler-report';
-import { publishResult } from './report';
+import { poolerSection, type PoolerResult, type PoolerSeries } from './pooler-report';
 import {
   alternatingRounds,
   benchToken as token,
@@ -74,7 +72,6 @@ const pgbouncerSettings = Object.fromEntries(
  * as it runs in a cluster, on CPU of its own. Unset, everything shares the machine.
  */
 const poolerCpu = option('pooler-cpu', '');
-const outDir = option('out', '');
 const node = serverNode(option('node', 'image'));
 if (
   ![10_000, 100_000, 1_000_000].includes(posts) ||
@@ -136,9 +133,21 @@ async function schemaAsOf(database: string, checkoutDir: string): Promise<string
   return copy;
 }
 
-async function main(): Promise<void> {
-  const info = await seed(posts, false, log);
-  const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
+/** The lists every contender must answer alike, then is measured on. */
+const LISTS: MeasuredList[] = [
+  { list: 'public list', path: '/posts/public', signedIn: false },
+  { list: 'authenticated list', path: '/posts/', signedIn: true },
+  {
+    list: `public search ("${COMMON_WORD}")`,
+    path: `/posts/public?search=${COMMON_WORD}`,
+    signedIn: false,
+  },
+];
+
+/** PgBouncer on the bench's server pool; with `--pooler-cpu`, on CPU of its own (the split undone if it fails). */
+async function startPooler(
+  database: string,
+): Promise<{ bouncer: OwnPgBouncer; split: CpuSplit | undefined }> {
   const bouncer = new OwnPgBouncer({
     version: '1.24',
     target: { host: pgConnection.host, port: pgConnection.port },
@@ -147,127 +156,149 @@ async function main(): Promise<void> {
   });
   const split = poolerCpu ? new CpuSplit(Number(poolerCpu)) : undefined;
   try {
-    split?.enterRest(await postgresSetting(info.database, 'data_directory'));
+    split?.enterRest(await postgresSetting(database, 'data_directory'));
     await bouncer.start();
     if (split && bouncer.pid !== undefined) split.placePooler(bouncer.pid);
   } catch (error) {
     split?.restore();
     throw error;
   }
+  return { bouncer, split };
+}
+
+/**
+ * Starts each contender `--only` wants into `contenders`, so the caller stops every one started
+ * even when a later one fails; `older` is the `--before` checkout and its copy of the database.
+ */
+async function startContenders(
+  contenders: Contender[],
+  env: Record<string, string>,
+  bouncer: OwnPgBouncer,
+  older: { dir: string; commit: string; database: string | undefined } | undefined,
+): Promise<void> {
   const viaBouncer = { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port) };
+  const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
+    if (!wanted(key)) return;
+    const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
+    contenders.push({ key, name, server, token: await token(server.base) });
+  };
+  if (wanted('reference')) {
+    const reference = await startServer('tools/bench/reference.ts', env, { node: node.path });
+    contenders.push({
+      key: 'reference',
+      name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
+      server: reference,
+      token: await token(reference.base),
+    });
+  }
+  await add('direct', 'the service, direct to PostgreSQL', {});
+  await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
+  if (widePool > 0)
+    await add(
+      'pgbouncer-wide',
+      `${bouncer.version}, prepared statements, the service's pool ${String(widePool)}`,
+      {
+        ...viaBouncer,
+        DB_POOL_MAX: String(widePool),
+      },
+    );
+  await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
+    ...viaBouncer,
+    DB_PREPARED_STATEMENTS: 'false',
+  });
+  if (older)
+    await add(
+      'before',
+      `before: ${older.commit}, direct to PostgreSQL`,
+      older.database ? { DB_NAME: older.database } : {},
+      older.dir,
+    );
+}
+
+/** The answers compared, then the alternating rounds: each contender's figures on each list at each count. */
+async function measureRounds(contenders: Contender[], bouncer: OwnPgBouncer): Promise<PoolerSeries[]> {
+  const series: PoolerSeries[] = [];
+  await sameAnswers(contenders, LISTS);
+  // The pooler's own CPU over each measured run, where it serves the contender.
+  let poolerBefore: number | undefined;
+  await alternatingRounds(
+    contenders,
+    LISTS,
+    { rounds, connectionCounts, duration, warmup: WARMUP },
+    ({ round, connections, list: { list }, contender: c, figures: f }) => {
+      const viaPooler = c.key.startsWith('pgbouncer');
+      const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
+      let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
+      if (!s) {
+        s = {
+          key: c.key,
+          name: c.name,
+          list,
+          connections,
+          rps: [],
+          serviceCpuUs: [],
+          poolerCpuUs: [],
+          errors: 0,
+          non2xx: 0,
+        };
+        series.push(s);
+      }
+      s.rps.push(f.rps);
+      if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
+      if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
+        s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
+      s.errors += f.errors;
+      s.non2xx += f.non2xx;
+      log(
+        `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
+      );
+    },
+    (c) => {
+      poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+    },
+  );
+  return series;
+}
+
+/** The rounds' figures with what they were measured on. */
+async function resultOf(
+  database: string,
+  bouncer: OwnPgBouncer,
+  split: CpuSplit | undefined,
+  series: PoolerSeries[],
+): Promise<PoolerResult> {
+  const pgVersion = await postgresSetting(database, 'server_version');
+  return {
+    measuredAt: new Date().toISOString(),
+    posts,
+    duration,
+    rounds,
+    pool: POOL,
+    machine: {
+      cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+      memoryGb: Math.round(os.totalmem() / 2 ** 30),
+      node: node.version,
+      postgres: pgVersion,
+      pgbouncer: bouncer.version,
+      ...(split ? { cpuSplit: split.shares } : {}),
+    },
+    series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
+  };
+}
+
+async function main(): Promise<void> {
+  const info = await seed(posts, false, log);
+  const env = { ...benchServiceEnv(info.database), DB_POOL_MAX: String(POOL) };
+  const { bouncer, split } = await startPooler(info.database);
   const checkout = before ? worktree(before) : undefined;
   // Copied before any server connects: a template must have no other session.
   const beforeDatabase = checkout ? await schemaAsOf(info.database, checkout.dir) : undefined;
   const contenders: Contender[] = [];
   try {
-    const add = async (key: string, name: string, extra: Record<string, string>, cwd?: string) => {
-      if (!wanted(key)) return;
-      const server = await startServer('service/src/main.ts', { ...env, ...extra }, { node: node.path, cwd });
-      contenders.push({ key, name, server, token: await token(server.base) });
-    };
-    if (wanted('reference')) {
-      const reference = await startServer('tools/bench/reference.ts', env, { node: node.path });
-      contenders.push({
-        key: 'reference',
-        name: "bare node:http + pg: the service's statements, prepared per shape, the caller looked up per request, the same pool",
-        server: reference,
-        token: await token(reference.base),
-      });
-    }
-    await add('direct', 'the service, direct to PostgreSQL', {});
-    await add('pgbouncer', `${bouncer.version} (transaction mode), prepared statements`, viaBouncer);
-    if (widePool > 0)
-      await add(
-        'pgbouncer-wide',
-        `${bouncer.version}, prepared statements, the service's pool ${String(widePool)}`,
-        {
-          ...viaBouncer,
-          DB_POOL_MAX: String(widePool),
-        },
-      );
-    await add('pgbouncer-unnamed', `${bouncer.version}, DB_PREPARED_STATEMENTS=false`, {
-      ...viaBouncer,
-      DB_PREPARED_STATEMENTS: 'false',
-    });
-    if (checkout)
-      await add(
-        'before',
-        `before: ${checkout.commit}, direct to PostgreSQL`,
-        beforeDatabase ? { DB_NAME: beforeDatabase } : {},
-        checkout.dir,
-      );
-
-    const series: PoolerSeries[] = [];
-    const lists: MeasuredList[] = [
-      { list: 'public list', path: '/posts/public', signedIn: false },
-      { list: 'authenticated list', path: '/posts/', signedIn: true },
-      {
-        list: `public search ("${COMMON_WORD}")`,
-        path: `/posts/public?search=${COMMON_WORD}`,
-        signedIn: false,
-      },
-    ];
-    await sameAnswers(contenders, lists);
-    // The pooler's own CPU over each measured run, where it serves the contender.
-    let poolerBefore: number | undefined;
-    await alternatingRounds(
-      contenders,
-      lists,
-      { rounds, connectionCounts, duration, warmup: WARMUP },
-      ({ round, connections, list: { list }, contender: c, figures: f }) => {
-        const viaPooler = c.key.startsWith('pgbouncer');
-        const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
-        let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
-        if (!s) {
-          s = {
-            key: c.key,
-            name: c.name,
-            list,
-            connections,
-            rps: [],
-            serviceCpuUs: [],
-            poolerCpuUs: [],
-            errors: 0,
-            non2xx: 0,
-          };
-          series.push(s);
-        }
-        s.rps.push(f.rps);
-        if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
-        if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
-          s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
-        s.errors += f.errors;
-        s.non2xx += f.non2xx;
-        log(
-          `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
-        );
-      },
-      (c) => {
-        poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
-      },
-    );
-
-    const pgVersion = await postgresSetting(info.database, 'server_version');
-    const result: PoolerResult = {
-      measuredAt: new Date().toISOString(),
-      posts,
-      duration,
-      rounds,
-      pool: POOL,
-      machine: {
-        cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
-        memoryGb: Math.round(os.totalmem() / 2 ** 30),
-        node: node.version,
-        postgres: pgVersion,
-        pgbouncer: bouncer.version,
-        ...(split ? { cpuSplit: split.shares } : {}),
-      },
-      series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
-    };
-    const written = await publishResult(result, poolerResultFile(split !== undefined), outDir, log);
-    log('');
-    for (const line of poolerLines(result)) log(line);
-    log(`\nwrote ${written.join(', ')}`);
+    await startContenders(contenders, env, bouncer, checkout && { ...checkout, database: beforeDatabase });
+    const series = await measureRounds(contenders, bouncer);
+    const result = await resultOf(info.database, bouncer, split, series);
+    log(['', ...poolerSection(result)].join('\n'));
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     await bouncer.destroy();

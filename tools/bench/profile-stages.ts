@@ -1,11 +1,10 @@
 /**
  * A list request's CPU split by stage, from a CPU profile of the service under load
- * (tools/bench/profile.ts), and its section of docs/benchmarks.md. Each sample goes to the stage of the
+ * (tools/bench/profile.ts), and the table it prints of it. Each sample goes to the stage of the
  * frame nearest its leaf that belongs to one: Node's own JavaScript and V8's builtins count for
  * whoever called them (a socket write for pg is the query's, one for the answer is writing the
  * answer), and Express's request and response helpers for the middleware or route that used them.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 export interface Frame {
@@ -165,7 +164,7 @@ export function sampleStage(stack: Frame[], root: string): Stage {
   return 'other: Node internals, timers, promises';
 }
 
-/** One profile's split as tools/bench/profile.ts saves it (results/profile-<endpoint>[-<label>].json). */
+/** One profile's split, as tools/bench/profile.ts measures it. */
 export interface StageProfile {
   endpoint: 'public' | 'authenticated';
   label: string;
@@ -184,14 +183,11 @@ export interface StageProfile {
   loadAverage?: number;
 }
 
-export const profileFile = (endpoint: string, label: string): string =>
-  `profile-${endpoint}${label ? `-${label}` : ''}.json`;
-
 const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 /** The split as a Markdown table, one column per profile. */
-export function stageLines(profiles: StageProfile[]): string[] {
+function stageLines(profiles: StageProfile[]): string[] {
   const name = (p: StageProfile) =>
     `${p.endpoint === 'public' ? 'public list' : 'signed-in list'}${p.label ? `, ${p.label}` : ''}`;
   const perRequest = (p: StageProfile, us: number) => us / Math.max(p.requests, 1);
@@ -213,27 +209,14 @@ export function stageLines(profiles: StageProfile[]): string[] {
   ];
 }
 
-/** The section of docs/benchmarks.md, or nothing when the folder has no stage profile. */
-export function profileSection(resultsDir: string): string[] {
-  if (!existsSync(resultsDir)) return [];
-  const profiles = readdirSync(resultsDir)
-    .filter((f) => /^profile-(public|authenticated)(-[a-z0-9-]+)?\.json$/.test(f))
-    .map((f) => JSON.parse(readFileSync(path.join(resultsDir, f), 'utf8')) as StageProfile)
-    // "before" first, then the other labels; within one, the public list first.
-    .sort((a, b) => {
-      const rank = (p: StageProfile) => `${p.label === 'before' ? '0' : '1'}${p.label}`;
-      return (
-        rank(a).localeCompare(rank(b)) || Number(a.endpoint !== 'public') - Number(b.endpoint !== 'public')
-      );
-    });
-  const first = profiles[0];
-  if (!first) return [];
+/** The run's section: the stage table, its column named by the endpoint and `--label`. */
+export function profileSection(p: StageProfile): string[] {
   return [
     "## A list request's CPU, stage by stage",
     '',
-    `CPU profile of the service under load, per stage: share of the busy CPU time, and µs per request answered (${String(first.connections)} connections, ${String(first.duration)} s after a 1 s warm-up, \`sp_bench_${String(first.posts)}\`, Node ${first.node}).`,
+    `CPU profile of the service under load, per stage: share of the busy CPU time, and µs per request answered (${String(p.connections)} connections, ${String(p.duration)} s after a 1 s warm-up, \`sp_bench_${String(p.posts)}\`, Node ${p.node}).`,
     '',
-    ...stageLines(profiles),
+    ...stageLines([p]),
     '',
   ];
 }

@@ -1,28 +1,20 @@
 /**
- * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--server service|limit] [--node image|current|PATH] [--out DIR]`
+ * `npm run bench:profile -- [--posts 10000] [--endpoint authenticated|public] [--connections 10] [--duration 10] [--label NAME] [--server service|limit] [--node image|current|PATH]`
  *
  * A CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof` on
  * the bench database `sp_bench_<posts>` (seeded by tools/harness/seed.ts if it is missing, reused
  * otherwise), logs in, drives one list endpoint with autocannon, stops the service with SIGTERM
  * (the profile is written as it exits) and prints the functions with at least 3 % of the self
  * time, the self time by package or file, and the CPU per request split by stage
- * (tools/bench/profile-stages.ts), which it writes to results/profile-<endpoint>[-<label>].json and
- * docs/benchmarks.md. Only samples taken while the load ran count: the profiler's clock and this
- * process's are both the system's monotonic clock.
+ * (tools/bench/profile-stages.ts) as a Markdown table, then the path of the `.cpuprofile` itself.
+ * Only samples taken while the load ran count: the profiler's clock and this process's are both
+ * the system's monotonic clock.
  */
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import {
-  profileFile,
-  sampleStage,
-  stageLines,
-  type Frame,
-  type Stage,
-  type StageProfile,
-} from './profile-stages';
-import { publishResult } from './report';
+import { profileSection, sampleStage, type Frame, type Stage, type StageProfile } from './profile-stages';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 import { serverNode } from './node';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../harness/service';
@@ -39,9 +31,8 @@ const duration = Number(option('duration', '10'));
 const node = serverNode(option('node', 'image'));
 /** The service, or the physical limit (tools/bench/limit.ts) profiled the same way, for comparison. */
 const serverOption = option('server', 'service');
-/** Names the profile among others of the same endpoint (before, after): its results file and column. */
+/** Names the profile among others of the same endpoint (before, after): its column in the table. */
 const label = option('label', serverOption === 'limit' ? 'limit' : '');
-const outDir = option('out', '');
 if (endpointOption !== 'authenticated' && endpointOption !== 'public') {
   process.stderr.write('--endpoint takes authenticated or public\n');
   process.exit(2);
@@ -270,13 +261,10 @@ async function main(): Promise<void> {
     stages: stageTimes(largest.profile, self),
     loadAverage: Number(os.loadavg()[0]?.toFixed(2)),
   };
-  log('\nCPU per request by stage:');
-  for (const line of stageLines([split])) log(`  ${line}`);
-  const written = await publishResult(split, profileFile(endpoint, label), outDir, log);
+  log(['', ...profileSection(split)].join('\n'));
   log(
-    `\nprofile: ${largest.file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`,
+    `profile: ${largest.file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`,
   );
-  log(`wrote ${written.join(', ')}`);
 }
 
 main().catch((error: unknown) => {

@@ -1,26 +1,22 @@
 /**
- * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed] [--out DIR]`
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed]`
  *
  * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
  * data, measures every endpoint with autocannon against both at each connection count, then (at
  * the first count) the public list one layer at a time between the two, deep pages by offset and
  * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
- * and prints the targets. Results go to tools/bench/results/; the generated part of
- * docs/benchmarks.md and its headline figures are rebuilt from every result there (with --out, only
- * the generated docs, there; the headline figures in docs/ are left alone).
+ * and prints that size's tables (targets, endpoints, checks, ladder, deep pages) as Markdown. At
+ * the end it prints the tables across the sizes of the run: the headline figures, the targets,
+ * latency by size and the ladder.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import autocannon from 'autocannon';
 import knex from 'knex';
-import * as prettier from 'prettier';
 import {
-  readResults,
-  renderDocs,
-  targetLines,
+  acrossSizes,
+  sizeTables,
   targetsOf,
-  updateHeadlineFigures,
   type ConnectionRun,
   type DeepPage,
   type EndpointFigures,
@@ -37,7 +33,6 @@ import {
   startServer as startServerOn,
   type Server,
 } from './measure';
-import { ROOT } from '../harness/service';
 
 function option(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -53,8 +48,6 @@ const connectionCounts = option('connections', '10,64')
 /** The ladder and the deep pages run at this count only. */
 const firstCount = connectionCounts[0] ?? 10;
 const reseed = process.argv.includes('--reseed');
-/** Results and docs go to DIR/results and DIR/docs instead of tools/bench/results and docs (a smoke run in CI). */
-const outDir = option('out', '');
 /** Free text on the conditions (other load on the machine, say), printed with the figures. */
 const note = option('note', '');
 /** The Node the servers run on (tools/bench/node.ts): the image's release unless told otherwise. */
@@ -439,9 +432,6 @@ async function benchSize(posts: number): Promise<SizeResult> {
     const memory = await residentMemory(service, token, publishedIds);
     const loginTiming = await loginTimings(service);
 
-    const targets = targetsOf({ runs });
-    log(`targets at ${String(posts)} posts:`);
-    for (const line of targetLines(targets)) log(line);
     return {
       posts,
       users: info.users,
@@ -455,7 +445,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
       runs,
       ladder,
       deepPages,
-      targets,
+      targets: targetsOf({ runs }),
       liveDuringLogins,
       memory,
       loginTiming,
@@ -498,12 +488,11 @@ function estimateSeconds(posts: number): number {
 }
 
 async function main(): Promise<void> {
-  const resultsDir = outDir ? path.resolve(outDir, 'results') : path.join(ROOT, 'tools', 'bench', 'results');
-  mkdirSync(resultsDir, { recursive: true });
   const estimate = sizes.reduce((t, posts) => t + estimateSeconds(posts), 0);
   log(
     `sizes ${sizes.join(', ')}; ${connectionCounts.join(' and ')} connections; ${String(duration)} s per run (${String(WARMUP)} s warm-up, deep pages ${String(deepDuration)} s); about ${String(Math.ceil(estimate / 60))} min in all (seeding not counted)`,
   );
+  const results: SizeResult[] = [];
   for (const posts of sizes) {
     log(
       `\n== ${String(posts)} posts (load average ${os
@@ -512,24 +501,10 @@ async function main(): Promise<void> {
         .join(' ')})`,
     );
     const result = await benchSize(posts);
-    // Formatted as the repository's Prettier check expects, so `npm run lint` stays clean.
-    const json = await prettier.format(JSON.stringify(result), { parser: 'json' });
-    writeFileSync(path.join(resultsDir, `posts-${String(posts)}.json`), json);
+    results.push(result);
+    log(['', ...sizeTables(result)].join('\n'));
   }
-  const results = readResults(resultsDir, log);
-  const written = renderDocs(
-    results,
-    outDir ? path.resolve(outDir, 'docs') : path.join(ROOT, 'docs'),
-    resultsDir,
-  );
-  // A scratch run (--out) must not rewrite the headline figures in docs/.
-  if (!outDir) {
-    const doc = path.join(ROOT, 'docs', 'benchmarks.md');
-    // renderDocs has listed the file already.
-    if (!updateHeadlineFigures(results, doc))
-      log('docs/benchmarks.md: headline figures left as they were (no figure markers, or no current result)');
-  }
-  log(`\nwrote ${written.join(', ')}`);
+  log(acrossSizes(results).join('\n'));
 }
 
 main().catch((error: unknown) => {
