@@ -473,17 +473,28 @@ export const expectation = fc.constantFrom(
 );
 
 /**
+ * A token for `userId` signed by hand with the service's secret: jsonwebtoken's sign adds, drops or
+ * refuses claims, and these tokens must carry exactly the header and claims written here.
+ */
+export function signToken(
+  userId: number,
+  payload: Record<string, unknown>,
+  header: Record<string, unknown> = {},
+): string {
+  const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), ...payload })}`;
+  return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
+}
+
+/**
  * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
  * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
  */
 export function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
   const now = Math.floor(Date.now() / 1000);
   // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
-  const sign = (header: Record<string, unknown>) => {
-    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), iat: now, exp: now + 29 * 60 })}`;
-    return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
-  };
+  const sign = (header: Record<string, unknown>) =>
+    signToken(userId, { iat: now, exp: now + 29 * 60 }, header);
   return [
     { token: sign({ crit: ['unknown'], unknown: true }), family: 'crit' },
     { token: sign({ crit: ['exp'] }), family: 'crit' },
@@ -552,11 +563,7 @@ export const healthRequest: fc.Arbitrary<HostileRequest> = fc
 /** Tokens signed with the right secret whose registered claims are absent, mistyped or out of range. */
 export function claimTokens(userId: number): string[] {
   const now = Math.floor(Date.now() / 1000);
-  const sign = (payload: Record<string, unknown>) => {
-    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: String(userId), ...payload })}`;
-    return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
-  };
+  const sign = (payload: Record<string, unknown>) => signToken(userId, payload);
   // The run lasts minutes: every time here is far enough from now to stay wrong throughout.
   const day = 24 * 3600;
   return [
