@@ -21,7 +21,7 @@ import { createMetrics, type Metrics } from './metrics';
 import { visiblePostOwner } from './posts/posts.repository';
 import { postsDocs, postsRoutes } from './posts/posts.routes';
 import type { Settings } from './settings';
-import { routeSpans } from './tracing';
+import { requestSpans, routeSpans } from './tracing';
 import { findUserById } from './users/users.repository';
 import { usersDocs, usersRoutes } from './users/users.routes';
 import { votesDocs, votesRoutes } from './votes/votes.routes';
@@ -65,7 +65,8 @@ export function createApp({
   const trustProxy = trustProxies(settings.trustedProxies);
   app.set('trust proxy', trustProxy);
 
-  app.use(inSequence(requireHost, closeAfterOversizedBody));
+  // The request's span first, so a request the checks after it refuse is traced too.
+  app.use(inSequence(requestSpans, requireHost, closeAfterOversizedBody));
   const cors = crossOrigin(settings.corsAllowedOrigins);
   // The probes come before the request log and metrics: they are neither logged nor counted.
   // Mounted at their prefix, so no other request walks their routes.

@@ -1,22 +1,23 @@
-import { EventEmitter } from 'node:events';
 import type { IncomingMessage } from 'node:http';
 import {
   context,
+  createContextKey,
   diag,
   DiagLogLevel,
   propagation,
   ROOT_CONTEXT,
   SpanKind,
+  SpanStatusCode,
   trace,
+  type Attributes,
   type Context,
   type Tracer,
 } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { getRPCMetadata, RPCType, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
-import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
@@ -30,8 +31,21 @@ import {
   TracerProvider,
   type Sampler,
 } from '@opentelemetry/sdk-trace';
-import { ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions';
-import type { Request, RequestHandler } from 'express';
+import {
+  ATTR_CLIENT_ADDRESS,
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_NETWORK_PEER_ADDRESS,
+  ATTR_NETWORK_PEER_PORT,
+  ATTR_NETWORK_PROTOCOL_VERSION,
+  ATTR_SERVER_ADDRESS,
+  ATTR_URL_PATH,
+  ATTR_URL_SCHEME,
+  ATTR_USER_AGENT_ORIGINAL,
+} from '@opentelemetry/semantic-conventions';
+import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from './logger';
 import type { SamplerName, Settings } from './settings';
 import { tracingStarted } from './tracing';
@@ -58,32 +72,19 @@ const probeOrScrape = (req: IncomingMessage): boolean => {
 };
 
 /**
- * The configured sampler's answer for a request, asked at the door, before the http
- * instrumentation does any work for it: a request it declines is left alone entirely (no span, no
- * attributes, nothing for the driver's instrumentation), which is what keeps a low ratio cheap.
- * The caller's `traceparent` is the parent it decides on; a new root is decided on a throwaway
- * trace id, which gives the ratio's odds as well as the span's own id would.
+ * The configured sampler's answer for a request, asked at the door, before any span work: the
+ * caller's context (its `traceparent`) when the request is to be traced, undefined when it is not,
+ * which then costs nothing more. A new root is decided on a throwaway trace id, which gives the
+ * ratio's odds as well as the span's own id would.
  */
-function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => boolean {
+function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => Context | undefined {
   const ids = new RandomIdGenerator();
   return (req) => {
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);
     const traceId = trace.getSpanContext(parent)?.traceId ?? ids.generateTraceId();
     const { decision } = sampler.shouldSample(parent, traceId, 'request', SpanKind.SERVER, {}, []);
-    return decision === SamplingDecision.RECORD_AND_SAMPLED;
+    return decision === SamplingDecision.RECORD_AND_SAMPLED ? parent : undefined;
   };
-}
-
-/**
- * Binds an emitter's listeners to a context only where that context holds a span. The http
- * instrumentation binds each request and response, the declined ones too, which would wrap every
- * listener and every event of a request no span is made for.
- */
-class SpanContextManager extends AsyncLocalStorageContextManager {
-  override bind<T>(target: Context, bound: T): T {
-    if (bound instanceof EventEmitter && trace.getSpan(target) === undefined) return bound;
-    return super.bind(target, bound);
-  }
 }
 
 /**
@@ -120,19 +121,13 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     sampler: new AlwaysOnSampler(),
     spanProcessors: [new BatchSpanProcessor({ exporter })],
   });
-  context.setGlobalContextManager(new SpanContextManager().enable());
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
-  const sampled = sampledAtTheDoor(samplerFor(settings.sampler, settings.samplerArg));
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [
-      new HttpInstrumentation({
-        ignoreIncomingRequestHook: (req) => probeOrScrape(req) || !sampled(req),
-        // The service calls nothing over HTTP but the collector, whose exporter traces nothing.
-        disableOutgoingRequestInstrumentation: true,
-      }),
       // Statements sent through knex (a transaction's) outside the service's own statement spans;
       // nothing outside a request: no trace for each connection or migration at start-up.
       new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
@@ -141,51 +136,116 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
   const tracer = trace.getTracer('social-posts');
   tracingStarted({
     tracer,
+    requestSpans: requestSpans(tracer, sampledAtTheDoor(samplerFor(settings.sampler, settings.samplerArg))),
     routeSpans: routeSpans(tracer),
     flush: () => provider.shutdown(),
   });
 }
 
-/** The route a request matched as the app wrote it (`/posts/:id`), once a route took it. */
+/**
+ * The route a request matched as the app wrote it (`/posts/:id`), once a route took it; of a route
+ * written with several spellings (`['/posts/', '/posts']`), the first, which the contract names.
+ */
 function matchedRoute(req: Request): string | undefined {
-  const path = (req.route as { path?: unknown } | undefined)?.path;
+  const written = (req.route as { path?: unknown } | undefined)?.path;
+  const path: unknown = Array.isArray(written) ? written[0] : written;
   return typeof path === 'string' ? `${req.baseUrl}${path}` : undefined;
+}
+
+/** The request's attributes by OpenTelemetry's HTTP server conventions (the query string left out). */
+function requestAttributes(req: Request): Attributes {
+  const attributes: Attributes = {
+    [ATTR_HTTP_REQUEST_METHOD]: req.method,
+    [ATTR_URL_PATH]: req.path,
+    [ATTR_URL_SCHEME]: req.protocol,
+    [ATTR_SERVER_ADDRESS]: req.hostname,
+    [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
+    [ATTR_NETWORK_PEER_ADDRESS]: req.socket.remoteAddress,
+    [ATTR_NETWORK_PEER_PORT]: req.socket.remotePort,
+  };
+  // Through the trusted proxies only (the app's trust proxy), as the request log records it.
+  if (req.ip !== undefined) attributes[ATTR_CLIENT_ADDRESS] = req.ip;
+  const agent = req.headers['user-agent'];
+  if (agent !== undefined) attributes[ATTR_USER_AGENT_ORIGINAL] = agent;
+  return attributes;
+}
+
+/** Spans of one sampled request: its own (SERVER) and, once routing starts, its route's. */
+interface RequestSpans {
+  request: ReturnType<Tracer['startSpan']>;
+  route?: ReturnType<Tracer['startSpan']>;
+}
+const REQUEST_SPANS = createContextKey('social-posts request spans');
+
+/** Both spans end when the connection is done with the answer: the route's, then the request's. */
+function endRequestSpans(spans: RequestSpans, req: Request, res: Response): void {
+  const route = matchedRoute(req);
+  const status = res.statusCode;
+  if (spans.route) {
+    if (route !== undefined) {
+      spans.route.setAttribute(ATTR_HTTP_ROUTE, route);
+      spans.route.updateName(`route ${route}`);
+    }
+    spans.route.end();
+  }
+  const { request } = spans;
+  request.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, status);
+  if (route !== undefined) {
+    request.setAttribute(ATTR_HTTP_ROUTE, route);
+    request.updateName(`${req.method} ${route}`);
+  }
+  // A server's span is an error for a 5xx only: a 4xx is the caller's, by the conventions.
+  if (status >= 500) {
+    request.setAttribute(ATTR_ERROR_TYPE, String(status));
+    request.setStatus({ code: SpanStatusCode.ERROR });
+  }
+  request.end();
+}
+
+/**
+ * The span of each request the sampler takes at the door, a child of the caller's `traceparent`,
+ * made here rather than by the http instrumentation, which wraps every request's emitter and every
+ * listener on its answer: most of what a sampled request cost, and the whole of an unsampled one's.
+ */
+function requestSpans(
+  tracer: Tracer,
+  sampled: (req: IncomingMessage) => Context | undefined,
+): RequestHandler {
+  return (req, res, next) => {
+    const parent = probeOrScrape(req) ? undefined : sampled(req);
+    if (parent === undefined) {
+      next();
+      return;
+    }
+    const spans: RequestSpans = {
+      request: tracer.startSpan(
+        req.method,
+        { kind: SpanKind.SERVER, attributes: requestAttributes(req) },
+        parent,
+      ),
+    };
+    res.once('close', () => {
+      endRequestSpans(spans, req, res);
+    });
+    // The body parsers keep the context across the body's arrival (AsyncResource.bind): no
+    // listener of the request or its answer needs wrapping.
+    context.with(trace.setSpan(parent, spans.request).setValue(REQUEST_SPANS, spans), next);
+  };
 }
 
 /**
  * A span for each sampled request's route (`route /posts/:id`, its http.route), around all the app
- * does with it, and the route on the request's span too. In place of the express instrumentation,
- * which wraps every middleware and handler of every request, sampled or not: most of tracing's
- * cost at a low sampling ratio.
+ * does with it, in place of the express instrumentation, which wraps every middleware and handler of
+ * every request, sampled or not. It ends with the request's span (requestSpans).
  */
 function routeSpans(tracer: Tracer): RequestHandler {
-  return (req, res, next) => {
-    if (trace.getActiveSpan()?.isRecording() !== true) {
+  return (_req, _res, next) => {
+    const spans = context.active().getValue(REQUEST_SPANS) as RequestSpans | undefined;
+    if (spans === undefined) {
       next();
       return;
     }
-    const metadata = getRPCMetadata(context.active());
-    const span = tracer.startSpan('route');
-    let ended = false;
-    const end = () => {
-      if (ended) return;
-      ended = true;
-      const route = matchedRoute(req);
-      if (route !== undefined) {
-        span.setAttribute(ATTR_HTTP_ROUTE, route);
-        span.updateName(`route ${route}`);
-        // The http instrumentation names the request's span from it when the answer ends.
-        if (metadata?.type === RPCType.HTTP) metadata.route = route;
-      }
-      span.end();
-    };
-    // Every answer's head goes through writeHead (Node calls it for an implicit head too).
-    const writeHead = res.writeHead.bind(res);
-    res.writeHead = ((...args: Parameters<typeof writeHead>) => {
-      end();
-      return writeHead(...args);
-    }) as typeof res.writeHead;
-    res.once('close', end);
-    context.with(trace.setSpan(context.active(), span), next);
+    spans.route = tracer.startSpan('route');
+    context.with(trace.setSpan(context.active(), spans.route), next);
   };
 }

@@ -18,6 +18,8 @@ import type { RequestHandler } from 'express';
  */
 interface Started {
   tracer: Tracer;
+  /** The middleware that makes each sampled request's own span (tracing-sdk.ts). */
+  requestSpans: RequestHandler;
   /** The middleware that makes each sampled request's route span (tracing-sdk.ts). */
   routeSpans: RequestHandler;
   flush: () => Promise<void>;
@@ -29,6 +31,12 @@ let started: Started | undefined;
 export function tracingStarted(sdk: Started): void {
   started = sdk;
 }
+
+/** The app's first middleware, for request spans: while tracing is off, one comparison per request. */
+export const requestSpans: RequestHandler = (req, res, next) => {
+  if (started) started.requestSpans(req, res, next);
+  else next();
+};
 
 /** The app's middleware for route spans: while tracing is off, one comparison per request. */
 export const routeSpans: RequestHandler = (req, res, next) => {

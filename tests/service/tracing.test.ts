@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
+import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import protobuf from 'protobufjs';
 import { pollUntil } from '../../tools/harness/poll';
@@ -271,6 +273,61 @@ describe.each([
     const logged = svc.lines.filter((line) => line.msg === 'request completed' && line.trace_id === traceId);
     expect(logged).toHaveLength(1);
     expect(spans.map((s) => s.spanId)).toContain(logged[0]?.span_id);
+  });
+
+  test('When a route answers under two spellings, then its spans carry the one the contract names', async () => {
+    const traceId = newTraceId();
+    const answer = await fetch(`${svc.base}/posts`, {
+      headers: { traceparent: `00-${traceId}-${newSpanId()}-01` },
+    });
+    expect(answer.status).toBe(401);
+    const root = serverSpan(await collector.trace(traceId));
+    expect(root.name).toBe('GET /posts/');
+    expect(root.attributes['http.route']).toBe('/posts/');
+  });
+
+  test("When a request's body arrives after its head, then the statements its handler sends after reading it are in the request's trace", async () => {
+    const traceId = newTraceId();
+    const body = new URLSearchParams({
+      username: 'nobody@example.com',
+      password: 'not a password here',
+    }).toString();
+    // The body in a later packet than the head: its events then come from the socket, outside the request.
+    const socket = connect(new URL(svc.base).port === '' ? 80 : Number(new URL(svc.base).port), '127.0.0.1');
+    await once(socket, 'connect');
+    const answer = new Promise<string>((resolve) => {
+      let text = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => (text += chunk));
+      socket.on('close', () => {
+        resolve(text);
+      });
+    });
+    socket.write(
+      [
+        'POST /login HTTP/1.1',
+        'Host: 127.0.0.1',
+        `traceparent: 00-${traceId}-${newSpanId()}-01`,
+        'Content-Type: application/x-www-form-urlencoded',
+        `Content-Length: ${String(body.length)}`,
+        'Connection: close',
+        '',
+        '',
+      ].join('\r\n'),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    socket.write(body);
+    expect(await answer).toMatch(/^HTTP\/1\.1 403 /);
+
+    const spans = await collector.trace(traceId);
+    const root = serverSpan(spans);
+    expect(root.name).toBe('POST /login');
+    expect(root.attributes['http.response.status_code']).toBe(403);
+    // A 4xx is the caller's: the server's span is no error.
+    expect(root.status.code).not.toBe(STATUS_ERROR);
+    const statements = spans.filter((s) => s.kind === CLIENT);
+    expect(statements.map((s) => s.name)).toEqual(['user_by_email']);
+    expect(descendants(spans, root)).toEqual(expect.arrayContaining(statements));
   });
 
   test('When the traceparent is malformed, then it is ignored: the request is answered and starts a trace of its own', async () => {
