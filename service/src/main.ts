@@ -24,7 +24,7 @@ async function main(): Promise<void> {
     logger.warn('SECRET_KEY is not set: tokens are signed with a random key and die with this process');
   }
   /* eslint-disable @typescript-eslint/no-require-imports -- loaded in this order on purpose: the
-     SDK patches http and pg as they load, so it starts before anything loads them; without
+     SDK patches pg as it loads, so it starts before anything loads them; without
      a collector it is never loaded at all */
   if (tracing)
     (require('./tracing-sdk') as typeof import('./tracing-sdk')).startTracing(settings.tracing, logger);

@@ -41,6 +41,7 @@ import {
   ATTR_NETWORK_PEER_PORT,
   ATTR_NETWORK_PROTOCOL_VERSION,
   ATTR_SERVER_ADDRESS,
+  ATTR_SERVER_PORT,
   ATTR_URL_PATH,
   ATTR_URL_SCHEME,
   ATTR_USER_AGENT_ORIGINAL,
@@ -88,8 +89,8 @@ function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => Context |
 }
 
 /**
- * Starts OpenTelemetry's SDK. Must run before express, pg and http are first loaded by the
- * app (main.ts loads them after it), as the instrumentations patch them when they are loaded.
+ * Starts OpenTelemetry's SDK. Must run before pg is first loaded by the app (main.ts loads it
+ * after), as the pg instrumentation patches it when it is loaded.
  */
 export function startTracing(settings: TracingSettings, logger: Logger): void {
   const { endpoint } = settings;
@@ -165,6 +166,9 @@ function requestAttributes(req: Request): Attributes {
   };
   // Through the trusted proxies only (the app's trust proxy), as the request log records it.
   if (req.ip !== undefined) attributes[ATTR_CLIENT_ADDRESS] = req.ip;
+  // The port the caller asked for, from Host (or the trusted proxies' X-Forwarded-Host).
+  const port = Number(req.host.slice(req.hostname.length + 1));
+  if (Number.isInteger(port) && port > 0) attributes[ATTR_SERVER_PORT] = port;
   const agent = req.headers['user-agent'];
   if (agent !== undefined) attributes[ATTR_USER_AGENT_ORIGINAL] = agent;
   return attributes;

@@ -11,8 +11,8 @@ import {
 import type { RequestHandler } from 'express';
 
 /**
- * The spans this service makes itself (the route, the pool wait, each statement), beside those of
- * the http and pg instrumentations. Only OpenTelemetry's API is imported here, which is small: the
+ * The spans this service makes itself (the request, its route, the pool wait, each statement),
+ * beside the pg instrumentation's. Only OpenTelemetry's API is imported here, which is small: the
  * SDK (tracing-sdk.ts) is loaded only when a collector is configured, and until it calls
  * tracingStarted every helper below costs one comparison.
  */

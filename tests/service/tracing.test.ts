@@ -246,7 +246,13 @@ describe.each([
       'http.route': '/posts/public',
       'http.request.method': 'GET',
       'http.response.status_code': 200,
+      'url.path': '/posts/public',
+      'url.scheme': 'http',
+      'server.address': '127.0.0.1',
+      'server.port': Number(new URL(svc.base).port),
     });
+    // The query string (a search's words) is not recorded.
+    expect(Object.values(root.attributes).filter((v) => String(v).includes('limit='))).toEqual([]);
     expect(root.resource).toMatchObject({
       'service.name': 'social-posts',
       'k8s.namespace.name': 'tests',
