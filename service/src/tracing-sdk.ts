@@ -66,11 +66,11 @@ export function samplerFor(name: SamplerName, ratio: number): Sampler {
     : root(name);
 }
 
-/** Probes and scrapes come every few seconds from the kubelet and Prometheus: no trace of them. */
-const probeOrScrape = (req: IncomingMessage): boolean => {
-  const url = req.url ?? '';
-  return url.startsWith('/healthz') || url.startsWith('/metrics');
-};
+/**
+ * Probes come every few seconds from the kubelet: no trace of them. Scrapes go to the metrics
+ * listener, which is not the app's, so no span is ever made for them.
+ */
+const probe = (req: IncomingMessage): boolean => (req.url ?? '').startsWith('/healthz');
 
 /**
  * The configured sampler's answer for a request, asked at the door, before any span work: the
@@ -216,7 +216,7 @@ function requestSpans(
   sampled: (req: IncomingMessage) => Context | undefined,
 ): RequestHandler {
   return (req, res, next) => {
-    const parent = probeOrScrape(req) ? undefined : sampled(req);
+    const parent = probe(req) ? undefined : sampled(req);
     if (parent === undefined) {
       next();
       return;
