@@ -23,9 +23,8 @@ async function main(): Promise<void> {
   if (settings.secretKeyGenerated) {
     logger.warn('SECRET_KEY is not set: tokens are signed with a random key and die with this process');
   }
-  /* eslint-disable @typescript-eslint/no-require-imports -- loaded in this order on purpose: the
-     SDK patches pg as it loads, so it starts before anything loads them; without
-     a collector it is never loaded at all */
+  /* eslint-disable @typescript-eslint/no-require-imports -- loaded on demand: without a
+     collector the SDK is never loaded at all */
   if (tracing)
     (require('./tracing-sdk') as typeof import('./tracing-sdk')).startTracing(settings.tracing, logger);
   const { serve } = require('./serve') as typeof import('./serve');

@@ -17,8 +17,6 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { registerInstrumentations } from '@opentelemetry/instrumentation';
-import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AlwaysOffSampler,
@@ -89,8 +87,8 @@ function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => Context |
 }
 
 /**
- * Starts OpenTelemetry's SDK. Must run before pg is first loaded by the app (main.ts loads it
- * after), as the pg instrumentation patches it when it is loaded.
+ * Starts OpenTelemetry's SDK: the exporter, the sampler at the door, and the middleware that make the
+ * request's and the route's spans (the statements' are tracing.ts's). Nothing is patched.
  */
 export function startTracing(settings: TracingSettings, logger: Logger): void {
   const { endpoint } = settings;
@@ -126,14 +124,6 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
   // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   trace.setGlobalTracerProvider(provider);
-  registerInstrumentations({
-    tracerProvider: provider,
-    instrumentations: [
-      // Statements sent through knex (a transaction's) outside the service's own statement spans;
-      // nothing outside a request: no trace for each connection or migration at start-up.
-      new PgInstrumentation({ requireParentSpan: true, ignoreConnectSpans: true }),
-    ],
-  });
   const tracer = trace.getTracer('social-posts');
   tracingStarted({
     tracer,

@@ -1,20 +1,18 @@
 import {
-  context,
   isSpanContextValid,
   SpanKind,
   SpanStatusCode,
   trace,
   type Attributes,
-  type Context,
   type Tracer,
 } from '@opentelemetry/api';
 import type { RequestHandler } from 'express';
 
 /**
- * The spans this service makes itself (the request, its route, the pool wait, each statement),
- * beside the pg instrumentation's. Only OpenTelemetry's API is imported here, which is small: the
- * SDK (tracing-sdk.ts) is loaded only when a collector is configured, and until it calls
- * tracingStarted every helper below costs one comparison.
+ * The spans this service makes itself, with OpenTelemetry's API and no instrumentation package: the
+ * request, its route, the pool wait and each statement. The API is all that is imported here, which
+ * is small: the SDK (tracing-sdk.ts) is loaded only when a collector is configured, and until it
+ * calls tracingStarted every helper below costs one comparison.
  */
 interface Started {
   tracer: Tracer;
@@ -49,35 +47,22 @@ export async function flushTraces(): Promise<void> {
   await started?.flush();
 }
 
-/**
- * A context in which the pg instrumentation makes no span, as it makes them only under one: the
- * statement's own span stands for it. It stands aside at once there, where in a context that only
- * suppresses tracing it would still build each statement's attributes for a span that is dropped.
- */
-const withoutDriverSpans = (): Context => trace.deleteSpan(context.active());
-
 /** The database attributes of every statement span (OpenTelemetry's database conventions). */
 const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
 
+/** Whether the active span is a sampled request's: spans are made under one only. */
+const recording = (): boolean => started !== undefined && trace.getActiveSpan()?.isRecording() === true;
+
 /**
  * Runs `work` in a span of its own, a child of the active one. Outside a sampled span (a request
- * not traced, a background job) it runs without spans, the driver's included: a span there would
- * start a trace of its own or be dropped with its parent anyway.
+ * not traced, a background job, the migrations) it runs without one: a span there would start a
+ * trace of its own or be dropped with its parent anyway.
  */
-function inSpan<T>(
-  name: string,
-  kind: SpanKind,
-  attributes: Attributes,
-  work: () => Promise<T>,
-  suppressDriver = false,
-): Promise<T> {
-  if (!started) return work();
-  const { tracer } = started;
-  // A request the sampler declined has no span at all, and the driver's instrumentation stands aside.
-  if (trace.getActiveSpan()?.isRecording() !== true) return work();
-  return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
+function inSpan<T>(name: string, kind: SpanKind, attributes: Attributes, work: () => Promise<T>): Promise<T> {
+  if (!started || !recording()) return work();
+  return started.tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     try {
-      return await (suppressDriver ? context.with(withoutDriverSpans(), work) : work());
+      return await work();
     } catch (error) {
       span.recordException(error instanceof Error ? error : String(error));
       span.setStatus({
@@ -92,11 +77,11 @@ function inSpan<T>(
 }
 
 /**
- * The wait for a pooled connection. Opening one is part of the wait: the statements the driver and
- * knex send on a new connection (its version check) make no spans of their own.
+ * The wait for a pooled connection. Opening one is part of the wait: the statement knex sends on a
+ * new connection (its version check) has no span of its own.
  */
 export function tracedPoolWait<T>(work: () => Promise<T>): Promise<T> {
-  return inSpan('db pool wait', SpanKind.INTERNAL, DB_SYSTEM, work, true);
+  return inSpan('db pool wait', SpanKind.INTERNAL, DB_SYSTEM, work);
 }
 
 /**
@@ -104,7 +89,23 @@ export function tracedPoolWait<T>(work: () => Promise<T>): Promise<T> {
  * the name is the query summary, which the conventions make the span's name.
  */
 export function tracedStatement<T>(name: string, work: () => Promise<T>): Promise<T> {
-  return inSpan(name, SpanKind.CLIENT, { ...DB_SYSTEM, 'db.query.summary': name }, work, true);
+  return inSpan(name, SpanKind.CLIENT, { ...DB_SYSTEM, 'db.query.summary': name }, work);
+}
+
+/**
+ * A statement knex builds and sends itself (an insert, a transaction's BEGIN and COMMIT), named as
+ * the conventions' query summary: its operation and first table, `INSERT posts`. knex binds every
+ * value as a parameter, so neither word can be one.
+ */
+export function querySummary(sql: string): string {
+  const operation = /^\s*(\w+)/.exec(sql)?.[1]?.toUpperCase() ?? 'QUERY';
+  const table = /\b(?:into|update|from)\s+"?([\w.]+)/i.exec(sql)?.[1];
+  return table === undefined ? operation : `${operation} ${table}`;
+}
+
+/** A statement knex sends itself, in a span named by its summary; the SQL is read only when sampled. */
+export function tracedQuery<T>(sql: string, work: () => Promise<T>): Promise<T> {
+  return recording() ? tracedStatement(querySummary(sql), work) : work();
 }
 
 /**

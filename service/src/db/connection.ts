@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Settings } from '../settings';
-import { tracedPoolWait, tracedStatement } from '../tracing';
+import { tracedPoolWait, tracedQuery, tracedStatement } from '../tracing';
 import { RequestBudgetError, withinBudget, type Bound } from './budget';
 import { CANCEL_GRACE_MS, withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
@@ -96,11 +96,13 @@ interface AcquiringPool {
  * database budget (budget.ts), on every path: knex's query builders and transactions and
  * statementRunner all call acquireConnection. tarn fixes one acquire time-out per pool, so a
  * shorter wait aborts the pending acquire: tarn then takes it out of its queue, and a connection
- * it was already checking for this acquire goes back to the pool for the next one.
+ * it was already checking for this acquire goes back to the pool for the next one. Within a sampled
+ * request the wait is a span, and so is each statement knex sends itself (a transaction's too: its
+ * client inherits this query); statementRunner's statements have their own.
  */
-function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
+function requestClient(Base: typeof knex.Client): typeof knex.Client {
   const Client = Base as unknown as new (config: Knex.Config) => Knex.Client;
-  class BudgetedAcquire extends Client {
+  class RequestClient extends Client {
     override acquireConnection(): Promise<unknown> {
       const pool = this.pool as AcquiringPool | undefined;
       return tracedPoolWait(() =>
@@ -111,8 +113,17 @@ function budgetedAcquire(Base: typeof knex.Client): typeof knex.Client {
         ),
       );
     }
+
+    override query(connection: unknown, obj: string | { sql?: unknown }): Promise<unknown> {
+      // knex sends a transaction's BEGIN, COMMIT and ROLLBACK as bare strings.
+      const sql = typeof obj === 'string' ? obj : obj.sql;
+      return tracedQuery(
+        typeof sql === 'string' ? sql : '',
+        () => super.query(connection, obj) as Promise<unknown>,
+      );
+    }
   }
-  return BudgetedAcquire as unknown as typeof knex.Client;
+  return RequestClient as unknown as typeof knex.Client;
 }
 
 async function boundedAcquire(pool: AcquiringPool, bound: Bound): Promise<unknown> {
@@ -237,7 +248,7 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
       return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs }, graceMs);
     }
   }
-  return budgetedAcquire(PostgresWithDeadlines as unknown as typeof knex.Client);
+  return requestClient(PostgresWithDeadlines as unknown as typeof knex.Client);
 }
 
 function knexLog(logger: Logger): Knex.Config['log'] {
@@ -405,7 +416,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
   );
   const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
   const instance = knex({
-    client: budgetedAcquire(ClientPgLite),
+    client: requestClient(ClientPgLite),
     dialect: 'postgres',
     connection: () => ({ pglite }) as unknown as Knex.StaticConnectionConfig,
     log: knexLog(logger),
