@@ -631,6 +631,14 @@ const table = {
         summary: 'The share of traces kept by the `traceidratio` samplers, from 0 to 1 (0.1: one in ten)',
       },
     }),
+    exportDelayMs: variable({
+      env: 'OTEL_BSP_SCHEDULE_DELAY',
+      rule: Joi.number().integer().min(1).max(600_000).default(5000),
+      docs: {
+        summary:
+          'Milliseconds between two exports of the finished spans, fewer than a full batch (512 spans) waiting; a full batch goes at once',
+      },
+    }),
   },
   shutdownDelaySeconds: variable({
     env: 'SHUTDOWN_DELAY_SECONDS',
@@ -776,6 +784,7 @@ export function describeSettings(s: Settings): Record<string, unknown> {
           resourceAttributes: s.tracing.resourceAttributes,
           sampler: s.tracing.sampler,
           samplerArg: s.tracing.samplerArg,
+          exportDelayMs: s.tracing.exportDelayMs,
         }
       : 'off',
   };

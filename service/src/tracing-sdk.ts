@@ -118,7 +118,7 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     }),
     // The door (sampledAtTheDoor) has decided: every span that starts is in a request it took.
     sampler: new AlwaysOnSampler(),
-    spanProcessors: [new BatchSpanProcessor({ exporter })],
+    spanProcessors: [new BatchSpanProcessor({ exporter, scheduledDelayMillis: settings.exportDelayMs })],
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.

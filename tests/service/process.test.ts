@@ -42,6 +42,7 @@ describe('Start-up settings', () => {
     ['OTEL_TRACES_SAMPLER', { OTEL_TRACES_SAMPLER: 'sometimes' }],
     ['OTEL_TRACES_SAMPLER_ARG', { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '10' }],
     ['OTEL_RESOURCE_ATTRIBUTES', { OTEL_RESOURCE_ATTRIBUTES: 'k8s.pod.name' }],
+    ['OTEL_BSP_SCHEDULE_DELAY', { OTEL_BSP_SCHEDULE_DELAY: '0' }],
   ])('When %s has a bad value, then the start stops with one line naming it', async (name, overrides) => {
     const svc = spawnService(baseEnv(overrides));
     expect(await svc.exited).toBe(1);

@@ -161,8 +161,8 @@ class Collector {
     const { value } = await pollUntil(
       () => Promise.resolve(this.spans.filter((s) => s.traceId === traceId)),
       (spans) => spans.some((s) => s.kind === SERVER),
-      // The batch goes out every 5 s (the SDK's default delay).
-      { withinMs: 20_000, everyMs: 100 },
+      // The batch goes out every OTEL_BSP_SCHEDULE_DELAY (startTraced's); the SDK's default is 5 s.
+      { withinMs: 20_000, everyMs: 50 },
     );
     return value;
   }
@@ -204,6 +204,7 @@ async function startTraced(
       TRUSTED_PROXIES: '127.0.0.1',
       OTEL_EXPORTER_OTLP_ENDPOINT: collector.endpoint,
       OTEL_RESOURCE_ATTRIBUTES: 'k8s.namespace.name=tests,deployment.environment.name=ci',
+      OTEL_BSP_SCHEDULE_DELAY: '200',
       ...overrides,
     }),
   );
