@@ -202,6 +202,109 @@ function voteState(answer: Answer | undefined, dir: 0 | 1, before: VoteState | u
   return 'unknown';
 }
 
+/** What one run of the steady mix shares between its sends, its votes and its ticker. */
+interface SteadyState {
+  options: SteadyOptions;
+  timeoutMs: number;
+  answers: MixedAnswer[];
+  created: SteadyTraffic['created'];
+  votes: Map<string, VoteState>;
+  /** `user:post` pairs with a vote or withdrawal in flight. */
+  voting: Set<string>;
+  /** Pairs whose vote is present, for withdrawals to pick from. */
+  present: string[];
+  inFlight: Set<Promise<void>>;
+  /** Round-robin position over the rotation. */
+  turn: number;
+  sent: number;
+}
+
+/** Sends one request to the next replica in rotation and records its answer (or why none came). */
+function send(
+  state: SteadyState,
+  kind: CallKind,
+  run: (base: string) => Promise<Answer>,
+  then?: (answer: Answer | undefined) => void,
+): void {
+  const live = state.options.rotation();
+  if (live.length === 0) return;
+  const instance = live[state.turn++ % live.length] as Instance;
+  const phase = state.options.phase?.() ?? '';
+  const at = Date.now();
+  const started = performance.now();
+  const record = { kind, instance: instance.name, phase, at };
+  const request = run(instance.base).then(
+    (answer) => {
+      state.answers.push({ ...record, ...answerFigures(answer) });
+      then?.(answer);
+    },
+    (error: unknown) => {
+      state.answers.push({ ...record, status: 0, ms: performance.now() - started, error: reason(error) });
+      then?.(undefined);
+    },
+  );
+  state.inFlight.add(request);
+  void request.finally(() => state.inFlight.delete(request));
+}
+
+/** Casts a vote, or withdraws one the traffic cast, and keeps what its answer says of the pair. */
+function vote(state: SteadyState): void {
+  const { options, votes, voting, present, timeoutMs } = state;
+  const user = pick(options.users);
+  // A third of the votes withdraw one the traffic cast, so withdrawals race the migration too.
+  let key: string | undefined;
+  if (Math.random() < 0.35 && present.length > 0) {
+    const at = Math.floor(Math.random() * present.length);
+    key = present[at];
+    present.splice(at, 1);
+  } else key = `${String(user.id)}:${String(pick(options.hotPosts))}`;
+  if (key === undefined || voting.has(key)) return;
+  const [userId, postId] = key.split(':').map(Number) as [number, number];
+  const token = options.users.find((u) => u.id === userId)?.token ?? user.token;
+  const dir = votes.get(key) === 'present' ? 0 : 1;
+  voting.add(key);
+  send(
+    state,
+    dir === 1 ? 'vote' : 'unvote',
+    (base) => call(base, '/votes/', { token, json: { post_id: postId, dir }, timeoutMs }),
+    (answer) => {
+      voting.delete(key);
+      const known = voteState(answer, dir, votes.get(key));
+      votes.set(key, known);
+      if (known === 'present') present.push(key);
+    },
+  );
+}
+
+/** Sends one request of the mix, its kind drawn by the mix's shares. */
+function one(state: SteadyState): void {
+  const { options, timeoutMs } = state;
+  const r = Math.random();
+  const user = pick(options.users);
+  if (r < 0.3)
+    send(state, 'public-list', (base) =>
+      call(base, `/posts/public?skip=${String(pick([0, 0, 0, 10, 20]))}`, { timeoutMs }),
+    );
+  else if (r < 0.55) send(state, 'list', (base) => call(base, '/posts/', { token: user.token, timeoutMs }));
+  else if (r < 0.75) {
+    const id =
+      Math.random() < 0.7 ? pick(options.hotPosts) : 1 + Math.floor(Math.random() * options.maxPostId);
+    send(state, 'get', (base) => call(base, `/posts/${String(id)}`, { token: user.token, timeoutMs }));
+  } else if (r < 0.95) vote(state);
+  else {
+    const title = `upgrade ${String(user.id)} #${String(state.sent)}`;
+    send(
+      state,
+      'create',
+      (base) =>
+        call(base, '/posts/', { token: user.token, json: { title, content: 'steady traffic' }, timeoutMs }),
+      (answer) => {
+        if (answer?.status === 201) state.created.push({ id: (answer.body as { id: number }).id, title });
+      },
+    );
+  }
+}
+
 /**
  * Open-loop mixed traffic at a fixed rate, as many independent clients make it: a request is sent
  * on schedule whether or not earlier ones have been answered, so a slow replica gathers a queue
@@ -210,112 +313,37 @@ function voteState(answer: Answer | undefined, dir: 0 | 1, before: VoteState | u
  * vote in flight, so each pair's outcome is known from its acknowledged answers.
  */
 export function steadyTraffic(options: SteadyOptions): SteadyTraffic {
-  const answers: MixedAnswer[] = [];
-  const created: SteadyTraffic['created'] = [];
-  const votes = new Map<string, VoteState>();
-  const voting = new Set<string>();
-  const present: string[] = [];
-  const timeoutMs = options.timeoutMs ?? 30_000;
-  const inFlight = new Set<Promise<void>>();
-  let turn = 0;
-  let sent = 0;
-
-  const send = (
-    kind: CallKind,
-    run: (base: string) => Promise<Answer>,
-    then?: (answer: Answer | undefined) => void,
-  ) => {
-    const live = options.rotation();
-    if (live.length === 0) return;
-    const instance = live[turn++ % live.length] as Instance;
-    const phase = options.phase?.() ?? '';
-    const at = Date.now();
-    const started = performance.now();
-    const record = { kind, instance: instance.name, phase, at };
-    const request = run(instance.base).then(
-      (answer) => {
-        answers.push({ ...record, ...answerFigures(answer) });
-        then?.(answer);
-      },
-      (error: unknown) => {
-        answers.push({ ...record, status: 0, ms: performance.now() - started, error: reason(error) });
-        then?.(undefined);
-      },
-    );
-    inFlight.add(request);
-    void request.finally(() => inFlight.delete(request));
-  };
-
-  const vote = () => {
-    const user = pick(options.users);
-    // A third of the votes withdraw one the traffic cast, so withdrawals race the migration too.
-    let key: string | undefined;
-    if (Math.random() < 0.35 && present.length > 0) {
-      const at = Math.floor(Math.random() * present.length);
-      key = present[at];
-      present.splice(at, 1);
-    } else key = `${String(user.id)}:${String(pick(options.hotPosts))}`;
-    if (key === undefined || voting.has(key)) return;
-    const [userId, postId] = key.split(':').map(Number) as [number, number];
-    const token = options.users.find((u) => u.id === userId)?.token ?? user.token;
-    const dir = votes.get(key) === 'present' ? 0 : 1;
-    voting.add(key);
-    send(
-      dir === 1 ? 'vote' : 'unvote',
-      (base) => call(base, '/votes/', { token, json: { post_id: postId, dir }, timeoutMs }),
-      (answer) => {
-        voting.delete(key);
-        const state = voteState(answer, dir, votes.get(key));
-        votes.set(key, state);
-        if (state === 'present') present.push(key);
-      },
-    );
-  };
-
-  const one = () => {
-    const r = Math.random();
-    const user = pick(options.users);
-    if (r < 0.3)
-      send('public-list', (base) =>
-        call(base, `/posts/public?skip=${String(pick([0, 0, 0, 10, 20]))}`, { timeoutMs }),
-      );
-    else if (r < 0.55) send('list', (base) => call(base, '/posts/', { token: user.token, timeoutMs }));
-    else if (r < 0.75) {
-      const id =
-        Math.random() < 0.7 ? pick(options.hotPosts) : 1 + Math.floor(Math.random() * options.maxPostId);
-      send('get', (base) => call(base, `/posts/${String(id)}`, { token: user.token, timeoutMs }));
-    } else if (r < 0.95) vote();
-    else {
-      const title = `upgrade ${String(user.id)} #${String(sent)}`;
-      send(
-        'create',
-        (base) =>
-          call(base, '/posts/', { token: user.token, json: { title, content: 'steady traffic' }, timeoutMs }),
-        (answer) => {
-          if (answer?.status === 201) created.push({ id: (answer.body as { id: number }).id, title });
-        },
-      );
-    }
+  const state: SteadyState = {
+    options,
+    timeoutMs: options.timeoutMs ?? 30_000,
+    answers: [],
+    created: [],
+    votes: new Map<string, VoteState>(),
+    voting: new Set<string>(),
+    present: [],
+    inFlight: new Set<Promise<void>>(),
+    turn: 0,
+    sent: 0,
   };
 
   const began = performance.now();
   // Catches up by elapsed time, so a late timer (a busy event loop) does not lower the rate.
   const ticker = setInterval(() => {
     const due = Math.floor(((performance.now() - began) / 1000) * options.perSecond);
-    while (sent < due) {
-      sent += 1;
-      one();
+    while (state.sent < due) {
+      state.sent += 1;
+      one(state);
     }
   }, 5);
 
   return {
-    answers,
-    created,
-    votes,
-    pending: () => inFlight.size,
+    answers: state.answers,
+    created: state.created,
+    votes: state.votes,
+    pending: () => state.inFlight.size,
     stop: async () => {
       clearInterval(ticker);
-      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+      while (state.inFlight.size > 0) await Promise.allSettled([...state.inFlight]);
     },
   };
 }

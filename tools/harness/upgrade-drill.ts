@@ -19,7 +19,15 @@ import { createScratchDatabase, postgresServer } from './postgres';
 import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
-import { steadyTraffic, API_STATUSES, type Instance, type MixedAnswer, type SignedIn } from './traffic';
+import {
+  steadyTraffic,
+  API_STATUSES,
+  type Instance,
+  type MixedAnswer,
+  type SignedIn,
+  type SteadyOptions,
+  type SteadyTraffic,
+} from './traffic';
 import { call, login, sleep, type Answer } from './client';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
@@ -417,6 +425,100 @@ function answerFigures(answers: MixedAnswer[]): AnswerFigures {
   };
 }
 
+/** Throws unless the previous release applied exactly the migrations of its own folder. */
+function expectOwnMigrations(dir: string, release: Release, applied: readonly string[]): void {
+  // Its migrations are the files of its own migrations/ folder (index.ts lists them).
+  const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
+  if (applied.length !== own.length || own.length === 0)
+    throw new Error(
+      `release ${release.version} applied ${applied.join(', ')}: expected its ${String(own.length)} migrations`,
+    );
+}
+
+/** Signs in the seed's first `users` users, one after another. */
+async function signIn(base: string, users: number): Promise<SignedIn[]> {
+  const signedIn: SignedIn[] = [];
+  for (let id = 1; id <= users; id++)
+    signedIn.push({
+      id,
+      token: await login(base, `user${String(id)}@bench.example`, BENCH_PASSWORD),
+    });
+  return signedIn;
+}
+
+/** The ids of the `limit` newest published posts, newest first. */
+async function newestPublished(k: Knex, limit: number): Promise<number[]> {
+  return (
+    await k.raw<{ rows: { id: number }[] }>(
+      'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT ?',
+      [limit],
+    )
+  ).rows.map((r) => r.id);
+}
+
+/** Which replicas are in rotation and what the upgrade is doing: the traffic reads both as it sends. */
+interface Stage {
+  rotation: Instance[];
+  phase: Phase;
+}
+
+/** Logs every few seconds how much of the traffic was answered, failed or still waits. */
+function reportProgress(load: SteadyTraffic, log: (line: string) => void): NodeJS.Timeout {
+  return setInterval(() => {
+    const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
+    log(
+      `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
+    );
+  }, 5000);
+}
+
+/**
+ * Unrecorded traffic for a few seconds: a release that has served for days has its code compiled and
+ * every statement prepared on every connection; a cold one would blame its own first seconds on the upgrade.
+ */
+async function warmUp(mix: SteadyOptions, running: { stop(): Promise<void> }[]): Promise<void> {
+  const warm = steadyTraffic(mix);
+  running.push(warm);
+  await sleep(5000);
+  await warm.stop();
+}
+
+/** Starts this release beside the previous one and puts both in rotation once it is ready. */
+async function startBeside(
+  stage: Stage,
+  env: NodeJS.ProcessEnv,
+  started: ServiceProcess[],
+  log: (line: string) => void,
+): Promise<Started> {
+  log('starting this release beside it');
+  stage.phase = 'new starting';
+  const fresh = await startRelease(ROOT, env, 300_000);
+  started.push(fresh.svc);
+  log(`this release ready after ${String(fresh.readyMs)} ms`);
+  stage.rotation = [...stage.rotation, { name: 'new', base: fresh.svc.base }];
+  stage.phase = 'both';
+  return fresh;
+}
+
+/** Takes the previous release out of rotation, then stops it as Kubernetes would; resolves with its exit code. */
+async function retireOld(
+  stage: Stage,
+  old: ServiceProcess,
+  fresh: Started,
+  log: (line: string) => void,
+): Promise<number | null> {
+  // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
+  stage.rotation = [{ name: 'new', base: fresh.svc.base }];
+  stage.phase = 'new alone';
+  log('the previous release out of rotation; SIGTERM');
+  // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
+  const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
+  const oldExit = await old.stop('SIGTERM');
+  clearTimeout(kill);
+  log(`the previous release exited with ${String(oldExit)}`);
+  return oldExit;
+}
+
 /**
  * The whole upgrade on a scratch database (dropped afterwards): seed under the previous release,
  * traffic, the surge replica, both serving, the old one stopped, the new one alone; then what the
@@ -433,81 +535,35 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       const seeded = await seedPrevious(dir, options, database, k, log);
       const old = seeded.old.svc;
       started.push(old);
-      // Its migrations are the files of its own migrations/ folder (index.ts lists them).
-      const own = readdirSync(path.join(dir, 'migrations')).filter((f) => /^\d+_\w+\.ts$/.test(f));
-      if (seeded.migrations.length !== own.length || own.length === 0)
-        throw new Error(
-          `release ${release.version} applied ${seeded.migrations.join(', ')}: expected its ${String(own.length)} migrations`,
-        );
+      expectOwnMigrations(dir, release, seeded.migrations);
       const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
       log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
 
-      const signedIn: SignedIn[] = [];
-      for (let id = 1; id <= (options.signedIn ?? 10); id++)
-        signedIn.push({
-          id,
-          token: await login(old.base, `user${String(id)}@bench.example`, BENCH_PASSWORD),
-        });
-      const hotPosts = (
-        await k.raw<{ rows: { id: number }[] }>(
-          'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 2000',
-        )
-      ).rows.map((r) => r.id);
+      const signedIn = await signIn(old.base, options.signedIn ?? 10);
+      const hotPosts = await newestPublished(k, 2000);
 
       void old.exited.then((code) => {
         log(`the previous release exited (${String(code)})`);
       });
       const oldInstance: Instance = { name: `old ${release.version}`, base: old.base };
-      let rotation: Instance[] = [oldInstance];
-      // Unrecorded: a release that has served for days has its code compiled and every statement
-      // prepared on every connection; a cold one would blame its own first seconds on the upgrade.
-      const warm = steadyTraffic({
-        rotation: () => rotation,
+      const stage: Stage = { rotation: [oldInstance], phase: 'old alone' };
+      const mix: SteadyOptions = {
+        rotation: () => stage.rotation,
         perSecond: options.perSecond ?? 90,
         users: signedIn,
         hotPosts,
         maxPostId: options.posts,
-      });
-      running.push(warm);
-      await sleep(5000);
-      await warm.stop();
-      let phase: Phase = 'old alone';
-      const load = steadyTraffic({
-        rotation: () => rotation,
-        perSecond: options.perSecond ?? 90,
-        users: signedIn,
-        hotPosts,
-        maxPostId: options.posts,
-        phase: () => phase,
-      });
+      };
+      await warmUp(mix, running);
+      const load = steadyTraffic({ ...mix, phase: () => stage.phase });
       running.push(load);
-      progress = setInterval(() => {
-        const failed = load.answers.filter((a) => a.status === 0 || a.status >= 500).length;
-        log(
-          `${String(load.answers.length)} answered (${String(failed)} failed), ${String(load.pending())} waiting`,
-        );
-      }, 5000);
+      progress = reportProgress(load, log);
       await sleep(options.warmMs ?? 5000);
 
-      log('starting this release beside it');
-      phase = 'new starting';
-      const fresh = await startRelease(ROOT, options.env(database), 300_000);
-      started.push(fresh.svc);
-      log(`this release ready after ${String(fresh.readyMs)} ms`);
-      rotation = [oldInstance, { name: 'new', base: fresh.svc.base }];
-      phase = 'both';
+      const fresh = await startBeside(stage, options.env(database), started, log);
       const readyAt = Date.now();
       await sleep(options.bothMs ?? 8000);
-
-      // Out of the Service's endpoints first, then SIGTERM: terminus drains what it still has.
-      rotation = [{ name: 'new', base: fresh.svc.base }];
-      phase = 'new alone';
-      log('the previous release out of rotation; SIGTERM');
-      // SIGKILL after a minute without an exit; the timer goes with the exit, or jest waits it out.
-      const kill = setTimeout(() => void old.stop('SIGKILL'), 60_000);
-      const oldExit = await old.stop('SIGTERM');
-      clearTimeout(kill);
-      log(`the previous release exited with ${String(oldExit)}`);
+      const oldExit = await retireOld(stage, old, fresh, log);
       await sleep(options.aloneMs ?? 5000);
       await load.stop();
       clearInterval(progress);
@@ -587,6 +643,114 @@ export interface OldOnNewResult {
   checked: number;
 }
 
+/** Signed-in users taking turns and the newest published posts: what the old-on-new case calls with. */
+interface Callers {
+  token: (i: number) => string;
+  hot: readonly number[];
+}
+
+/** What the old release's answers under the new schema came to, as `judge` records them. */
+type Verdicts = Pick<OldOnNewResult, 'wrong' | 'answered'>;
+
+/** One client's reads: the public list, its own list and one of the newest posts. */
+const reads = ({ token, hot }: Callers, base: string, i: number): Promise<Answer>[] => [
+  call(base, '/posts/public', {}),
+  call(base, '/posts/', { token: token(i) }),
+  call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
+];
+
+/** Counts an answer, and records it as wrong unless its status is one of `ok`. */
+const judge = (verdicts: Verdicts, what: string, ok: readonly number[]) => (answer: Answer) => {
+  verdicts.answered += 1;
+  if (!ok.includes(answer.status))
+    verdicts.wrong.push({
+      call: what,
+      status: answer.status,
+      detail: JSON.stringify(answer.body).slice(0, 200),
+    });
+  return answer;
+};
+
+/** Serves reads and votes concurrently, so the old release's pool is as after days of service. */
+async function primeConnections(callers: Callers, base: string): Promise<void> {
+  const { token, hot } = callers;
+  // Ten at once, more than once: the statements get prepared on every connection of its pool.
+  for (let round = 0; round < 5; round++)
+    await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat());
+  await Promise.all(
+    hot
+      .slice(20, 30)
+      .map((id, i) =>
+        call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(() =>
+          call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }),
+        ),
+      ),
+  );
+}
+
+/** Votes, withdraws and reads through the old release on the migrated schema, judging every answer. */
+async function serveOnNewSchema(
+  callers: Callers,
+  base: string,
+  votedOn: readonly number[],
+  verdicts: Verdicts,
+): Promise<void> {
+  const { token } = callers;
+  // Votes through the previous release: cast (409 when the seed had one), then half withdrawn.
+  const cast = await Promise.all(
+    votedOn.map((id, i) =>
+      call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
+        judge(verdicts, 'cast a vote', [201, 409]),
+      ),
+    ),
+  );
+  await Promise.all(
+    votedOn.map((id, i) =>
+      i % 2 === 0 && cast[i]?.status === 201
+        ? call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
+            judge(verdicts, 'withdraw a vote', [201]),
+          )
+        : Promise.resolve(),
+    ),
+  );
+  for (let round = 0; round < 3; round++)
+    (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat())).forEach(
+      judge(verdicts, 'read', [200]),
+    );
+}
+
+/** The posts whose votes through either release, or whose stored count, differ from their rows in `votes`. */
+async function countMismatches(
+  k: Knex,
+  token: string,
+  bases: { old: string; new: string },
+  votedOn: number[],
+): Promise<OldOnNewResult['mismatches']> {
+  const shown = async (base: string, id: number): Promise<number | string> => {
+    const answer = await call(base, `/posts/${String(id)}`, { token });
+    return answer.status === 200
+      ? (answer.body as { votes: number }).votes
+      : `status ${String(answer.status)}`;
+  };
+  const rows = await voteRows(k, votedOn);
+  const columns = new Map(
+    (
+      await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
+        'SELECT post_id AS id, votes AS vote_count FROM post_vote_counts WHERE post_id = ANY(?::int[])',
+        [votedOn],
+      )
+    ).rows.map((r) => [r.id, r.vote_count]),
+  );
+  const mismatches: OldOnNewResult['mismatches'] = [];
+  for (const id of votedOn) {
+    const seen = { old: await shown(bases.old, id), new: await shown(bases.new, id) };
+    const n = rows.get(id) ?? 0;
+    const column = columns.get(id) ?? null;
+    if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
+  }
+  return mismatches;
+}
+
 /**
  * The previous release keeps serving on the schema this release migrated to: it reads, lists and
  * takes votes (and their withdrawals), and every count either release shows, and the stored one, is
@@ -608,90 +772,19 @@ export async function runOldOnNewSchema(options: {
     const seeded = await seedPrevious(dir, upgrade, database, k, log);
     const old = seeded.old.svc;
     started.push(old);
-    const tokens: string[] = [];
-    for (let id = 1; id <= 4; id++)
-      tokens.push(await login(old.base, `user${String(id)}@bench.example`, BENCH_PASSWORD));
+    const tokens = (await signIn(old.base, 4)).map((user) => user.token);
     const token = (i: number) => tokens[i % tokens.length] ?? '';
-    const hot = (
-      await k.raw<{ rows: { id: number }[] }>(
-        'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT 40',
-      )
-    ).rows.map((r) => r.id);
-    const reads = (base: string, i: number) => [
-      call(base, '/posts/public', {}),
-      call(base, '/posts/', { token: token(i) }),
-      call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
-    ];
-    // Ten at once, more than once: the statements get prepared on every connection of its pool.
-    for (let round = 0; round < 5; round++)
-      await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat());
-    await Promise.all(
-      hot
-        .slice(20, 30)
-        .map((id, i) =>
-          call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(() =>
-            call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }),
-          ),
-        ),
-    );
+    const callers: Callers = { token, hot: await newestPublished(k, 40) };
+    await primeConnections(callers, old.base);
 
     log('starting this release beside it');
     const fresh = await startRelease(ROOT, options.env(database), 300_000);
     started.push(fresh.svc);
 
-    const wrong: OldOnNewResult['wrong'] = [];
-    let answered = 0;
-    const judge = (what: string, ok: readonly number[]) => (answer: Answer) => {
-      answered += 1;
-      if (!ok.includes(answer.status))
-        wrong.push({ call: what, status: answer.status, detail: JSON.stringify(answer.body).slice(0, 200) });
-      return answer;
-    };
-    const votedOn = hot.slice(0, 20);
-    // Votes through the previous release: cast (409 when the seed had one), then half withdrawn.
-    const cast = await Promise.all(
-      votedOn.map((id, i) =>
-        call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
-          judge('cast a vote', [201, 409]),
-        ),
-      ),
-    );
-    await Promise.all(
-      votedOn.map((id, i) =>
-        i % 2 === 0 && cast[i]?.status === 201
-          ? call(old.base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
-              judge('withdraw a vote', [201]),
-            )
-          : Promise.resolve(),
-      ),
-    );
-    for (let round = 0; round < 3; round++)
-      (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(old.base, i + round)).flat())).forEach(
-        judge('read', [200]),
-      );
-
-    const shown = async (base: string, id: number): Promise<number | string> => {
-      const answer = await call(base, `/posts/${String(id)}`, { token: token(0) });
-      return answer.status === 200
-        ? (answer.body as { votes: number }).votes
-        : `status ${String(answer.status)}`;
-    };
-    const rows = await voteRows(k, votedOn);
-    const columns = new Map(
-      (
-        await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
-          'SELECT post_id AS id, votes AS vote_count FROM post_vote_counts WHERE post_id = ANY(?::int[])',
-          [votedOn],
-        )
-      ).rows.map((r) => [r.id, r.vote_count]),
-    );
-    const mismatches: OldOnNewResult['mismatches'] = [];
-    for (const id of votedOn) {
-      const seen = { old: await shown(old.base, id), new: await shown(fresh.svc.base, id) };
-      const n = rows.get(id) ?? 0;
-      const column = columns.get(id) ?? null;
-      if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
-    }
-    return { release, wrong, answered, mismatches, checked: votedOn.length };
+    const verdicts: Verdicts = { wrong: [], answered: 0 };
+    const votedOn = callers.hot.slice(0, 20);
+    await serveOnNewSchema(callers, old.base, votedOn, verdicts);
+    const mismatches = await countMismatches(k, token(0), { old: old.base, new: fresh.svc.base }, votedOn);
+    return { release, ...verdicts, mismatches, checked: votedOn.length };
   });
 }
