@@ -29,8 +29,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import type { Knex } from 'knex';
+import type { Logger } from 'pino';
 import { migrations, type Migration } from '../migrations';
-import { openDatabase } from '../service/src/db/connection';
+import { openDatabase, type Database } from '../service/src/db/connection';
 import { startBackfills } from '../service/src/db/backfill';
 import { migrateToLatest } from '../service/src/db/migrator';
 import { createLogger } from '../service/src/logger';
@@ -124,6 +125,109 @@ function isBookkeeping(statement: SentStatement): boolean {
   return /\bknex_migrations(_lock)?\b/.test(mentions);
 }
 
+/** Every statement sent on the migrations' connections, with the migration that sent it. */
+interface MigrationRecording {
+  /** The migration running at the moment, set by its wrapper; undefined between migrations. */
+  running: string | undefined;
+  sent: { migration: string | undefined; statement: SentStatement }[];
+}
+
+/** Replaces each of `all` in the migrations record with one that marks itself running in `recording`. */
+function wrapMigrations(all: Record<string, Migration>, recording: MigrationRecording): void {
+  // The migrator looks each migration up in this record when it runs it, so wrapping the entries
+  // tells which migration a statement came from without touching the migrator.
+  for (const [name, migration] of Object.entries(all)) {
+    migrations[name] = {
+      ...migration,
+      up: async (knex: Knex) => {
+        recording.running = name;
+        try {
+          await migration.up(knex);
+        } finally {
+          recording.running = undefined;
+        }
+      },
+    };
+  }
+}
+
+/** Makes each connection `db` opens for the migrations record what it sends into `recording`. */
+function recordMigrationConnections(db: Database, recording: MigrationRecording): void {
+  const { sent } = recording;
+  const open = db.forMigrations.bind(db);
+  db.forMigrations = () => {
+    const connection = open();
+    // The migrator's SETs before a migration it runs outside a transaction belong to that
+    // migration's file, as its SET LOCALs head the in-transaction files.
+    let setup: SentStatement[] = [];
+    recordQueries(connection.knex, (statement) => {
+      const running = recording.running;
+      if (statement.inTransaction) return sent.push({ migration: running, statement });
+      if (running === undefined) {
+        if (/^\s*set\s/i.test(statement.sql)) setup.push(statement);
+        else sent.push({ migration: running, statement });
+        return;
+      }
+      for (const set of setup) sent.push({ migration: running, statement: set });
+      setup = [];
+      return sent.push({ migration: running, statement });
+    });
+    return connection;
+  };
+}
+
+/** Runs the backfills over one seeded post, what they send recorded into `background`. */
+async function captureBackfills(
+  db: Database,
+  logger: Logger,
+  background: BackgroundStatement[],
+): Promise<void> {
+  // A post not counted yet, so each backfill's batch has a row to fill and sends all it sends.
+  // An extra migration may make posts refuse such a row (the test's NOT NULL probe): then the
+  // backfills are not captured, as that schema is not one they run on.
+  const seeded = await db.knex
+    .transaction(async (trx) => {
+      const [user] = await trx('users')
+        .insert({ email: 'lint@example.com', password: 'x' })
+        .returning<{ id: number }[]>('id');
+      await trx('posts').insert({ title: 't', content: 'c', user_id: user?.id });
+      // As if posted before the vote counts: no count row, no backfill progress.
+      await trx('post_vote_counts').delete();
+      await trx('schema_backfills').delete();
+    })
+    .then(
+      () => true,
+      () => false,
+    );
+  if (seeded)
+    recordQueries(db.knex, (statement) => {
+      if (!isBookkeeping(statement))
+        background.push({ ...statement, name: `backfills_${String(background.length + 1)}` });
+    });
+  if (seeded) await startBackfills(db, logger).done;
+}
+
+/** The recorded statements split into the migrator's preamble and each of `ran`'s own, in order. */
+function byMigration(
+  sent: MigrationRecording['sent'],
+  ran: string[],
+): Pick<CapturedMigrations, 'preamble' | 'migrations'> {
+  const firstOwn = sent.findIndex((s) => s.migration !== undefined);
+  const preamble = sent
+    .slice(0, firstOwn === -1 ? sent.length : firstOwn)
+    .map((s) => s.statement)
+    .filter((s) => !isBookkeeping(s));
+  const statements = new Map<string, SentStatement[]>();
+  for (const { migration, statement } of sent) {
+    if (migration === undefined) continue;
+    statements.set(migration, [...(statements.get(migration) ?? []), statement]);
+  }
+  return {
+    preamble,
+    migrations: ran.map((name) => ({ name, statements: statements.get(name) ?? [] })),
+  };
+}
+
 /**
  * Migrates a fresh scratch database with the real migrator and returns what each migration sent.
  * `extra` migrations run after the shipped ones (the test's deliberately bad ones).
@@ -132,72 +236,17 @@ export async function captureMigrationSql(
   extra: Record<string, Migration> = {},
 ): Promise<CapturedMigrations> {
   const shipped = { ...migrations };
-  const sent: { migration: string | undefined; statement: SentStatement }[] = [];
+  const recording: MigrationRecording = { running: undefined, sent: [] };
   const background: BackgroundStatement[] = [];
-  let running: string | undefined;
-  // The migrator looks each migration up in this record when it runs it, so wrapping the entries
-  // tells which migration a statement came from without touching the migrator.
-  for (const [name, migration] of Object.entries({ ...shipped, ...extra })) {
-    migrations[name] = {
-      ...migration,
-      up: async (knex: Knex) => {
-        running = name;
-        try {
-          await migration.up(knex);
-        } finally {
-          running = undefined;
-        }
-      },
-    };
-  }
+  wrapMigrations({ ...shipped, ...extra }, recording);
   const scratch = await createScratchDatabase('sp_migration_lint');
   try {
     const logger = createLogger('silent');
     const db = await openDatabase(loadSettings(serviceEnv({ DB_NAME: scratch.name }, 'postgres')), logger);
-    const open = db.forMigrations.bind(db);
-    db.forMigrations = () => {
-      const connection = open();
-      // The migrator's SETs before a migration it runs outside a transaction belong to that
-      // migration's file, as its SET LOCALs head the in-transaction files.
-      let setup: SentStatement[] = [];
-      recordQueries(connection.knex, (statement) => {
-        if (statement.inTransaction) return sent.push({ migration: running, statement });
-        if (running === undefined) {
-          if (/^\s*set\s/i.test(statement.sql)) setup.push(statement);
-          else sent.push({ migration: running, statement });
-          return;
-        }
-        for (const set of setup) sent.push({ migration: running, statement: set });
-        setup = [];
-        return sent.push({ migration: running, statement });
-      });
-      return connection;
-    };
+    recordMigrationConnections(db, recording);
     try {
       await migrateToLatest(db, logger);
-      // A post not counted yet, so each backfill's batch has a row to fill and sends all it sends.
-      // An extra migration may make posts refuse such a row (the test's NOT NULL probe): then the
-      // backfills are not captured, as that schema is not one they run on.
-      const seeded = await db.knex
-        .transaction(async (trx) => {
-          const [user] = await trx('users')
-            .insert({ email: 'lint@example.com', password: 'x' })
-            .returning<{ id: number }[]>('id');
-          await trx('posts').insert({ title: 't', content: 'c', user_id: user?.id });
-          // As if posted before the vote counts: no count row, no backfill progress.
-          await trx('post_vote_counts').delete();
-          await trx('schema_backfills').delete();
-        })
-        .then(
-          () => true,
-          () => false,
-        );
-      if (seeded)
-        recordQueries(db.knex, (statement) => {
-          if (!isBookkeeping(statement))
-            background.push({ ...statement, name: `backfills_${String(background.length + 1)}` });
-        });
-      if (seeded) await startBackfills(db, logger).done;
+      await captureBackfills(db, logger, background);
     } finally {
       await db.close();
     }
@@ -207,22 +256,8 @@ export async function captureMigrationSql(
     await scratch.drop();
   }
 
-  const firstOwn = sent.findIndex((s) => s.migration !== undefined);
-  const preamble = sent
-    .slice(0, firstOwn === -1 ? sent.length : firstOwn)
-    .map((s) => s.statement)
-    .filter((s) => !isBookkeeping(s));
-  const byMigration = new Map<string, SentStatement[]>();
-  for (const { migration, statement } of sent) {
-    if (migration === undefined) continue;
-    byMigration.set(migration, [...(byMigration.get(migration) ?? []), statement]);
-  }
   const ran = Object.keys({ ...shipped, ...extra }).sort();
-  return {
-    preamble,
-    migrations: ran.map((name) => ({ name, statements: byMigration.get(name) ?? [] })),
-    background,
-  };
+  return { ...byMigration(recording.sent, ran), background };
 }
 
 /** A bound value as a comment shows it: one line, whatever its type. */

@@ -286,18 +286,19 @@ function locationsFor(type: string, path: string, what: string): string[] {
   }
 }
 
-function readRoute(
-  object: GatewayObject,
-  namespace: string,
-  gateway: Gateway,
-  endpoints: NginxSettings['endpoints'],
-  upstreams: Map<string, string[]>,
-): RouteInfo {
-  const name = object.metadata.name;
-  const what = `HTTPRoute ${name}`;
-  const spec = fields(object.spec, `${what}: spec`);
-  onlyKeys(spec, ['parentRefs', 'hostnames', 'rules'], `${what}: spec`);
+/** What reading one HTTPRoute's rules needs: its name, where it attaches and the upstreams so far. */
+interface RouteContext {
+  name: string;
+  /** "HTTPRoute <name>", the start of its refusals. */
+  what: string;
+  namespace: string;
+  listener: Listener;
+  endpoints: NginxSettings['endpoints'];
+  upstreams: Map<string, string[]>;
+}
 
+/** The one listener of the emulated Gateway the route attaches to through its one parentRef. */
+function routeListener(spec: Fields, what: string, namespace: string, gateway: Gateway): Listener {
   const parents = list(spec.parentRefs, `${what}: parentRefs`);
   if (parents.length !== 1) refuse(`${what}: ${parents.length} parentRefs (one Gateway is modelled)`);
   const parent = fields(parents[0], `${what}: parentRefs[0]`);
@@ -317,8 +318,11 @@ function readRoute(
   );
   if (listeners.length !== 1)
     refuse(`${what}: attaches to ${listeners.length} listeners of the Gateway (one is modelled)`);
-  const listener = listeners[0] as Listener;
+  return listeners[0] as Listener;
+}
 
+/** The route's host names: at least one, no wildcard, each the listener's if it names one. */
+function routeHosts(spec: Fields, what: string, listener: Listener): string[] {
   const hosts = list(spec.hostnames, `${what}: hostnames`).map((h) => text(h, `${what}: hostname`));
   if (hosts.length === 0) refuse(`${what}: no hostnames (every host)`);
   for (const host of hosts) {
@@ -326,61 +330,88 @@ function readRoute(
     if (listener.hostname !== undefined && listener.hostname !== host)
       refuse(`${what}: hostname ${host} outside listener ${listener.name}'s ${listener.hostname}`);
   }
+  return hosts;
+}
 
-  const rules = list(spec.rules, `${what}: rules`).flatMap((entry, i): PathRule[] => {
-    const rule = fields(entry, `${what}: rules[${i}]`);
-    onlyKeys(rule, ['matches', 'backendRefs', 'filters'], `${what}: rules[${i}]`, {
-      timeouts: 'NGINX Gateway Fabric ignores HTTPRoute timeouts; use a ProxySettingsPolicy',
-      retry: 'NGINX Gateway Fabric ignores HTTPRoute retry',
-      name: 'NGINX Gateway Fabric ignores rule names',
-      sessionPersistence: 'session persistence',
-    });
-    const backends = list(rule.backendRefs, `${what}: rules[${i}].backendRefs`);
-    const filters = list(rule.filters, `${what}: rules[${i}].filters`);
-    let target: { backend: Backend; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
-    if (filters.length > 0 && backends.length === 0) {
-      // A redirect answers by itself (servers.go updateLocation returns before proxy settings).
-      if (filters.length !== 1)
-        refuse(`${what}: rules[${i}] with ${filters.length} filters and ${backends.length} backendRefs`);
-      target = { redirect: readRedirect(filters[0], `${what}: rules[${i}].filters[0]`, listener.port) };
-    } else {
-      if (filters.length > 1) refuse(`${what}: rules[${i}] with ${filters.length} filters beside a backend`);
-      if (backends.length !== 1)
-        refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
-      const ref = fields(backends[0], `${what}: backendRef`);
-      onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
-        namespace: 'cross-namespace backends',
-        weight: 'weights',
-        filters: 'backend filters',
-      });
-      if ((ref.group ?? '') !== '' || (ref.kind ?? 'Service') !== 'Service')
-        refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
-      const service = text(ref.name, `${what}: backendRef name`);
-      const port = integer(ref.port, `${what}: backendRef port`, 1);
-      const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
-      upstreams.set(backend.upstream, endpoints(service, port));
-      target =
-        filters.length === 1
-          ? { backend, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
-          : { backend };
-    }
+/** Where a rule sends its requests: one Service backend (with headers set), or a redirect. */
+type RuleTarget =
+  { backend: Backend; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
 
-    // Gateway API: a rule without matches matches every path (PathPrefix /).
-    const matches =
-      rule.matches === undefined
-        ? [{ path: { type: 'PathPrefix', value: '/' } }]
-        : list(rule.matches, 'matches');
-    return matches.map((m, j): PathRule => {
-      const match = fields(m, `${what}: rules[${i}].matches[${j}]`);
-      // Method, header or query matches make NGF route through its njs module: not modelled.
-      onlyKeys(match, ['path'], `${what}: rules[${i}].matches[${j}]`);
-      const pathMatch = fields(match.path ?? {}, 'path');
-      onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
-      const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
-      const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
-      return { route: name, locations: locationsFor(type, path, what), path, ...target };
-    });
+/** Where rule `i` sends its requests: a redirect, or one Service (its upstream recorded) with its headers. */
+function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
+  const { what, namespace, listener } = route;
+  const backends = list(rule.backendRefs, `${what}: rules[${i}].backendRefs`);
+  const filters = list(rule.filters, `${what}: rules[${i}].filters`);
+  if (filters.length > 0 && backends.length === 0) {
+    // A redirect answers by itself (servers.go updateLocation returns before proxy settings).
+    if (filters.length !== 1)
+      refuse(`${what}: rules[${i}] with ${filters.length} filters and ${backends.length} backendRefs`);
+    return { redirect: readRedirect(filters[0], `${what}: rules[${i}].filters[0]`, listener.port) };
+  }
+  if (filters.length > 1) refuse(`${what}: rules[${i}] with ${filters.length} filters beside a backend`);
+  if (backends.length !== 1)
+    refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
+  const ref = fields(backends[0], `${what}: backendRef`);
+  onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
+    namespace: 'cross-namespace backends',
+    weight: 'weights',
+    filters: 'backend filters',
   });
+  if ((ref.group ?? '') !== '' || (ref.kind ?? 'Service') !== 'Service')
+    refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
+  const service = text(ref.name, `${what}: backendRef name`);
+  const port = integer(ref.port, `${what}: backendRef port`, 1);
+  const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
+  route.upstreams.set(backend.upstream, route.endpoints(service, port));
+  return filters.length === 1
+    ? { backend, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
+    : { backend };
+}
+
+/** Rule `i` of the route: one PathRule per path match, each with the rule's target. */
+function readRule(entry: unknown, i: number, route: RouteContext): PathRule[] {
+  const { name, what } = route;
+  const rule = fields(entry, `${what}: rules[${i}]`);
+  onlyKeys(rule, ['matches', 'backendRefs', 'filters'], `${what}: rules[${i}]`, {
+    timeouts: 'NGINX Gateway Fabric ignores HTTPRoute timeouts; use a ProxySettingsPolicy',
+    retry: 'NGINX Gateway Fabric ignores HTTPRoute retry',
+    name: 'NGINX Gateway Fabric ignores rule names',
+    sessionPersistence: 'session persistence',
+  });
+  const target = ruleTarget(rule, i, route);
+
+  // Gateway API: a rule without matches matches every path (PathPrefix /).
+  const matches =
+    rule.matches === undefined
+      ? [{ path: { type: 'PathPrefix', value: '/' } }]
+      : list(rule.matches, 'matches');
+  return matches.map((m, j): PathRule => {
+    const match = fields(m, `${what}: rules[${i}].matches[${j}]`);
+    // Method, header or query matches make NGF route through its njs module: not modelled.
+    onlyKeys(match, ['path'], `${what}: rules[${i}].matches[${j}]`);
+    const pathMatch = fields(match.path ?? {}, 'path');
+    onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
+    const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
+    const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
+    return { route: name, locations: locationsFor(type, path, what), path, ...target };
+  });
+}
+
+function readRoute(
+  object: GatewayObject,
+  namespace: string,
+  gateway: Gateway,
+  endpoints: NginxSettings['endpoints'],
+  upstreams: Map<string, string[]>,
+): RouteInfo {
+  const name = object.metadata.name;
+  const what = `HTTPRoute ${name}`;
+  const spec = fields(object.spec, `${what}: spec`);
+  onlyKeys(spec, ['parentRefs', 'hostnames', 'rules'], `${what}: spec`);
+  const listener = routeListener(spec, what, namespace, gateway);
+  const hosts = routeHosts(spec, what, listener);
+  const route: RouteContext = { name, what, namespace, listener, endpoints, upstreams };
+  const rules = list(spec.rules, `${what}: rules`).flatMap((entry, i) => readRule(entry, i, route));
   return { name, hosts, rules };
 }
 

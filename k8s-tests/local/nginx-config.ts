@@ -251,18 +251,20 @@ function upstreamName(namespace: string, service: string, port: string | number)
   return `${namespace}-${service}-${String(port)}`;
 }
 
-/** The nginx.conf for the given Ingress objects; throws on anything it does not model. */
-export function translate(
-  ingresses: IIngress[],
-  controllerValues: ControllerValues,
-  settings: NginxSettings,
-): string {
-  const defaults = readController(controllerValues);
-  // ingress-nginx would silently keep one of two owners of a location; the emulation cannot know which.
-  const servers = new HostLocations<Location>(refuse, (location) => location.ingress.name);
-  const zones = new Map<string, NonNullable<IngressSettings['zone']>>();
-  const upstreams = new Map<string, string[]>();
+/** Where the Ingresses lead: the locations of each host, the rate-limit zones and the upstreams. */
+interface Routing {
+  servers: HostLocations<Location>;
+  zones: Map<string, NonNullable<IngressSettings['zone']>>;
+  upstreams: Map<string, string[]>;
+}
 
+/** Reads every Ingress into `routing`, refusing what the controller would serve differently. */
+function readIngresses(
+  ingresses: IIngress[],
+  defaults: Defaults,
+  settings: NginxSettings,
+  { servers, zones, upstreams }: Routing,
+): void {
   for (const ingress of ingresses) {
     const ingressSettings = readAnnotations(ingress, settings.namespace, defaults);
     const name = ingressSettings.name;
@@ -289,8 +291,10 @@ export function translate(
       }
     }
   }
-  if (servers.byHost.size === 0) refuse('no Ingress rules');
+}
 
+/** The http context before the servers: the controller's defaults, rate-limit zones and upstreams. */
+function httpContext(defaults: Defaults, { zones, upstreams }: Routing): string[] {
   const lines: string[] = [
     '  # ingress-nginx defaults that shape what a client observes.',
     '  server_tokens off;',
@@ -321,44 +325,69 @@ export function translate(
     for (const endpoint of endpoints) lines.push(`    server ${endpoint} max_fails=0;`);
     lines.push('    keepalive 320;', '    keepalive_timeout 60s;', '    keepalive_requests 10000;', '  }');
   }
+  return lines;
+}
+
+/** One location of a host's server: the 503 without endpoints, the limit, then the proxying. */
+function locationBlock(location: Location, upstreams: Map<string, string[]>, defaults: Defaults): string[] {
+  const { ingress } = location;
+  const lines = [`    location ${location.match} {`];
+  if ((upstreams.get(location.upstream) ?? []).length === 0)
+    // ingress-nginx's balancer has no balancer for a backend without endpoints and answers 503
+    // in the rewrite phase (balancer.lua rewrite()), before limit_req's preaccess phase: such
+    // requests are not counted. `return` also ends the request in the rewrite phase.
+    lines.push('      return 503;');
+  if (ingress.zone)
+    lines.push(`      limit_req zone=${ingress.zone.name} burst=${ingress.zone.burst} nodelay;`);
+  lines.push(
+    `      proxy_connect_timeout ${ingress.connectTimeout}s;`,
+    `      proxy_send_timeout ${ingress.sendTimeout}s;`,
+    `      proxy_read_timeout ${ingress.readTimeout}s;`,
+    '      proxy_set_header Host $host;',
+    '      proxy_set_header X-Request-ID $req_id;',
+    '      proxy_set_header X-Real-IP $remote_addr;',
+    '      proxy_set_header X-Forwarded-For $remote_addr;',
+    '      proxy_set_header X-Forwarded-Host $host;',
+    '      proxy_set_header X-Forwarded-Port $server_port;',
+    '      proxy_set_header X-Forwarded-Proto $scheme;',
+    '      proxy_set_header X-Scheme $scheme;',
+    '      proxy_set_header Connection "";',
+    '      proxy_set_header Proxy "";',
+    // Whether a failed try goes to another replica: the proxy-next-upstream annotations.
+    `      proxy_next_upstream ${nextUpstreamDirective(ingress.nextUpstream)};`,
+    '      proxy_next_upstream_timeout 0;',
+    `      proxy_next_upstream_tries ${ingress.nextUpstreamTries};`,
+  );
+  // The template writes the controller's location-snippet after the proxy settings.
+  if (defaults.locationSnippet) lines.push(`      ${defaults.locationSnippet}`);
+  // No URI part: nginx passes the request URI exactly as the client sent it.
+  lines.push(`      proxy_pass http://${location.upstream};`, '    }');
+  return lines;
+}
+
+/** The nginx.conf for the given Ingress objects; throws on anything it does not model. */
+export function translate(
+  ingresses: IIngress[],
+  controllerValues: ControllerValues,
+  settings: NginxSettings,
+): string {
+  const defaults = readController(controllerValues);
+  const routing: Routing = {
+    // ingress-nginx would silently keep one of two owners of a location; the emulation cannot know which.
+    servers: new HostLocations<Location>(refuse, (location) => location.ingress.name),
+    zones: new Map(),
+    upstreams: new Map(),
+  };
+  readIngresses(ingresses, defaults, settings, routing);
+  if (routing.servers.byHost.size === 0) refuse('no Ingress rules');
+
+  const lines = httpContext(defaults, routing);
   // Hosts without a rule get the controller's default backend: 404.
   lines.push(...defaultServer(settings, ['    server_name _;', '    location / { return 404; }']));
-  for (const [host, locations] of servers.byHost) {
+  for (const [host, locations] of routing.servers.byHost) {
     lines.push(...hostServer(settings, host));
-    for (const location of locations.values()) {
-      const { ingress } = location;
-      lines.push(`    location ${location.match} {`);
-      if ((upstreams.get(location.upstream) ?? []).length === 0)
-        // ingress-nginx's balancer has no balancer for a backend without endpoints and answers 503
-        // in the rewrite phase (balancer.lua rewrite()), before limit_req's preaccess phase: such
-        // requests are not counted. `return` also ends the request in the rewrite phase.
-        lines.push('      return 503;');
-      if (ingress.zone)
-        lines.push(`      limit_req zone=${ingress.zone.name} burst=${ingress.zone.burst} nodelay;`);
-      lines.push(
-        `      proxy_connect_timeout ${ingress.connectTimeout}s;`,
-        `      proxy_send_timeout ${ingress.sendTimeout}s;`,
-        `      proxy_read_timeout ${ingress.readTimeout}s;`,
-        '      proxy_set_header Host $host;',
-        '      proxy_set_header X-Request-ID $req_id;',
-        '      proxy_set_header X-Real-IP $remote_addr;',
-        '      proxy_set_header X-Forwarded-For $remote_addr;',
-        '      proxy_set_header X-Forwarded-Host $host;',
-        '      proxy_set_header X-Forwarded-Port $server_port;',
-        '      proxy_set_header X-Forwarded-Proto $scheme;',
-        '      proxy_set_header X-Scheme $scheme;',
-        '      proxy_set_header Connection "";',
-        '      proxy_set_header Proxy "";',
-        // Whether a failed try goes to another replica: the proxy-next-upstream annotations.
-        `      proxy_next_upstream ${nextUpstreamDirective(ingress.nextUpstream)};`,
-        '      proxy_next_upstream_timeout 0;',
-        `      proxy_next_upstream_tries ${ingress.nextUpstreamTries};`,
-      );
-      // The template writes the controller's location-snippet after the proxy settings.
-      if (defaults.locationSnippet) lines.push(`      ${defaults.locationSnippet}`);
-      // No URI part: nginx passes the request URI exactly as the client sent it.
-      lines.push(`      proxy_pass http://${location.upstream};`, '    }');
-    }
+    for (const location of locations.values())
+      lines.push(...locationBlock(location, routing.upstreams, defaults));
     lines.push('  }');
   }
   return emulatedConf('k8s-tests/local/nginx-config.ts', settings, lines, [settings.headersMoreModule]);

@@ -360,57 +360,75 @@ export function sizeTables(r: SizeResult): string[] {
   return md;
 }
 
-/** The headline figures, one column per size. */
-function headlineFigures(results: SizeResult[]): string[] {
-  const counts = [...new Set(results.flatMap((r) => r.connections))];
-  const row = (label: string, cell: (r: SizeResult) => string) =>
-    `| ${label} | ${results.map((r) => cell(r)).join(' | ')} |`;
-  const at = (r: SizeResult, c: number) => r.runs.find((run) => run.connections === c);
+/** A row of the headline table: its label, then one cell per size. */
+const headlineRow = (results: SizeResult[], label: string, cell: (r: SizeResult) => string) =>
+  `| ${label} | ${results.map((r) => cell(r)).join(' | ')} |`;
+
+/** The size's run at `c` connections, if it was measured at that count. */
+const runAt = (r: SizeResult, c: number) => r.runs.find((run) => run.connections === c);
+
+/** Each list's throughput, and its ratio to the reference, at every connection count. */
+function throughputRows(results: SizeResult[], counts: number[]): string[] {
   const rows: string[] = [];
   for (const c of counts)
     for (const name of LISTS) {
       rows.push(
-        row(`${name} req/s (p50), ${String(c)} connections`, (r) => {
-          const f = at(r, c)?.service[name];
+        headlineRow(results, `${name} req/s (p50), ${String(c)} connections`, (r) => {
+          const f = runAt(r, c)?.service[name];
           return f ? `${fmt(f.rps)} (${String(f.p50)} ms)` : '–';
         }),
-        row(
+        headlineRow(
+          results,
           `${name} vs bare \`node:http\` + \`pg\`, ${String(c)} connections (target ≥ ${String(LIST_RATIO_TARGET)}, stretch ${String(LIST_RATIO_STRETCH)})`,
           (r) => {
-            const s = at(r, c)?.service[name];
-            const ref = at(r, c)?.reference[name];
+            const s = runAt(r, c)?.service[name];
+            const ref = runAt(r, c)?.reference[name];
             return s && ref && ref.rps > 0 ? (s.rps / ref.rps).toFixed(2) : '–';
           },
         ),
       );
     }
-  for (const c of counts)
-    rows.push(
-      row(
-        `server CPU per request, public list, service / reference, ${String(c)} connections (target ≤ ${String(CPU_RATIO_TARGET)} ×)`,
-        (r) => {
-          const s = at(r, c)?.service['public list']?.cpuUsPerRequest;
-          const ref = at(r, c)?.reference['public list']?.cpuUsPerRequest;
-          return s !== undefined && ref ? `${fmt(s)} / ${fmt(ref)} µs (${(s / ref).toFixed(2)} ×)` : '–';
-        },
-      ),
-    );
-  for (const name of LISTS)
-    rows.push(
-      row(
-        `${name}, deepest page measured: offset / cursor p50 (cursor ÷ first page, target ≤ ${String(CURSOR_TARGET)})`,
-        (r) => {
-          const deepest = r.deepPages.filter((d) => d.list === name).sort((a, b) => b.depth - a.depth)[0];
-          if (!deepest) return '–';
-          const ratio = cursorRatio(r, deepest);
-          const cursorText = deepest.cursor
-            ? `cursor ${String(deepest.cursor.p50)} ms (${ratio === undefined ? '–' : `${ratio.toFixed(2)} ×`})`
-            : 'cursor –';
-          return `depth ${fmt(deepest.depth)}: offset ${String(deepest.offset.p50)} ms, ${cursorText}`;
-        },
-      ),
-    );
-  rows.push(
+  return rows;
+}
+
+/** The public list's server CPU per request against the reference's, at every connection count. */
+function cpuRows(results: SizeResult[], counts: number[]): string[] {
+  return counts.map((c) =>
+    headlineRow(
+      results,
+      `server CPU per request, public list, service / reference, ${String(c)} connections (target ≤ ${String(CPU_RATIO_TARGET)} ×)`,
+      (r) => {
+        const s = runAt(r, c)?.service['public list']?.cpuUsPerRequest;
+        const ref = runAt(r, c)?.reference['public list']?.cpuUsPerRequest;
+        return s !== undefined && ref ? `${fmt(s)} / ${fmt(ref)} µs (${(s / ref).toFixed(2)} ×)` : '–';
+      },
+    ),
+  );
+}
+
+/** Each list's deepest page: offset against cursor p50, and the cursor against the first page. */
+function deepestPageRows(results: SizeResult[]): string[] {
+  return LISTS.map((name) =>
+    headlineRow(
+      results,
+      `${name}, deepest page measured: offset / cursor p50 (cursor ÷ first page, target ≤ ${String(CURSOR_TARGET)})`,
+      (r) => {
+        const deepest = r.deepPages.filter((d) => d.list === name).sort((a, b) => b.depth - a.depth)[0];
+        if (!deepest) return '–';
+        const ratio = cursorRatio(r, deepest);
+        const cursorText = deepest.cursor
+          ? `cursor ${String(deepest.cursor.p50)} ms (${ratio === undefined ? '–' : `${ratio.toFixed(2)} ×`})`
+          : 'cursor –';
+        return `depth ${fmt(deepest.depth)}: offset ${String(deepest.offset.p50)} ms, ${cursorText}`;
+      },
+    ),
+  );
+}
+
+/** Errors, search, the bare-Express rung and the checks (liveness, memory, login timing). */
+function checkRows(results: SizeResult[]): string[] {
+  const row = (label: string, cell: (r: SizeResult) => string) => headlineRow(results, label, cell);
+  return [
     row(
       'errors and non-2xx answers (target 0)',
       (r) => r.targets.find((t) => t.id === 'errors')?.measured ?? '–',
@@ -439,14 +457,22 @@ function headlineFigures(results: SizeResult[]): string[] {
       const { unknownMedianMs: u, wrongPasswordMedianMs: w } = r.loginTiming;
       return `${fmt((Math.abs(u - w) / Math.min(u, w)) * 100, 1)} %`;
     }),
-  );
+  ];
+}
+
+/** The headline figures, one column per size. */
+function headlineFigures(results: SizeResult[]): string[] {
+  const counts = [...new Set(results.flatMap((r) => r.connections))];
   const first = results[0];
   return [
     `Latest run${first ? ` (${first.measuredAt.slice(0, 10)})` : ''}, on ${first?.machine.cpus ?? '?'} (service, PostgreSQL and load generator sharing it), ${String(first?.duration ?? '?')} s per endpoint:`,
     '',
     `| | ${results.map((r) => `${fmt(r.posts)} posts`).join(' | ')} |`,
     `|---|${results.map(() => '---:').join('|')}|`,
-    ...rows,
+    ...throughputRows(results, counts),
+    ...cpuRows(results, counts),
+    ...deepestPageRows(results),
+    ...checkRows(results),
   ];
 }
 

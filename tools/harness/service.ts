@@ -9,7 +9,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { pollUntil } from './poll';
 import { memoryCgroup } from './memory-limit';
-import { track } from './processes';
+import { track, type Managed } from './processes';
 
 export const ROOT = path.join(__dirname, '..', '..');
 
@@ -58,12 +58,12 @@ export interface SpawnOptions {
 
 const STDERR_TAIL = 64 * 1024;
 
-/** Starts `node [nodeArgs] --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
-export function spawnScript(
+/** Spawns `node [nodeArgs] --import tsx <script>`, in a memory cgroup when asked, and tracks it. */
+function spawnTracked(
   script: string,
   env: NodeJS.ProcessEnv,
-  options: SpawnOptions = {},
-): ScriptProcess {
+  options: SpawnOptions,
+): { child: ChildProcessWithoutNullStreams; managed: Managed } {
   const childEnv = { ...env };
   delete childEnv.NODE_OPTIONS; // jest's flags (vm-modules) are not the child's business
   const node = options.node ?? process.execPath;
@@ -80,8 +80,27 @@ export function spawnScript(
       cgroup.remove();
     });
   }
+  return { child, managed };
+}
+
+/** Someone waiting for the first kept log line whose msg matches `pattern`. */
+interface LogWaiter {
+  pattern: RegExp;
+  resolve: (line: LogLine) => void;
+}
+
+/** What the child has written so far, read from its stdout and stderr as they arrive. */
+interface Output {
+  lines: LogLine[];
+  waiters: LogWaiter[];
+  stdout: () => string;
+  stderr: () => string;
+}
+
+/** Reads the child's stdout into JSON log lines (handing each to its waiters) and keeps stderr's tail. */
+function readOutput(child: ChildProcessWithoutNullStreams, options: SpawnOptions): Output {
   const lines: LogLine[] = [];
-  const waiters: { pattern: RegExp; resolve: (line: LogLine) => void }[] = [];
+  const waiters: LogWaiter[] = [];
   let out = '';
   let pending = '';
   let err = '';
@@ -112,16 +131,27 @@ export function spawnScript(
   child.stderr.on('data', (chunk: Buffer) => {
     err = (err + chunk.toString()).slice(-STDERR_TAIL);
   });
-  const exited = managed.exited.then(() => child.exitCode);
+  return { lines, waiters, stdout: () => out, stderr: () => err };
+}
 
-  const waitForLog = (pattern: RegExp, withinMs: number): Promise<LogLine> => {
-    const seen = lines.find((l) => pattern.test(l.msg ?? ''));
+/** ScriptProcess.waitForLog over `output`, for the process of `script` that ends with `exited`. */
+function logWaiter(
+  script: string,
+  output: Output,
+  exited: Promise<unknown>,
+): (pattern: RegExp, withinMs: number) => Promise<LogLine> {
+  return (pattern, withinMs) => {
+    const seen = output.lines.find((l) => pattern.test(l.msg ?? ''));
     if (seen) return Promise.resolve(seen);
     return new Promise<LogLine>((resolve, reject) => {
       const timer = setTimeout(() => {
-        reject(new Error(`no log line matching ${String(pattern)} within ${withinMs} ms; stderr: ${err}`));
+        reject(
+          new Error(
+            `no log line matching ${String(pattern)} within ${withinMs} ms; stderr: ${output.stderr()}`,
+          ),
+        );
       }, withinMs);
-      waiters.push({
+      output.waiters.push({
         pattern,
         resolve: (line) => {
           clearTimeout(timer);
@@ -130,18 +160,28 @@ export function spawnScript(
       });
       void exited.then(() => {
         clearTimeout(timer);
-        reject(new Error(`${script} exited before logging ${String(pattern)}; stderr: ${err}`));
+        reject(new Error(`${script} exited before logging ${String(pattern)}; stderr: ${output.stderr()}`));
       });
     });
   };
+}
 
+/** Starts `node [nodeArgs] --import tsx <script>` with exactly `env` (minus jest's NODE_OPTIONS). */
+export function spawnScript(
+  script: string,
+  env: NodeJS.ProcessEnv,
+  options: SpawnOptions = {},
+): ScriptProcess {
+  const { child, managed } = spawnTracked(script, env, options);
+  const output = readOutput(child, options);
+  const exited = managed.exited.then(() => child.exitCode);
   return {
     child,
-    stdout: () => out,
-    stderr: () => err,
-    lines,
+    stdout: output.stdout,
+    stderr: output.stderr,
+    lines: output.lines,
     exited,
-    waitForLog,
+    waitForLog: logWaiter(script, output, exited),
     stop: (signal = 'SIGKILL') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       return exited;
