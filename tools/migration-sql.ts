@@ -238,8 +238,9 @@ export async function captureMigrationSql(
   const shipped = { ...migrations };
   const recording: MigrationRecording = { running: undefined, sent: [] };
   const background: BackgroundStatement[] = [];
-  wrapMigrations({ ...shipped, ...extra }, recording);
+  // The scratch database first: if it cannot be made, the shared record is left as shipped.
   const scratch = await createScratchDatabase('sp_migration_lint');
+  wrapMigrations({ ...shipped, ...extra }, recording);
   try {
     const logger = createLogger('silent');
     const db = await openDatabase(loadSettings(serviceEnv({ DB_NAME: scratch.name }, 'postgres')), logger);
