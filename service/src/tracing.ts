@@ -97,7 +97,7 @@ export function tracedStatement<T>(name: string, work: () => Promise<T>): Promis
  * the conventions' query summary: its operation and first table, `INSERT posts`. knex binds every
  * value as a parameter, so neither word can be one.
  */
-export function querySummary(sql: string): string {
+function querySummary(sql: string): string {
   const operation = /^\s*(\w+)/.exec(sql)?.[1]?.toUpperCase() ?? 'QUERY';
   const table = /\b(?:into|update|from)\s+"?([\w.]+)/i.exec(sql)?.[1];
   return table === undefined ? operation : `${operation} ${table}`;
