@@ -171,9 +171,9 @@ class Counted {
   /**
    * Dumps the counts since the last zero or dump: every thread's instructions, and the main thread's
    * outside V8's collector (its collections and incremental marking steps, by callgrind_annotate's
-   * inclusive counts), the JavaScript's own work.
+   * inclusive counts), and that outside the optimising compiler too, the request path's own work.
    */
-  dump(): { all: number; main: number } {
+  dump(): { all: number; main: number; path: number } {
     this.control('-d');
     this.dumps++;
     const files = readdirSync(path.dirname(this.outFile))
@@ -182,7 +182,9 @@ class Counted {
     const mainFile = files.find((f) => f.endsWith('-01'));
     if (mainFile === undefined) throw new Error(`no main thread's dump for ${this.lastDump()}`);
     const all = files.reduce((sum, file) => sum + dumpTotal(file), 0);
-    return { all, main: dumpTotal(mainFile) - collectorInstructions(mainFile) };
+    const annotated = inclusiveCounts(mainFile);
+    const main = dumpTotal(mainFile) - entryInstructions(annotated, COLLECTOR_ENTRIES);
+    return { all, main, path: main - entryInstructions(annotated, COMPILER_ENTRIES) };
   }
 
   /** The last dump's name, before each thread's suffix (for callgrind_annotate). */
@@ -204,15 +206,25 @@ const COLLECTOR_ENTRIES = [
   'v8::internal::IncrementalMarking::Step(',
 ];
 
-function collectorInstructions(file: string): number {
-  const annotated = execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', file], {
+/**
+ * V8's optimising compilers entered from the main thread (Maglev's and TurboFan's, run there with
+ * --single-threaded): natively on helper threads, and done once the code has settled.
+ */
+const COMPILER_ENTRIES = ['v8::internal::Compiler::CompileOptimized('];
+
+/** callgrind_annotate's inclusive count of each function in a dump. */
+const inclusiveCounts = (file: string): string =>
+  execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', file], {
     encoding: 'utf8',
     maxBuffer: 256 * 1024 * 1024,
   });
+
+/** The instructions under any of `entries` (functions that do not call one another), by their inclusive counts. */
+function entryInstructions(annotated: string, entries: string[]): number {
   let sum = 0;
   for (const line of annotated.split('\n')) {
     const count = /^\s*([\d,]+)\s/.exec(line)?.[1];
-    if (count !== undefined && COLLECTOR_ENTRIES.some((entry) => line.includes(entry)))
+    if (count !== undefined && entries.some((entry) => line.includes(entry)))
       sum += Number(count.replaceAll(',', ''));
   }
   return sum;
@@ -273,9 +285,10 @@ async function instructionRounds(
         if (round >= 0) {
           record(figures, list.list, c.key, perRequest);
           record(figures, `${list.list}${MAIN}`, c.key, counted.main / requests);
+          record(figures, `${list.list}${REQUEST_PATH}`, c.key, counted.path / requests);
         }
         log(
-          `${round >= 0 ? `round ${String(round + 1)}` : 'settling'}  ${list.list.padEnd(15)} ${c.key.padEnd(9)} ${(perRequest / 1e6).toFixed(3)} M instructions/req, ${(counted.main / requests / 1e6).toFixed(3)} M on the main thread outside the collector  (${String(Math.round((Date.now() - started) / 1000))} s; ${c.counted.lastDump()}-*)`,
+          `${round >= 0 ? `round ${String(round + 1)}` : 'settling'}  ${list.list.padEnd(15)} ${c.key.padEnd(9)} ${(perRequest / 1e6).toFixed(3)} M instructions/req, ${(counted.main / requests / 1e6).toFixed(3)} M on the main thread outside the collector, ${(counted.path / requests / 1e6).toFixed(3)} M outside the compiler too  (${String(Math.round((Date.now() - started) / 1000))} s; ${c.counted.lastDump()}-*)`,
         );
       }
     }
@@ -283,6 +296,8 @@ async function instructionRounds(
 
 /** The figures' key suffix for the main thread's instructions outside the collector. */
 const MAIN = ' (main thread)';
+/** The figures' key suffix for the main thread's instructions outside the collector and the compiler. */
+const REQUEST_PATH = ' (request path)';
 
 /** One table of a measure (each list's row under `suffix`) against off, and whether 10 % meets the target. */
 function printTable(figures: Figures, keys: string[], what: string, suffix: string, measure: string): void {
@@ -390,6 +405,14 @@ async function main(): Promise<void> {
       "Instructions per request, the main thread's outside the collector",
       MAIN,
       "main thread's instruction count outside the collector",
+    );
+    log('');
+    printTable(
+      figures,
+      keys,
+      "Instructions per request, the main thread's outside the collector and the optimising compiler",
+      REQUEST_PATH,
+      "main thread's instruction count outside the collector and the compiler",
     );
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
