@@ -50,8 +50,9 @@ export async function flushTraces(): Promise<void> {
 /** The database attributes of every statement span (OpenTelemetry's database conventions). */
 const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
 
-/** Whether the active span is a sampled request's: spans are made under one only. */
-const recording = (): boolean => started !== undefined && trace.getActiveSpan()?.isRecording() === true;
+/** The tracer when the active span is a sampled request's (spans are made under one only), else undefined. */
+const recordingTracer = (): Tracer | undefined =>
+  started !== undefined && trace.getActiveSpan()?.isRecording() === true ? started.tracer : undefined;
 
 /**
  * Runs `work` in a span of its own, a child of the active one. Outside a sampled span (a request
@@ -59,8 +60,9 @@ const recording = (): boolean => started !== undefined && trace.getActiveSpan()?
  * trace of its own or be dropped with its parent anyway.
  */
 function inSpan<T>(name: string, kind: SpanKind, attributes: Attributes, work: () => Promise<T>): Promise<T> {
-  if (!started || !recording()) return work();
-  return started.tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
+  const tracer = recordingTracer();
+  if (!tracer) return work();
+  return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     try {
       return await work();
     } catch (error) {
@@ -105,7 +107,7 @@ function querySummary(sql: string): string {
 
 /** A statement knex sends itself, in a span named by its summary; the SQL is read only when sampled. */
 export function tracedQuery<T>(sql: string, work: () => Promise<T>): Promise<T> {
-  return recording() ? tracedStatement(querySummary(sql), work) : work();
+  return recordingTracer() ? tracedStatement(querySummary(sql), work) : work();
 }
 
 /**

@@ -91,6 +91,15 @@ interface AcquiringPool {
   acquire(): { promise: Promise<unknown>; abort(): void };
 }
 
+/** What knex hands its client's query: a transaction's BEGIN, COMMIT and ROLLBACK as bare strings. */
+type KnexQuery = string | { sql?: unknown };
+
+/** The SQL of what knex sends ('' for a query object without text). */
+const sqlOf = (obj: KnexQuery): string => {
+  const sql = typeof obj === 'string' ? obj : obj.sql;
+  return typeof sql === 'string' ? sql : '';
+};
+
 /**
  * A knex client whose wait for a pooled connection is bounded by what is left of the request's
  * database budget (budget.ts), on every path: knex's query builders and transactions and
@@ -114,13 +123,8 @@ function requestClient(Base: typeof knex.Client): typeof knex.Client {
       );
     }
 
-    override query(connection: unknown, obj: string | { sql?: unknown }): Promise<unknown> {
-      // knex sends a transaction's BEGIN, COMMIT and ROLLBACK as bare strings.
-      const sql = typeof obj === 'string' ? obj : obj.sql;
-      return tracedQuery(
-        typeof sql === 'string' ? sql : '',
-        () => super.query(connection, obj) as Promise<unknown>,
-      );
+    override query(connection: unknown, obj: KnexQuery): Promise<unknown> {
+      return tracedQuery(sqlOf(obj), () => super.query(connection, obj) as Promise<unknown>);
     }
   }
   return RequestClient as unknown as typeof knex.Client;
@@ -214,12 +218,10 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
     checkVersion(connection: DeadlineConnection): Promise<string>;
   };
   class PostgresWithDeadlines extends KnexPostgres {
-    override query(connection: DeadlineConnection, obj: string | { sql?: unknown }): Promise<unknown> {
-      // knex sends a transaction's BEGIN, COMMIT and ROLLBACK as bare strings.
-      const sql = typeof obj === 'string' ? obj : obj.sql;
+    override query(connection: DeadlineConnection, obj: KnexQuery): Promise<unknown> {
       // An end refused for want of budget would leave its connection inside the transaction, for
       // the next request to run in: it is always sent, under the statement time-out alone.
-      if (typeof sql === 'string' && ENDS_TRANSACTION.test(sql))
+      if (ENDS_TRANSACTION.test(sqlOf(obj)))
         return withDeadline(
           connection,
           super.query(connection, obj) as Promise<unknown>,
