@@ -283,9 +283,8 @@ async function instructionRounds(
         const counted = c.counted.dump();
         const perRequest = counted.all / requests;
         if (round >= 0) {
-          record(figures, list.list, c.key, perRequest);
-          record(figures, `${list.list}${MAIN}`, c.key, counted.main / requests);
-          record(figures, `${list.list}${REQUEST_PATH}`, c.key, counted.path / requests);
+          for (const m of COUNTED_MEASURES)
+            record(figures, `${list.list}${m.suffix}`, c.key, counted[m.part] / requests);
         }
         log(
           `${round >= 0 ? `round ${String(round + 1)}` : 'settling'}  ${list.list.padEnd(15)} ${c.key.padEnd(9)} ${(perRequest / 1e6).toFixed(3)} M instructions/req, ${(counted.main / requests / 1e6).toFixed(3)} M on the main thread outside the collector, ${(counted.path / requests / 1e6).toFixed(3)} M outside the compiler too  (${String(Math.round((Date.now() - started) / 1000))} s; ${c.counted.lastDump()}-*)`,
@@ -294,10 +293,27 @@ async function instructionRounds(
     }
 }
 
-/** The figures' key suffix for the main thread's instructions outside the collector. */
-const MAIN = ' (main thread)';
-/** The figures' key suffix for the main thread's instructions outside the collector and the compiler. */
-const REQUEST_PATH = ' (request path)';
+/** What the instruction count prints, a table each: the dump's part, its figures' key suffix, its words. */
+const COUNTED_MEASURES: {
+  part: keyof ReturnType<Counted['dump']>;
+  suffix: string;
+  what: string;
+  measure: string;
+}[] = [
+  { part: 'all', suffix: '', what: 'Instructions per request, all threads', measure: 'instruction count' },
+  {
+    part: 'main',
+    suffix: ' (main thread)',
+    what: "Instructions per request, the main thread's outside the collector",
+    measure: "main thread's instruction count outside the collector",
+  },
+  {
+    part: 'path',
+    suffix: ' (request path)',
+    what: "Instructions per request, the main thread's outside the collector and the optimising compiler",
+    measure: "main thread's instruction count outside the collector and the compiler",
+  },
+];
 
 /** One table of a measure (each list's row under `suffix`) against off, and whether 10 % meets the target. */
 function printTable(figures: Figures, keys: string[], what: string, suffix: string, measure: string): void {
@@ -397,23 +413,10 @@ async function main(): Promise<void> {
       printTable(figures, keys, 'CPU per request', '', 'CPU');
       return;
     }
-    printTable(figures, keys, 'Instructions per request, all threads', '', 'instruction count');
-    log('');
-    printTable(
-      figures,
-      keys,
-      "Instructions per request, the main thread's outside the collector",
-      MAIN,
-      "main thread's instruction count outside the collector",
-    );
-    log('');
-    printTable(
-      figures,
-      keys,
-      "Instructions per request, the main thread's outside the collector and the optimising compiler",
-      REQUEST_PATH,
-      "main thread's instruction count outside the collector and the compiler",
-    );
+    for (const [i, m] of COUNTED_MEASURES.entries()) {
+      if (i > 0) log('');
+      printTable(figures, keys, m.what, m.suffix, m.measure);
+    }
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     collector.close();
