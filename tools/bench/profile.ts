@@ -15,8 +15,9 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { profileSection, sampleStage, type Frame, type Stage, type StageProfile } from './profile-stages';
-import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
+import { benchServiceEnv, seed } from '../harness/seed';
 import { serverNode } from './node';
+import { benchToken } from './rounds';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../harness/service';
 
 function option(name: string, fallback: string): string {
@@ -205,12 +206,7 @@ async function main(): Promise<void> {
   const measured = { requests: 0, rps: 0 };
   try {
     await waitForAnswer(`${base}/healthz/live`, proc, 120_000);
-    const res = await fetch(`${base}/login`, {
-      method: 'POST',
-      body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
-    });
-    const token = ((await res.json()) as { access_token?: string }).access_token;
-    if (!token) throw new Error(`login answered ${String(res.status)}`);
+    const token = await benchToken(base);
     const [url, headers] =
       endpoint === 'public'
         ? [`${base}/posts/public`, {}]
