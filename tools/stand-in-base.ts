@@ -27,6 +27,36 @@ const PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 type Log = (message: string) => void;
 
+/**
+ * /usr/local as the official image lays it out: node, its headers and docs, the bundled npm, and
+ * the entrypoint. Returns the folder, copied into the root file system by a customize hook.
+ */
+function layOutUsrLocal(work: string, nodePackage: string, npmPackage: string): string {
+  // The same entrypoint behaviour as the official image: exec the command, so it becomes PID 1;
+  // a first argument that is an option or not a command runs under node.
+  const entrypoint = join(work, 'docker-entrypoint.sh');
+  writeFileSync(
+    entrypoint,
+    [
+      '#!/bin/sh',
+      'set -e',
+      'if [ "${1#-}" != "$1" ] || ! command -v "$1" >/dev/null 2>&1; then set -- node "$@"; fi',
+      'exec "$@"',
+      '',
+    ].join('\n'),
+    { mode: 0o755 },
+  );
+  const usrLocal = join(work, 'usr-local');
+  mkdirSync(join(usrLocal, 'bin'), { recursive: true });
+  mkdirSync(join(usrLocal, 'lib', 'node_modules'), { recursive: true });
+  cpSync(join(nodePackage, 'bin', 'node'), join(usrLocal, 'bin', 'node'));
+  cpSync(join(nodePackage, 'include'), join(usrLocal, 'include'), { recursive: true });
+  cpSync(join(nodePackage, 'share'), join(usrLocal, 'share'), { recursive: true });
+  cpSync(npmPackage, join(usrLocal, 'lib', 'node_modules', 'npm'), { recursive: true });
+  cpSync(entrypoint, join(usrLocal, 'bin', 'docker-entrypoint.sh'));
+  return usrLocal;
+}
+
 /** Builds the stand-in for the Dockerfile's base and stores it under the base's own name. */
 function buildStandIn(log: Log): void {
   const base = nodeImage();
@@ -39,29 +69,7 @@ function buildStandIn(log: Log): void {
 
   const work = mkdtempSync(join(tmpdir(), 'social-posts-base-'));
   try {
-    // The same entrypoint behaviour as the official image: exec the command, so it becomes PID 1;
-    // a first argument that is an option or not a command runs under node.
-    const entrypoint = join(work, 'docker-entrypoint.sh');
-    writeFileSync(
-      entrypoint,
-      [
-        '#!/bin/sh',
-        'set -e',
-        'if [ "${1#-}" != "$1" ] || ! command -v "$1" >/dev/null 2>&1; then set -- node "$@"; fi',
-        'exec "$@"',
-        '',
-      ].join('\n'),
-      { mode: 0o755 },
-    );
-    const usrLocal = join(work, 'usr-local');
-    mkdirSync(join(usrLocal, 'bin'), { recursive: true });
-    mkdirSync(join(usrLocal, 'lib', 'node_modules'), { recursive: true });
-    cpSync(join(nodePackage, 'bin', 'node'), join(usrLocal, 'bin', 'node'));
-    cpSync(join(nodePackage, 'include'), join(usrLocal, 'include'), { recursive: true });
-    cpSync(join(nodePackage, 'share'), join(usrLocal, 'share'), { recursive: true });
-    cpSync(npmPackage, join(usrLocal, 'lib', 'node_modules', 'npm'), { recursive: true });
-    cpSync(entrypoint, join(usrLocal, 'bin', 'docker-entrypoint.sh'));
-
+    const usrLocal = layOutUsrLocal(work, nodePackage, npmPackage);
     const rootfs = join(work, 'rootfs.tar');
     const mirror = 'http://deb.debian.org';
     const hooks = [

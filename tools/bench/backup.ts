@@ -80,6 +80,24 @@ const log = (line: string) => {
 
 const s = (ms: number) => Math.round(ms / 100) / 10;
 
+/**
+ * Under the write load: a base backup, the load kept on for `loadSeconds`, then the primary lost.
+ * Returns the backup and every write the service acknowledged.
+ */
+async function backupAndLoseThePrimary(drill: BackupDrill, base: string) {
+  const load = await writeLoad(base, workers, 'bench');
+  try {
+    const backup = await drill.baseBackup();
+    log(`writes flow ${String(loadSeconds)} s, then the primary is lost`);
+    await new Promise((resolve) => setTimeout(resolve, loadSeconds * 1000));
+    drill.loseThePrimary();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    return { backup, writes: load.writes };
+  } finally {
+    await load.stop();
+  }
+}
+
 async function run(): Promise<BackupResult> {
   const drill = new BackupDrill({
     archiveTimeout,
@@ -115,23 +133,13 @@ async function run(): Promise<BackupResult> {
         { keep: (line) => /^listening on/.test(line.msg ?? '') },
       );
     const primarySvc = await start(drill.primary.port);
-    const load = await writeLoad(primarySvc.base, workers, 'bench');
-    let backup: Awaited<ReturnType<BackupDrill['baseBackup']>>;
-    try {
-      backup = await drill.baseBackup();
-      log(`writes flow ${String(loadSeconds)} s, then the primary is lost`);
-      await new Promise((resolve) => setTimeout(resolve, loadSeconds * 1000));
-      drill.loseThePrimary();
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-    } finally {
-      await load.stop();
-    }
+    const { backup, writes } = await backupAndLoseThePrimary(drill, primarySvc.base);
     await primarySvc.stop();
     const walBytes = drill.stored('wals');
     const recovered = await drill.recover(backup.backupId);
     const { svc, readyMs } = await serveRecovered(start, recovered.server.port);
-    const present = await presentWrites(recovered.server.port, seeded.database, load.writes);
-    const loss = lossOf(load.writes, present, recovered.lastReplayed);
+    const present = await presentWrites(recovered.server.port, seeded.database, writes);
+    const loss = lossOf(writes, present, recovered.lastReplayed);
     const mismatches = await countMismatches(recovered.server.port, seeded.database);
     await svc.stop('SIGTERM');
     return {

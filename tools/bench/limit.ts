@@ -10,7 +10,7 @@
 import os from 'node:os';
 import knex from 'knex';
 import { limitSection, type LimitKey, type LimitResult, type LimitSeries } from './limit-report';
-import { startServer } from './measure';
+import { startServer, type EndpointFigures } from './measure';
 import { serverNode } from './node';
 import {
   alternatingRounds,
@@ -68,27 +68,58 @@ async function postgresVersion(database: string): Promise<string> {
   }
 }
 
+/** The service, the library reference and the limit: the same bare server checking tokens with node:crypto. */
+const SERVERS: { key: LimitKey; name: string; script: string; extra: Record<string, string> }[] = [
+  { key: 'service', name: 'the service', script: 'service/src/main.ts', extra: {} },
+  {
+    key: 'reference',
+    name: 'library reference (jsonwebtoken)',
+    script: 'tools/bench/reference.ts',
+    extra: {},
+  },
+  {
+    key: 'limit',
+    name: 'limit (node:crypto)',
+    script: 'tools/bench/reference.ts',
+    extra: { REFERENCE_VERIFIER: 'crypto' },
+  },
+];
+
+/** One round's figures added to the series of its server, list and connection count. */
+function addRound(
+  series: LimitSeries[],
+  at: { key: LimitKey; list: MeasuredList; connections: number },
+  f: EndpointFigures,
+): void {
+  const { key, list, connections } = at;
+  let s = series.find((x) => x.key === key && x.list === list.list && x.connections === connections);
+  if (!s) {
+    s = {
+      key,
+      list: list.list,
+      signedIn: list.signedIn,
+      connections,
+      rps: [],
+      cpuUs: [],
+      p50: [],
+      errors: 0,
+      non2xx: 0,
+    };
+    series.push(s);
+  }
+  s.rps.push(f.rps);
+  s.cpuUs.push(f.cpuUsPerRequest ?? Number.NaN);
+  s.p50.push(f.p50);
+  s.errors += f.errors;
+  s.non2xx += f.non2xx;
+}
+
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
   const env = benchServiceEnv(info.database);
-  const servers: { key: LimitKey; name: string; script: string; extra: Record<string, string> }[] = [
-    { key: 'service', name: 'the service', script: 'service/src/main.ts', extra: {} },
-    {
-      key: 'reference',
-      name: 'library reference (jsonwebtoken)',
-      script: 'tools/bench/reference.ts',
-      extra: {},
-    },
-    {
-      key: 'limit',
-      name: 'limit (node:crypto)',
-      script: 'tools/bench/reference.ts',
-      extra: { REFERENCE_VERIFIER: 'crypto' },
-    },
-  ];
   const contenders: Contender[] = [];
   try {
-    for (const { key, name, script, extra } of servers) {
+    for (const { key, name, script, extra } of SERVERS) {
       const server = await startServer(script, { ...env, ...extra }, { node: node.path });
       contenders.push({ key, name, server, token: await benchToken(server.base) });
     }
@@ -104,26 +135,7 @@ async function main(): Promise<void> {
       { rounds, connectionCounts, duration, warmup: WARMUP },
       ({ round, connections, list, contender, figures: f }) => {
         const key = contender.key as LimitKey;
-        let s = series.find((x) => x.key === key && x.list === list.list && x.connections === connections);
-        if (!s) {
-          s = {
-            key,
-            list: list.list,
-            signedIn: list.signedIn,
-            connections,
-            rps: [],
-            cpuUs: [],
-            p50: [],
-            errors: 0,
-            non2xx: 0,
-          };
-          series.push(s);
-        }
-        s.rps.push(f.rps);
-        s.cpuUs.push(f.cpuUsPerRequest ?? Number.NaN);
-        s.p50.push(f.p50);
-        s.errors += f.errors;
-        s.non2xx += f.non2xx;
+        addRound(series, { key, list, connections }, f);
         log(
           `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.list.padEnd(26)} ${key.padEnd(9)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req`,
         );

@@ -17,13 +17,9 @@ import autocannon from 'autocannon';
 import { profileSection, sampleStage, type Frame, type Stage, type StageProfile } from './profile-stages';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { serverNode } from './node';
-import { benchToken } from './rounds';
+import { benchToken, option } from './rounds';
 import { freePort, ROOT, spawnScript, waitForAnswer } from '../harness/service';
 
-function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
 const posts = Number(option('posts', '10000'));
 const endpointOption = option('endpoint', 'authenticated');
 const connections = Number(option('connections', '10'));
@@ -178,6 +174,27 @@ function report(profile: CpuProfile, from: number, to: number): { busy: number; 
   return { busy, self };
 }
 
+/**
+ * The service's profile in `dir`: one file per thread (tsx's loader runs in a thread of its own, idle
+ * most of the time), the service's being the one with the most samples outside (idle).
+ */
+function busiestProfile(dir: string): { file: string; profile: CpuProfile } {
+  const busySamples = (p: CpuProfile) => {
+    const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
+    return p.samples.filter((id) => !idle.has(id)).length;
+  };
+  const profiles = readdirSync(dir)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .map((f) => ({
+      file: path.join(dir, f),
+      profile: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile,
+    }))
+    .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
+  const largest = profiles[0];
+  if (!largest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
+  return largest;
+}
+
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'sp-profile-'));
@@ -227,21 +244,7 @@ async function main(): Promise<void> {
     const code = await proc.stop('SIGTERM');
     if (code !== 0) log(`the service exited with ${String(code)}: ${proc.stderr()}`);
   }
-  // One file per thread (tsx's loader runs in a thread of its own, idle most of the time): the
-  // service's is the one with the most samples outside (idle).
-  const busySamples = (p: CpuProfile) => {
-    const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
-    return p.samples.filter((id) => !idle.has(id)).length;
-  };
-  const profiles = readdirSync(dir)
-    .filter((f) => f.endsWith('.cpuprofile'))
-    .map((f) => ({
-      file: path.join(dir, f),
-      profile: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile,
-    }))
-    .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
-  const largest = profiles[0];
-  if (!largest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
+  const largest = busiestProfile(dir);
   const { busy, self } = report(largest.profile, window.from, window.to);
   const split: StageProfile = {
     endpoint,

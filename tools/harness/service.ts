@@ -74,7 +74,14 @@ function spawnTracked(
       : memoryCgroup(path.basename(script, '.ts'), options.memoryLimitBytes);
   const { command, args } = cgroup ? cgroup.wrap([node, ...nodeArgs]) : { command: node, args: nodeArgs };
   const child = spawn(command, args, { cwd: options.cwd ?? ROOT, env: childEnv });
-  const managed = track(script, child);
+  let managed: Managed;
+  try {
+    managed = track(script, child);
+  } catch (error) {
+    // Nothing started, so nothing will ever exit to remove the cgroup.
+    cgroup?.remove();
+    throw error;
+  }
   if (cgroup) {
     void managed.exited.then(() => {
       cgroup.remove();
