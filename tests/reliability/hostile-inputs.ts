@@ -1,7 +1,8 @@
 /**
  * The hostile-input generators of tests/reliability/hostile.test.ts (fast-check arbitraries and fixed
  * lists): what a hostile client sends, per family of attack, derived from the service's own
- * OpenAPI document. The test decides what is sent and what every answer must be.
+ * OpenAPI document, each request with what its answer must be (refused, or one status). The test
+ * sends them and checks every answer.
  */
 import { createHmac } from 'node:crypto';
 import zlib from 'node:zlib';
@@ -615,4 +616,274 @@ export function tokensFor(userId: number, valid: string): string[] {
     'x'.repeat(4000),
     '',
   ];
+}
+
+/** Who the generated requests act as: the posts they name, the author of the first and the tokens at hand. */
+export interface Cast {
+  postIds: number[];
+  authorId: number;
+  /** The author's token. */
+  writer: string;
+  /** Another user's token. */
+  other: string;
+}
+
+/** The Authorization header: mostly a token (valid or forged), else a malformed or missing one. */
+function authorization({ authorId, writer, other }: Cast): fc.Arbitrary<string | undefined> {
+  const tokens = [...tokensFor(authorId, writer), other];
+  return fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom(...tokens).map((t) => `Bearer ${t}`) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        '',
+        'Bearer',
+        'Bearer  ',
+        'Basic dXNlcjpwYXNz',
+        `bearer ${writer}`,
+        `Bearer ${writer} extra`,
+        `Token ${writer}`,
+      ),
+    },
+    { weight: 1, arbitrary: fc.constant(undefined) },
+  );
+}
+
+type Body = { body: Buffer; label: string };
+
+/** A form body: the operation's fields form-encoded, or one of the malformed forms. */
+const formBody = (o: Record<string, unknown>): fc.Arbitrary<Body> =>
+  fc.oneof(
+    fc.constant({
+      body: Buffer.from(
+        new URLSearchParams(
+          Object.entries(o).map(([k, v]): [string, string] => [
+            k,
+            typeof v === 'string' ? v : JSON.stringify(v),
+          ]),
+        ).toString(),
+      ),
+      label: 'form',
+    }),
+    fc
+      .constantFrom(
+        'username=%ZZ&password=x',
+        'username=a&username=b&password=p',
+        'username[x]=1&password=p',
+        Array.from({ length: 25 }, (_, i) => `f${String(i)}=1`).join('&'),
+        'username=%FF%FE&password=%00',
+        'username=author%40example.com&password=correct+horse+battery',
+      )
+      .map((s) => ({ body: Buffer.from(s), label: 'form-raw' })),
+  );
+
+/** The body an operation is sent with: its own kind (JSON or form), mostly well formed; any JSON where it reads none. */
+function bodyFor(op: Operation, postIds: number[]): fc.Arbitrary<Body | undefined> {
+  if (!op.body) return fc.option(rawJsonBody, { nil: undefined });
+  if (op.body.type !== 'json') return objectValue(op.body.schema, postIds).chain(formBody);
+  return fc.oneof(
+    {
+      weight: 5,
+      arbitrary: objectValue(op.body.schema, postIds).map((o) => ({
+        body: Buffer.from(JSON.stringify(o)),
+        label: 'object',
+      })),
+    },
+    { weight: 2, arbitrary: rawJsonBody },
+  );
+}
+
+/** `arbitrary` on one draw in `1 + weight` (the attack's share), otherwise nothing. */
+const sometimes = <T>(weight: number, arbitrary: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
+  fc.oneof({ weight, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary });
+
+/** What is drawn for one documented operation, before it becomes a request. */
+interface Draw {
+  op: Operation;
+  method: string;
+  id: string;
+  query: string;
+  oddity: (p: string) => string;
+  auth: string | undefined;
+  body: Body | undefined;
+  contentType: string | undefined;
+  chunked: boolean;
+  claim: string | undefined;
+  coding: Coding | undefined;
+  params: { params: string; refused: boolean } | undefined;
+  length: number | undefined;
+  expect: string | undefined;
+  jose: { token: string; family: 'crit' | 'b64' } | undefined;
+  ifMatch: string | undefined;
+}
+
+/** One documented operation's draw: its method mostly, its parameters and body, and the attack families on a share each. */
+const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefined>): fc.Arbitrary<Draw> =>
+  fc.record({
+    op: fc.constant(op),
+    method: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(op.method) },
+      { weight: 1, arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS') },
+    ),
+    id: idSegment(cast.postIds),
+    query: queryString(op.params),
+    oddity: pathOddity,
+    auth,
+    body: bodyFor(op, cast.postIds),
+    contentType: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(undefined) },
+      { weight: 2, arbitrary: fc.constantFrom(...CONTENT_TYPES) },
+      { weight: 1, arbitrary: fc.constant('none') },
+    ),
+    chunked: fc.boolean(),
+    claim: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(undefined) },
+      { weight: 1, arbitrary: fc.constantFrom(...claimTokens(cast.authorId)) },
+    ),
+    coding: fc.oneof(
+      { weight: 5, arbitrary: fc.constant(undefined) },
+      { weight: 2, arbitrary: fc.constantFrom(...codings) },
+    ),
+    params: fc.oneof(
+      { weight: 5, arbitrary: fc.constant(undefined) },
+      { weight: 2, arbitrary: typeParameters },
+    ),
+    length: sometimes(10, declaredLength),
+    expect: sometimes(10, expectation),
+    jose: sometimes(12, fc.constantFrom(...joseHeaderTokens(cast.authorId))),
+    ifMatch: sometimes(4, staleIfMatch),
+  });
+
+/** The credentials and preconditions a draw carries, as headers; why the request must be refused, if it must. */
+function credentials(d: Draw, headers: Record<string, string>, families: string[]): string | undefined {
+  const { op, method, id } = d;
+  let mustRefuse: string | undefined;
+  if (d.auth !== undefined) headers.Authorization = d.auth;
+  if (d.claim !== undefined) {
+    headers.Authorization = `Bearer ${d.claim}`;
+    families.push('claims');
+    if (op.secured && method === op.method && id !== 'public') mustRefuse = 'its token has bad claims';
+  }
+  if (d.jose !== undefined) {
+    headers.Authorization = `Bearer ${d.jose.token}`;
+    families.push(d.jose.family);
+    if (op.secured && method === op.method && id !== 'public')
+      mustRefuse = `its token header has ${d.jose.family}`;
+  }
+  if (d.ifMatch !== undefined && op.path === '/posts/{id}' && method === op.method && op.method !== 'GET') {
+    headers['If-Match'] = d.ifMatch;
+    families.push('if-match');
+    // Whatever else is wrong with it, a change under a tag of no current post never succeeds.
+    mustRefuse ??= 'its If-Match names no current post';
+  }
+  return mustRefuse;
+}
+
+/**
+ * The body as sent, with the headers that frame it (type, coding, length), and why the request must
+ * be refused for it, if it must. `reads`: the documented operation itself, whose refusal it must be.
+ */
+function framedBody(
+  d: Draw,
+  reads: boolean,
+  headers: Record<string, string>,
+  families: string[],
+): { bytes?: Buffer; fresh: boolean; mustRefuse?: string } {
+  const { body, params, coding, length } = d;
+  let bytes = body?.body;
+  if (!body || !bytes) return { bytes, fresh: false };
+  let mustRefuse: string | undefined;
+  const natural = d.op.body?.type === 'form' ? 'application/x-www-form-urlencoded' : 'application/json';
+  if (d.contentType === undefined && params) {
+    families.push('charset');
+    if (params.refused && reads) mustRefuse ??= `it is ${natural}${params.params}`;
+  }
+  if (d.contentType !== 'none') headers['Content-Type'] = d.contentType ?? natural + (params?.params ?? '');
+  if (coding) {
+    bytes = coding.encode(bytes);
+    headers['Content-Encoding'] = coding.header;
+    families.push('encoding');
+    if (coding.refused && reads) mustRefuse ??= `its Content-Encoding is ${coding.label}`;
+  }
+  if (
+    /author|other|αυτο/i.test(bytes.toString().normalize('NFKC')) &&
+    /[^\x20-\x7e]|AUTHOR|OTHER|xn--/.test(bytes.toString())
+  )
+    families.push('email');
+  if (length !== undefined) {
+    // Declared, never sent: the answer must come from the declared length alone.
+    headers['Content-Length'] = String(length);
+    families.push('length');
+    if (reads) mustRefuse ??= `it declares ${String(length)} bytes`;
+    return { fresh: true, mustRefuse };
+  }
+  if (d.chunked) headers['Transfer-Encoding'] = 'chunked';
+  else headers['Content-Length'] = String(bytes.length);
+  return { bytes, fresh: false, mustRefuse };
+}
+
+/** A draw as the request it makes, with its attack families and what its answer may be. */
+function requestOf(d: Draw): HostileRequest {
+  const { op, method } = d;
+  const path = d.oddity(op.path.replace('{id}', d.id)) + (d.query ? `?${d.query}` : '');
+  const headers: Record<string, string> = {};
+  const families: string[] = [];
+  let mustRefuse = credentials(d, headers, families);
+  const sent = framedBody(d, method === op.method && op.body !== undefined, headers, families);
+  mustRefuse ??= sent.mustRefuse;
+  let expectStatus: number[] | undefined;
+  if (d.expect !== undefined) {
+    headers.Expect = d.expect;
+    families.push('expect');
+    if (!/^100-continue$/i.test(d.expect)) expectStatus = [417];
+  }
+  return {
+    method,
+    path,
+    headers,
+    body: sent.bytes,
+    label: `${op.method} ${op.path} ${[d.body?.label, ...families].filter(Boolean).join(' ')}`.trim(),
+    families,
+    mustRefuse,
+    expectStatus,
+    fresh: sent.fresh,
+  };
+}
+
+/**
+ * Every hostile request: the documented operations with the attack families (most of them),
+ * undocumented paths, the probes and raw protocol abuse.
+ */
+export function hostileRequests(ops: Operation[], cast: Cast): fc.Arbitrary<HostileRequest> {
+  const auth = authorization(cast);
+  const documented = fc
+    .constantFrom(...ops)
+    .chain((op) => drawFor(op, cast, auth))
+    .map(requestOf);
+  const undocumented: fc.Arbitrary<HostileRequest> = fc
+    .record({
+      path: wildPath,
+      method: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH'),
+      auth,
+    })
+    .map(({ path, method, auth }) => {
+      const headers: Record<string, string> = {};
+      if (auth !== undefined) headers.Authorization = auth;
+      return { method, path, headers, label: 'undocumented path' };
+    });
+  const protocol: fc.Arbitrary<HostileRequest> = fc.constantFrom(...protocolRequests).map((raw) => ({
+    method: raw.slice(0, raw.indexOf(' ')),
+    path: raw.slice(0, raw.indexOf('\r')),
+    headers: {},
+    raw,
+    label: 'protocol',
+    families: ['protocol'],
+    mustRefuse: /host: b/i.test(raw) ? 'it has two Host headers' : undefined,
+  }));
+  return fc.oneof(
+    { weight: 9, arbitrary: documented },
+    { weight: 1, arbitrary: undocumented },
+    { weight: 1, arbitrary: healthRequest },
+    { weight: 1, arbitrary: protocol },
+  );
 }

@@ -3,27 +3,7 @@ import net from 'node:net';
 import fc from 'fast-check';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 import { call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
-import {
-  claimTokens,
-  codings,
-  CONTENT_TYPES,
-  declaredLength,
-  expectation,
-  healthRequest,
-  idSegment,
-  joseHeaderTokens,
-  objectValue,
-  operationsOf,
-  pathOddity,
-  protocolRequests,
-  queryString,
-  rawJsonBody,
-  staleIfMatch,
-  tokensFor,
-  typeParameters,
-  wildPath,
-  type HostileRequest,
-} from './hostile-inputs';
+import { hostileRequests, operationsOf, type HostileRequest } from './hostile-inputs';
 import { normaliseEmail } from '../../service/src/users/email';
 
 const SEED = 20261121;
@@ -145,6 +125,59 @@ function request(port: number, r: HostileRequest, agent: http.Agent): Promise<An
   });
 }
 
+/** A digest of every row: a refused request must leave it as it was. */
+const digest = async (): Promise<string> =>
+  JSON.stringify(
+    (
+      await database.db.raw<{ rows: unknown[] }>(
+        `SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(u::text)), 0) FROM users u) AS users,
+                (SELECT count(*) || ':' || coalesce(sum(hashtext(p::text)), 0) FROM posts p) AS posts,
+                (SELECT count(*) || ':' || coalesce(sum(hashtext(v::text)), 0) FROM votes v) AS votes`,
+      )
+    ).rows[0],
+  );
+
+/** What is wrong with an answer to `r`; `unchanged`: whether the database is as it was before it. */
+function answerProblems(r: HostileRequest, res: Answer, unchanged: boolean): string[] {
+  const problems: string[] = [];
+  if (res.status >= 500) problems.push(`status ${String(res.status)}`);
+  if (r.mustRefuse && res.status < 400) problems.push(`accepted although ${r.mustRefuse}`);
+  if (r.expectStatus && !r.expectStatus.includes(res.status))
+    problems.push(`status ${String(res.status)}, expected ${r.expectStatus.join(' or ')}`);
+  if (res.headers['set-cookie']) problems.push('Set-Cookie');
+  if (/\n\s+at |node_modules|knex|syntax error at/i.test(res.body)) problems.push('internals leaked');
+  if (res.status >= 400) {
+    // The one problem+json check of every suite (content type, type, status, title, detail).
+    problems.push(
+      ...problemFaults({
+        status: res.status,
+        contentType: res.headers['content-type'],
+        body: parsedBody(res.body),
+      }),
+    );
+    if (!unchanged) problems.push('a refused request changed the database');
+  }
+  return problems;
+}
+
+/** Every stored address, those not in the e-mail policy's normalised form, and how many share a mailbox. */
+async function storedAddresses(): Promise<{
+  emails: string[];
+  notNormalised: string[];
+  sameMailbox: number;
+}> {
+  const emails = await database.db<{ email: string }>('users').pluck('email');
+  const notNormalised = emails.filter((email) => {
+    const result = normaliseEmail(email);
+    return !result.ok || result.email !== email;
+  });
+  return {
+    emails,
+    notNormalised,
+    sameMailbox: emails.length - new Set(emails.map((e) => e.toLowerCase())).size,
+  };
+}
+
 test('When 5,000 generated hostile requests reach every endpoint, then none is answered ≥ 500, every refusal has a detail and nothing refused changed the database', async () => {
   const { token: writer, posts: written } = await author(svc.base, 'author@example.com', 4);
   const { token: other, posts: othersPosts } = await author(svc.base, 'other@example.com', 2);
@@ -157,252 +190,8 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
 
   const doc = (await call(svc.base, '/openapi.json')).body as Parameters<typeof operationsOf>[0];
   const ops = operationsOf(doc);
-  const tokens = [...tokensFor(authorId, writer), other];
-  const authorization = fc.oneof(
-    { weight: 4, arbitrary: fc.constantFrom(...tokens).map((t) => `Bearer ${t}`) },
-    {
-      weight: 1,
-      arbitrary: fc.constantFrom(
-        '',
-        'Bearer',
-        'Bearer  ',
-        'Basic dXNlcjpwYXNz',
-        `bearer ${writer}`,
-        `Bearer ${writer} extra`,
-        `Token ${writer}`,
-      ),
-    },
-    { weight: 1, arbitrary: fc.constant(undefined) },
-  );
-
-  const documented: fc.Arbitrary<HostileRequest> = fc
-    .constantFrom(...ops)
-    .chain((op) =>
-      fc.record({
-        op: fc.constant(op),
-        method: fc.oneof(
-          { weight: 6, arbitrary: fc.constant(op.method) },
-          { weight: 1, arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS') },
-        ),
-        id: idSegment(postIds),
-        query: queryString(op.params),
-        oddity: pathOddity,
-        auth: authorization,
-        body: op.body
-          ? op.body.type === 'json'
-            ? fc.oneof(
-                {
-                  weight: 5,
-                  arbitrary: objectValue(op.body.schema, postIds).map((o) => ({
-                    body: Buffer.from(JSON.stringify(o)),
-                    label: 'object',
-                  })),
-                },
-                { weight: 2, arbitrary: rawJsonBody },
-              )
-            : objectValue(op.body.schema, postIds).chain((o) =>
-                fc.oneof(
-                  fc.constant({
-                    body: Buffer.from(
-                      new URLSearchParams(
-                        Object.entries(o).map(([k, v]): [string, string] => [
-                          k,
-                          typeof v === 'string' ? v : JSON.stringify(v),
-                        ]),
-                      ).toString(),
-                    ),
-                    label: 'form',
-                  }),
-                  fc
-                    .constantFrom(
-                      'username=%ZZ&password=x',
-                      'username=a&username=b&password=p',
-                      'username[x]=1&password=p',
-                      Array.from({ length: 25 }, (_, i) => `f${String(i)}=1`).join('&'),
-                      'username=%FF%FE&password=%00',
-                      'username=author%40example.com&password=correct+horse+battery',
-                    )
-                    .map((s) => ({ body: Buffer.from(s), label: 'form-raw' })),
-                ),
-              )
-          : fc.option(rawJsonBody, { nil: undefined }),
-        contentType: fc.oneof(
-          { weight: 6, arbitrary: fc.constant(undefined) },
-          { weight: 2, arbitrary: fc.constantFrom(...CONTENT_TYPES) },
-          { weight: 1, arbitrary: fc.constant('none') },
-        ),
-        chunked: fc.boolean(),
-        // The attack families, each on a share of the requests.
-        claim: fc.oneof(
-          { weight: 6, arbitrary: fc.constant(undefined) },
-          { weight: 1, arbitrary: fc.constantFrom(...claimTokens(authorId)) },
-        ),
-        coding: fc.oneof(
-          { weight: 5, arbitrary: fc.constant(undefined) },
-          { weight: 2, arbitrary: fc.constantFrom(...codings) },
-        ),
-        params: fc.oneof(
-          { weight: 5, arbitrary: fc.constant(undefined) },
-          { weight: 2, arbitrary: typeParameters },
-        ),
-        length: fc.oneof(
-          { weight: 10, arbitrary: fc.constant(undefined) },
-          { weight: 1, arbitrary: declaredLength },
-        ),
-        expect: fc.oneof(
-          { weight: 10, arbitrary: fc.constant(undefined) },
-          { weight: 1, arbitrary: expectation },
-        ),
-        jose: fc.oneof(
-          { weight: 12, arbitrary: fc.constant(undefined) },
-          { weight: 1, arbitrary: fc.constantFrom(...joseHeaderTokens(authorId)) },
-        ),
-        ifMatch: fc.oneof(
-          { weight: 4, arbitrary: fc.constant(undefined) },
-          { weight: 1, arbitrary: staleIfMatch },
-        ),
-      }),
-    )
-    .map(
-      ({
-        op,
-        method,
-        id,
-        query,
-        oddity,
-        auth,
-        body,
-        contentType,
-        chunked,
-        claim,
-        coding,
-        params,
-        length,
-        expect,
-        jose,
-        ifMatch,
-      }) => {
-        const path = oddity(op.path.replace('{id}', id)) + (query ? `?${query}` : '');
-        const headers: Record<string, string> = {};
-        const families: string[] = [];
-        let mustRefuse: string | undefined;
-        let expectStatus: number[] | undefined;
-        let fresh = false;
-        // The documented operation itself (its method, its body), which a refusal must come from.
-        const reads = method === op.method && op.body !== undefined;
-        if (auth !== undefined) headers.Authorization = auth;
-        if (claim !== undefined) {
-          headers.Authorization = `Bearer ${claim}`;
-          families.push('claims');
-          if (op.secured && method === op.method && id !== 'public') mustRefuse = 'its token has bad claims';
-        }
-        if (jose !== undefined) {
-          headers.Authorization = `Bearer ${jose.token}`;
-          families.push(jose.family);
-          if (op.secured && method === op.method && id !== 'public')
-            mustRefuse = `its token header has ${jose.family}`;
-        }
-        if (
-          ifMatch !== undefined &&
-          op.path === '/posts/{id}' &&
-          method === op.method &&
-          op.method !== 'GET'
-        ) {
-          headers['If-Match'] = ifMatch;
-          families.push('if-match');
-          // Whatever else is wrong with it, a change under a tag of no current post never succeeds.
-          mustRefuse ??= 'its If-Match names no current post';
-        }
-        let bytes = body?.body;
-        if (body && bytes) {
-          const natural = op.body?.type === 'form' ? 'application/x-www-form-urlencoded' : 'application/json';
-          if (contentType === undefined && params) {
-            families.push('charset');
-            if (params.refused && reads) mustRefuse ??= `it is ${natural}${params.params}`;
-          }
-          if (contentType !== 'none')
-            headers['Content-Type'] = contentType ?? natural + (params?.params ?? '');
-          if (coding) {
-            bytes = coding.encode(bytes);
-            headers['Content-Encoding'] = coding.header;
-            families.push('encoding');
-            if (coding.refused && reads) mustRefuse ??= `its Content-Encoding is ${coding.label}`;
-          }
-          if (
-            /author|other|αυτο/i.test(bytes.toString().normalize('NFKC')) &&
-            /[^\x20-\x7e]|AUTHOR|OTHER|xn--/.test(bytes.toString())
-          )
-            families.push('email');
-          if (length !== undefined) {
-            // Declared, never sent: the answer must come from the declared length alone.
-            headers['Content-Length'] = String(length);
-            bytes = undefined;
-            fresh = true;
-            families.push('length');
-            if (reads) mustRefuse ??= `it declares ${String(length)} bytes`;
-          } else if (chunked) headers['Transfer-Encoding'] = 'chunked';
-          else headers['Content-Length'] = String(bytes.length);
-        }
-        if (expect !== undefined) {
-          headers.Expect = expect;
-          families.push('expect');
-          if (!/^100-continue$/i.test(expect)) expectStatus = [417];
-        }
-        return {
-          method,
-          path,
-          headers,
-          body: bytes,
-          label: `${op.method} ${op.path} ${[body?.label, ...families].filter(Boolean).join(' ')}`.trim(),
-          families,
-          mustRefuse,
-          expectStatus,
-          fresh,
-        };
-      },
-    );
-
-  const undocumented: fc.Arbitrary<HostileRequest> = fc
-    .record({
-      path: wildPath,
-      method: fc.constantFrom('GET', 'POST', 'PUT', 'DELETE', 'PATCH'),
-      auth: authorization,
-    })
-    .map(({ path, method, auth }) => {
-      const headers: Record<string, string> = {};
-      if (auth !== undefined) headers.Authorization = auth;
-      return { method, path, headers, label: 'undocumented path' };
-    });
-
-  const protocol: fc.Arbitrary<HostileRequest> = fc.constantFrom(...protocolRequests).map((raw) => ({
-    method: raw.slice(0, raw.indexOf(' ')),
-    path: raw.slice(0, raw.indexOf('\r')),
-    headers: {},
-    raw,
-    label: 'protocol',
-    families: ['protocol'],
-    mustRefuse: /host: b/i.test(raw) ? 'it has two Host headers' : undefined,
-  }));
-
-  const hostile = fc.oneof(
-    { weight: 9, arbitrary: documented },
-    { weight: 1, arbitrary: undocumented },
-    { weight: 1, arbitrary: healthRequest },
-    { weight: 1, arbitrary: protocol },
-  );
+  const hostile = hostileRequests(ops, { postIds, authorId, writer, other });
   const families: Record<string, number> = {};
-
-  // A digest of every row: a refused request must leave it as it was.
-  const digest = async (): Promise<string> =>
-    JSON.stringify(
-      (
-        await database.db.raw<{ rows: unknown[] }>(
-          `SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(u::text)), 0) FROM users u) AS users,
-                  (SELECT count(*) || ':' || coalesce(sum(hashtext(p::text)), 0) FROM posts p) AS posts,
-                  (SELECT count(*) || ':' || coalesce(sum(hashtext(v::text)), 0) FROM votes v) AS votes`,
-        )
-      ).rows[0],
-    );
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const statuses: Record<number, number> = {};
@@ -431,24 +220,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
       }
       statuses[res.status] = (statuses[res.status] ?? 0) + 1;
       const after = await digest();
-      const problems: string[] = [];
-      if (res.status >= 500) problems.push(`status ${String(res.status)}`);
-      if (r.mustRefuse && res.status < 400) problems.push(`accepted although ${r.mustRefuse}`);
-      if (r.expectStatus && !r.expectStatus.includes(res.status))
-        problems.push(`status ${String(res.status)}, expected ${r.expectStatus.join(' or ')}`);
-      if (res.headers['set-cookie']) problems.push('Set-Cookie');
-      if (/\n\s+at |node_modules|knex|syntax error at/i.test(res.body)) problems.push('internals leaked');
-      if (res.status >= 400) {
-        // The one problem+json check of every suite (content type, type, status, title, detail).
-        problems.push(
-          ...problemFaults({
-            status: res.status,
-            contentType: res.headers['content-type'],
-            body: parsedBody(res.body),
-          }),
-        );
-        if (after !== before) problems.push('a refused request changed the database');
-      }
+      const problems = answerProblems(r, res, after === before);
       if (problems.length > 0 && violations.length < 50)
         violations.push(
           `${problems.join(', ')} → ${String(res.status)} ${res.body.slice(0, 200)}: ${describe(r)}`,
@@ -461,13 +233,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
 
   const live = (await call(svc.base, '/healthz/live')).status;
   const ready = (await call(svc.base, '/healthz/ready')).status;
-  // Every stored address is in the e-mail policy's normalised form, and no two are one mailbox.
-  const emails = await database.db<{ email: string }>('users').pluck('email');
-  const notNormalised = emails.filter((email) => {
-    const result = normaliseEmail(email);
-    return !result.ok || result.email !== email;
-  });
-  const sameMailbox = emails.length - new Set(emails.map((email) => email.toLowerCase())).size;
+  const { emails, notNormalised, sameMailbox } = await storedAddresses();
   report('hostile input', {
     seed: SEED,
     requests: sent,
