@@ -50,6 +50,66 @@ function pollReadiness(base: string): { probes: Probe[]; stop(): Promise<void> }
   };
 }
 
+/** Lists and votes at a steady pace from a few connections each, every answer expected 200 and 201. */
+function steadyLoad(base: string, posts: number[], authHeader: Record<string, string>) {
+  const lists = load(
+    {
+      url: base,
+      connections: LIST_CONNECTIONS,
+      requests: [
+        { method: 'GET', path: '/posts/public' },
+        { method: 'GET', path: '/posts/?limit=20', headers: authHeader },
+      ],
+    },
+    200,
+  );
+  // Each connection toggles its own vote on its own post, so every answer is a 201.
+  let nextPost = 1;
+  const votes = load(
+    {
+      url: base,
+      connections: VOTE_CONNECTIONS,
+      setupClient: (client) => {
+        const postId = posts[nextPost++ % posts.length] as number;
+        const headers = { ...authHeader, 'content-type': 'application/json' };
+        client.setRequests([
+          { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 1 }) },
+          { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 0 }) },
+        ]);
+      },
+    },
+    201,
+  );
+  return { lists, votes };
+}
+
+/**
+ * The slow database call: a vote's foreign-key check waits while a transaction here holds the
+ * post's row lock, so these requests stay in flight across the signal and the listener's close.
+ * Returns the lock's transaction, the answers to come and how many were seen waiting on it.
+ */
+async function heldInFlight(base: string, voters: string[], lockedPost: number) {
+  const lock = await database.db.transaction();
+  await lock.raw('SELECT id FROM posts WHERE id = ? FOR UPDATE', [lockedPost]);
+  const inFlight = voters.map((token) =>
+    call(base, '/votes/', { token, json: { post_id: lockedPost, dir: 1 }, timeoutMs: 60_000 }).then((a) => ({
+      ...a,
+      at: Date.now(),
+    })),
+  );
+  let waiting = 0;
+  for (let i = 0; i < 100 && waiting < IN_FLIGHT; i++) {
+    await sleep(100);
+    const rows = (
+      await database.db.raw<{ rows: { n: number }[] }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
+      )
+    ).rows;
+    waiting = rows[0]?.n ?? 0;
+  }
+  return { lock, inFlight, waiting };
+}
+
 test('When the service gets SIGTERM under load, then in-flight requests complete, readiness turns 503 first, it exits 0 within the grace and no request fails before the listener closes', async () => {
   // Slow in-flight calls wait on a row lock for longer than the shutdown delay; the statement
   // time-out is raised so that it, not the lock, is not what ends them.
@@ -67,59 +127,11 @@ test('When the service gets SIGTERM under load, then in-flight requests complete
   const authHeader = { authorization: `Bearer ${writer}` };
 
   const readiness = pollReadiness(svc.base);
-  const lists = load(
-    {
-      url: svc.base,
-      connections: LIST_CONNECTIONS,
-      requests: [
-        { method: 'GET', path: '/posts/public' },
-        { method: 'GET', path: '/posts/?limit=20', headers: authHeader },
-      ],
-    },
-    200,
-  );
-  // Each connection toggles its own vote on its own post, so every answer is a 201.
-  let nextPost = 1;
-  const votes = load(
-    {
-      url: svc.base,
-      connections: VOTE_CONNECTIONS,
-      setupClient: (client) => {
-        const postId = posts[nextPost++ % posts.length] as number;
-        const headers = { ...authHeader, 'content-type': 'application/json' };
-        client.setRequests([
-          { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 1 }) },
-          { method: 'POST', path: '/votes/', headers, body: JSON.stringify({ post_id: postId, dir: 0 }) },
-        ]);
-      },
-    },
-    201,
-  );
+  const { lists, votes } = steadyLoad(svc.base, posts, authHeader);
   const loadStartedAt = Date.now();
   await sleep(3000);
 
-  // The slow database call: a vote's foreign-key check waits while this transaction holds the
-  // post's row lock, so these requests stay in flight across the signal and the listener's close.
-  const lock = await database.db.transaction();
-  await lock.raw('SELECT id FROM posts WHERE id = ? FOR UPDATE', [lockedPost]);
-  const inFlight = voters.map((token) =>
-    call(svc.base, '/votes/', { token, json: { post_id: lockedPost, dir: 1 }, timeoutMs: 60_000 }).then(
-      (a) => ({
-        ...a,
-        at: Date.now(),
-      }),
-    ),
-  );
-  let waiting = 0;
-  for (let i = 0; i < 100 && waiting < IN_FLIGHT; i++) {
-    await sleep(100);
-    const rows = (
-      await database.db.raw<{ rows: { n: number }[] }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
-      )
-    ).rows;
-    waiting = rows[0]?.n ?? 0;
-  }
+  const { lock, inFlight, waiting } = await heldInFlight(svc.base, voters, lockedPost);
   expect(waiting).toBe(IN_FLIGHT);
 
   const sigtermAt = Date.now();
