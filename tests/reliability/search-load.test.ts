@@ -27,25 +27,11 @@ afterAll(async () => {
   await stopAll();
 });
 
-test('When 20 anonymous clients keep sending searches no index serves, then the excess is 503 with Retry-After at once, the feed stays quick and readiness stays 200', async () => {
-  const seeded = await seed(POSTS, false, (line) => process.stdout.write(`${line}\n`));
-  const svc = await startService({
-    DB_NAME: seeded.database,
-    DB_POOL_MAX: String(POOL_MAX),
-    // One at a time leaves the second core of a CI machine to everything else.
-    SEARCH_UNINDEXED_CONCURRENCY: '1',
-  });
-
-  const feed = async (): Promise<Answer> => call(svc.base, '/posts/public?limit=10', { timeoutMs: 10_000 });
-  // Warm the statements and connections (the probe's own too, as a kubelet's probing keeps it),
-  // then the quiet figure.
-  for (let i = 0; i < 5; i += 1) {
-    await feed();
-    await call(svc.base, '/healthz/ready');
-  }
-  const quiet: number[] = [];
-  for (let i = 0; i < 15; i += 1) quiet.push((await feed()).ms);
-
+/**
+ * `CLIENTS` clients sending searches no index serves for `ATTACK_MS`, while the feed and readiness
+ * are asked on the side: every answer of each, and what failed outright.
+ */
+async function underAttack(base: string) {
   let running = true;
   const searches: Answer[] = [];
   const feedDuring: Answer[] = [];
@@ -56,7 +42,7 @@ test('When 20 anonymous clients keep sending searches no index serves, then the 
       const term = UNINDEXED[(n + i) % UNINDEXED.length] ?? 'q';
       try {
         const started = performance.now();
-        const res = await fetch(`${svc.base}/posts/public?search=${term}&limit=100`, {
+        const res = await fetch(`${base}/posts/public?search=${term}&limit=100`, {
           signal: AbortSignal.timeout(10_000),
         });
         const text = await res.text();
@@ -78,7 +64,7 @@ test('When 20 anonymous clients keep sending searches no index serves, then the 
   const prober = async (into: Answer[], path: string, everyMs: number) => {
     while (running) {
       try {
-        into.push(await call(svc.base, path, { timeoutMs: 10_000 }));
+        into.push(await call(base, path, { timeoutMs: 10_000 }));
       } catch (error) {
         failures.push(error instanceof Error ? error.message : String(error));
       }
@@ -93,6 +79,29 @@ test('When 20 anonymous clients keep sending searches no index serves, then the 
   await sleep(ATTACK_MS);
   running = false;
   await all;
+  return { searches, feedDuring, readyDuring, failures };
+}
+
+test('When 20 anonymous clients keep sending searches no index serves, then the excess is 503 with Retry-After at once, the feed stays quick and readiness stays 200', async () => {
+  const seeded = await seed(POSTS, false, (line) => process.stdout.write(`${line}\n`));
+  const svc = await startService({
+    DB_NAME: seeded.database,
+    DB_POOL_MAX: String(POOL_MAX),
+    // One at a time leaves the second core of a CI machine to everything else.
+    SEARCH_UNINDEXED_CONCURRENCY: '1',
+  });
+
+  const feed = async (): Promise<Answer> => call(svc.base, '/posts/public?limit=10', { timeoutMs: 10_000 });
+  // Warm the statements and connections (the probe's own too, as a kubelet's probing keeps it),
+  // then the quiet figure.
+  for (let i = 0; i < 5; i += 1) {
+    await feed();
+    await call(svc.base, '/healthz/ready');
+  }
+  const quiet: number[] = [];
+  for (let i = 0; i < 15; i += 1) quiet.push((await feed()).ms);
+
+  const { searches, feedDuring, readyDuring, failures } = await underAttack(svc.base);
 
   const served = searches.filter((a) => a.status === 200);
   const shed = searches.filter((a) => a.status === 503);
