@@ -9,6 +9,7 @@ import { gzipSync } from 'node:zlib';
 import {
   account,
   call,
+  p50,
   report,
   scratchDatabase,
   sleep,
@@ -23,48 +24,38 @@ const ATTACK_MS = 8000;
 /** What a client of a gzip-bodied write may expect while logins are refused around it, with margin. */
 const GZIP_POST_P50_MS = 1000;
 
-const p50 = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-};
-
 const database = scratchDatabase('login_starvation');
+const GZIP_BODY = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
 
-test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /posts/ beside them stays quick and none fails', async () => {
-  const svc = await startService({
-    DB_NAME: database.name,
-    // The production cost (settings' default), not the suites' cheap one: it is the point here.
-    BCRYPT_ROUNDS: '12',
+/** A gzip-bodied POST /posts/ as `token`'s user, timed. */
+async function postGzipped(base: string, token: string): Promise<Answer> {
+  const started = performance.now();
+  const res = await fetch(`${base}/posts/`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      'Content-Encoding': 'gzip',
+    },
+    body: GZIP_BODY,
+    signal: AbortSignal.timeout(20_000),
   });
-  const email = 'login-starvation@example.com';
-  const token = await account(svc.base, email);
-  const body = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
-  const gzipPost = async (): Promise<Answer> => {
-    const started = performance.now();
-    const res = await fetch(`${svc.base}/posts/`, {
-      method: 'POST',
-      headers: {
-        Authorization: `Bearer ${token}`,
-        'Content-Type': 'application/json',
-        'Content-Encoding': 'gzip',
-      },
-      body,
-      signal: AbortSignal.timeout(20_000),
-    });
-    const text = await res.text();
-    return {
-      status: res.status,
-      contentType: res.headers.get('content-type') ?? '',
-      retryAfter: res.headers.get('retry-after'),
-      headers: res.headers,
-      body: text,
-      ms: performance.now() - started,
-    };
+  const text = await res.text();
+  return {
+    status: res.status,
+    contentType: res.headers.get('content-type') ?? '',
+    retryAfter: res.headers.get('retry-after'),
+    headers: res.headers,
+    body: text,
+    ms: performance.now() - started,
   };
-  // Warm the statements and the pool, then the quiet figure.
-  const quiet: number[] = [];
-  for (let i = 0; i < 10; i++) quiet.push((await gzipPost()).ms);
+}
 
+/**
+ * `ATTACKERS` clients sending `email`'s login with a wrong password for `ATTACK_MS`, while one
+ * client sends gzip-bodied posts beside them: every answer of each, and what failed outright.
+ */
+async function wrongPasswords(base: string, email: string, gzipPost: () => Promise<Answer>) {
   let running = true;
   const failedLogins: Answer[] = [];
   const posts: Answer[] = [];
@@ -73,7 +64,7 @@ test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /pos
     while (running) {
       try {
         failedLogins.push(
-          await call(svc.base, '/login', {
+          await call(base, '/login', {
             form: { username: email, password: 'not the password' },
             timeoutMs: 30_000,
           }),
@@ -99,6 +90,23 @@ test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /pos
   await sleep(ATTACK_MS);
   running = false;
   await Promise.all([...attackers, writer]);
+  return { failedLogins, posts, failures };
+}
+
+test('When 16 clients keep sending wrong passwords, then a gzip-bodied POST /posts/ beside them stays quick and none fails', async () => {
+  const svc = await startService({
+    DB_NAME: database.name,
+    // The production cost (settings' default), not the suites' cheap one: it is the point here.
+    BCRYPT_ROUNDS: '12',
+  });
+  const email = 'login-starvation@example.com';
+  const token = await account(svc.base, email);
+  const gzipPost = () => postGzipped(svc.base, token);
+  // Warm the statements and the pool, then the quiet figure.
+  const quiet: number[] = [];
+  for (let i = 0; i < 10; i++) quiet.push((await gzipPost()).ms);
+
+  const { failedLogins, posts, failures } = await wrongPasswords(svc.base, email, gzipPost);
 
   const during = posts.map((a) => a.ms);
   report('failed logins beside gzip-bodied posts', {

@@ -5,7 +5,7 @@
  * time per process, the excess is refused at once, and readiness asks on a connection of its own.
  */
 import { seed } from '../../tools/harness/seed';
-import { call, isProblem, report, sleep, startService, statusCounts, type Answer } from './support';
+import { call, isProblem, p50, report, sleep, startService, statusCounts, type Answer } from './support';
 import { stopAll } from '../../tools/harness/service';
 
 /** Enough posts that a search without a match costs a walk of real length; seeded once, then reused. */
@@ -17,11 +17,6 @@ const POOL_MAX = 4;
 /** Each client's pause between its searches: ~40 requests a second in all, a trickle. */
 const CLIENT_PAUSE_MS = 500;
 const UNINDEXED = ['%25%25%25%25', 'zz', 'q', '_', 'xq', '%25'];
-
-const p50 = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-};
 
 afterAll(async () => {
   await stopAll();

@@ -21,6 +21,7 @@ export {
   account,
   author,
   call,
+  p50,
   sleep,
   statusCounts,
   waitForStatus,

@@ -14,6 +14,7 @@ import os from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { loginSection, type LoginResult, type LoginRound } from './login-report';
 import { startServer } from './measure';
+import { p50 } from '../harness/client';
 import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 
 const args = process.argv.slice(2);
@@ -26,10 +27,7 @@ const SECONDS = Number(option('seconds', '15'));
 const VARIANTS = option('concurrency', '64,2').split(',').map(Number);
 const ATTACKERS = 8;
 
-const p50 = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return Math.round(sorted[Math.floor(sorted.length / 2)] ?? Number.NaN);
-};
+const roundedP50 = (values: number[]): number => Math.round(p50(values));
 
 async function timed(url: string, init: RequestInit): Promise<{ status: number; ms: number }> {
   const started = performance.now();
@@ -86,9 +84,9 @@ async function round(base: string, token: string, attack: boolean): Promise<Logi
   ]);
   if (unexpected.length > 0) throw new Error(`unexpected answers: ${unexpected.slice(0, 5).join(', ')}`);
   return {
-    gzipPostP50: p50(figures.gzip),
-    validLoginP50: p50(figures.valid),
-    ...(attack ? { failedLoginP50: p50(figures.failed) } : {}),
+    gzipPostP50: roundedP50(figures.gzip),
+    validLoginP50: roundedP50(figures.valid),
+    ...(attack ? { failedLoginP50: roundedP50(figures.failed) } : {}),
     requests: {
       gzipPosts: figures.gzip.length,
       validLogins: figures.valid.length,

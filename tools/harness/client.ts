@@ -57,6 +57,12 @@ export async function call(
   };
 }
 
+/** The middle of some timings (the upper one of an even count); NaN for none. */
+export const p50 = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+};
+
 /** "201x40,503x12": how many answers had each status. */
 export const statusCounts = (answers: { status: number }[]): string =>
   Object.entries(
