@@ -25,6 +25,29 @@ afterAll(async () => {
   own.destroy();
 });
 
+/** One call of each kind the API serves (reads, writes, a login), each named, as `token`'s user. */
+function everyKindOfCall(
+  base: string,
+  token: string,
+  postId: number | undefined,
+): [string, () => Promise<Answer>][] {
+  return [
+    ['public list', () => call(base, '/posts/public', { timeoutMs: 20_000 })],
+    ['list', () => call(base, '/posts/', { token, timeoutMs: 20_000 })],
+    ['get', () => call(base, `/posts/${String(postId)}`, { token, timeoutMs: 20_000 })],
+    ['vote', () => call(base, '/votes/', { token, json: { post_id: postId, dir: 1 }, timeoutMs: 20_000 })],
+    ['create', () => call(base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs: 20_000 })],
+    [
+      'login',
+      () =>
+        call(base, '/login', {
+          form: { username: 'loss@example.com', password: 'correct horse battery' },
+          timeoutMs: 20_000,
+        }),
+    ],
+  ];
+}
+
 test('When the database goes away and comes back, then ready is 503 within 2 s while live stays 200 and the API answers 503 problem+json, and ready is 200 again within 5 s in the same process', async () => {
   const svc = await startService({
     DB_HOSTNAME: '127.0.0.1',
@@ -35,27 +58,7 @@ test('When the database goes away and comes back, then ready is 503 within 2 s w
     token,
     posts: [postId],
   } = await author(svc.base, 'loss@example.com', 3);
-  const calls: [string, () => Promise<Answer>][] = [
-    ['public list', () => call(svc.base, '/posts/public', { timeoutMs: 20_000 })],
-    ['list', () => call(svc.base, '/posts/', { token, timeoutMs: 20_000 })],
-    ['get', () => call(svc.base, `/posts/${String(postId)}`, { token, timeoutMs: 20_000 })],
-    [
-      'vote',
-      () => call(svc.base, '/votes/', { token, json: { post_id: postId, dir: 1 }, timeoutMs: 20_000 }),
-    ],
-    [
-      'create',
-      () => call(svc.base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs: 20_000 }),
-    ],
-    [
-      'login',
-      () =>
-        call(svc.base, '/login', {
-          form: { username: 'loss@example.com', password: 'correct horse battery' },
-          timeoutMs: 20_000,
-        }),
-    ],
-  ];
+  const calls = everyKindOfCall(svc.base, token, postId);
   // Every pooled connection is in use once, so the loss hits live connections too.
   await Promise.all(Array.from({ length: 12 }, () => call(svc.base, '/posts/public')));
 
