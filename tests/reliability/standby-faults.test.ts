@@ -111,18 +111,8 @@ function traffic(apis: ServiceProcess[], tokens: string[]) {
   };
 }
 
-test('When a standby is lost, replay paused on the other and the primary fails over to it under mixed traffic through two processes, then anonymous reads answer (a 503 within budget only while nothing can), every acknowledged write is on the new primary, and no writer reads a state without their own write', async () => {
-  const moved = relay();
-  const [synchronous, asynchronous] = cluster.standbyPorts as [number, number];
-  const env = {
-    DB_HOSTNAME: '127.0.0.1',
-    DB_PORT: String(moved.port),
-    DB_NAME: 'postgres',
-    DB_READ_HOSTNAME: [synchronous, asynchronous].map((port) => `127.0.0.1:${String(port)}`).join(','),
-    DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
-    DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
-    BCRYPT_ROUNDS: '4',
-  };
+/** Two API processes on `env`, the writers' accounts, and a page of posts to read from the start. */
+async function apisWithWriters(env: Record<string, string>) {
   const first = await startService(env);
   const apis = [first, await startService(env)];
   const tokens: string[] = [];
@@ -133,8 +123,16 @@ test('When a standby is lost, replay paused on the other and the primary fails o
       token: tokens[0],
       json: { title: `seed ${String(i)}`, content: 'c' },
     });
+  return { apis, tokens };
+}
 
-  const load = traffic(apis, tokens);
+/**
+ * The faults in turn under the traffic, each after a phase of it: a standby lost, replay paused on
+ * the other, the primary lost and that standby promoted, the relay moved to it; then until the
+ * writes are back. Returns when each began.
+ */
+async function theFaults(load: { answers: Answered[] }, moved: ReturnType<typeof relay>) {
+  const [synchronous, asynchronous] = cluster.standbyPorts as [number, number];
   await sleep(PHASE_MS);
   const standbyLostAt = Date.now();
   cluster.killStandby(asynchronous);
@@ -156,6 +154,24 @@ test('When a standby is lost, replay paused on the other and the primary fails o
     Date.now() < deadline
   )
     await sleep(200);
+  return { standbyLostAt, pausedAt, primaryLostAt, movedAt };
+}
+
+test('When a standby is lost, replay paused on the other and the primary fails over to it under mixed traffic through two processes, then anonymous reads answer (a 503 within budget only while nothing can), every acknowledged write is on the new primary, and no writer reads a state without their own write', async () => {
+  const moved = relay();
+  const [synchronous, asynchronous] = cluster.standbyPorts as [number, number];
+  const env = {
+    DB_HOSTNAME: '127.0.0.1',
+    DB_PORT: String(moved.port),
+    DB_NAME: 'postgres',
+    DB_READ_HOSTNAME: [synchronous, asynchronous].map((port) => `127.0.0.1:${String(port)}`).join(','),
+    DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
+    DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
+    BCRYPT_ROUNDS: '4',
+  };
+  const { apis, tokens } = await apisWithWriters(env);
+  const load = traffic(apis, tokens);
+  const { standbyLostAt, pausedAt, primaryLostAt, movedAt } = await theFaults(load, moved);
   await sleep(PHASE_MS);
   await load.stop();
 
