@@ -33,32 +33,66 @@ async function shownOperations(page: Page): Promise<string[]> {
   return shown.sort();
 }
 
+type Credentials = { email: string; password: string };
+
+/** Someone has posted already, so the list has something to show: two posts; the poster's token. */
+async function postedBefore(credentials: Credentials): Promise<string> {
+  expect(
+    (
+      await fetch(`${service.url}/users/`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(credentials),
+      })
+    ).status,
+  ).toBe(201);
+  const login = await fetch(`${service.url}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ username: credentials.email, password: credentials.password }),
+  });
+  const { access_token: token } = (await login.json()) as { access_token: string };
+  for (const title of ['First post seen in the docs', 'Second post seen in the docs']) {
+    const created = await fetch(`${service.url}/posts/`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
+      body: JSON.stringify({ title, content: 'Written before the browser came' }),
+    });
+    expect(created.status).toBe(201);
+  }
+  return token;
+}
+
+/** Authorize: the OAuth2 password flow posts the e-mail and password as a form to /login. */
+async function authorize(page: Page, credentials: Credentials): Promise<void> {
+  await page.locator('.auth-wrapper button.authorize').click();
+  const modal = page.locator('.modal-ux');
+  await modal.waitFor();
+  // The login the README describes is the first thing the dialog shows.
+  await expect(modal.locator('.auth-container').first().innerText()).resolves.toContain('oauth2Password');
+  const oauth = modal.locator('.auth-container', { hasText: 'oauth2Password' });
+  await oauth.locator('#oauth_username').fill(credentials.email);
+  await oauth.locator('#oauth_password').fill(credentials.password);
+  const loginRequest = page.waitForRequest((req) => req.url() === `${service.url}/login`);
+  const loginResponse = page.waitForResponse((res) => res.url() === `${service.url}/login`);
+  await oauth.locator('button.authorize').click();
+  const sent = await loginRequest;
+  expect(sent.method()).toBe('POST');
+  expect(await sent.headerValue('content-type')).toMatch(/^application\/x-www-form-urlencoded/);
+  const form = new URLSearchParams(sent.postData() ?? '');
+  expect(form.get('grant_type')).toBe('password');
+  expect(form.get('username')).toBe(credentials.email);
+  expect((await loginResponse).status()).toBe(200);
+  // Once authorized, Swagger UI shows "Authorized" and a Logout button in that section.
+  await oauth.locator('h6', { hasText: 'Authorized' }).waitFor();
+  await oauth.getByRole('button', { name: 'Remove authorization' }).waitFor();
+  await modal.locator('button.btn-done, button.close-modal').first().click();
+  await modal.waitFor({ state: 'detached' });
+}
+
 describe('The /docs page in Chromium', () => {
   test('When a person opens /docs, authorizes with e-mail and password and tries GET /posts/, then Swagger UI shows 200 with the posts', async () => {
-    // Someone has posted already, so the list has something to show.
     const credentials = { email: 'reader@example.com', password: 'correct horse battery' };
-    expect(
-      (
-        await fetch(`${service.url}/users/`, {
-          method: 'POST',
-          headers: { 'Content-Type': 'application/json' },
-          body: JSON.stringify(credentials),
-        })
-      ).status,
-    ).toBe(201);
-    const login = await fetch(`${service.url}/login`, {
-      method: 'POST',
-      body: new URLSearchParams({ username: credentials.email, password: credentials.password }),
-    });
-    const { access_token: token } = (await login.json()) as { access_token: string };
-    for (const title of ['First post seen in the docs', 'Second post seen in the docs']) {
-      const created = await fetch(`${service.url}/posts/`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
-        body: JSON.stringify({ title, content: 'Written before the browser came' }),
-      });
-      expect(created.status).toBe(201);
-    }
+    const token = await postedBefore(credentials);
 
     const page = await browser.context.newPage();
     const pageErrors: string[] = [];
@@ -73,30 +107,7 @@ describe('The /docs page in Chromium', () => {
     expect(expected).toEqual(expect.arrayContaining([...CONTRACT_OPERATIONS]));
     expect(await shownOperations(page)).toEqual(expected);
 
-    // Authorize: the OAuth2 password flow posts the e-mail and password as a form to /login.
-    await page.locator('.auth-wrapper button.authorize').click();
-    const modal = page.locator('.modal-ux');
-    await modal.waitFor();
-    // The login the README describes is the first thing the dialog shows.
-    await expect(modal.locator('.auth-container').first().innerText()).resolves.toContain('oauth2Password');
-    const oauth = modal.locator('.auth-container', { hasText: 'oauth2Password' });
-    await oauth.locator('#oauth_username').fill(credentials.email);
-    await oauth.locator('#oauth_password').fill(credentials.password);
-    const loginRequest = page.waitForRequest((req) => req.url() === `${service.url}/login`);
-    const loginResponse = page.waitForResponse((res) => res.url() === `${service.url}/login`);
-    await oauth.locator('button.authorize').click();
-    const sent = await loginRequest;
-    expect(sent.method()).toBe('POST');
-    expect(await sent.headerValue('content-type')).toMatch(/^application\/x-www-form-urlencoded/);
-    const form = new URLSearchParams(sent.postData() ?? '');
-    expect(form.get('grant_type')).toBe('password');
-    expect(form.get('username')).toBe(credentials.email);
-    expect((await loginResponse).status()).toBe(200);
-    // Once authorized, Swagger UI shows "Authorized" and a Logout button in that section.
-    await oauth.locator('h6', { hasText: 'Authorized' }).waitFor();
-    await oauth.getByRole('button', { name: 'Remove authorization' }).waitFor();
-    await modal.locator('button.btn-done, button.close-modal').first().click();
-    await modal.waitFor({ state: 'detached' });
+    await authorize(page, credentials);
 
     // Try it out on GET /posts/.
     const operation = page.locator('.opblock.opblock-get', {
