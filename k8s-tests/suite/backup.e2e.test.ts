@@ -74,6 +74,49 @@ async function write(users: [string, string], label: string, count: number): Pro
 
 const read = (post: Written) => send('GET', `/posts/${String(post.id)}`, options(post.author));
 
+/**
+ * The recovery as an operator renders it: this run's values (files, comma-separated), the recovery
+ * file, the time; its Cluster recovers from the running one's backups and archives under a name of
+ * its own.
+ */
+function renderedRecovery(values: string, running: BackedUpCluster | undefined, targetTime: string) {
+  const rendered = renderChart(
+    ensureTools().helm,
+    [...values.split(',').filter(Boolean), 'chart/values-recovery.yaml'],
+    {
+      'backup.recovery.targetTime': targetTime,
+    },
+    // The chart the run installed: the one pulled from the registry, when it was.
+    process.env.K8S_CHART,
+  );
+  const cluster = rendered.find(
+    (o) => o.kind === 'Cluster' && (o as BackedUpCluster).spec.bootstrap?.recovery,
+  ) as BackedUpCluster | undefined;
+  const recovery = cluster?.spec.bootstrap?.recovery;
+  const source = cluster?.spec.externalClusters?.find((e) => e.name === recovery?.source);
+  const ownServerName = cluster?.spec.plugins?.find((p) => p.isWALArchiver)?.parameters?.serverName;
+  expect(cluster?.metadata.name).not.toBe(running?.metadata.name);
+  expect(recovery?.recoveryTarget?.targetTime).toBe(targetTime);
+  expect(source?.plugin?.parameters?.serverName).toBe(running?.metadata.name);
+  expect(ownServerName).toBeDefined();
+  expect(ownServerName).not.toBe(source?.plugin?.parameters?.serverName);
+  return { rendered, cluster, ownServerName };
+}
+
+/** Each post as read back: its status and, when it is there, its votes. */
+async function readBack(posts: Written[]) {
+  const back: { id: number; status: number; votes: number | undefined }[] = [];
+  for (const post of posts) {
+    const answer = await read(post);
+    back.push({
+      id: post.id,
+      status: answer.status,
+      votes: answer.status === 200 ? (JSON.parse(answer.body) as { votes: number }).votes : undefined,
+    });
+  }
+  return back;
+}
+
 backupCase(
   'When every post is deleted by mistake in psql, then the Cluster that chart/values-recovery.yaml renders for just before it, recovered from the object store, serves every write acknowledged before the mistake through the proxy and none after it, and archives to a folder of its own (case 12)',
   async () => {
@@ -94,27 +137,7 @@ backupCase(
     expect({ afterMistake: gone.status }).toEqual({ afterMistake: 404 });
     const afterMistake = await write(users, 'after the mistake', 2);
 
-    // The recovery as an operator renders it: this run's values, the recovery file, the time.
-    const rendered = renderChart(
-      ensureTools().helm,
-      [...valuesFiles.split(',').filter(Boolean), 'chart/values-recovery.yaml'],
-      {
-        'backup.recovery.targetTime': mistake.before,
-      },
-      // The chart the run installed: the one pulled from the registry, when it was.
-      process.env.K8S_CHART,
-    );
-    const cluster = rendered.find(
-      (o) => o.kind === 'Cluster' && (o as BackedUpCluster).spec.bootstrap?.recovery,
-    ) as BackedUpCluster | undefined;
-    const recovery = cluster?.spec.bootstrap?.recovery;
-    const source = cluster?.spec.externalClusters?.find((e) => e.name === recovery?.source);
-    const ownServerName = cluster?.spec.plugins?.find((p) => p.isWALArchiver)?.parameters?.serverName;
-    expect(cluster?.metadata.name).not.toBe(running?.metadata.name);
-    expect(recovery?.recoveryTarget?.targetTime).toBe(mistake.before);
-    expect(source?.plugin?.parameters?.serverName).toBe(running?.metadata.name);
-    expect(ownServerName).toBeDefined();
-    expect(ownServerName).not.toBe(source?.plugin?.parameters?.serverName);
+    const { rendered, cluster, ownServerName } = renderedRecovery(valuesFiles, running, mistake.before);
 
     const recovered = await backups.recover(rendered);
     const moved = Date.now();
@@ -128,15 +151,7 @@ backupCase(
     });
     const servingMs = Date.now() - moved;
 
-    const back: { id: number; status: number; votes: number | undefined }[] = [];
-    for (const post of acknowledged) {
-      const answer = await read(post);
-      back.push({
-        id: post.id,
-        status: answer.status,
-        votes: answer.status === 200 ? (JSON.parse(answer.body) as { votes: number }).votes : undefined,
-      });
-    }
+    const back = await readBack(acknowledged);
     const absent: number[] = [];
     for (const post of afterMistake) if ((await read(post)).status === 404) absent.push(post.id);
 

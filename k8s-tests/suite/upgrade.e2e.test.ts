@@ -139,6 +139,66 @@ async function streamDuring(
   return stream;
 }
 
+/** Each post's votes, read on its own as `token`'s user. */
+async function votesOf(token: string, ids: number[]): Promise<Record<number, number>> {
+  const read: Record<number, number> = {};
+  for (const id of ids) {
+    const answer = await send('GET', `/posts/${id}`, options(token));
+    expect({ id, status: answer.status }).toEqual({ id, status: 200 });
+    read[id] = (body(answer) as { votes: number }).votes;
+  }
+  return read;
+}
+
+/**
+ * Data written on the previous release: two users, five posts, votes from both, and a post for
+ * each client of the stream to vote on. Returns the users' tokens, each post's expected votes and
+ * the stream's posts.
+ */
+async function writtenOnThePrevious() {
+  const a = await signedIn('a');
+  const b = await signedIn('b');
+  const posts = [
+    await newPost(a, 'upgrade a1'),
+    await newPost(a, 'upgrade a2'),
+    await newPost(a, 'upgrade a3'),
+    await newPost(b, 'upgrade b1'),
+    await newPost(b, 'upgrade b2'),
+  ];
+  const voters: Record<number, string[]> = {};
+  const cast = async (who: 'a' | 'b', postId: number) => {
+    const answer = await vote(who === 'a' ? a : b, postId, 1);
+    expect({ who, postId, status: answer.status }).toEqual({ who, postId, status: 201 });
+    (voters[postId] ??= []).push(who);
+  };
+  for (const postId of [posts[0], posts[1], posts[3]]) await cast('a', postId ?? 0);
+  for (const postId of [posts[0], posts[2], posts[3], posts[4]]) await cast('b', postId ?? 0);
+  const expectedVotes = new Map(posts.map((id) => [id, voters[id]?.length ?? 0]));
+  // Each client of the stream votes on a post of its own: its votes alternate add and withdraw.
+  const streamPosts = { a: await newPost(a, 'upgrade stream a'), b: await newPost(b, 'upgrade stream b') };
+  return { a, b, expectedVotes, streamPosts };
+}
+
+/** Every replica on this release, its migrations applied and the backfill done (it runs in the background). */
+async function upgradedReplicas(migrationsBefore: number[]) {
+  const after = await pollUntil(
+    replicaPages,
+    (pages) => pages.length > 0 && pages.every((page) => page.image === to && backfillPending(page) === 0),
+    { withinMs: BACKFILL_MS, everyMs: 500 },
+  );
+  const pages = after.value;
+  expect(pages.map((p) => ({ image: p.image, backfillPending: backfillPending(p) }))).toEqual(
+    pages.map(() => ({ image: to, backfillPending: 0 })),
+  );
+  for (const page of pages) {
+    expect(sample(page.metrics, 'db_schema_up_to_date')).toBe(1);
+    expect(applied(page)).toBe(sample(page.metrics, 'db_migrations_known'));
+    // Every migration the previous release had stays applied (a release may add none).
+    expect(applied(page)).toBeGreaterThanOrEqual(Math.max(...migrationsBefore));
+  }
+  return { after, pages };
+}
+
 upgradeCase(
   'When the previous release is replaced by this one replica by replica under a steady stream of reads, lists and votes, then none fails and the data, its votes and the schema are upgraded (case U)',
   async () => {
@@ -151,27 +211,7 @@ upgradeCase(
     for (const page of before) expect(sample(page.metrics, 'db_schema_up_to_date')).toBe(1);
     const migrationsBefore = before.map((page) => applied(page) ?? -1);
 
-    // Data written on the previous release: two users, five posts, votes from both.
-    const a = await signedIn('a');
-    const b = await signedIn('b');
-    const posts = [
-      await newPost(a, 'upgrade a1'),
-      await newPost(a, 'upgrade a2'),
-      await newPost(a, 'upgrade a3'),
-      await newPost(b, 'upgrade b1'),
-      await newPost(b, 'upgrade b2'),
-    ];
-    const voters: Record<number, string[]> = {};
-    const cast = async (who: 'a' | 'b', postId: number) => {
-      const answer = await vote(who === 'a' ? a : b, postId, 1);
-      expect({ who, postId, status: answer.status }).toEqual({ who, postId, status: 201 });
-      (voters[postId] ??= []).push(who);
-    };
-    for (const postId of [posts[0], posts[1], posts[3]]) await cast('a', postId ?? 0);
-    for (const postId of [posts[0], posts[2], posts[3], posts[4]]) await cast('b', postId ?? 0);
-    const expectedVotes = new Map(posts.map((id) => [id, voters[id]?.length ?? 0]));
-    // Each client of the stream votes on a post of its own: its votes alternate add and withdraw.
-    const streamPosts = { a: await newPost(a, 'upgrade stream a'), b: await newPost(b, 'upgrade stream b') };
+    const { a, b, expectedVotes, streamPosts } = await writtenOnThePrevious();
 
     const startedAt = Date.now();
     let detail = '';
@@ -190,31 +230,11 @@ upgradeCase(
     expectedVotes.set(streamPosts.a, votedA ? 1 : 0);
     expectedVotes.set(streamPosts.b, votedB ? 1 : 0);
 
-    // Every replica runs this release now, its migrations applied; the backfill finishes in the background.
-    const after = await pollUntil(
-      replicaPages,
-      (pages) => pages.length > 0 && pages.every((page) => page.image === to && backfillPending(page) === 0),
-      { withinMs: BACKFILL_MS, everyMs: 500 },
-    );
-    const pages = after.value;
-    expect(pages.map((p) => ({ image: p.image, backfillPending: backfillPending(p) }))).toEqual(
-      pages.map(() => ({ image: to, backfillPending: 0 })),
-    );
-    for (const page of pages) {
-      expect(sample(page.metrics, 'db_schema_up_to_date')).toBe(1);
-      expect(applied(page)).toBe(sample(page.metrics, 'db_migrations_known'));
-      // Every migration the previous release had stays applied (a release may add none).
-      expect(applied(page)).toBeGreaterThanOrEqual(Math.max(...migrationsBefore));
-    }
+    const { after, pages } = await upgradedReplicas(migrationsBefore);
 
     // What was written before the upgrade, and the stream's votes, read back as written: each post
     // on its own and in the signed-in list (the vote counts come from the backfilled column now).
-    const read: Record<number, number> = {};
-    for (const id of expectedVotes.keys()) {
-      const answer = await send('GET', `/posts/${id}`, options(a));
-      expect({ id, status: answer.status }).toEqual({ id, status: 200 });
-      read[id] = (body(answer) as { votes: number }).votes;
-    }
+    const read = await votesOf(a, [...expectedVotes.keys()]);
     const list = await send('GET', '/posts/?limit=100', options(a));
     expect(list.status).toBe(200);
     const listed = Object.fromEntries(
@@ -288,12 +308,7 @@ rollbackCase(
       [streamPosts.a]: stream.voted[0] ? 1 : 0,
       [streamPosts.b]: stream.voted[1] ? 1 : 0,
     };
-    const read: Record<number, number> = {};
-    for (const id of [written, streamPosts.a, streamPosts.b]) {
-      const answer = await send('GET', `/posts/${id}`, options(a));
-      expect({ id, status: answer.status }).toEqual({ id, status: 200 });
-      read[id] = (body(answer) as { votes: number }).votes;
-    }
+    const read = await votesOf(a, [written, streamPosts.a, streamPosts.b]);
     expect(read).toEqual(expected);
     expect(stream.failures.slice(0, 10)).toEqual([]);
     expect(stream.sent).toBeGreaterThan(10);
