@@ -99,7 +99,7 @@ export function operationsOf(doc: {
 }
 
 /** Percent-encodes every byte outside the unreserved set; lone surrogates go as U+FFFD, as a client would send them. */
-export const pct = (s: string): string =>
+const pct = (s: string): string =>
   [...Buffer.from(s, 'utf8')]
     .map((b) =>
       /[A-Za-z0-9\-._~]/.test(String.fromCharCode(b))
@@ -113,7 +113,7 @@ const CONTROL = fc
   .map((codes) => String.fromCharCode(...codes, 0x7f));
 
 /** Strings a client should never send, and some it rightly may. */
-export const hostileString: fc.Arbitrary<string> = fc.oneof(
+const hostileString: fc.Arbitrary<string> = fc.oneof(
   fc.string({ maxLength: 40 }),
   fc.string({ unit: 'binary', maxLength: 40 }),
   CONTROL,
@@ -124,7 +124,7 @@ export const hostileString: fc.Arbitrary<string> = fc.oneof(
   fc.constantFrom('1', '-1', '0', '1.5', '1e3', '0x10', 'NaN', 'Infinity', '2147483648', '9'.repeat(40)),
 );
 
-export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
+const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   hostileString,
   fc.integer(),
   fc.double(),
@@ -133,7 +133,7 @@ export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   fc.array(fc.integer(), { maxLength: 5 }),
 );
 
-export function validValue(name: string, schema: Schema, postIds: number[]): fc.Arbitrary<unknown> {
+function validValue(name: string, schema: Schema, postIds: number[]): fc.Arbitrary<unknown> {
   if (schema.enum) return fc.constantFrom(...schema.enum);
   if (name === 'post_id' || name === 'id') return fc.constantFrom(...postIds, 1, 2147483647);
   switch (schema.type) {
@@ -156,7 +156,7 @@ export function validValue(name: string, schema: Schema, postIds: number[]): fc.
 }
 
 /** Each field valid, hostile or missing, plus fields nobody asked for. */
-export function objectValue(schema: Schema, postIds: number[]): fc.Arbitrary<Record<string, unknown>> {
+function objectValue(schema: Schema, postIds: number[]): fc.Arbitrary<Record<string, unknown>> {
   const fields = Object.entries(schema.properties ?? {}).map(([name, s]) =>
     fc
       .oneof(
@@ -176,7 +176,7 @@ export function objectValue(schema: Schema, postIds: number[]): fc.Arbitrary<Rec
 }
 
 /** Bodies that are not what JSON parsers expect: deep, huge, broken, mis-encoded. */
-export const rawJsonBody: fc.Arbitrary<{ body: Buffer; label: string }> = fc.oneof(
+const rawJsonBody: fc.Arbitrary<{ body: Buffer; label: string }> = fc.oneof(
   fc
     .integer({ min: 100, max: 45_000 })
     .map((d) => ({ body: Buffer.from('['.repeat(d) + ']'.repeat(d)), label: 'deep-array' })),
@@ -222,7 +222,7 @@ export const rawJsonBody: fc.Arbitrary<{ body: Buffer; label: string }> = fc.one
   }),
 );
 
-export const CONTENT_TYPES = [
+const CONTENT_TYPES = [
   'text/plain',
   'application/x-www-form-urlencoded',
   'multipart/form-data; boundary=x',
@@ -237,7 +237,7 @@ export const CONTENT_TYPES = [
 ];
 
 /** Path segments for {id}: fine, out of range, or not numbers at all. */
-export const idSegment = (postIds: number[]): fc.Arbitrary<string> =>
+const idSegment = (postIds: number[]): fc.Arbitrary<string> =>
   fc.oneof(
     fc.constantFrom(...postIds.map(String)),
     fc.integer().map(String),
@@ -261,7 +261,7 @@ export const idSegment = (postIds: number[]): fc.Arbitrary<string> =>
   );
 
 /** Query strings with wrong types, repeats, bracket syntax, broken escapes and unknown names. */
-export function queryString(params: Parameter[]): fc.Arbitrary<string> {
+function queryString(params: Parameter[]): fc.Arbitrary<string> {
   const parts = params
     .filter((p) => p.in === 'query')
     .map((p) =>
@@ -297,7 +297,7 @@ export function queryString(params: Parameter[]): fc.Arbitrary<string> {
 }
 
 /** Variations on the path itself, which routing must refuse cleanly. */
-export const pathOddity: fc.Arbitrary<(p: string) => string> = fc.constantFrom(
+const pathOddity: fc.Arbitrary<(p: string) => string> = fc.constantFrom(
   (p: string) => p,
   (p: string) => p,
   (p: string) => p,
@@ -312,7 +312,7 @@ export const pathOddity: fc.Arbitrary<(p: string) => string> = fc.constantFrom(
 );
 
 /** Paths nobody documented: unknown, docs assets, broken escapes. */
-export const wildPath: fc.Arbitrary<string> = fc.oneof(
+const wildPath: fc.Arbitrary<string> = fc.oneof(
   fc
     .array(
       hostileString.map((s) => pct(s.slice(0, 200))),
@@ -339,7 +339,7 @@ export const wildPath: fc.Arbitrary<string> = fc.oneof(
 
 /** Look-alikes of the seeded addresses: invisible characters, full-width, other scripts, case. */
 const INVISIBLES = ['\u200B', '\u00A0', '\uFEFF', '\u00AD', '\u200D', '\u202E', '\u2060', '\u180E', '\u3000'];
-export const CONFUSABLES: Record<string, string> = {
+const CONFUSABLES: Record<string, string> = {
   a: '\u0430',
   e: '\u0435',
   o: '\u043E',
@@ -348,7 +348,7 @@ export const CONFUSABLES: Record<string, string> = {
   x: '\u0445',
   i: '\u0456',
 };
-export const lookalikeEmail: fc.Arbitrary<string> = fc
+const lookalikeEmail: fc.Arbitrary<string> = fc
   .tuple(
     fc.constantFrom('author@example.com', 'other@example.com'),
     fc.nat(),
@@ -396,7 +396,7 @@ export interface Coding {
   label: string;
   refused: boolean;
 }
-export const codings: Coding[] = [
+const codings: Coding[] = [
   { header: 'gzip', encode: (b) => zlib.gzipSync(b), label: 'gzip', refused: false },
   { header: 'deflate', encode: (b) => zlib.deflateSync(b), label: 'deflate', refused: false },
   { header: 'br', encode: (b) => zlib.brotliCompressSync(b), label: 'br', refused: false },
@@ -425,7 +425,7 @@ export const codings: Coding[] = [
 ];
 
 /** Parameters on the content type a body endpoint reads: only UTF-8 (or none) is read. */
-export const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> = fc.oneof(
+const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> = fc.oneof(
   { weight: 3, arbitrary: fc.constant({ params: '', refused: false }) },
   {
     weight: 2,
@@ -460,8 +460,8 @@ export const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> 
 );
 
 /** Declared lengths over every body limit (100 kB), the body never sent; and Expect values. */
-export const declaredLength = fc.constantFrom(102_401, 1_048_576, 209_715_200, 1_000_000_000_000_000);
-export const expectation = fc.constantFrom(
+const declaredLength = fc.constantFrom(102_401, 1_048_576, 209_715_200, 1_000_000_000_000_000);
+const expectation = fc.constantFrom(
   '100-continue',
   '100-Continue',
   '200-ok',
@@ -477,7 +477,7 @@ export const expectation = fc.constantFrom(
  * A token for `userId` signed by hand with the service's secret: jsonwebtoken's sign adds, drops or
  * refuses claims, and these tokens must carry exactly the header and claims written here.
  */
-export function signToken(
+function signToken(
   userId: number,
   payload: Record<string, unknown>,
   header: Record<string, unknown> = {},
@@ -491,7 +491,7 @@ export function signToken(
  * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
  * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
  */
-export function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
+function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
   const now = Math.floor(Date.now() / 1000);
   // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
   const sign = (header: Record<string, unknown>) =>
@@ -508,7 +508,7 @@ export function joseHeaderTokens(userId: number): { token: string; family: 'crit
 }
 
 /** If-Match values that name no current post: each PUT or DELETE carrying one changes nothing. */
-export const staleIfMatch = fc.constantFrom(
+const staleIfMatch = fc.constantFrom(
   'W/"10-stale"',
   '"10-stale"',
   'W/"a", "b"',
@@ -521,7 +521,7 @@ export const staleIfMatch = fc.constantFrom(
 
 /** Requests Node's HTTP layer turns away (or would, left alone): each answered problem+json. */
 const registration = '{"email":"raw@example.com","password":"password123"}';
-export const protocolRequests: string[] = [
+const protocolRequests: string[] = [
   'GET /posts/public HTTP/1.1\r\nConnection: close\r\n\r\n',
   'GET /healthz/ready HTTP/1.1\r\nConnection: close\r\n\r\n',
   'GET /posts/public HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n',
@@ -546,7 +546,7 @@ export const protocolRequests: string[] = [
 ];
 
 /** The probes: every method, with and without the query strings probes and balancers add. */
-export const healthRequest: fc.Arbitrary<HostileRequest> = fc
+const healthRequest: fc.Arbitrary<HostileRequest> = fc
   .record({
     path: fc.constantFrom('/healthz/live', '/healthz/ready'),
     query: fc.constantFrom('', '?', '?x=1', '?probe=kubelet&t=1', '?%ZZ', '?a=%00', '?a=1&a=2'),
@@ -562,7 +562,7 @@ export const healthRequest: fc.Arbitrary<HostileRequest> = fc
   }));
 
 /** Tokens signed with the right secret whose registered claims are absent, mistyped or out of range. */
-export function claimTokens(userId: number): string[] {
+function claimTokens(userId: number): string[] {
   const now = Math.floor(Date.now() / 1000);
   const sign = (payload: Record<string, unknown>) => signToken(userId, payload);
   // The run lasts minutes: every time here is far enough from now to stay wrong throughout.
@@ -588,7 +588,7 @@ export function claimTokens(userId: number): string[] {
   ];
 }
 
-export function tokensFor(userId: number, valid: string): string[] {
+function tokensFor(userId: number, valid: string): string[] {
   const now = Math.floor(Date.now() / 1000);
   const sign = (payload: object, secret = SECRET, algorithm: jwt.Algorithm = 'HS256') =>
     jwt.sign(payload, secret, { algorithm });
