@@ -14,14 +14,11 @@ import os from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { loginSection, type LoginResult, type LoginRound } from './login-report';
 import { startServer } from './measure';
+import knex from 'knex';
+import { option } from './rounds';
 import { p50 } from '../harness/client';
-import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
+import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from '../harness/seed';
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: string): string => {
-  const at = args.indexOf(`--${name}`);
-  return at >= 0 ? (args[at + 1] ?? fallback) : fallback;
-};
 const POSTS = Number(option('posts', '10000'));
 const SECONDS = Number(option('seconds', '15'));
 const VARIANTS = option('concurrency', '64,2').split(',').map(Number);
@@ -29,11 +26,17 @@ const ATTACKERS = 8;
 
 const roundedP50 = (values: number[]): number => Math.round(p50(values));
 
-async function timed(url: string, init: RequestInit): Promise<{ status: number; ms: number }> {
+/** One request, timed; a new post's id when it made one. */
+async function timed(
+  url: string,
+  init: RequestInit,
+): Promise<{ status: number; ms: number; created?: number }> {
   const started = performance.now();
   const res = await fetch(url, { ...init, signal: AbortSignal.timeout(30_000) });
-  await res.arrayBuffer();
-  return { status: res.status, ms: performance.now() - started };
+  const text = await res.text();
+  const ms = performance.now() - started;
+  const created = res.status === 201 ? (JSON.parse(text) as { id?: number }).id : undefined;
+  return { status: res.status, ms, ...(created === undefined ? {} : { created }) };
 }
 
 const loginInit = (username: string, password: string): RequestInit => ({
@@ -46,8 +49,8 @@ const log = (line: string): void => {
   process.stdout.write(`${line}\n`);
 };
 
-/** Runs the probes (and the failed-login clients, when `attack`) for SECONDS; their figures. */
-async function round(base: string, token: string, attack: boolean): Promise<LoginRound> {
+/** Runs the probes (and the failed-login clients, when `attack`) for SECONDS; their figures. The posts made go into `written`. */
+async function round(base: string, token: string, attack: boolean, written: number[]): Promise<LoginRound> {
   const gzipped = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
   const gzipPost: RequestInit = {
     method: 'POST',
@@ -63,8 +66,9 @@ async function round(base: string, token: string, attack: boolean): Promise<Logi
   const until = Date.now() + SECONDS * 1000;
   const loop = async (into: number[], url: string, init: () => RequestInit, expected: number) => {
     while (Date.now() < until) {
-      const { status, ms } = await timed(url, init());
+      const { status, ms, created } = await timed(url, init());
       if (status !== expected) unexpected.push(`${url} ${String(status)}`);
+      if (created !== undefined) written.push(created);
       into.push(ms);
     }
   };
@@ -95,25 +99,52 @@ async function round(base: string, token: string, attack: boolean): Promise<Logi
   };
 }
 
-async function main(): Promise<void> {
-  const seeded = await seed(POSTS, false, log);
-  const results: LoginResult['results'] = [];
+/** Each PASSWORD_HASH_CONCURRENCY in turn: a server of its own, measured quiet and then attacked. */
+async function measureEach(
+  database: string,
+  results: LoginResult['results'],
+  written: number[],
+): Promise<void> {
   for (const concurrency of VARIANTS) {
     const server = await startServer(
       'service/src/main.ts',
-      { ...benchServiceEnv(seeded.database), PASSWORD_HASH_CONCURRENCY: String(concurrency) },
+      { ...benchServiceEnv(database), PASSWORD_HASH_CONCURRENCY: String(concurrency) },
       { node: process.execPath },
     );
     try {
       const login = await fetch(`${server.base}/login`, loginInit('user1@bench.example', BENCH_PASSWORD));
       const { access_token: token } = (await login.json()) as { access_token: string };
-      const quiet = await round(server.base, token, false);
-      const attacked = await round(server.base, token, true);
+      const quiet = await round(server.base, token, false, written);
+      const attacked = await round(server.base, token, true, written);
       results.push({ concurrency, quiet, attacked });
       log(`PASSWORD_HASH_CONCURRENCY=${String(concurrency)}: ${JSON.stringify({ quiet, attacked })}`);
     } finally {
       await server.stop();
     }
+  }
+}
+
+/**
+ * The posts the probes made, deleted: the seeded database is left as it was found, so the next
+ * bench on it measures the seeded lists rather than pages of these long posts (and needs no reseed).
+ */
+async function removePosts(database: string, ids: number[]): Promise<void> {
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
+  try {
+    await k('posts').whereRaw('id = ANY(?)', [ids]).delete();
+  } finally {
+    await k.destroy();
+  }
+}
+
+async function main(): Promise<void> {
+  const seeded = await seed(POSTS, false, log);
+  const results: LoginResult['results'] = [];
+  const written: number[] = [];
+  try {
+    await measureEach(seeded.database, results, written);
+  } finally {
+    await removePosts(seeded.database, written);
   }
   const result: LoginResult = {
     measuredAt: new Date().toISOString(),
