@@ -1,6 +1,6 @@
 /**
  * `npm run bench:tracing -- [--posts 10000] [--rounds 5] [--duration 4] [--connections 10] [--node image|current|PATH]`
- * `npm run bench:tracing -- --count instructions [--requests 500] [--warmup 3000] [--settling-rounds 1] [--rounds 3] [--connections 1]`
+ * `npm run bench:tracing -- --count instructions [--requests 1000] [--warmup 10000] [--settling-rounds 1] [--rounds 3] [--connections 1]`
  *
  * What tracing costs: the same service four times on one seeded database, tracing off (no
  * OTEL_EXPORTER_OTLP_ENDPOINT) twice, sampling one trace in ten (parentbased_traceidratio at 0.1)
@@ -37,8 +37,8 @@ const rounds = Number(option('rounds', instructions ? '3' : '5'));
 const duration = Number(option('duration', '4'));
 // One at a time under valgrind: how many requests share an event-loop turn would vary with timing.
 const connections = Number(option('connections', instructions ? '1' : '10'));
-const requests = Number(option('requests', '500'));
-const warmup = Number(option('warmup', '3000'));
+const requests = Number(option('requests', '1000'));
+const warmup = Number(option('warmup', '10000'));
 const settlingRounds = Number(option('settling-rounds', '1'));
 const node = serverNode(option('node', 'image'));
 if (
