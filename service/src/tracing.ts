@@ -50,6 +50,9 @@ export async function flushTraces(): Promise<void> {
 /** The database attributes of every statement span (OpenTelemetry's database conventions). */
 const DB_SYSTEM = { 'db.system.name': 'postgresql' } as const;
 
+/** A statement span's attributes: the database's, and its name as the query summary. */
+const statementAttributes = (name: string): Attributes => ({ ...DB_SYSTEM, 'db.query.summary': name });
+
 /** The tracer when the active span is a sampled request's (spans are made under one only), else undefined. */
 const recordingTracer = (): Tracer | undefined =>
   started !== undefined && trace.getActiveSpan()?.isRecording() === true ? started.tracer : undefined;
@@ -61,7 +64,17 @@ const recordingTracer = (): Tracer | undefined =>
  */
 function inSpan<T>(name: string, kind: SpanKind, attributes: Attributes, work: () => Promise<T>): Promise<T> {
   const tracer = recordingTracer();
-  if (!tracer) return work();
+  return tracer ? spanOf(tracer, name, kind, attributes, work) : work();
+}
+
+/** `work` in a span of `tracer`'s, a child of the active one, marked an error if it throws. */
+function spanOf<T>(
+  tracer: Tracer,
+  name: string,
+  kind: SpanKind,
+  attributes: Attributes,
+  work: () => Promise<T>,
+): Promise<T> {
   return tracer.startActiveSpan(name, { kind, attributes }, async (span) => {
     try {
       return await work();
@@ -91,7 +104,7 @@ export function tracedPoolWait<T>(work: () => Promise<T>): Promise<T> {
  * the name is the query summary, which the conventions make the span's name.
  */
 export function tracedStatement<T>(name: string, work: () => Promise<T>): Promise<T> {
-  return inSpan(name, SpanKind.CLIENT, { ...DB_SYSTEM, 'db.query.summary': name }, work);
+  return inSpan(name, SpanKind.CLIENT, statementAttributes(name), work);
 }
 
 /**
@@ -107,7 +120,10 @@ function querySummary(sql: string): string {
 
 /** A statement knex sends itself, in a span named by its summary; the SQL is read only when sampled. */
 export function tracedQuery<T>(sql: string, work: () => Promise<T>): Promise<T> {
-  return recordingTracer() ? tracedStatement(querySummary(sql), work) : work();
+  const tracer = recordingTracer();
+  if (!tracer) return work();
+  const name = querySummary(sql);
+  return spanOf(tracer, name, SpanKind.CLIENT, statementAttributes(name), work);
 }
 
 /**
