@@ -736,10 +736,7 @@ const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefine
       { weight: 1, arbitrary: fc.constant('none') },
     ),
     chunked: fc.boolean(),
-    claim: fc.oneof(
-      { weight: 6, arbitrary: fc.constant(undefined) },
-      { weight: 1, arbitrary: fc.constantFrom(...claimTokens(cast.authorId)) },
-    ),
+    claim: sometimes(6, fc.constantFrom(...claimTokens(cast.authorId))),
     coding: fc.oneof(
       { weight: 5, arbitrary: fc.constant(undefined) },
       { weight: 2, arbitrary: fc.constantFrom(...codings) },
