@@ -254,16 +254,19 @@ async function instructionRounds(
       );
     await settle(c.server);
   };
-  for (const c of contenders) {
-    if (warmup > 0)
-      for (const list of LISTS) {
+  // Every server warms up at once and several requests at a time, only to be done sooner: the warm-up is not counted.
+  await Promise.all(
+    contenders.map(async (c) => {
+      for (const list of warmup > 0 ? LISTS : []) {
         const started = Date.now();
-        // Several at once only to be done sooner: the warm-up is not counted.
         await run(c, list, warmup, Math.max(connections, 4));
         log(
           `warm-up ${list.list.padEnd(15)} ${c.key.padEnd(9)} ${String(warmup)} requests in ${String(Math.round((Date.now() - started) / 1000))} s`,
         );
       }
+    }),
+  );
+  for (const c of contenders) {
     c.counted.instrument();
     // Valgrind now translates all code again, instrumented: slow, so a few requests before the first count.
     for (const list of LISTS) await run(c, list, 50);
