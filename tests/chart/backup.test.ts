@@ -5,110 +5,26 @@
  * (chart/values-recovery.yaml) bootstrapping a new Cluster from the archive; the values that
  * cannot work refused at render; the PostgreSQL image pinned in prod and dev on the same major.
  */
-import { crdProblems, crdValidator } from './crd-schemas';
-import { startFakeKubeApi } from './fake-kube-api';
+import { crdProblems, crdValidator, expectCrdValid } from './crd-schemas';
+import { templateBeside } from './fake-kube-api';
 import {
+  allRenderings,
   apiContainer,
-  ciValuesFiles,
   configMapData,
-  environments,
+  findAll,
   findOne,
+  installNotes,
   must,
   podSpec,
   recoveryOptions,
-  releaseArgs,
   render,
   renderEnvironment,
   renderRefused,
-  runHelm,
   template,
   type KubeObject,
+  type ObjectStore,
   type RenderOptions,
 } from './helm';
-
-interface SecretKey {
-  name: string;
-  key: string;
-}
-
-interface ObjectStore extends KubeObject {
-  spec: {
-    retentionPolicy: string;
-    configuration: {
-      destinationPath: string;
-      endpointURL?: string;
-      endpointCA?: SecretKey;
-      s3Credentials?: {
-        inheritFromIAMRole?: boolean;
-        accessKeyId?: SecretKey;
-        secretAccessKey?: SecretKey;
-        region?: SecretKey;
-      };
-      azureCredentials?: Record<string, SecretKey | boolean>;
-      googleCredentials?: { gkeEnvironment?: boolean; applicationCredentials?: SecretKey };
-      wal: { compression?: string; maxParallel: number };
-      data: { compression?: string; jobs: number };
-    };
-  };
-}
-
-interface PluginEntry {
-  name: string;
-  isWALArchiver?: boolean;
-  parameters: Record<string, string>;
-}
-
-interface Cluster extends KubeObject {
-  spec: {
-    imageName?: string;
-    inheritedMetadata?: { labels?: Record<string, string> };
-    serviceAccountTemplate?: {
-      metadata: { annotations?: Record<string, string>; labels?: Record<string, string> };
-    };
-    bootstrap: {
-      initdb?: unknown;
-      recovery?: {
-        source: string;
-        database: string;
-        owner: string;
-        recoveryTarget?: { targetTime?: string };
-      };
-    };
-    externalClusters?: { name: string; plugin?: PluginEntry }[];
-    plugins?: PluginEntry[];
-    postgresql: { parameters: Record<string, string> };
-  };
-}
-
-interface ScheduledBackup extends KubeObject {
-  spec: {
-    cluster: { name: string };
-    schedule: string;
-    immediate: boolean;
-    backupOwnerReference: string;
-    method: string;
-    pluginConfiguration: { name: string };
-  };
-}
-
-type Pooler = KubeObject & { spec: { cluster: { name: string }; type: string } };
-
-interface Kinds {
-  Cluster: Cluster;
-  ObjectStore: ObjectStore;
-  ScheduledBackup: ScheduledBackup;
-  Pooler: Pooler;
-}
-
-function all<K extends keyof Kinds>(objects: KubeObject[], kind: K): Kinds[K][] {
-  return objects.filter((object) => object.kind === kind) as Kinds[K][];
-}
-
-function one<K extends keyof Kinds>(objects: KubeObject[], kind: K): Kinds[K] {
-  const matches = all(objects, kind);
-  if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
-  return must(matches[0], kind);
-}
 
 const PLUGIN = 'barman-cloud.cloudnative-pg.io';
 
@@ -127,10 +43,6 @@ const withBackup = (set: Record<string, string>): RenderOptions => ({
   set: { ...backupOn.set, ...set },
 });
 
-function expectValid(object: KubeObject): void {
-  expect(crdProblems(object, must(crdValidator(object), `${object.kind} CRD`))).toEqual([]);
-}
-
 describe('Backups: what prod renders', () => {
   let objects: KubeObject[];
   beforeAll(async () => {
@@ -138,7 +50,7 @@ describe('Backups: what prod renders', () => {
   });
 
   it('When the prod values are rendered, then an ObjectStore archives to the bucket with credentials from the Secret, gzip, 30 days kept', () => {
-    const store = one(objects, 'ObjectStore');
+    const store = findOne(objects, 'ObjectStore');
     expect(store.apiVersion).toBe('barmancloud.cnpg.io/v1');
     expect(store.spec.retentionPolicy).toBe('30d');
     expect(store.spec.configuration).toEqual({
@@ -154,13 +66,13 @@ describe('Backups: what prod renders', () => {
   });
 
   it('When the prod values are rendered, then the Cluster archives its WAL through the plugin into that ObjectStore, in a folder of its own name, at least once a minute', () => {
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     expect(cluster.spec.plugins).toEqual([
       {
         name: PLUGIN,
         isWALArchiver: true,
         parameters: {
-          barmanObjectName: one(objects, 'ObjectStore').metadata.name,
+          barmanObjectName: findOne(objects, 'ObjectStore').metadata.name,
           serverName: 'social-posts-db',
         },
       },
@@ -174,10 +86,10 @@ describe('Backups: what prod renders', () => {
   });
 
   it('When the prod values are rendered, then a ScheduledBackup takes a plugin base backup of the Cluster daily, the first at once', () => {
-    const scheduled = one(objects, 'ScheduledBackup');
+    const scheduled = findOne(objects, 'ScheduledBackup');
     expect(scheduled.apiVersion).toBe('postgresql.cnpg.io/v1');
     expect(scheduled.spec).toEqual({
-      cluster: { name: one(objects, 'Cluster').metadata.name },
+      cluster: { name: findOne(objects, 'Cluster').metadata.name },
       schedule: '0 0 3 * * *',
       immediate: true,
       backupOwnerReference: 'self',
@@ -187,7 +99,7 @@ describe('Backups: what prod renders', () => {
   });
 
   it("When the prod values are rendered, then the PostgreSQL image is an exact CloudNativePG image of the same major version as dev's PostgreSQL", async () => {
-    const image = must(one(objects, 'Cluster').spec.imageName, 'imageName');
+    const image = must(findOne(objects, 'Cluster').spec.imageName, 'imageName');
     // CloudNativePG v1.30.0's default release (pkg/versions/versions.go: 18.4-system-trixie), pinned by the
     // digest its image catalog lists (cloudnative-pg/artifacts, image-catalogs/catalog-system-trixie.yaml, 12d8b52).
     expect(image).toBe(
@@ -205,28 +117,15 @@ describe('Backups: what prod renders', () => {
   });
 });
 
-describe('Backups: every values file validates against the plugin and CloudNativePG CRDs', () => {
-  const renderings: [string, () => Promise<KubeObject[]>, number][] = [
-    ...environments.map((environment): [string, () => Promise<KubeObject[]>, number] => [
-      `the ${environment} values`,
-      () => renderEnvironment(environment),
-      environment === 'prod' ? 1 : 0,
-    ]),
-    ["the recovery values (on prod's)", () => render(recoveryOptions), 1],
-    ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>, number] => [
-      file,
-      () => render({ values: [file] }),
-      0,
-    ]),
-  ];
-
-  it.each(renderings)(
-    'When %s are rendered, then each ObjectStore and ScheduledBackup validates against its CRD',
-    async (_name, renderObjects, expected) => {
+describe('Backups: which values files render them, and the CRD check', () => {
+  // The schema tests validate every object of these renderings against its CRD.
+  it.each(allRenderings)(
+    'When %s are rendered, then there is an ObjectStore and a ScheduledBackup with prod and recovery only',
+    async (name, renderObjects) => {
       const objects = await renderObjects();
-      const rendered = [...all(objects, 'ObjectStore'), ...all(objects, 'ScheduledBackup')];
-      expect(rendered).toHaveLength(expected * 2);
-      for (const object of rendered) expectValid(object);
+      const expected = ['the prod values', "the recovery values (on prod's)"].includes(name) ? 1 : 0;
+      expect(findAll(objects, 'ObjectStore')).toHaveLength(expected);
+      expect(findAll(objects, 'ScheduledBackup')).toHaveLength(expected);
     },
   );
 
@@ -262,9 +161,9 @@ describe('Backups: every values file validates against the plugin and CloudNativ
 describe('Backups: options', () => {
   it('When backup is off (dev, staging, the defaults), then there is no ObjectStore, ScheduledBackup or plugin entry', async () => {
     const objects = await render({ set: { ...backupOn.set, 'backup.enabled': 'false' } });
-    expect(all(objects, 'ObjectStore')).toEqual([]);
-    expect(all(objects, 'ScheduledBackup')).toEqual([]);
-    expect(one(objects, 'Cluster').spec.plugins).toBeUndefined();
+    expect(findAll(objects, 'ObjectStore')).toEqual([]);
+    expect(findAll(objects, 'ScheduledBackup')).toEqual([]);
+    expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
   });
 
   it.each<
@@ -337,18 +236,18 @@ describe('Backups: options', () => {
   ])(
     'When the store is reached with %s, then the ObjectStore carries exactly that and validates',
     async (_case, set, expected) => {
-      const store = one(await render(withBackup(set)), 'ObjectStore');
+      const store = findOne(await render(withBackup(set)), 'ObjectStore');
       expect(store.spec.configuration).toMatchObject(expected);
       for (const key of ['s3Credentials', 'azureCredentials', 'googleCredentials'] as const)
         if (!(key in expected)) expect(store.spec.configuration[key]).toBeUndefined();
-      expectValid(store);
+      expectCrdValid(store);
     },
   );
 
   it('When backup.data.immediateCheckpoint is true, then the ObjectStore starts each base backup with an immediate checkpoint', async () => {
     const objects = await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' }));
-    expectValid(one(objects, 'ObjectStore'));
-    expect(one(objects, 'ObjectStore').spec.configuration.data).toEqual({
+    expectCrdValid(findOne(objects, 'ObjectStore'));
+    expect(findOne(objects, 'ObjectStore').spec.configuration.data).toEqual({
       compression: 'gzip',
       jobs: 2,
       immediateCheckpoint: true,
@@ -367,18 +266,18 @@ describe('Backups: options', () => {
         'backup.walArchiving': 'false',
       }),
     );
-    const store = one(objects, 'ObjectStore');
+    const store = findOne(objects, 'ObjectStore');
     expect(store.spec.configuration.wal).toEqual({ maxParallel: 2 });
     expect(store.spec.configuration.data).toEqual({ jobs: 2 });
     expect(store.spec.retentionPolicy).toBe('2w');
-    expect(one(objects, 'ScheduledBackup').spec).toMatchObject({
+    expect(findOne(objects, 'ScheduledBackup').spec).toMatchObject({
       schedule: '0 30 */6 * * *',
       immediate: false,
       backupOwnerReference: 'cluster',
     });
-    expect(one(objects, 'Cluster').spec.plugins?.[0]?.isWALArchiver).toBe(false);
-    for (const object of [store, one(objects, 'ScheduledBackup'), one(objects, 'Cluster')])
-      expectValid(object);
+    expect(findOne(objects, 'Cluster').spec.plugins?.[0]?.isWALArchiver).toBe(false);
+    for (const object of [store, findOne(objects, 'ScheduledBackup'), findOne(objects, 'Cluster')])
+      expectCrdValid(object);
   });
 });
 
@@ -391,9 +290,9 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 
   it("When the recovery values are rendered, then a NEW Cluster bootstraps from an externalClusters entry that reads prod's folder through the plugin, up to the target time", () => {
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db-r1');
-    expect(cluster.metadata.name).not.toBe(one(prod, 'Cluster').metadata.name);
+    expect(cluster.metadata.name).not.toBe(findOne(prod, 'Cluster').metadata.name);
     expect(cluster.spec.bootstrap.initdb).toBeUndefined();
     const recovery = must(cluster.spec.bootstrap.recovery, 'bootstrap.recovery');
     expect(recovery.recoveryTarget).toEqual({ targetTime: '2026-11-26T03:14:00Z' });
@@ -405,30 +304,29 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
         plugin: {
           name: PLUGIN,
           parameters: {
-            barmanObjectName: one(objects, 'ObjectStore').metadata.name,
-            serverName: one(prod, 'Cluster').spec.plugins?.[0]?.parameters.serverName,
+            barmanObjectName: findOne(objects, 'ObjectStore').metadata.name,
+            serverName: findOne(prod, 'Cluster').spec.plugins?.[0]?.parameters.serverName,
           },
         },
       },
     ]);
-    expectValid(cluster);
   });
 
   it('When the recovery values are rendered, then the new Cluster archives into a folder of its own, never the one it recovers from', () => {
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     const archive = must(cluster.spec.plugins?.[0], 'plugins entry');
     expect(archive).toMatchObject({ name: PLUGIN, isWALArchiver: true });
     expect(archive.parameters.serverName).toBe('social-posts-db-r1');
     expect(archive.parameters.serverName).not.toBe(
       cluster.spec.externalClusters?.[0]?.plugin?.parameters.serverName,
     );
-    expect(one(objects, 'ScheduledBackup').spec.cluster.name).toBe('social-posts-db-r1');
+    expect(findOne(objects, 'ScheduledBackup').spec.cluster.name).toBe('social-posts-db-r1');
   });
 
   it("When the recovery values are rendered, then the service moves onto the new Cluster: its Pooler, its owner's Secret and its CA", () => {
-    const poolers = objects.filter((o): o is Pooler => o.kind === 'Pooler');
+    const poolers = findAll(objects, 'Pooler');
     const name = (rendered: KubeObject[], type: string) =>
-      rendered.find((o) => o.kind === 'Pooler' && (o as Pooler).spec.type === type)?.metadata.name;
+      findAll(rendered, 'Pooler').find((p) => p.spec.type === type)?.metadata.name;
     expect(poolers.map((p) => [p.spec.type, p.spec.cluster.name])).toEqual([
       ['rw', 'social-posts-db-r1'],
       ['ro', 'social-posts-db-r1'],
@@ -443,21 +341,14 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 
   it('When no target time is given, then the Cluster recovers to the end of the archive (a lost cluster)', async () => {
-    const cluster = one(
+    const cluster = findOne(
       await render({ ...recoveryOptions, set: { 'backup.recovery.targetTime': '' } }),
       'Cluster',
     );
     expect(cluster.spec.bootstrap.recovery?.recoveryTarget).toBeUndefined();
-    expectValid(cluster);
+    expectCrdValid(cluster);
   });
 });
-
-/** NOTES.txt as `helm install` prints it (client-side dry run: helm template renders no notes). */
-async function installNotes(options: RenderOptions): Promise<string> {
-  const result = await runHelm(['install', ...releaseArgs(options), '--dry-run=client', '--output', 'json']);
-  if (result.code !== 0) throw new Error(result.stderr);
-  return must((JSON.parse(result.stdout) as { info?: { notes?: string } }).info?.notes, 'release notes');
-}
 
 const IRSA = 'eks.amazonaws.com/role-arn';
 const GKE = 'iam.gke.io/gcp-service-account';
@@ -505,11 +396,11 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
       for (const [key, value] of Object.entries(podLabels ?? {}))
         setString[mapKey('cnpg.cluster.inheritedLabels', key)] = value;
       const objects = await render({ ...withBackup(set), setString });
-      const cluster = one(objects, 'Cluster');
+      const cluster = findOne(objects, 'Cluster');
       expect(cluster.spec.serviceAccountTemplate).toEqual({ metadata: { annotations } });
       expect(cluster.spec.inheritedMetadata).toEqual(podLabels ? { labels: podLabels } : undefined);
-      expectValid(cluster);
-      expectValid(one(objects, 'ObjectStore'));
+      expectCrdValid(cluster);
+      expectCrdValid(findOne(objects, 'ObjectStore'));
     },
   );
 
@@ -522,7 +413,7 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
         'cnpg.cluster.serviceAccount.labels.team': 'data',
       },
     });
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db-r1');
     expect(cluster.spec.serviceAccountTemplate).toEqual({
       metadata: {
@@ -531,7 +422,7 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
       },
     });
     expect(cluster.spec.bootstrap.recovery).toBeDefined();
-    expectValid(cluster);
+    expectCrdValid(cluster);
   });
 
   it('When a serviceAccountTemplate or inheritedMetadata breaks the CRD, then the check names the field', () => {
@@ -669,24 +560,12 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
 describe('WAL archiving across upgrades and rollbacks', () => {
   const namespace = 'social-posts-test';
 
-  /** `helm template --dry-run=server` beside a cluster holding `live`: what `helm upgrade` renders. */
-  async function upgradeOver(live: KubeObject[], options: RenderOptions) {
-    const api = await startFakeKubeApi(namespace, live);
-    try {
-      return await template({
-        ...options,
-        namespace,
-        env: api.env,
-        extraArgs: ['--dry-run=server', '--disable-openapi-validation'],
-      });
-    } finally {
-      await api.close();
-    }
-  }
+  /** What `helm upgrade` renders beside a cluster holding `live`. */
+  const upgradeOver = (live: KubeObject[], options: RenderOptions) => templateBeside(live, { ...options, namespace });
 
   /** The Cluster as the release's earlier revision left it, with `plugins` as its spec has them. */
   async function liveCluster(plugins: { name: string; isWALArchiver?: boolean }[]): Promise<KubeObject> {
-    const rendered = one(await render({ ...backupOn, namespace }), 'Cluster');
+    const rendered = findOne(await render({ ...backupOn, namespace }), 'Cluster');
     const live: KubeObject & { spec: unknown } = {
       ...rendered,
       // Owned by the release, as its install left it: helm then upgrades it instead of refusing to adopt it.

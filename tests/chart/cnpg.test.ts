@@ -6,11 +6,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { crdProblems, crdValidator } from './crd-schemas';
+import { crdProblems, crdValidator, expectCrdValid } from './crd-schemas';
 import {
   apiContainer,
+  apiSelector,
   configMapData,
-  environments,
   findAll,
   findOne,
   must,
@@ -20,65 +20,17 @@ import {
   renderRefused,
   repoRoot,
   type KubeObject,
+  type Pooler,
   type RenderOptions,
 } from './helm';
-
-interface Cluster extends KubeObject {
-  spec: {
-    instances: number;
-    bootstrap: {
-      initdb: {
-        database: string;
-        owner: string;
-        secret?: { name: string };
-        postInitApplicationSQL: string[];
-        localeProvider?: string;
-        builtinLocale?: string;
-        localeCType?: string;
-        localeCollate?: string;
-      };
-    };
-    postgresql: {
-      parameters: Record<string, string>;
-      synchronous?: { method: string; number: number; dataDurability: string };
-    };
-    certificates?: { serverAltDNSNames: string[] };
-    probes?: { readiness?: { type: string; maximumLag?: string } };
-    storage: { size: string };
-  };
-}
-
-interface Pooler extends KubeObject {
-  spec: {
-    cluster: { name: string };
-    instances: number;
-    type: string;
-    pgbouncer: { poolMode: string; parameters: Record<string, string> };
-  };
-}
-
-interface PodMonitor extends KubeObject {
-  spec: { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: { port: string }[] };
-}
 
 const cnpgOn: RenderOptions = {
   set: { 'cnpg.enabled': 'true', 'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters' },
 };
 
-interface CustomKinds {
-  Cluster: Cluster;
-  Pooler: Pooler;
-}
-
-function one<K extends keyof CustomKinds>(objects: KubeObject[], kind: K): CustomKinds[K] {
-  const matches = objects.filter((object) => object.kind === kind);
-  if (matches.length !== 1) throw new Error(`expected one ${kind}, found ${matches.length}`);
-  return matches[0] as CustomKinds[K];
-}
-
 /** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
 function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
-  const matches = objects.filter((o): o is Pooler => o.kind === 'Pooler' && (o as Pooler).spec.type === type);
+  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
   if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
   return must(matches[0], `${type} Pooler`);
 }
@@ -89,15 +41,8 @@ describe('CloudNativePG: what prod renders', () => {
     objects = await renderEnvironment('prod');
   });
 
-  it('When the prod values are rendered, then the Cluster and Pooler are valid against CloudNativePG v1.30.0 CRDs', () => {
-    for (const object of [one(objects, 'Cluster'), pooler(objects, 'rw'), pooler(objects, 'ro')]) {
-      const validate = must(crdValidator(object), `CRD of ${object.kind}`);
-      expect(crdProblems(object, validate)).toEqual([]);
-    }
-  });
-
   it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db');
     expect(cluster.spec.instances).toBe(3);
     expect(cluster.spec.postgresql.synchronous).toEqual({
@@ -109,7 +54,7 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it("When the prod values are rendered, then initdb makes the service's database and owner, with pg_trgm made by the superuser", () => {
-    const { initdb } = one(objects, 'Cluster').spec.bootstrap;
+    const initdb = must(findOne(objects, 'Cluster').spec.bootstrap.initdb, 'initdb');
     expect(initdb.database).toBe('social_posts');
     expect(initdb.owner).toBe('social_posts');
     expect(initdb.secret).toBeUndefined();
@@ -122,15 +67,13 @@ describe('CloudNativePG: what prod renders', () => {
       'C',
     ]);
     // The builtin provider needs PostgreSQL 17 or later: the image prod pins is.
-    const image = (one(objects, 'Cluster').spec as { imageName?: string }).imageName ?? '';
+    const image = findOne(objects, 'Cluster').spec.imageName ?? '';
     expect(Number(/postgresql:(\d+)\./.exec(image)?.[1])).toBeGreaterThanOrEqual(17);
-    const env = configMapData(objects);
-    expect([env.DB_NAME, env.DB_USERNAME]).toEqual(['social_posts', 'social_posts']);
   });
 
   it('When the prod values are rendered, then the Pooler pools in transaction mode with PgBouncer settings as strings, prepared statements tracked', () => {
     const rw = pooler(objects, 'rw');
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     expect(rw.metadata.name).not.toBe(cluster.metadata.name);
     expect(rw.spec.cluster.name).toBe(cluster.metadata.name);
     expect(rw.spec.instances).toBe(2);
@@ -150,9 +93,7 @@ describe('CloudNativePG: what prod renders', () => {
     const env = configMapData(objects);
     const rw = pooler(objects, 'rw');
     expect(env.DB_HOSTNAME).toBe(rw.metadata.name);
-    expect(env.DB_PORT).toBe('5432');
-    expect(env.DB_SSL).toBe('true');
-    const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    const names = must(findOne(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
     expect(names).toContain(env.DB_HOSTNAME);
     expect(names).toContain(`${rw.metadata.name}.social-posts-prod.svc`);
   });
@@ -171,14 +112,6 @@ describe('CloudNativePG: what prod renders', () => {
     );
     expect(mount.readOnly).toBe(true);
     expect(configMapData(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
-  });
-
-  it("When the prod values are rendered, then DB_PASSWORD is the password of CloudNativePG's <cluster>-app Secret and the chart makes no database password", () => {
-    const container = apiContainer(objects);
-    const password = container.env?.find((e) => e.name === 'DB_PASSWORD');
-    expect(password?.valueFrom?.secretKeyRef).toEqual({ name: 'social-posts-db-app', key: 'password' });
-    // prod's own Secret (existingSecret) needs SECRET_KEY only: the chart makes none.
-    expect(findAll(objects, 'Secret')).toEqual([]);
   });
 
   it('When the prod values are rendered, then the API may reach only the two Poolers\' pods on 5432 (by label), besides DNS', () => {
@@ -204,21 +137,12 @@ describe('CloudNativePG: what prod renders', () => {
     const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
     expect(clients).toBeLessThan(Number(rw.spec.pgbouncer.parameters.max_client_conn) / 2);
     const servers = rw.spec.instances * Number(rw.spec.pgbouncer.parameters.default_pool_size);
-    const maxConnections = Number(one(objects, 'Cluster').spec.postgresql.parameters.max_connections);
+    const maxConnections = Number(findOne(objects, 'Cluster').spec.postgresql.parameters.max_connections);
     expect(servers).toBeLessThan(maxConnections / 2);
   });
 });
 
 describe('CloudNativePG: options', () => {
-  it('When any environment turns cnpg on, then its Cluster and Pooler validate against the CRDs (every environment is checked)', async () => {
-    for (const environment of environments) {
-      const objects = await renderEnvironment(environment);
-      for (const object of objects.filter((o) => o.apiVersion.startsWith('postgresql.cnpg.io/'))) {
-        expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
-      }
-    }
-  });
-
   it('When a Pooler breaks the CRD (a misspelt field, an unknown pool mode), then the CRD check names it', () => {
     const pooler = {
       apiVersion: 'postgresql.cnpg.io/v1',
@@ -237,7 +161,7 @@ describe('CloudNativePG: options', () => {
 
   it("When the operator manages the owner's password (cnpg.cluster.appSecret), then initdb and the pods use that basic-auth Secret", async () => {
     const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.appSecret': 'db-owner' } });
-    expect(one(objects, 'Cluster').spec.bootstrap.initdb.secret).toEqual({ name: 'db-owner' });
+    expect(findOne(objects, 'Cluster').spec.bootstrap.initdb?.secret).toEqual({ name: 'db-owner' });
     const container = apiContainer(objects);
     expect(container.env?.find((e) => e.name === 'DB_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
       name: 'db-owner',
@@ -257,11 +181,11 @@ describe('CloudNativePG: options', () => {
       },
       setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
     });
-    expect(objects.filter((o) => o.kind === 'Pooler')).toEqual([]);
+    expect(findAll(objects, 'Pooler')).toEqual([]);
     expect(configMapData(objects).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
     // CloudNativePG's own server certificate already names the -rw Service.
-    expect(one(objects, 'Cluster').spec.certificates).toBeUndefined();
+    expect(findOne(objects, 'Cluster').spec.certificates).toBeUndefined();
     const egress = must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
     expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
       { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db' } } },
@@ -270,8 +194,8 @@ describe('CloudNativePG: options', () => {
 
   it('When one instance is asked for, then no synchronous replication is rendered (there is no standby to wait for)', async () => {
     const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.instances': '1' } });
-    const cluster = one(objects, 'Cluster');
-    expect(crdProblems(cluster, must(crdValidator(cluster), 'Cluster CRD'))).toEqual([]);
+    const cluster = findOne(objects, 'Cluster');
+    expectCrdValid(cluster);
     expect(cluster.spec.postgresql.synchronous).toBeUndefined();
   });
 
@@ -293,7 +217,7 @@ describe('CloudNativePG: options', () => {
 
   it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
     const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
-    const monitors = objects.filter((o): o is PodMonitor => o.kind === 'PodMonitor');
+    const monitors = findAll(objects, 'PodMonitor');
     expect(monitors.map((m) => m.spec.selector.matchLabels)).toEqual([
       // CloudNativePG's PgBouncer pods carry cnpg.io/cluster as well: without the role they would be scraped twice.
       { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' },
@@ -302,7 +226,7 @@ describe('CloudNativePG: options', () => {
     ]);
     for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
     const off = await render(cnpgOn);
-    expect(off.filter((o) => o.kind === 'PodMonitor')).toEqual([]);
+    expect(findAll(off, 'PodMonitor')).toEqual([]);
   });
 });
 
@@ -310,11 +234,6 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
   const instances = {
     matchLabels: { 'cnpg.io/cluster': 'social-posts-db' },
     matchExpressions: [{ key: 'cnpg.io/podRole', operator: 'NotIn', values: ['pooler'] }],
-  };
-  const api = {
-    'app.kubernetes.io/name': 'social-posts',
-    'app.kubernetes.io/instance': 'social-posts',
-    'app.kubernetes.io/component': 'api',
   };
   const tcp = (...ports: number[]) => ports.map((port) => ({ port, protocol: 'TCP' }));
   const dns = {
@@ -384,7 +303,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       const policy = findOne(objects, 'NetworkPolicy', name);
       expect(policy.spec?.podSelector).toEqual({ matchLabels: { 'cnpg.io/poolerName': name } });
       expect(policy.spec?.ingress).toEqual([
-        { from: [{ podSelector: { matchLabels: api } }], ports: tcp(5432) },
+        { from: [{ podSelector: { matchLabels: apiSelector } }], ports: tcp(5432) },
         monitoring(9127),
       ]);
       expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
@@ -403,7 +322,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
     });
     const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
     expect(policy.spec?.ingress?.[0]?.from).toEqual([
-      { podSelector: { matchLabels: api } },
+      { podSelector: { matchLabels: apiSelector } },
       { podSelector: instances },
     ]);
     expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
@@ -433,15 +352,6 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } }],
       ports: tcp(9000),
     });
-  });
-
-  it("When the API server's addresses are not given, then helm template fails saying how to find them", async () => {
-    expect(
-      await renderRefused({
-        values: ['values-prod.yaml'],
-        setJson: { 'networkPolicy.cnpg.apiServer.cidrs': [] },
-      }),
-    ).toContain('networkPolicy.cnpg.apiServer.cidrs is required with cnpg.enabled and networkPolicy.enabled');
   });
 });
 
@@ -512,16 +422,6 @@ describe('The connection budget, checked at render', () => {
       { values: ['values-dev.yaml'], set: { 'database.poolMax': '60' } },
       'connection budget: (1 replicas at most + 1 surge) x (database.poolMax 60 + 1 migration connection) = 122 connections exceed database.maxConnections 100',
     ],
-  ])(
-    'When %s, then helm template fails with one line naming the numbers',
-    async (_case, options, message) => {
-      const error = await renderRefused(options);
-      // helm's own hint (--debug) follows on later lines; the template's message is one line.
-      expect(error.split('\n')[0]).toContain(message);
-    },
-  );
-
-  it.each<[string, RenderOptions, string]>([
     [
       'the pods could open more read connections than one ro PgBouncer takes',
       { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.maxClientConn': '100' } },
@@ -539,11 +439,8 @@ describe('The connection budget, checked at render', () => {
     ],
   ])('When %s, then helm template fails with one line naming the numbers', async (_case, options, message) => {
     const error = await renderRefused(options);
+    // helm's own hint (--debug) follows on later lines; the template's message is one line.
     expect(error.split('\n')[0]).toContain(message);
-  });
-
-  it.each(environments)('When the %s values are rendered, then they pass the budget', async (environment) => {
-    await expect(renderEnvironment(environment)).resolves.toEqual(expect.any(Array));
   });
 });
 
@@ -555,7 +452,6 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
 
   it("When the prod values are rendered, then a second Pooler of type ro pools the standbys in transaction mode, sized by the fleet's read pools", () => {
     const ro = pooler(objects, 'ro');
-    expect(crdProblems(ro, must(crdValidator(ro), 'Pooler CRD'))).toEqual([]);
     expect(ro.metadata.name).toBe('social-posts-db-pooler-ro');
     expect(ro.spec.cluster.name).toBe('social-posts-db');
     expect(ro.spec.instances).toBe(2);
@@ -577,7 +473,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
       DB_READ_POOL_MAX: '10',
       DB_READ_MAX_LAG_MS: '1000',
     });
-    const names = must(one(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    const names = must(findOne(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
     for (const name of ['social-posts-db-pooler-ro', 'social-posts-db-pooler-ro.social-posts-prod.svc'])
       expect(names).toContain(name);
     // The rw Pooler's names stay.
@@ -585,20 +481,20 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it('When the prod values are rendered, then a standby is ready (in the -ro Service) only while streaming within 64Mi of replay', () => {
-    expect(one(objects, 'Cluster').spec.probes).toEqual({ readiness: { type: 'streaming', maximumLag: '64Mi' } });
+    expect(findOne(objects, 'Cluster').spec.probes).toEqual({ readiness: { type: 'streaming', maximumLag: '64Mi' } });
   });
 
   it('When reads on standbys are off, or there is no standby, then there is no ro Pooler, no read endpoint and no streaming probe', async () => {
     const cases: Record<string, string>[] = [{ 'cnpg.reads.enabled': 'false' }, { 'cnpg.cluster.instances': '1' }];
     for (const set of cases) {
       const rendered = await render({ values: ['values-prod.yaml'], set });
-      expect(rendered.filter((o) => o.kind === 'Pooler').map((o) => (o as Pooler).spec.type)).toEqual(['rw']);
+      expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
       expect(Object.keys(configMapData(rendered)).filter((key) => key.startsWith('DB_READ_'))).toEqual([]);
-      expect(one(rendered, 'Cluster').spec.probes).toBeUndefined();
+      expect(findOne(rendered, 'Cluster').spec.probes).toBeUndefined();
       expect(findAll(rendered, 'NetworkPolicy').map((p) => p.metadata?.name)).not.toContain(
         'social-posts-db-pooler-ro',
       );
-      expect(one(rendered, 'Cluster').spec.certificates?.serverAltDNSNames).not.toContain(
+      expect(findOne(rendered, 'Cluster').spec.certificates?.serverAltDNSNames).not.toContain(
         'social-posts-db-pooler-ro',
       );
     }
@@ -606,7 +502,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
 
   it("When the ro Pooler is off, then the pods read from the Cluster's -ro Service and may reach the instances, which admit them", async () => {
     const rendered = await render({ values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' } });
-    expect(rendered.filter((o) => o.kind === 'Pooler').map((o) => (o as Pooler).spec.type)).toEqual(['rw']);
+    expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
     expect(configMapData(rendered).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     const egress = must(findOne(rendered, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
     expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
@@ -617,15 +513,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
     const ingress = must(findOne(rendered, 'NetworkPolicy', 'social-posts-db').spec?.ingress, 'ingress');
     expect(ingress[0]?.from?.slice(0, 2)).toEqual([
       { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
-      {
-        podSelector: {
-          matchLabels: {
-            'app.kubernetes.io/name': 'social-posts',
-            'app.kubernetes.io/instance': 'social-posts',
-            'app.kubernetes.io/component': 'api',
-          },
-        },
-      },
+      { podSelector: { matchLabels: apiSelector } },
     ]);
   });
 
@@ -642,7 +530,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
     });
     // 3 replicas at least x 4, over 2 PgBouncers.
     expect(pooler(rendered, 'ro').spec.pgbouncer.parameters.default_pool_size).toBe('6');
-    expect(one(rendered, 'Cluster').spec.probes).toBeUndefined();
+    expect(findOne(rendered, 'Cluster').spec.probes).toBeUndefined();
   });
 
   it.each<[string, RenderOptions, string]>([
@@ -653,6 +541,11 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
     ],
     ['the read bound is under the service\'s 100 ms', { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
     ['the probe lag is not a quantity', { setString: { 'cnpg.reads.maximumLag': '64 MB' } }, 'maximumLag'],
+    [
+      "the API server's addresses are not given",
+      { setJson: { 'networkPolicy.cnpg.apiServer.cidrs': [] } },
+      'networkPolicy.cnpg.apiServer.cidrs is required with cnpg.enabled and networkPolicy.enabled',
+    ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     const error = await renderRefused({ values: ['values-prod.yaml'], ...options });
     expect(error).toContain(message);
@@ -674,10 +567,9 @@ describe('The kind runner with --cnpg (it cannot run here; these checks keep it 
 
   it('When the e2e values turn cnpg on, then the Cluster and Pooler validate and carry the names the runner and the kind driver wait for', async () => {
     const objects = await render(e2e);
-    const cluster = one(objects, 'Cluster');
+    const cluster = findOne(objects, 'Cluster');
     const rw = pooler(objects, 'rw');
-    for (const object of [cluster, rw, pooler(objects, 'ro')])
-      expect(crdProblems(object, must(crdValidator(object), object.kind))).toEqual([]);
+    for (const object of [cluster, rw, pooler(objects, 'ro')]) expectCrdValid(object);
     expect(cluster.metadata.name).toBe('social-posts-db');
     expect(runner).toContain('cluster/$RELEASE-db"');
     expect(rw.metadata.name).toBe('social-posts-db-pooler-rw');
@@ -686,6 +578,6 @@ describe('The kind runner with --cnpg (it cannot run here; these checks keep it 
     expect(runner).toContain('deployment/$RELEASE-db-pooler-ro"');
     // Three instances: after the primary is lost a synchronous standby remains, so writes go on.
     expect(cluster.spec.instances).toBe(3);
-    expect(objects.filter((o) => o.kind === 'StatefulSet')).toEqual([]);
+    expect(findAll(objects, 'StatefulSet')).toEqual([]);
   });
 });

@@ -12,7 +12,7 @@ import Ajv, { type ValidateFunction } from 'ajv';
 import type { RegExpEngine } from 'ajv/dist/types';
 import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
-import type { KubeObject } from './helm';
+import { must, type KubeObject } from './helm';
 
 export const crdFiles = [
   // Gateway API v1.5.1, standard channel (kubernetes-sigs/gateway-api,
@@ -111,4 +111,9 @@ export function crdProblems(object: KubeObject, validate: ValidateFunction): str
           : ''
       }`,
   );
+}
+
+/** Expects the object to have a vendored CRD and to be valid against it. */
+export function expectCrdValid(object: KubeObject): void {
+  expect(crdProblems(object, must(crdValidator(object), `${object.kind} CRD`))).toEqual([]);
 }

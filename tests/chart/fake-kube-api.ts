@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { KubeObject } from './helm';
+import { render, template, type HelmResult, type KubeObject, type RenderOptions } from './helm';
 
 /** group/version → served resources (plural name → kind): the kinds the chart renders. */
 const discovery: Record<string, Record<string, string>> = {
@@ -121,3 +121,26 @@ export async function startFakeKubeApi(namespace: string, existing: KubeObject[]
     },
   };
 }
+
+/** Runs `run` on `options` with helm's lookups answered by a fake API server holding `existing`. */
+async function beside<T>(
+  existing: KubeObject[],
+  options: RenderOptions,
+  run: (options: RenderOptions) => Promise<T>,
+): Promise<T> {
+  const api = await startFakeKubeApi(options.namespace ?? 'social-posts-test', existing);
+  try {
+    // The fake server serves no OpenAPI documents; the schemas are checked by the other tests.
+    return await run({ ...options, env: api.env, extraArgs: ['--dry-run=server', '--disable-openapi-validation'] });
+  } finally {
+    await api.close();
+  }
+}
+
+/** `helm template --dry-run=server` beside a cluster holding `existing`: what `helm upgrade` renders there. */
+export const templateBeside = (existing: KubeObject[], options: RenderOptions): Promise<HelmResult> =>
+  beside(existing, options, template);
+
+/** The same, parsed; throws with helm's stderr when it refuses. */
+export const renderBeside = (existing: KubeObject[], options: RenderOptions): Promise<KubeObject[]> =>
+  beside(existing, options, render);

@@ -1,6 +1,6 @@
 /** Helpers of the chart tests: run helm from .tools/, render the chart and pick objects out of the output. */
 import { execFile } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
 import type { IStatefulSet } from 'kubernetes-models/apps/v1/StatefulSet';
@@ -15,7 +15,8 @@ import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import type { IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
-import { helmTemplate, type KubeObject } from '../../tools/harness/manifests';
+import { parseManifests, type KubeObject } from '../../tools/harness/manifests';
+import type { PrometheusRuleObject } from '../../tools/harness/promql';
 import { ensureTools } from '../../tools/tools';
 
 export const repoRoot = resolve(__dirname, '..', '..');
@@ -105,11 +106,11 @@ export function template(options: RenderOptions = {}): Promise<HelmResult> {
   return runHelm(['template', ...releaseArgs(options)], options.env);
 }
 
-/** The chart rendered and parsed (helm's stderr in the error when it refuses); blocks while helm runs. */
-export function render(options: RenderOptions = {}): Promise<KubeObject[]> {
-  return new Promise((resolvePromise) => {
-    resolvePromise(helmTemplate(helmBin, releaseArgs(options), options.env));
-  });
+/** The chart rendered and parsed (helm's stderr in the error when it refuses). */
+export async function render(options: RenderOptions = {}): Promise<KubeObject[]> {
+  const result = await template(options);
+  if (result.code !== 0) throw new Error(`helm template failed:\n${result.stderr}`);
+  return parseManifests(result.stdout);
 }
 
 /** The options an operator uses for an environment (see chart/README.md): the values file alone. */
@@ -138,8 +139,162 @@ export function renderEnvironment(environment: Environment): Promise<KubeObject[
   return rendered;
 }
 
-/** The kinds the chart renders, each with its kubernetes-models interface. */
+/** Every rendering the schema tests check: the environments, recovery on prod and chart-testing's files. */
+export const allRenderings: [string, () => Promise<KubeObject[]>][] = [
+  ...environments.map((environment): [string, () => Promise<KubeObject[]>] => [
+    `the ${environment} values`,
+    () => renderEnvironment(environment),
+  ]),
+  ["the recovery values (on prod's)", () => render(recoveryOptions)],
+  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [file, () => render({ values: [file] })]),
+];
+
+/** The API pods' labels: what the chart's Services, policies and budgets select them by. */
+export const apiSelector = {
+  'app.kubernetes.io/name': 'social-posts',
+  'app.kubernetes.io/instance': 'social-posts',
+  'app.kubernetes.io/component': 'api',
+};
+
+/** The host each environment's values serve the API on. */
+export const hosts: Record<Environment, string> = {
+  dev: 'social-posts.localtest.me',
+  staging: 'staging-api.social-posts.example.com',
+  prod: 'api.social-posts.example.com',
+};
+
+interface SecretKey {
+  name: string;
+  key: string;
+}
+
+interface PluginEntry {
+  name: string;
+  isWALArchiver?: boolean;
+  parameters: Record<string, string>;
+}
+
+/*
+ * The custom resources the chart renders: kubernetes-models has no type for them, so the fields the
+ * tests read are spelt out; the schema tests validate every one against its vendored CRD.
+ */
+export interface Cluster extends KubeObject {
+  spec: {
+    instances: number;
+    imageName?: string;
+    bootstrap: {
+      initdb?: {
+        database: string;
+        owner: string;
+        secret?: { name: string };
+        postInitApplicationSQL: string[];
+        localeProvider?: string;
+        builtinLocale?: string;
+        localeCType?: string;
+        localeCollate?: string;
+      };
+      recovery?: { source: string; database: string; owner: string; recoveryTarget?: { targetTime?: string } };
+    };
+    postgresql: {
+      parameters: Record<string, string>;
+      synchronous?: { method: string; number: number; dataDurability: string };
+    };
+    certificates?: { serverAltDNSNames: string[] };
+    probes?: { readiness?: { type: string; maximumLag?: string } };
+    storage: { size: string };
+    inheritedMetadata?: { labels?: Record<string, string> };
+    serviceAccountTemplate?: {
+      metadata: { annotations?: Record<string, string>; labels?: Record<string, string> };
+    };
+    externalClusters?: { name: string; plugin?: PluginEntry }[];
+    plugins?: PluginEntry[];
+  };
+}
+
+export interface Pooler extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    instances: number;
+    type: string;
+    pgbouncer: { poolMode: string; parameters: Record<string, string> };
+  };
+}
+
+export interface ObjectStore extends KubeObject {
+  spec: {
+    retentionPolicy: string;
+    configuration: {
+      destinationPath: string;
+      endpointURL?: string;
+      endpointCA?: SecretKey;
+      s3Credentials?: {
+        inheritFromIAMRole?: boolean;
+        accessKeyId?: SecretKey;
+        secretAccessKey?: SecretKey;
+        region?: SecretKey;
+      };
+      azureCredentials?: Record<string, SecretKey | boolean>;
+      googleCredentials?: { gkeEnvironment?: boolean; applicationCredentials?: SecretKey };
+      wal: { compression?: string; maxParallel: number };
+      data: { compression?: string; jobs: number };
+    };
+  };
+}
+
+interface ScheduledBackup extends KubeObject {
+  spec: {
+    cluster: { name: string };
+    schedule: string;
+    immediate: boolean;
+    backupOwnerReference: string;
+    method: string;
+    pluginConfiguration: { name: string };
+  };
+}
+
+interface PodMonitor extends KubeObject {
+  spec: { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: { port: string }[] };
+}
+
+interface ServiceMonitor extends KubeObject {
+  spec: {
+    selector: { matchLabels: Record<string, string> };
+    namespaceSelector: { matchNames: string[] };
+    endpoints: { port: string; path: string; interval: string; scrapeTimeout: string }[];
+  };
+}
+
+export interface HTTPRoute extends KubeObject {
+  spec: {
+    parentRefs: Record<string, unknown>[];
+    hostnames: string[];
+    rules: {
+      matches: { path: { type: string; value: string } }[];
+      backendRefs?: Record<string, unknown>[];
+      filters?: Record<string, unknown>[];
+      timeouts?: Record<string, string>;
+    }[];
+  };
+}
+
+/** A Gateway implementation's policy: its own fields, attached to routes by targetRefs. */
+interface Policy extends KubeObject {
+  spec: Record<string, unknown> & { targetRefs: { group: string; kind: string; name: string }[] };
+}
+
+/** The kinds the chart renders, each with its kubernetes-models interface or its fields above. */
 export interface RenderedKinds {
+  BackendTrafficPolicy: Policy;
+  Cluster: Cluster;
+  HTTPRoute: HTTPRoute;
+  ObjectStore: ObjectStore;
+  PodMonitor: PodMonitor;
+  Pooler: Pooler;
+  PrometheusRule: PrometheusRuleObject;
+  ProxySettingsPolicy: Policy;
+  RateLimitPolicy: Policy;
+  ScheduledBackup: ScheduledBackup;
+  ServiceMonitor: ServiceMonitor;
   ConfigMap: IConfigMap;
   Deployment: IDeployment;
   HorizontalPodAutoscaler: IHorizontalPodAutoscaler;
@@ -195,6 +350,36 @@ export function podSpec(objects: KubeObject[]): IPodSpec {
 /** The API container of the Deployment's pods. */
 export function apiContainer(objects: KubeObject[]): IContainer {
   return must(podSpec(objects).containers[0], 'API container');
+}
+
+/** A Dockerfile's (or .dockerignore's) instructions: continuation lines joined, comments dropped. */
+export function instructions(text: string): string[] {
+  return text
+    .replace(/\\\n/g, ' ')
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '' && !line.startsWith('#'));
+}
+
+export const dockerfile = instructions(readFileSync(resolve(repoRoot, 'Dockerfile'), 'utf8'));
+
+/** The Dockerfile's stages in order: each one's name (after AS) and instructions, its FROM first. */
+export const dockerfileStages = dockerfile.reduce<[string, string[]][]>((stages, line) => {
+  if (line.startsWith('FROM ')) stages.push([/ AS (\S+)$/.exec(line)?.[1] ?? '', []]);
+  stages.at(-1)?.[1].push(line);
+  return stages;
+}, []);
+
+/** A Secret's value of `key`, decoded. */
+export function decode(secret: ISecret, key: string): string {
+  return Buffer.from(must(secret.data?.[key], `Secret key ${key}`), 'base64').toString('utf8');
+}
+
+/** NOTES.txt as `helm install` prints it (client-side dry run: helm template renders no notes). */
+export async function installNotes(options: RenderOptions): Promise<string> {
+  const result = await runHelm(['install', ...releaseArgs(options), '--dry-run=client', '--output', 'json']);
+  if (result.code !== 0) throw new Error(result.stderr);
+  return must((JSON.parse(result.stdout) as { info?: { notes?: string } }).info?.notes, 'release notes');
 }
 
 /** Narrows an optional field the test expects to be there. */

@@ -1,22 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { repoRoot } from './helm';
+import { dockerfile, dockerfileStages, instructions, repoRoot } from './helm';
 
-/** Dockerfile instructions with continuation lines joined; comments dropped. */
-function instructions(text: string): string[] {
-  return text
-    .replace(/\\\n/g, ' ')
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line !== '' && !line.startsWith('#'));
-}
-
-const dockerfile = instructions(readFileSync(resolve(repoRoot, 'Dockerfile'), 'utf8'));
-const stages = dockerfile.reduce<string[][]>((all, line) => {
-  if (line.startsWith('FROM ')) all.push([]);
-  all.at(-1)?.push(line);
-  return all;
-}, []);
+const stages = dockerfileStages.map(([, lines]) => lines);
 const runtime = stages.at(-1) ?? [];
 
 describe('Dockerfile', () => {

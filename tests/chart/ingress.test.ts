@@ -1,11 +1,5 @@
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
-import { environments, findAll, findOne, must, render, renderEnvironment, type Environment } from './helm';
-
-const hosts: Record<Environment, string> = {
-  dev: 'social-posts.localtest.me',
-  staging: 'staging-api.social-posts.example.com',
-  prod: 'api.social-posts.example.com',
-};
+import { environments, findAll, findOne, hosts, must, render, renderEnvironment } from './helm';
 
 function paths(ingress: IIngress): { path?: string; pathType: string; service?: string; port?: string }[] {
   const rules = must(ingress.spec?.rules, 'rules');

@@ -1,28 +1,9 @@
-import {
-  ciValuesFiles,
-  environments,
-  recoveryOptions,
-  render,
-  renderEnvironment,
-  type KubeObject,
-} from './helm';
+import { allRenderings, environments, renderEnvironment, type KubeObject } from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
 import { treeVersions } from '../../tools/harness/releases';
 
-const renderings: [string, () => Promise<KubeObject[]>][] = [
-  ...environments.map((environment): [string, () => Promise<KubeObject[]>] => [
-    `the ${environment} values`,
-    () => renderEnvironment(environment),
-  ]),
-  ["the recovery values (on prod's)", () => render(recoveryOptions)],
-  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
-    file,
-    () => render({ values: [file] }),
-  ]),
-];
-
 describe('Kubernetes OpenAPI schemas', () => {
-  it.each(renderings)(
+  it.each(allRenderings)(
     'When %s are rendered, then every object is valid against its Kubernetes schema',
     async (_name, renderObjects) => {
       const objects = await renderObjects();
@@ -31,7 +12,7 @@ describe('Kubernetes OpenAPI schemas', () => {
     },
   );
 
-  it.each(renderings)(
+  it.each(allRenderings)(
     'When %s are rendered, then no object carries a field its Kubernetes API type lacks',
     async (_name, renderObjects) => {
       expect(unknownFieldProblems(await renderObjects())).toEqual([]);

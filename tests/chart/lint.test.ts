@@ -71,6 +71,21 @@ describe('values.schema.json', () => {
       { 'ingress.proxyNextUpstreamTries': '0' },
       '/ingress/proxyNextUpstreamTries',
     ],
+    [
+      'a ServiceMonitor interval that is not a Prometheus duration',
+      { 'metrics.serviceMonitor.enabled': 'true', 'metrics.serviceMonitor.interval': 'often' },
+      '/metrics/serviceMonitor/interval',
+    ],
+    // Metrics must never share the API port.
+    ['a metrics.port equal to containerPort', { 'metrics.port': '8000' }, 'metrics.port must differ from containerPort'],
+    ['no Gateway name', { 'gateway.enabled': 'true' }, '/gateway/parentRef/name'],
+    [
+      'an unknown Gateway implementation',
+      { 'gateway.enabled': 'true', 'gateway.parentRef.name': 'gw', 'gateway.rateLimit.implementation': 'traefik' },
+      '/gateway/rateLimit/implementation',
+    ],
+    ['an unknown key inside gateway', { 'gateway.hostnames': 'x' }, "additional properties 'hostnames' not allowed"],
+    ['a zero Gateway read time-out', { 'gateway.timeouts.readSeconds': '0' }, '/gateway/timeouts/readSeconds'],
   ])('When the values carry %s, then helm template fails naming the value', async (_case, set, path) => {
     expect(await renderRefused({ values: ['values-dev.yaml'], set })).toContain(path);
   });
@@ -100,26 +115,46 @@ describe('values.schema.json', () => {
 });
 
 describe('Guards across values', () => {
-  it('When terminationGracePeriodSeconds does not exceed the shutdown delay plus drain time, then rendering fails', async () => {
-    expect(
-      await renderRefused({
-        values: ['values-dev.yaml'],
-        set: { terminationGracePeriodSeconds: '20' },
-      }),
-    ).toContain('terminationGracePeriodSeconds (20) must exceed');
-  });
-
-  it('When the in-chart PostgreSQL is off and no database host is given, then rendering fails instead of using the embedded database', async () => {
-    expect(await renderRefused({ set: { 'secret.dbPassword': 'x', 'secret.generate': 'true' } })).toContain(
+  it.each<[string, RenderOptions, string]>([
+    [
+      'terminationGracePeriodSeconds does not exceed the shutdown delay plus drain time',
+      { values: ['values-dev.yaml'], set: { terminationGracePeriodSeconds: '20' } },
+      'terminationGracePeriodSeconds (20) must exceed',
+    ],
+    [
+      'the in-chart PostgreSQL is off and no database host is given (instead of using the embedded database)',
+      { set: { 'secret.dbPassword': 'x', 'secret.generate': 'true' } },
       'database.host is required',
-    );
-  });
-
-  it('When an external database is first installed without a password or existing Secret, then rendering fails', async () => {
-    expect(
-      await renderRefused({
-        set: { 'database.host': 'db.example.internal', 'secret.generate': 'true' },
-      }),
-    ).toContain('secret.dbPassword is required');
+    ],
+    [
+      'an external database is first installed without a password or existing Secret',
+      { set: { 'database.host': 'db.example.internal', 'secret.generate': 'true' } },
+      'secret.dbPassword is required',
+    ],
+    [
+      'the in-chart PostgreSQL has no password given or kept and generation is off',
+      {
+        values: ['values-dev.yaml'],
+        set: { 'secret.generate': 'false', 'secret.secretKey': 'an-operator-chosen-signing-key-0123456789' },
+      },
+      'secret.dbPassword is empty and the release has no Secret to keep one from',
+    ],
+    [
+      'autoscaling.maxReplicas is below minReplicas',
+      { values: ['values-prod.yaml'], set: { 'autoscaling.maxReplicas': '2' } },
+      'autoscaling.maxReplicas must be at least autoscaling.minReplicas',
+    ],
+    [
+      'an external database has no CIDR (instead of allowing any address on its port)',
+      { values: ['values-staging.yaml'], set: { 'networkPolicy.databaseCidr': '' } },
+      'networkPolicy.databaseCidr is required for an external database when networkPolicy.enabled',
+    ],
+    [
+      'tracing is on without an endpoint',
+      { values: ['values-dev.yaml'], set: { 'tracing.enabled': 'true' } },
+      'tracing.endpoint is required with tracing.enabled',
+    ],
+  ])('When %s, then rendering fails saying why', async (_case, options, message) => {
+    expect(await renderRefused(options)).toContain(message);
   });
 });

@@ -14,7 +14,6 @@ import {
   grafanaQuery,
   metricNames,
   panelQueries,
-  type PrometheusRuleObject,
 } from '../../tools/harness/promql';
 import { findAll, must, render, type KubeObject } from './helm';
 
@@ -83,10 +82,7 @@ describe('Metric names of the alerts and the dashboard', () => {
     });
     used = new Map();
     const use = (name: string, where: string) => used.set(name, [...(used.get(name) ?? []), where]);
-    const rule = must(
-      objects.find((o): o is PrometheusRuleObject => o.kind === 'PrometheusRule'),
-      'PrometheusRule',
-    );
+    const rule = must(findAll(objects, 'PrometheusRule')[0], 'PrometheusRule');
     for (const r of alertRules(rule)) for (const name of metricNames(r.expr)) use(name, r.alert);
     const configMap = must(
       findAll(objects, 'ConfigMap').find((c) => c.metadata?.labels?.grafana_dashboard === '1'),

@@ -1,28 +1,4 @@
-import {
-  environmentOptions,
-  environments,
-  findOne,
-  must,
-  releaseArgs,
-  renderEnvironment,
-  runHelm,
-  type Environment,
-} from './helm';
-
-/** NOTES.txt as `helm install` prints it (client-side dry run: helm template does not render notes). */
-async function installNotes(environment: Environment): Promise<string> {
-  const args = [
-    'install',
-    ...releaseArgs(environmentOptions(environment)),
-    '--dry-run=client',
-    '--output',
-    'json',
-  ];
-  const result = await runHelm(args);
-  if (result.code !== 0) throw new Error(result.stderr);
-  const release = JSON.parse(result.stdout) as { info?: { notes?: string } };
-  return must(release.info?.notes, 'release notes');
-}
+import { environmentOptions, environments, findOne, installNotes, must, renderEnvironment } from './helm';
 
 describe('helm test', () => {
   it.each(environments)(
@@ -42,7 +18,7 @@ describe('helm test', () => {
 
 describe('NOTES.txt', () => {
   it('When prod is installed, then the notes show the HTTPS API and docs addresses, the probes and the 429 controller setting', async () => {
-    const notes = await installNotes('prod');
+    const notes = await installNotes(environmentOptions('prod'));
     expect(notes).toContain('https://api.social-posts.example.com/');
     expect(notes).toContain('https://api.social-posts.example.com/docs');
     expect(notes).toContain('/healthz/live');
@@ -53,7 +29,7 @@ describe('NOTES.txt', () => {
   });
 
   it('When dev is installed, then the notes use http, name the in-chart PostgreSQL and warn that its claim outlives uninstall', async () => {
-    const notes = await installNotes('dev');
+    const notes = await installNotes(environmentOptions('dev'));
     expect(notes).toContain('http://social-posts.localtest.me/docs');
     expect(notes).toContain('social-posts-postgresql');
     expect(notes).toContain('outlives `helm uninstall`');

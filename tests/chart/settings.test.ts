@@ -1,8 +1,8 @@
 import type { IEnvVar } from 'kubernetes-models/v1/EnvVar';
-import type { ISecret } from 'kubernetes-models/v1/Secret';
 import {
   apiContainer,
   configMapData,
+  decode,
   environments,
   findAll,
   findOne,
@@ -47,10 +47,6 @@ const databases: Record<Environment, Record<string, string>> = {
 
 function containerEnv(objects: KubeObject[]): IEnvVar[] {
   return must(apiContainer(objects).env, 'env');
-}
-
-function decode(secret: ISecret, key: string): string {
-  return Buffer.from(must(secret.data?.[key], `Secret key ${key}`), 'base64').toString('utf8');
 }
 
 describe.each(environments)('Settings of %s', (environment) => {

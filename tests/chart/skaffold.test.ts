@@ -2,7 +2,15 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import Ajv from 'ajv';
 import { parse } from 'yaml';
-import { apiContainer, configMapData, environments, render, repoRoot, type Environment } from './helm';
+import {
+  apiContainer,
+  configMapData,
+  dockerfileStages,
+  environments,
+  render,
+  repoRoot,
+  type Environment,
+} from './helm';
 
 interface HelmRelease {
   name: string;
@@ -108,21 +116,8 @@ function effective(name: string): SkaffoldConfig {
   return applyPatches(config, profile(name).patches ?? []);
 }
 
-/** The Dockerfile's stages by name: the instructions of each, continuation lines joined. */
-const stages = new Map<string, string[]>();
-{
-  let current: string[] = [];
-  for (const line of readFileSync(resolve(repoRoot, 'Dockerfile'), 'utf8')
-    .replace(/\\\n/g, ' ')
-    .split('\n')) {
-    const instruction = line.trim();
-    if (instruction === '' || instruction.startsWith('#')) continue;
-    const from = /^FROM \S+ AS (\S+)$/.exec(instruction);
-    if (from?.[1]) stages.set(from[1], (current = []));
-    current.push(instruction);
-  }
-}
-const lastStage = [...stages.keys()].at(-1);
+const stages = new Map(dockerfileStages);
+const lastStage = dockerfileStages.at(-1)?.[0];
 
 /** skaffold's manual sync (pkg/skaffold/sync/sync.go): the container path of a changed file, or none. */
 function syncDestination(rules: SyncRule[], file: string, workdir: string): string | undefined {

@@ -1,6 +1,5 @@
-import type { ISecret } from 'kubernetes-models/v1/Secret';
-import { startFakeKubeApi, type FakeKubeApi } from './fake-kube-api';
-import { findOne, must, parseManifests, template, type KubeObject } from './helm';
+import { renderBeside } from './fake-kube-api';
+import { decode, findOne, render, type KubeObject } from './helm';
 
 const namespace = 'social-posts-dev';
 const keptKey = 'the-key-generated-at-first-install-0123456789abcdef0123';
@@ -23,36 +22,13 @@ const installedSecret = {
   },
 };
 
-function decode(secret: ISecret, key: string): string {
-  return Buffer.from(must(secret.data?.[key], key), 'base64').toString('utf8');
-}
-
 /**
  * `helm template --dry-run=server` renders with `lookup` answered by a (fake) API server, as
  * `helm upgrade` does; plain `helm template` has no cluster and lookup returns nothing.
  */
 describe('SECRET_KEY across upgrades', () => {
-  let api: FakeKubeApi;
-
-  beforeAll(async () => {
-    api = await startFakeKubeApi(namespace, [installedSecret]);
-  });
-  afterAll(async () => {
-    await api.close();
-  });
-
-  async function renderUpgrade(set: Record<string, string> = {}): Promise<KubeObject[]> {
-    const result = await template({
-      values: ['values-dev.yaml'],
-      namespace,
-      set,
-      env: api.env,
-      // The fake server serves no OpenAPI documents; the schemas are checked by the other tests.
-      extraArgs: ['--dry-run=server', '--disable-openapi-validation'],
-    });
-    if (result.code !== 0) throw new Error(`helm template --dry-run=server failed:\n${result.stderr}`);
-    return parseManifests(result.stdout);
-  }
+  const renderUpgrade = (set: Record<string, string> = {}): Promise<KubeObject[]> =>
+    renderBeside([installedSecret], { values: ['values-dev.yaml'], namespace, set });
 
   it('When the release already has a Secret, then the upgrade keeps its generated SECRET_KEY and DB_PASSWORD', async () => {
     const secret = findOne(await renderUpgrade(), 'Secret', 'social-posts');
@@ -68,9 +44,7 @@ describe('SECRET_KEY across upgrades', () => {
   });
 
   it('When rendered without a cluster (plain helm template), then each render generates a different key', async () => {
-    const first = await template({ values: ['values-dev.yaml'], namespace });
-    const second = await template({ values: ['values-dev.yaml'], namespace });
-    const key = (text: string): string => decode(findOne(parseManifests(text), 'Secret'), 'SECRET_KEY');
-    expect(key(first.stdout)).not.toBe(key(second.stdout));
+    const key = async () => decode(findOne(await render({ values: ['values-dev.yaml'], namespace }), 'Secret'), 'SECRET_KEY');
+    expect(await key()).not.toBe(await key());
   });
 });
