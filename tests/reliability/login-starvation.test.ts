@@ -15,6 +15,7 @@ import {
   sleep,
   startService,
   statusCounts,
+  whileRunning,
   type Answer,
 } from './support';
 
@@ -28,68 +29,38 @@ const database = scratchDatabase('login_starvation');
 const GZIP_BODY = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
 
 /** A gzip-bodied POST /posts/ as `token`'s user, timed. */
-async function postGzipped(base: string, token: string): Promise<Answer> {
-  const started = performance.now();
-  const res = await fetch(`${base}/posts/`, {
-    method: 'POST',
-    headers: {
-      Authorization: `Bearer ${token}`,
-      'Content-Type': 'application/json',
-      'Content-Encoding': 'gzip',
-    },
+const postGzipped = (base: string, token: string): Promise<Answer> =>
+  call(base, '/posts/', {
+    token,
+    headers: { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
     body: GZIP_BODY,
-    signal: AbortSignal.timeout(20_000),
+    timeoutMs: 20_000,
   });
-  const text = await res.text();
-  return {
-    status: res.status,
-    contentType: res.headers.get('content-type') ?? '',
-    retryAfter: res.headers.get('retry-after'),
-    headers: res.headers,
-    body: text,
-    ms: performance.now() - started,
-  };
-}
 
 /**
  * `ATTACKERS` clients sending `email`'s login with a wrong password for `ATTACK_MS`, while one
  * client sends gzip-bodied posts beside them: every answer of each, and what failed outright.
  */
 async function wrongPasswords(base: string, email: string, gzipPost: () => Promise<Answer>) {
-  let running = true;
   const failedLogins: Answer[] = [];
   const posts: Answer[] = [];
-  const failures: string[] = [];
   const attacker = async () => {
-    while (running) {
-      try {
-        failedLogins.push(
-          await call(base, '/login', {
-            form: { username: email, password: 'not the password' },
-            timeoutMs: 30_000,
-          }),
-        );
-      } catch (error) {
-        failures.push(`login: ${error instanceof Error ? error.message : String(error)}`);
-      }
-    }
+    failedLogins.push(
+      await call(base, '/login', {
+        form: { username: email, password: 'not the password' },
+        timeoutMs: 30_000,
+      }),
+    );
   };
-  const poster = async () => {
+  const poster = async (i: number) => {
     // Once the logins fill the queue of hashes, not before.
-    await sleep(1000);
-    while (running) {
-      try {
-        posts.push(await gzipPost());
-      } catch (error) {
-        failures.push(`post: ${error instanceof Error ? error.message : String(error)}`);
-      }
-    }
+    if (i === 0) await sleep(1000);
+    posts.push(await gzipPost());
   };
-  const attackers = Array.from({ length: ATTACKERS }, attacker);
-  const writer = poster();
-  await sleep(ATTACK_MS);
-  running = false;
-  await Promise.all([...attackers, writer]);
+  const failures = await whileRunning(ATTACK_MS, [
+    ...Array.from({ length: ATTACKERS }, () => attacker),
+    poster,
+  ]);
   return { failedLogins, posts, failures };
 }
 

@@ -4,15 +4,16 @@ import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
   call,
-  connect,
-  createDatabase,
+  expectAllStored,
   isProblem,
   pg,
   report,
+  scratchDatabase,
   sleep,
   startService,
   statusCounts,
   stopAllServices,
+  whileRunning,
   type Answer,
   type ServiceProcess,
 } from './support';
@@ -31,29 +32,19 @@ const LOAD_MS = 4000;
 const WORKERS_PER_PROCESS = 8;
 
 /** A PgBouncer of `version` in front of this suite's server and a scratch database, for one describe block. */
-function pooled(version: '1.18' | '1.24', label: string): { bouncer: OwnPgBouncer; database: () => string } {
+function pooled(version: '1.18' | '1.24', label: string) {
+  const database = scratchDatabase(label);
   const bouncer = new OwnPgBouncer({
     version,
     target: { host: pg.host, port: pg.port },
     poolSize: SERVER_POOL,
   });
-  let database: { name: string; drop(): Promise<void> } | undefined;
-  beforeAll(async () => {
-    await bouncer.start();
-    database = await createDatabase(label);
-  });
+  beforeAll(() => bouncer.start());
   afterAll(async () => {
     await stopAllServices();
     await bouncer.destroy();
-    await database?.drop();
   });
-  return {
-    bouncer,
-    database: () => {
-      if (!database) throw new Error('the database exists only while the cases run');
-      return database.name;
-    },
-  };
+  return { bouncer, database };
 }
 
 const versions: { version: '1.18' | '1.24'; env: Record<string, string> }[] = [
@@ -68,7 +59,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
     startService({
       DB_HOSTNAME: '127.0.0.1',
       DB_PORT: String(bouncer.port),
-      DB_NAME: database(),
+      DB_NAME: database.name,
       DB_POOL_MAX: String(SERVICE_POOL),
       DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
       SHUTDOWN_DELAY_SECONDS: '0',
@@ -80,9 +71,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
     replicas = await Promise.all([start(), start()]);
     const ready = await Promise.all(replicas.map((r) => call(r.base, '/healthz/ready')));
     const allReadyMs = Date.now() - started;
-    const db = connect(database());
-    const applied = await db<{ name: string }>('knex_migrations').select('name');
-    await db.destroy();
+    const applied = await database.db<{ name: string }>('knex_migrations').select('name');
 
     const [first, second] = replicas as [ServiceProcess, ServiceProcess];
     expect(await first.stop('SIGTERM')).toBe(0);
@@ -112,51 +101,44 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
     );
     const acknowledged: number[] = [];
     const answers: { status: number }[] = [];
-    const failures: string[] = [];
-    const until = Date.now() + LOAD_MS;
-    const worker = async (base: string, token: string, n: number) => {
+    const worker = (base: string, token: string, n: number) => {
       let mine: number | undefined;
-      for (let i = 0; Date.now() < until; i++) {
-        let answer: Answer;
-        try {
-          switch (i % 5) {
-            case 0:
-              answer = await call(base, '/posts/', {
-                token,
-                json: { title: `mixed w${String(n)} ${String(i)}`, content: 'c' },
-              });
-              if (answer.status === 201) {
-                mine = (answer.body as { id: number }).id;
-                acknowledged.push(mine);
-              }
-              break;
-            case 1:
-              answer = await call(base, '/posts/public?limit=20');
-              break;
-            case 2:
-              // A term the title index serves: one that has none is limited per process, by design.
-              answer = await call(base, '/posts/?search=mixed', { token });
-              break;
-            case 3:
-              answer = await call(base, `/posts/${String(mine ?? 1)}`, { token });
-              break;
-            default:
-              answer = await call(base, '/votes/', { token, json: { post_id: mine ?? 1, dir: i % 2 } });
+      return async (i: number) => {
+        switch (i % 5) {
+          case 0: {
+            const answer = await call(base, '/posts/', {
+              token,
+              json: { title: `mixed w${String(n)} ${String(i)}`, content: 'c' },
+            });
+            if (answer.status === 201) {
+              mine = (answer.body as { id: number }).id;
+              acknowledged.push(mine);
+            }
+            answers.push(answer);
+            break;
           }
-          answers.push(answer);
-        } catch (error) {
-          failures.push(error instanceof Error ? error.message : String(error));
+          case 1:
+            answers.push(await call(base, '/posts/public?limit=20'));
+            break;
+          case 2:
+            // A term the title index serves: one that has none is limited per process, by design.
+            answers.push(await call(base, '/posts/?search=mixed', { token }));
+            break;
+          case 3:
+            answers.push(await call(base, `/posts/${String(mine ?? 1)}`, { token }));
+            break;
+          default:
+            answers.push(await call(base, '/votes/', { token, json: { post_id: mine ?? 1, dir: i % 2 } }));
         }
-      }
+      };
     };
-    await Promise.all(
+    const failures = await whileRunning(
+      LOAD_MS,
       replicas.flatMap((r, p) =>
         Array.from({ length: WORKERS_PER_PROCESS }, (_, w) => worker(r.base, tokens[p] ?? '', p * 100 + w)),
       ),
     );
-    const db = connect(database());
-    const stored = await db<{ id: number }>('posts').whereIn('id', acknowledged).pluck('id');
-    await db.destroy();
+    const stored = await database.db<{ id: number }>('posts').whereIn('id', acknowledged).pluck('id');
     const pools = await bouncer.admin('SHOW POOLS');
     report(`pgbouncer ${version} load`, {
       answers: answers.length,
@@ -165,7 +147,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
       storedWrites: stored.length,
       transportFailures: failures.length,
       serverConnections: pools
-        .filter((p) => p.database === database())
+        .filter((p) => p.database === database.name)
         .map((p) => Number(p.sv_active) + Number(p.sv_idle) + Number(p.sv_used))
         .join(','),
     });
@@ -174,13 +156,12 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
     expect(answers.filter((a) => a.status >= 500)).toEqual([]);
     expect(answers.length).toBeGreaterThan(100);
     expect(acknowledged.length).toBeGreaterThan(10);
-    expect(stored.sort((a, b) => a - b)).toEqual([...acknowledged].sort((a, b) => a - b));
+    expectAllStored(stored, acknowledged);
   });
 
   test(`When a table is locked past the statement time-out through PgBouncer ${version}, then the list answers 503 problem+json in bounded time, the statement is gone from the server, and the list serves again once the lock is released`, async () => {
     const [svc] = replicas as [ServiceProcess];
-    const locker = connect(database());
-    const lock = await locker.transaction();
+    const lock = await database.db.transaction();
     let answer: Answer;
     let waitingAfter: number;
     try {
@@ -189,14 +170,13 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
       await sleep(300);
       // Behind the pooler the server sees PgBouncer's connections: any statement of the
       // scratch database still waiting on the lock, other than the locker's own, is left over.
-      const { rows } = await locker.raw<{ rows: { n: number }[] }>(
+      const { rows } = await database.db.raw<{ rows: { n: number }[] }>(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
-        [database()],
+        [database.name],
       );
       waitingAfter = rows[0]?.n ?? -1;
     } finally {
       await lock.rollback();
-      await locker.destroy();
     }
     const after = await call(svc.base, '/posts/public');
     report(`pgbouncer ${version} locked table`, {
@@ -222,7 +202,7 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
     const svc = await startService({
       DB_HOSTNAME: '127.0.0.1',
       DB_PORT: String(bouncer.port),
-      DB_NAME: database(),
+      DB_NAME: database.name,
       DB_POOL_MAX: String(SERVICE_POOL),
     });
     // Registration and login use no named statement; every authenticated call does.

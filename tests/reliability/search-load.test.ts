@@ -5,7 +5,17 @@
  * time per process, the excess is refused at once, and readiness asks on a connection of its own.
  */
 import { seed } from '../../tools/harness/seed';
-import { call, isProblem, p50, report, sleep, startService, statusCounts, type Answer } from './support';
+import {
+  call,
+  isProblem,
+  p50,
+  report,
+  sleep,
+  startService,
+  statusCounts,
+  whileRunning,
+  type Answer,
+} from './support';
 import { stopAll } from '../../tools/harness/service';
 
 /** Enough posts that a search without a match costs a walk of real length; seeded once, then reused. */
@@ -27,53 +37,25 @@ afterAll(async () => {
  * are asked on the side: every answer of each, and what failed outright.
  */
 async function underAttack(base: string) {
-  let running = true;
   const searches: Answer[] = [];
   const feedDuring: Answer[] = [];
   const readyDuring: Answer[] = [];
-  const failures: string[] = [];
-  const attacker = async (n: number) => {
-    for (let i = 0; running; i += 1) {
-      const term = UNINDEXED[(n + i) % UNINDEXED.length] ?? 'q';
-      try {
-        const started = performance.now();
-        const res = await fetch(`${base}/posts/public?search=${term}&limit=100`, {
-          signal: AbortSignal.timeout(10_000),
-        });
-        const text = await res.text();
-        const contentType = res.headers.get('content-type') ?? '';
-        searches.push({
-          status: res.status,
-          contentType,
-          headers: res.headers,
-          body: contentType.includes('json') ? (JSON.parse(text) as unknown) : text,
-          ms: performance.now() - started,
-          retryAfter: res.headers.get('retry-after'),
-        });
-      } catch (error) {
-        failures.push(error instanceof Error ? error.message : String(error));
-      }
-      await sleep(CLIENT_PAUSE_MS);
-    }
+  /** Asks `path` into `into`, then pauses `everyMs`. */
+  const asking = (into: Answer[], path: (i: number) => string, everyMs: number) => async (i: number) => {
+    into.push(await call(base, path(i), { timeoutMs: 10_000 }));
+    await sleep(everyMs);
   };
-  const prober = async (into: Answer[], path: string, everyMs: number) => {
-    while (running) {
-      try {
-        into.push(await call(base, path, { timeoutMs: 10_000 }));
-      } catch (error) {
-        failures.push(error instanceof Error ? error.message : String(error));
-      }
-      await sleep(everyMs);
-    }
-  };
-  const all = Promise.all([
-    ...Array.from({ length: CLIENTS }, (_, n) => attacker(n)),
-    prober(feedDuring, '/posts/public?limit=10', 50),
-    prober(readyDuring, '/healthz/ready', 250),
+  const failures = await whileRunning(ATTACK_MS, [
+    ...Array.from({ length: CLIENTS }, (_, n) =>
+      asking(
+        searches,
+        (i) => `/posts/public?search=${UNINDEXED[(n + i) % UNINDEXED.length] ?? 'q'}&limit=100`,
+        CLIENT_PAUSE_MS,
+      ),
+    ),
+    asking(feedDuring, () => '/posts/public?limit=10', 50),
+    asking(readyDuring, () => '/healthz/ready', 250),
   ]);
-  await sleep(ATTACK_MS);
-  running = false;
-  await all;
   return { searches, feedDuring, readyDuring, failures };
 }
 

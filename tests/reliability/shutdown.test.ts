@@ -8,6 +8,7 @@ import {
   startService,
   type ServiceProcess,
   scratchDatabase,
+  untilStopped,
 } from './support';
 
 const DELAY_S = 3;
@@ -27,27 +28,18 @@ interface Probe {
 /** Polls readiness every 50 ms until stopped; a refused connection is recorded as status 0. */
 function pollReadiness(base: string): { probes: Probe[]; stop(): Promise<void> } {
   const probes: Probe[] = [];
-  const state = { running: true };
-  const loop = (async () => {
-    while (state.running) {
+  const { stop } = untilStopped([
+    async () => {
       const sentAt = Date.now();
-      let status: number;
-      try {
-        status = (await call(base, '/healthz/ready', { timeoutMs: 3000 })).status;
-      } catch {
-        status = 0;
-      }
+      const status = await call(base, '/healthz/ready', { timeoutMs: 3000 }).then(
+        (a) => a.status,
+        () => 0,
+      );
       probes.push({ sentAt, at: Date.now(), status });
       await sleep(50);
-    }
-  })();
-  return {
-    probes,
-    stop: async () => {
-      state.running = false;
-      await loop;
     },
-  };
+  ]);
+  return { probes, stop };
 }
 
 /** Lists and votes at a steady pace from a few connections each, every answer expected 200 and 201. */

@@ -1,12 +1,12 @@
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
 import { sample } from '../../tools/harness/metrics-text';
+import type { ReadBackAnswer } from './support';
 import {
-  account,
-  call,
+  readBackTraffic,
+  readingApis,
   report,
   sleep,
-  startService,
   statusCounts,
   stopAllServices,
   type ServiceProcess,
@@ -83,88 +83,6 @@ async function resetStatements(): Promise<void> {
     await cluster.query(port, 'SELECT pg_stat_statements_reset()');
 }
 
-interface Acknowledged {
-  at: number;
-  createdAt: number;
-}
-
-interface Traffic {
-  pairs: number;
-  violations: { id: number; status: number }[];
-  readBackStatuses: { status: number }[];
-  writeStatuses: { status: number }[];
-  anonymous: { status: number; ms: number }[];
-  /** Anonymous pages missing a post acknowledged more than MAX_LAG_MS before they were asked for. */
-  stale: number;
-  stop(): Promise<void>;
-  done: Promise<void>;
-}
-
-/**
- * Writers post through one process and read the post back with their token through the other, in
- * turn; anonymous readers read the feed's first page through either. Runs until `pairs` pairs are
- * done or stop() is called.
- */
-function traffic(apis: ServiceProcess[], tokens: string[], pairs: number): Traffic {
-  const acknowledged: Acknowledged[] = [];
-  let stopped = false;
-  const state: Omit<Traffic, 'stop' | 'done'> = {
-    pairs: 0,
-    violations: [],
-    readBackStatuses: [],
-    writeStatuses: [],
-    anonymous: [],
-    stale: 0,
-  };
-  const api = (i: number): ServiceProcess => {
-    const chosen = apis[i % apis.length];
-    if (!chosen) throw new Error('no API process');
-    return chosen;
-  };
-  const writer = async (w: number, token: string): Promise<void> => {
-    for (let i = 0; !stopped && state.pairs < pairs; i++) {
-      // A word of its own that the title index serves (no other title holds it).
-      const title = `rw${String(w)}n${String(i)}q`;
-      const created = await call(api(w + i).base, '/posts/', { token, json: { title, content: 'c' } });
-      state.writeStatuses.push(created);
-      if (created.status !== 201) continue;
-      const post = created.body as { id: number; created_at: string };
-      acknowledged.push({ at: Date.now(), createdAt: Date.parse(post.created_at) });
-      const read = await call(api(w + i + 1).base, `/posts/public?search=${encodeURIComponent(title)}`, {
-        token,
-      });
-      state.pairs++;
-      state.readBackStatuses.push(read);
-      const found = read.status === 200 && (read.body as { id: number }[]).some((p) => p.id === post.id);
-      if (!found) state.violations.push({ id: post.id, status: read.status });
-    }
-  };
-  const reader = async (r: number): Promise<void> => {
-    for (let i = 0; !stopped && state.pairs < pairs; i++) {
-      const sentAt = Date.now();
-      // The newest post acknowledged longer than the bound ago: the page must be at least as new.
-      let due: Acknowledged | undefined;
-      for (const a of acknowledged)
-        if (a.at <= sentAt - MAX_LAG_MS && a.createdAt > (due?.createdAt ?? 0)) due = a;
-      const page = await call(api(r + i).base, `/posts/public?limit=${String(PAGE)}`);
-      state.anonymous.push(page);
-      const newest = page.status === 200 ? (page.body as { created_at: string }[])[0] : undefined;
-      if (due && newest && Date.parse(newest.created_at) < due.createdAt) state.stale++;
-    }
-  };
-  const done = Promise.all([
-    ...tokens.map((token, w) => writer(w, token)),
-    ...Array.from({ length: READERS }, (_, r) => reader(r)),
-  ]).then(() => undefined);
-  return Object.assign(state, {
-    done,
-    stop: async () => {
-      stopped = true;
-      await done;
-    },
-  });
-}
-
 /** What a process's metrics say of its reads. */
 async function readsOf(svc: ServiceProcess): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${String(svc.metricsPort)}/metrics`)).text();
@@ -176,52 +94,35 @@ async function readsOf(svc: ServiceProcess): Promise<Record<string, number>> {
   };
 }
 
-/** The two processes on `database`, their primary and standby endpoints as given. */
-async function apisOn(
+/** The steady case on `database` through the given endpoints: replay paused on the first standby. */
+async function steadyCase(
+  label: string,
   database: string,
   primary: number,
   standbys: number[],
-  extra: Record<string, string> = {},
-): Promise<ServiceProcess[]> {
-  const env = {
-    DB_HOSTNAME: '127.0.0.1',
-    DB_PORT: String(primary),
-    DB_NAME: database,
-    DB_READ_HOSTNAME: standbys.map((port) => `127.0.0.1:${String(port)}`).join(','),
-    DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
-    DB_STATEMENT_TIMEOUT_MS: '1500',
-    BCRYPT_ROUNDS: '4',
-    ...extra,
-  };
-  const first = await startService(env);
-  // The second once the first has migrated: they would only queue on the migration lock.
-  return [first, await startService(env)];
-}
-
-/** The steady case on the given endpoints: replay paused on the first standby. */
-async function steadyCase(label: string, apis: ServiceProcess[], database: string): Promise<void> {
-  const first = apis[0];
-  if (!first) throw new Error('no API process');
-  const tokens: string[] = [];
-  for (let w = 0; w < WRITERS; w++)
-    tokens.push(await account(first.base, `${label}-writer${String(w)}@example.com`));
-  // A full first page before the counting starts, so every page read is PAGE rows.
-  for (let i = 0; i < PAGE; i++)
-    await call(first.base, '/posts/', {
-      token: tokens[0],
-      json: { title: `seed ${String(i)}`, content: 'c' },
-    });
+): Promise<void> {
+  // With a full first page before the counting starts, every page read is PAGE rows.
+  const { apis, tokens } = await readingApis({
+    primary,
+    standbys,
+    database,
+    maxLagMs: MAX_LAG_MS,
+    statementTimeoutMs: 1500,
+    label,
+    writers: WRITERS,
+    page: PAGE,
+  });
   await sleep(500);
   await resetStatements();
   const [paused, running] = cluster.standbyPorts as [number, number];
   await cluster.pauseReplay(paused);
   const pausedAt = Date.now();
-  const load = traffic(apis, tokens, PAIRS);
+  const load = readBackTraffic(apis, tokens, { readers: READERS, page: PAGE, pairs: PAIRS });
   await sleep(SKIPPED_WITHIN_MS);
   const pausedAtBound = await feedStatements(paused, database, true);
   // Progress on a loaded machine, and a cap: fewer pairs than asked then fail the case below.
   const progress = setInterval(() => {
-    report(`standby reads ${label} progress`, { pairs: load.pairs, anonymousReads: load.anonymous.length });
+    report(`standby reads ${label} progress`, { pairs: load.readBacks(), answers: load.answers.length });
   }, 10_000);
   const cap = setTimeout(() => void load.stop(), LOAD_CAP_MS);
   await load.done;
@@ -242,14 +143,24 @@ async function steadyCase(label: string, apis: ServiceProcess[], database: strin
   );
   const share = served / (served + onPrimary.calls);
   const metrics = await Promise.all(apis.map(readsOf));
+  const of = (kind: ReadBackAnswer['kind']) => load.answers.filter((a) => a.kind === kind);
+  const [writes, readBacks, anonymous] = [of('write'), of('read-back'), of('anonymous')];
+  // No read-your-writes violation: each writer's read-back found their post.
+  const violations = readBacks.filter((a) => a.found !== true);
+  // Pages missing a post acknowledged more than MAX_LAG_MS before they were asked for.
+  const stale = anonymous.filter(
+    (a) =>
+      a.newest !== undefined &&
+      writes.some((w) => w.at <= a.sentAt - MAX_LAG_MS && (w.createdAt ?? 0) > (a.newest ?? 0)),
+  ).length;
   report(`standby reads ${label}`, {
-    pairs: load.pairs,
-    violations: load.violations.length,
-    readBacks: statusCounts(load.readBackStatuses),
-    writes: statusCounts(load.writeStatuses),
-    anonymousReads: statusCounts(load.anonymous),
-    slowestAnonymousMs: Math.round(Math.max(...load.anonymous.map((a) => a.ms))),
-    staleBeyondBound: load.stale,
+    pairs: readBacks.length,
+    violations: violations.length,
+    readBacks: statusCounts(readBacks),
+    writes: statusCounts(writes),
+    anonymousReads: statusCounts(anonymous),
+    slowestAnonymousMs: Math.round(Math.max(...anonymous.map((a) => a.ms))),
+    staleBeyondBound: stale,
     servedOnStandbys: Math.round(served),
     onPrimary: onPrimary.calls,
     shareOnStandbys: share.toFixed(3),
@@ -258,12 +169,13 @@ async function steadyCase(label: string, apis: ServiceProcess[], database: strin
     processMetrics: metrics,
   });
 
-  expect(load.pairs).toBeGreaterThanOrEqual(PAIRS);
-  expect(load.violations).toEqual([]);
-  expect(load.readBackStatuses.every((a) => a.status === 200)).toBe(true);
-  expect(load.writeStatuses.every((a) => a.status === 201)).toBe(true);
-  expect(load.anonymous.every((a) => a.status === 200)).toBe(true);
-  expect(load.stale).toBe(0);
+  expect(load.failures).toEqual([]);
+  expect(readBacks.length).toBeGreaterThanOrEqual(PAIRS);
+  expect(violations).toEqual([]);
+  expect(readBacks.every((a) => a.status === 200)).toBe(true);
+  expect(writes.every((a) => a.status === 201)).toBe(true);
+  expect(anonymous.every((a) => a.status === 200)).toBe(true);
+  expect(stale).toBe(0);
   expect(share).toBeGreaterThanOrEqual(0.9);
   // Past its bound the paused standby is not read from at all.
   expect(pausedAtEnd.calls - pausedAtBound.calls).toBe(0);
@@ -275,9 +187,8 @@ describe('Reads on standbys', () => {
     `When replay is paused on one of two standbys under mixed traffic through two processes, then ${String(PAIRS)} writes are each read back at once, at least 90 % of anonymous feed reads run on standbys, none staler than the bound, and the paused one is skipped past it (direct)`,
     async () => {
       const database = await caseDatabase('direct');
-      const apis = await apisOn(database, cluster.primaryPort, cluster.standbyPorts);
       try {
-        await steadyCase('direct', apis, database);
+        await steadyCase('direct', database, cluster.primaryPort, cluster.standbyPorts);
       } finally {
         await stopAllServices();
       }
@@ -295,8 +206,7 @@ describe('Reads on standbys', () => {
       try {
         for (const bouncer of bouncers) await bouncer.start();
         const [primary, ...standbys] = bouncers.map((b) => b.port) as [number, ...number[]];
-        const apis = await apisOn(database, primary, standbys);
-        await steadyCase('pgbouncer', apis, database);
+        await steadyCase('pgbouncer', database, primary, standbys);
       } finally {
         await stopAllServices();
         for (const bouncer of bouncers) await bouncer.destroy();

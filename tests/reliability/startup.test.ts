@@ -1,43 +1,27 @@
 import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
-import { account, call, connect, createDatabase, report, startService, stopAllServices } from './support';
+import { account, call, report, scratchDatabase, startService } from './support';
 
 const REPLICAS = 3;
 
-let concurrent: { name: string; drop(): Promise<void> };
-let reference: { name: string; drop(): Promise<void> };
-
-beforeAll(async () => {
-  concurrent = await createDatabase('startup');
-  reference = await createDatabase('startup_ref');
-});
-
-afterAll(async () => {
-  await stopAllServices();
-  await concurrent.drop();
-  await reference.drop();
-});
+const concurrent = scratchDatabase('startup');
+const reference = scratchDatabase('startup_ref');
 
 /** Everything that makes up the schema, in a stable order, so two databases can be compared whole. */
-async function schemaOf(database: string): Promise<string[]> {
-  const db: Knex = connect(database);
-  try {
-    const rows = async (sql: string) => (await db.raw<{ rows: { d: string }[] }>(sql)).rows.map((r) => r.d);
-    return [
-      ...(await rows(
-        "SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') AS d FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1",
-      )),
-      ...(await rows(
-        "SELECT 'index ' || indexdef AS d FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
-      )),
-      ...(await rows(
-        "SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(c.oid) AS d FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = 'public' ORDER BY 1",
-      )),
-      ...(await rows("SELECT 'extension ' || extname AS d FROM pg_extension ORDER BY 1")),
-    ];
-  } finally {
-    await db.destroy();
-  }
+async function schemaOf(db: Knex): Promise<string[]> {
+  const rows = async (sql: string) => (await db.raw<{ rows: { d: string }[] }>(sql)).rows.map((r) => r.d);
+  return [
+    ...(await rows(
+      "SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') AS d FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1",
+    )),
+    ...(await rows(
+      "SELECT 'index ' || indexdef AS d FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
+    )),
+    ...(await rows(
+      "SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(c.oid) AS d FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = 'public' ORDER BY 1",
+    )),
+    ...(await rows("SELECT 'extension ' || extname AS d FROM pg_extension ORDER BY 1")),
+  ];
 }
 
 test('When three processes start at once on an empty database, then all become ready, the migrations ran once and the schema is whole', async () => {
@@ -45,7 +29,7 @@ test('When three processes start at once on an empty database, then all become r
   const single = await startService({ DB_NAME: reference.name });
   single.child.kill('SIGKILL');
   await single.exited;
-  const expected = await schemaOf(reference.name);
+  const expected = await schemaOf(reference.db);
 
   const started = Date.now();
   const replicas = await Promise.all(
@@ -56,11 +40,10 @@ test('When three processes start at once on an empty database, then all become r
   const ready = await Promise.all(replicas.map((r) => call(r.base, '/healthz/ready')));
   const allReadyMs = Date.now() - started;
 
-  const db = connect(concurrent.name);
+  const db = concurrent.db;
   const applied = await db<{ name: string }>('knex_migrations').select('name').orderBy('id');
   const lock = await db<{ is_locked: number }>('knex_migrations_lock').select('is_locked');
-  await db.destroy();
-  const actual = await schemaOf(concurrent.name);
+  const actual = await schemaOf(db);
 
   // The three share one database: what one writes, the others serve.
   const token = await account(replicas[0]?.base ?? '', 'replica@example.com');

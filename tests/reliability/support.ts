@@ -1,5 +1,7 @@
 import autocannon from 'autocannon';
 import knex, { type Knex } from 'knex';
+import { account, call, sleep, type Answer } from '../../tools/harness/client';
+import { isProblem } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
 import { ReplicatedPostgres, type ReplicatedOptions } from '../../tools/harness/replicated-postgres';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
@@ -180,4 +182,184 @@ export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
         DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs),
       }),
   };
+}
+
+/** One run of a loop's body, told how many runs came before it. */
+type Body = (i: number) => Promise<unknown>;
+
+/**
+ * Runs each body again and again, one run after the other, until stop() (or until `more` says no);
+ * a run that throws is kept in `failures` and its loop goes on after a pause.
+ */
+export function untilStopped(
+  bodies: Body[],
+  more: () => boolean = () => true,
+): { failures: string[]; done: Promise<void>; stop: () => Promise<void> } {
+  let running = true;
+  const failures: string[] = [];
+  const loop = async (body: Body): Promise<void> => {
+    for (let i = 0; running && more(); i++) {
+      try {
+        await body(i);
+      } catch (error) {
+        failures.push(error instanceof Error ? error.message : String(error));
+        await sleep(100);
+      }
+    }
+  };
+  const done = Promise.all(bodies.map(loop)).then(() => undefined);
+  const stop = async () => {
+    running = false;
+    await done;
+  };
+  return { failures, done, stop };
+}
+
+/** Runs the bodies as untilStopped does for `ms`, then stops them: what failed. */
+export async function whileRunning(ms: number, bodies: Body[]): Promise<string[]> {
+  const run = untilStopped(bodies);
+  await sleep(ms);
+  await run.stop();
+  return run.failures;
+}
+
+/** Each answer is a success or a 503 problem, and came within the request budget. */
+export function expectWithinBudget(
+  answers: { status: number; problem: boolean; ms: number }[],
+  budgetMs: number,
+) {
+  for (const a of answers) {
+    expect([200, 201, 503]).toContain(a.status);
+    if (a.status === 503) expect(a.problem).toBe(true);
+    expect(a.ms).toBeLessThan(budgetMs);
+  }
+}
+
+/** Which of the acknowledged posts a server of the cluster holds. */
+export async function storedOn(cluster: ReplicatedPostgres, port: number, ids: number[]): Promise<number[]> {
+  const rows = await cluster.query<{ id: number }>(port, 'SELECT id FROM posts WHERE id = ANY($1::int[])', [
+    ids,
+  ]);
+  return rows.map((r) => r.id);
+}
+
+/** Every acknowledged write is stored: the same posts, in whatever order. */
+export function expectAllStored(stored: number[], acknowledged: number[]): void {
+  expect([...stored].sort((a, b) => a - b)).toEqual([...acknowledged].sort((a, b) => a - b));
+}
+
+/** The service on a primary and its standbys (DB_READ_HOSTNAME), with `writers` accounts and a first page. */
+export interface ReadingSetup {
+  primary: number;
+  standbys: number[];
+  database: string;
+  maxLagMs: number;
+  statementTimeoutMs: number;
+  /** Names the writers' accounts. */
+  label: string;
+  writers: number;
+  page: number;
+}
+
+/** Two API processes of the setup, the writers' tokens, and `page` posts to read from the start. */
+export async function readingApis(
+  setup: ReadingSetup,
+): Promise<{ apis: ServiceProcess[]; tokens: string[] }> {
+  const env = {
+    DB_HOSTNAME: '127.0.0.1',
+    DB_PORT: String(setup.primary),
+    DB_NAME: setup.database,
+    DB_READ_HOSTNAME: setup.standbys.map((port) => `127.0.0.1:${String(port)}`).join(','),
+    DB_READ_MAX_LAG_MS: String(setup.maxLagMs),
+    DB_STATEMENT_TIMEOUT_MS: String(setup.statementTimeoutMs),
+    BCRYPT_ROUNDS: '4',
+  };
+  const first = await startService(env);
+  // The second once the first has migrated: they would only queue on the migration lock.
+  const apis = [first, await startService(env)];
+  const tokens: string[] = [];
+  for (let w = 0; w < setup.writers; w++)
+    tokens.push(await account(first.base, `${setup.label}-writer${String(w)}@example.com`));
+  for (let i = 0; i < setup.page; i++)
+    await call(first.base, '/posts/', {
+      token: tokens[0],
+      json: { title: `seed ${String(i)}`, content: 'c' },
+    });
+  return { apis, tokens };
+}
+
+/** One answer of the read-back traffic: sent at `sentAt`, answered at `at` (ms since the epoch). */
+export interface ReadBackAnswer {
+  kind: 'write' | 'read-back' | 'anonymous';
+  status: number;
+  problem: boolean;
+  ms: number;
+  sentAt: number;
+  at: number;
+  /** A write's acknowledged post (with when the database made it), or the post a read-back looked for. */
+  id?: number;
+  createdAt?: number;
+  /** Whether a read-back found its writer's post. */
+  found?: boolean;
+  /** When the newest post of an anonymous page was made. */
+  newest?: number;
+}
+
+/**
+ * Writers post, each title a word of its own that the title index serves, through one process and
+ * read the post back at once with their token through the other; anonymous readers read the feed's
+ * first `page` through either. Runs until stopped, or until `pairs` writes were read back.
+ */
+export function readBackTraffic(
+  apis: ServiceProcess[],
+  tokens: string[],
+  { readers, page, pairs = Infinity }: { readers: number; page: number; pairs?: number },
+) {
+  const answers: ReadBackAnswer[] = [];
+  let readBacks = 0;
+  const base = (i: number) => (apis[i % apis.length] as ServiceProcess).base;
+  const record = (
+    kind: ReadBackAnswer['kind'],
+    sentAt: number,
+    a: Answer,
+    extra: Partial<ReadBackAnswer> = {},
+  ) => {
+    answers.push({
+      kind,
+      status: a.status,
+      problem: isProblem(a),
+      ms: a.ms,
+      sentAt,
+      at: Date.now(),
+      ...extra,
+    });
+  };
+  const writer = (w: number, token: string) => async (i: number) => {
+    const title = `rw${String(w)}n${String(i)}q`;
+    let sentAt = Date.now();
+    const created = await call(base(w + i), '/posts/', { token, json: { title, content: 'c' } });
+    if (created.status !== 201) {
+      record('write', sentAt, created);
+      await sleep(50);
+      return;
+    }
+    const post = created.body as { id: number; created_at: string };
+    record('write', sentAt, created, { id: post.id, createdAt: Date.parse(post.created_at) });
+    sentAt = Date.now();
+    const read = await call(base(w + i + 1), `/posts/public?search=${encodeURIComponent(title)}`, { token });
+    readBacks++;
+    const found = read.status === 200 && (read.body as { id: number }[]).some((p) => p.id === post.id);
+    record('read-back', sentAt, read, { id: post.id, found });
+  };
+  const reader = (r: number) => async (i: number) => {
+    const sentAt = Date.now();
+    const answer = await call(base(r + i), `/posts/public?limit=${String(page)}`);
+    const newest = answer.status === 200 ? (answer.body as { created_at: string }[])[0] : undefined;
+    record('anonymous', sentAt, answer, newest ? { newest: Date.parse(newest.created_at) } : {});
+  };
+  const run = untilStopped(
+    [...tokens.map((token, w) => writer(w, token)), ...Array.from({ length: readers }, (_, r) => reader(r))],
+    () => readBacks < pairs,
+  );
+  return { ...run, answers, readBacks: () => readBacks };
 }

@@ -22,11 +22,14 @@ export async function call(
     token?: string;
     json?: unknown;
     form?: Record<string, string>;
+    /** Sent as it is, with the headers that describe it (a compressed JSON body, say). */
+    body?: string | Uint8Array;
+    headers?: Record<string, string>;
     timeoutMs?: number;
   } = {},
 ): Promise<Answer> {
-  const headers: Record<string, string> = {};
-  let body: string | undefined;
+  const headers: Record<string, string> = { ...init.headers };
+  let body = init.body;
   if (init.token) headers.Authorization = `Bearer ${init.token}`;
   if (init.json !== undefined) {
     headers['Content-Type'] = 'application/json';
