@@ -174,10 +174,7 @@ interface PluginEntry {
   parameters: Record<string, string>;
 }
 
-/*
- * The custom resources the chart renders: kubernetes-models has no type for them, so the fields the
- * tests read are spelt out; the schema tests validate every one against its vendored CRD.
- */
+// Custom resources: kubernetes-models has no type for them, so the fields the tests read are spelt out.
 export interface Cluster extends KubeObject {
   spec: {
     instances: number;

@@ -187,10 +187,7 @@ export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
 /** One run of a loop's body, told how many runs came before it. */
 type Body = (i: number) => Promise<unknown>;
 
-/**
- * Runs each body again and again, one run after the other, until stop() (or until `more` says no);
- * a run that throws is kept in `failures` and its loop goes on after a pause.
- */
+/** Runs each body over and over until stopped (or `more` says no); what throws is kept in `failures`. */
 export function untilStopped(
   bodies: Body[],
   more: () => boolean = () => true,
@@ -305,11 +302,7 @@ export interface ReadBackAnswer {
   newest?: number;
 }
 
-/**
- * Writers post, each title a word of its own that the title index serves, through one process and
- * read the post back at once with their token through the other; anonymous readers read the feed's
- * first `page` through either. Runs until stopped, or until `pairs` writes were read back.
- */
+/** Writers post through one process and read it back at once through the other; readers read the feed. */
 export function readBackTraffic(
   apis: ServiceProcess[],
   tokens: string[],
@@ -335,6 +328,7 @@ export function readBackTraffic(
     });
   };
   const writer = (w: number, token: string) => async (i: number) => {
+    // A word of its own that the title index serves (no other title holds it).
     const title = `rw${String(w)}n${String(i)}q`;
     let sentAt = Date.now();
     const created = await call(base(w + i), '/posts/', { token, json: { title, content: 'c' } });
