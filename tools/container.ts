@@ -1,12 +1,8 @@
 /**
- * The container engine and the service's image, for whatever starts or inspects containers: the
- * image build (tools/image.ts), its stand-in base (tools/stand-in-base.ts) and the k8s-tests
- * runner, which starts the API's containers from `IMAGE` with `engine()` and `runLimits()`.
- *
- * Engine: docker when its engine answers (`docker info`, not just a CLI on the PATH), otherwise
- * Debian's podman with what works on a root machine without a Docker daemon and with hybrid
- * cgroups: `--storage-driver vfs --cgroup-manager cgroupfs --runtime runc` (crun fails there),
- * and explicit ulimits on build and run (podman's defaults exceed what the caller may set).
+ * The container engine and the service's image, for the image build, its stand-in base and the
+ * k8s-tests runner. docker when its engine answers, else podman with what works on a root machine
+ * without a Docker daemon and with hybrid cgroups (vfs storage, cgroupfs, runc as crun fails there)
+ * and explicit ulimits (podman's defaults exceed what the caller may set).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -41,10 +37,15 @@ export function engine(): Engine {
   return detected;
 }
 
-export function run(args: string[], options: { quiet?: boolean } = {}): string {
+/** The engine's program and its arguments for `args`. */
+export function commandLine(args: string[]): [string, string[]] {
   const [command, ...rest] = [...engine().command, ...args];
-  if (!command) throw new Error('no command');
-  return execFileSync(command, rest, {
+  if (!command) throw new Error('no container engine');
+  return [command, rest];
+}
+
+export function run(args: string[], options: { quiet?: boolean } = {}): string {
+  return execFileSync(...commandLine(args), {
     encoding: 'utf8',
     cwd: repoRoot,
     stdio: ['ignore', 'pipe', options.quiet ? 'pipe' : 'inherit'],
@@ -54,9 +55,7 @@ export function run(args: string[], options: { quiet?: boolean } = {}): string {
 
 /** Whether the engine command succeeds within the time; its output is dropped. */
 export function succeeds(args: string[], timeoutMs: number): boolean {
-  const [command, ...rest] = [...engine().command, ...args];
-  if (!command) return false;
-  return spawnSync(command, rest, { stdio: 'ignore', timeout: timeoutMs }).status === 0;
+  return spawnSync(...commandLine(args), { stdio: 'ignore', timeout: timeoutMs }).status === 0;
 }
 
 /**
@@ -104,8 +103,7 @@ export function build(context: string, tag: string, log: (message: string) => vo
         log(`npm in the build trusts this machine's npm cafile ${caFile} (mounted for the build only)`);
       }
     }
-    const [command, ...args] = [
-      ...engine().command,
+    const args = [
       'build',
       ...options,
       '--tag',
@@ -115,8 +113,7 @@ export function build(context: string, tag: string, log: (message: string) => vo
       'Dockerfile',
       '.',
     ];
-    if (!command) throw new Error('no command');
-    execFileSync(command, args, { cwd: context, stdio: 'inherit' });
+    execFileSync(...commandLine(args), { cwd: context, stdio: 'inherit' });
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }

@@ -1,16 +1,13 @@
 /**
- * `npm run image:previous`: the previous release's image (tools/harness/releases.ts), built from its
- * recorded commit out of this clone's own history, for the upgrade case of k8s:local. The commit's
- * files (`git archive`) go to a scratch folder whose Dockerfile is built as `npm run image:build`
- * builds today's (tools/container.ts `build()`: the same engine settings and, where no registry
- * is reachable, the same stand-in base), tagged `social-posts:<version>`; `social-posts:local` is
- * left alone. A tag already stored is kept (`--force` builds it again).
+ * `npm run image:previous [-- --force]`: the previous release's image for k8s:local's upgrade case,
+ * built as `image:build` builds today's from its recorded commit's files, tagged
+ * `social-posts:<version>`; a tag already stored is kept unless `--force`.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { previousRelease } from './harness/releases';
+import { hasCommit, previousRelease } from './harness/releases';
 import { build, engine, imageExists, previousImage } from './container';
 import { nodeImage, repoRoot } from './node-release';
 import { ensureBase } from './stand-in-base';
@@ -21,18 +18,13 @@ function log(message: string): void {
 
 /** The release's files at its commit, in a scratch folder. */
 function checkOut(commit: string): string {
-  const git = (args: string[], options: { stdio?: 'ignore' } = {}) =>
-    execFileSync('git', args, { cwd: repoRoot, encoding: 'utf8', ...options });
-  try {
-    git(['cat-file', '-e', `${commit}^{commit}`], { stdio: 'ignore' });
-  } catch {
+  if (!hasCommit(commit, repoRoot))
     throw new Error(
       `commit ${commit} is not in this clone's history (a shallow clone? git fetch --unshallow)`,
     );
-  }
   const folder = mkdtempSync(join(tmpdir(), 'social-posts-release-'));
   const archive = join(folder, '.release.tar');
-  git(['archive', '--format=tar', '--output', archive, commit]);
+  execFileSync('git', ['archive', '--format=tar', '--output', archive, commit], { cwd: repoRoot });
   execFileSync('tar', ['-x', '-f', archive, '-C', folder]);
   rmSync(archive);
   return folder;

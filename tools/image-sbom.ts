@@ -1,12 +1,8 @@
 /**
- * The image's contents in CycloneDX: OWASP CycloneDX's generator, cdxgen, reads the image's file
- * system, with its Trivy plugin for the Debian packages and its own readers for
- * the npm packages (the service's production tree under /app, and Node's own npm).
- *
- * cdxgen and its plugin binaries for this platform are pinned here and installed once into the
- * git-ignored .tools/ folder by `npm install` (the registry and integrity checks npm already uses).
- * They are not devDependencies: the plugin binaries are some 200 MB that no `npm ci` should pay for
- * a step only a release takes.
+ * The image's contents in CycloneDX by cdxgen reading its file system (its Trivy plugin for the
+ * Debian packages, its own readers for the npm packages). cdxgen and its plugin binaries are pinned
+ * here and installed once into the git-ignored .tools/: as devDependencies every `npm ci` would pay
+ * for binaries only a release uses.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';

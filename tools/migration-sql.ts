@@ -1,27 +1,13 @@
 /**
- * `npm run migrations:lint [-- --out <folder>] [-- --config <.squawk.toml>]`: squawk over the SQL
- * the migrations actually send. A fresh scratch database on the suites' PostgreSQL server
- * (tools/harness/postgres.ts: DB_* or 127.0.0.1:5432) is migrated by the real migrator (`migrateToLatest`
- * on the real `openDatabase`), and every statement sent on the migrations' own connection is
- * recorded from knex's `query` event, so what is linted is what knex generated, not a copy.
- *
- * Each migration gets one file: the statements the migrator itself sends first in the transaction
- * (the advisory lock, `SET LOCAL statement_timeout`), which are in force for every migration of a
- * batch, then the migration's own statements, in order. A release usually applies one migration
- * alone, so a `SET LOCAL` of an earlier migration is not carried into a later one's file. Left
- * out: knex's bookkeeping on its own tables (knex_migrations, knex_migrations_lock: their first
- * CREATE TABLE is knex's, not ours) and transaction control (BEGIN, COMMIT, knex's savepoint around
- * the batch), since squawk is told the files run inside a transaction. Bindings stay the `$n`
- * placeholders pg sent (squawk parses them), with their values in a comment above the statement.
- *
- * Statements a migration sends outside any transaction (one exporting `config = { transaction:
- * false }`) go to a file of their own, headed by the migrator's `SET lock_timeout` and `SET
- * statement_timeout` before it, linted without `--assume-in-transaction`; so do the backfills'
- * statements sent outside a transaction. Other statements outside a transaction and outside a
- * migration (the migrator reading and restoring those settings) are the migrator's, not linted.
- * Statements that depend on rows (e.g. 20261123000004's per-address UPDATE) are not sent on an
- * empty database and so are not linted. Exits 1, with squawk's report, when squawk reports
- * anything or an exception of MIGRATION_EXCEPTIONS is no longer needed; 2 when the capture fails.
+ * `npm run migrations:lint [-- --out <folder>] [-- --config <.squawk.toml>]`: squawk over the SQL the
+ * real migrator sends to a scratch database (recorded from knex's `query` event), so what is linted is
+ * what knex generated, not a copy. One file per migration: the migrator's own statements of the
+ * transaction (in force for every migration of a batch), then the migration's; knex's bookkeeping
+ * and transaction control are left out, as squawk is told the files run in a transaction. What is
+ * sent outside a transaction (a migration with `transaction: false`, the backfills) is linted
+ * without that assumption. Statements that depend on rows are not sent on an empty database, so
+ * are not linted. Exits 1 when squawk reports anything or an exception is no longer needed; 2 when
+ * the capture fails.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -57,12 +43,9 @@ export interface BackgroundStatement {
 }
 
 /**
- * Rules switched off for one migration only, each with why: squawk reads them as a
- * `squawk-ignore-file` comment at the top of that migration's file. Everything else, and every
- * rule for any other migration, stays as .squawk.toml has it. The first three migrations are the
- * released initial schema: their tables exist everywhere, and changing a column type or key now
- * would itself be the table rewrite the rules guard against. An exception whose rule squawk no
- * longer reports for its migration fails the lint too, so none outlives its reason.
+ * Rules switched off for one migration only (a `squawk-ignore-file` comment atop its file), each with
+ * why: changing a released table's keys now would itself be the rewrite the rules guard against. An
+ * exception squawk no longer needs fails the lint, so none outlives its reason.
  */
 export type Exceptions = Readonly<Record<string, readonly { rule: string; why: string }[]>>;
 

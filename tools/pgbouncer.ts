@@ -1,15 +1,10 @@
 /**
- * `npx tsx tools/pgbouncer.ts`: the two real PgBouncers the reliability suite and the bench run,
- * their paths one a line on stdout (versions and time taken on stderr): 1.18 from Debian 12's
- * package (no prepared-statement tracking) and 1.24.1 built from Debian 13's source package
- * (tracks named statements; `max_prepared_statements` 200 by default). The build goes to a cache
- * outside the checkout, so a fresh clone on the same machine (CI) reuses it: about 30 s once,
- * nothing after.
- *
- * The source comes through a private apt configuration (its own sources list, lists and cache
- * folders), from the Debian mirror the machine's own sources name: those sources are never
- * touched. Needs dpkg-dev, make, a C compiler and Debian 12's libevent-dev, libssl-dev,
- * libc-ares-dev and pkg-config (.ci/run installs them; what is missing is named before building).
+ * `npx tsx tools/pgbouncer.ts`: the two real PgBouncers the reliability suite and the bench run, their
+ * paths one a line on stdout: Debian 12's package (no prepared-statement tracking) and the pinned
+ * release built from Debian 13's source package (tracks named statements), cached outside the
+ * checkout so a fresh clone on the same machine reuses it. The source comes through a private apt
+ * configuration from the mirror the machine's own sources name, which are never touched; the
+ * build's missing Debian packages are named before building.
  */
 import { execFileSync } from 'node:child_process';
 import {

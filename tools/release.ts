@@ -1,19 +1,12 @@
 /**
  * `npm run release -- --registry HOST[:PORT]/PATH --key NAME --keyring SECRING [--image REF]
- * [--plain-http] [--out DIR] [--record CHANGELOG]`: cuts the release this tree carries.
- *
- * 1. The image: built from the Dockerfile (or `--image`, one built already), pushed as
- *    `<registry>/social-posts:<version>`, its manifest digest read back with skopeo.
- * 2. SBOMs in CycloneDX: the image's contents (its Debian and npm packages, by cdxgen:
- *    image-sbom.ts) and `@cyclonedx/cyclonedx-npm`'s of the production tree (development packages
- *    left out), each attached to the image in the registry as OCI artifacts whose `subject` is the image
- *    (and listed in the referrers tag schema's index, `sha256-<hex>`, for registries without the
- *    referrers API, as distribution 2.8).
- * 3. The chart: packaged with `image.repository` and `image.digest` set to what was pushed, so its
- *    defaults pull the image by digest; signed (`helm package --sign`: a .prov beside the .tgz) and
- *    pushed as an OCI artifact to `oci://<registry>/charts` with its provenance.
- * 4. `release.json` in the output folder: versions, commit and every digest; with `--record` the
- *    changelog's section of this version gets the image and chart digests under its record line.
+ * [--plain-http] [--out DIR] [--record CHANGELOG]`: cuts the release this tree carries. The image
+ * (built, or `--image`) is pushed as `<registry>/social-posts:<version>`; its SBOMs (the image's
+ * contents by cdxgen, the production npm tree by cyclonedx-npm) are attached to it as OCI artifacts,
+ * also listed in the referrers tag schema's index for registries without the referrers API; the
+ * chart, its default image set to that digest, is signed and pushed to `oci://<registry>/charts`.
+ * `release.json` in the output folder records versions, commit and digests; `--record` writes the
+ * digests under the version's record line of the changelog.
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -22,7 +15,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseDocument } from 'yaml';
-import { build, engine, IMAGE } from './container';
+import { build, commandLine, IMAGE } from './container';
 import { treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
@@ -227,9 +220,7 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const imageRepository = `${options.registry}/social-posts`;
   const imageRef = `${imageRepository}:${versions.app}`;
   log(`pushing ${local} as ${imageRef}`);
-  const [command, ...engineArgs] = engine().command;
-  if (!command) throw new Error('no container engine');
-  exec(command, [...engineArgs, 'push', ...tls, local, `docker://${imageRef}`]);
+  exec(...commandLine(['push', ...tls, local, `docker://${imageRef}`]));
   const image = manifestDigest(imageRef, options.plainHttp);
   const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
   log(`image ${imageRepository}@${image.digest}`);

