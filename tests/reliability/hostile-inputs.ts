@@ -348,46 +348,28 @@ const CONFUSABLES: Record<string, string> = {
   x: '\u0445',
   i: '\u0456',
 };
+const LOOKALIKES: Record<string, (email: string, at: number, invisible: string) => string> = {
+  invisible: (email, at, invisible) => email.slice(0, at) + invisible + email.slice(at),
+  // Full-width Latin sits 0xFEE0 above ASCII; NFKC maps it back.
+  'full-width': (email, at) =>
+    email.replace(/[a-z]/g, (ch, i: number) =>
+      i <= at ? String.fromCharCode(ch.charCodeAt(0) + 0xfee0) : ch,
+    ),
+  cyrillic: (email) => email.replace(/[aeopcxi]/, (ch) => CONFUSABLES[ch] ?? ch),
+  greek: (email) => email.replace('o', '\u03BF'),
+  case: (email) => email.toUpperCase(),
+  'full-width-at': (email) => email.replace('@', '\uFF20'),
+  punycode: (email) => email.replace('example.com', 'xn--xample-2of.com'),
+  'greek-all': (email) => email.replace(/^[a-z]+/, '\u03B1\u03C5\u03C4\u03BF'),
+};
 const lookalikeEmail: fc.Arbitrary<string> = fc
   .tuple(
     fc.constantFrom('author@example.com', 'other@example.com'),
     fc.nat(),
-    fc.constantFrom(
-      'invisible',
-      'full-width',
-      'cyrillic',
-      'greek',
-      'case',
-      'full-width-at',
-      'punycode',
-      'greek-all',
-    ),
+    fc.constantFrom(...Object.values(LOOKALIKES)),
     fc.constantFrom(...INVISIBLES),
   )
-  .map(([email, n, kind, invisible]) => {
-    const at = n % email.length;
-    switch (kind) {
-      case 'invisible':
-        return email.slice(0, at) + invisible + email.slice(at);
-      case 'full-width':
-        // Full-width Latin sits 0xFEE0 above ASCII; NFKC maps it back.
-        return email.replace(/[a-z]/g, (ch, i: number) =>
-          i <= at ? String.fromCharCode(ch.charCodeAt(0) + 0xfee0) : ch,
-        );
-      case 'cyrillic':
-        return email.replace(/[aeopcxi]/, (ch) => CONFUSABLES[ch] ?? ch);
-      case 'greek':
-        return email.replace('o', '\u03BF');
-      case 'case':
-        return email.toUpperCase();
-      case 'full-width-at':
-        return email.replace('@', '\uFF20');
-      case 'punycode':
-        return email.replace('example.com', 'xn--xample-2of.com');
-      default:
-        return email.replace(/^[a-z]+/, '\u03B1\u03C5\u03C4\u03BF');
-    }
-  });
+  .map(([email, n, lookalike, invisible]) => lookalike(email, n % email.length, invisible));
 
 /** Content-Encoding on a body: valid, corrupt, truncated, stacked, unknown. */
 export interface Coding {
@@ -396,33 +378,27 @@ export interface Coding {
   label: string;
   refused: boolean;
 }
-const codings: Coding[] = [
-  { header: 'gzip', encode: (b) => zlib.gzipSync(b), label: 'gzip', refused: false },
-  { header: 'deflate', encode: (b) => zlib.deflateSync(b), label: 'deflate', refused: false },
-  { header: 'br', encode: (b) => zlib.brotliCompressSync(b), label: 'br', refused: false },
-  { header: 'GZIP', encode: (b) => zlib.gzipSync(b), label: 'gzip-upper', refused: false },
-  { header: 'identity', encode: (b) => b, label: 'identity', refused: false },
-  { header: 'gzip', encode: (b) => b, label: 'gzip-corrupt', refused: true },
-  { header: 'deflate', encode: (b) => b, label: 'deflate-corrupt', refused: true },
-  {
-    header: 'br',
-    encode: (b) => Buffer.concat([Buffer.from([0xff]), b]),
-    label: 'br-corrupt',
-    refused: true,
-  },
-  { header: 'gzip', encode: (b) => zlib.gzipSync(b).subarray(0, 12), label: 'gzip-truncated', refused: true },
-  {
-    header: 'deflate',
-    encode: (b) => zlib.deflateSync(b).subarray(0, 4),
-    label: 'deflate-truncated',
-    refused: true,
-  },
-  { header: 'gzip, gzip', encode: (b) => zlib.gzipSync(zlib.gzipSync(b)), label: 'stacked', refused: true },
-  { header: 'identity, gzip', encode: (b) => zlib.gzipSync(b), label: 'stacked-identity', refused: true },
-  { header: 'compress', encode: (b) => b, label: 'unknown', refused: true },
-  { header: 'zstd', encode: (b) => b, label: 'zstd', refused: true },
-  { header: 'x-gzip', encode: (b) => zlib.gzipSync(b), label: 'x-gzip', refused: true },
-];
+const gzip = (b: Buffer) => zlib.gzipSync(b);
+const asIs = (b: Buffer) => b;
+const codings: Coding[] = (
+  [
+    ['gzip', gzip, 'gzip', false],
+    ['deflate', (b) => zlib.deflateSync(b), 'deflate', false],
+    ['br', (b) => zlib.brotliCompressSync(b), 'br', false],
+    ['GZIP', gzip, 'gzip-upper', false],
+    ['identity', asIs, 'identity', false],
+    ['gzip', asIs, 'gzip-corrupt', true],
+    ['deflate', asIs, 'deflate-corrupt', true],
+    ['br', (b) => Buffer.concat([Buffer.from([0xff]), b]), 'br-corrupt', true],
+    ['gzip', (b) => gzip(b).subarray(0, 12), 'gzip-truncated', true],
+    ['deflate', (b) => zlib.deflateSync(b).subarray(0, 4), 'deflate-truncated', true],
+    ['gzip, gzip', (b) => gzip(gzip(b)), 'stacked', true],
+    ['identity, gzip', gzip, 'stacked-identity', true],
+    ['compress', asIs, 'unknown', true],
+    ['zstd', asIs, 'zstd', true],
+    ['x-gzip', gzip, 'x-gzip', true],
+  ] as const satisfies readonly (readonly [string, (b: Buffer) => Buffer, string, boolean])[]
+).map(([header, encode, label, refused]) => ({ header, encode, label, refused }));
 
 /** Parameters on the content type a body endpoint reads: only UTF-8 (or none) is read. */
 const typeParameters: fc.Arbitrary<{ params: string; refused: boolean }> = fc.oneof(
@@ -693,9 +669,9 @@ function bodyFor(op: Operation, postIds: number[]): fc.Arbitrary<Body | undefine
   );
 }
 
-/** `arbitrary` on one draw in `1 + weight` (the attack's share), otherwise nothing. */
-const sometimes = <T>(weight: number, arbitrary: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
-  fc.oneof({ weight, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary });
+/** `arbitrary` on `share` draws in `share + weight` (the attack's share), otherwise nothing. */
+const sometimes = <T>(weight: number, arbitrary: fc.Arbitrary<T>, share = 1): fc.Arbitrary<T | undefined> =>
+  fc.oneof({ weight, arbitrary: fc.constant(undefined) }, { weight: share, arbitrary });
 
 /** What is drawn for one documented operation, before it becomes a request. */
 interface Draw {
@@ -737,14 +713,8 @@ const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefine
     ),
     chunked: fc.boolean(),
     claim: sometimes(6, fc.constantFrom(...claimTokens(cast.authorId))),
-    coding: fc.oneof(
-      { weight: 5, arbitrary: fc.constant(undefined) },
-      { weight: 2, arbitrary: fc.constantFrom(...codings) },
-    ),
-    params: fc.oneof(
-      { weight: 5, arbitrary: fc.constant(undefined) },
-      { weight: 2, arbitrary: typeParameters },
-    ),
+    coding: sometimes(5, fc.constantFrom(...codings), 2),
+    params: sometimes(5, typeParameters, 2),
     length: sometimes(10, declaredLength),
     expect: sometimes(10, expectation),
     jose: sometimes(12, fc.constantFrom(...joseHeaderTokens(cast.authorId))),

@@ -2,6 +2,7 @@ import http from 'node:http';
 import net from 'node:net';
 import fc from 'fast-check';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
+import { statusCounts } from '../../tools/harness/client';
 import { call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
 import { hostileRequests, operationsOf, type HostileRequest } from './hostile-inputs';
 import { normaliseEmail } from '../../service/src/users/email';
@@ -194,7 +195,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
   const families: Record<string, number> = {};
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const statuses: Record<number, number> = {};
+  const answered: { status: number }[] = [];
   const violations: string[] = [];
   let sent = 0;
   let transportErrors = 0;
@@ -218,7 +219,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
         before = await digest();
         return;
       }
-      statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+      answered.push({ status: res.status });
       const after = await digest();
       const problems = answerProblems(r, res, after === before);
       if (problems.length > 0 && violations.length < 50)
@@ -238,12 +239,8 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
     seed: SEED,
     requests: sent,
     operations: ops.length,
-    statuses: Object.entries(statuses)
-      .map(([s, n]) => `${s}x${String(n)}`)
-      .join(','),
-    answers5xx: Object.entries(statuses)
-      .filter(([s]) => Number(s) >= 500)
-      .reduce((n, [, c]) => n + c, 0),
+    statuses: statusCounts(answered),
+    answers5xx: answered.filter((a) => a.status >= 500).length,
     violations: violations.length,
     transportErrors,
     seconds: Math.round((Date.now() - started) / 1000),
