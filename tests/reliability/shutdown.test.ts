@@ -2,6 +2,7 @@ import {
   account,
   call,
   author,
+  countOf,
   load,
   report,
   sleep,
@@ -92,12 +93,10 @@ async function heldInFlight(base: string, voters: string[], lockedPost: number) 
   let waiting = 0;
   for (let i = 0; i < 100 && waiting < IN_FLIGHT; i++) {
     await sleep(100);
-    const rows = (
-      await database.db.raw<{ rows: { n: number }[] }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
-      )
-    ).rows;
-    waiting = rows[0]?.n ?? 0;
+    waiting = await countOf(
+      database.db,
+      "pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
+    );
   }
   return { lock, inFlight, waiting };
 }
@@ -147,12 +146,7 @@ test('When the service gets SIGTERM under load, then in-flight requests complete
   const servedDuringDelay = [...lists.responses, ...votes.responses].filter(
     (at) => at > sigtermAt && at < closeAt,
   ).length;
-  const votesOnLocked = (
-    await database.db.raw<{ rows: { n: number }[] }>(
-      'SELECT count(*)::int AS n FROM votes WHERE post_id = ?',
-      [lockedPost],
-    )
-  ).rows[0]?.n;
+  const votesOnLocked = await countOf(database.db, 'votes WHERE post_id = ?', [lockedPost]);
 
   report('graceful shutdown', {
     rpsBeforeSignal: Math.round(

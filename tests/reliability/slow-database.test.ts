@@ -1,6 +1,7 @@
 import {
   call,
   author,
+  countOf,
   isProblem,
   report,
   sleep,
@@ -23,17 +24,14 @@ const BOUNDED_MS = STATEMENT_TIMEOUT_MS + CANCEL_GRACE_MS + 2500;
 
 const database = scratchDatabase('slow');
 
-const serviceQueries = async (state?: string): Promise<number> => {
-  const rows = (
-    await database.db.raw<{ rows: { n: number }[] }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'social-posts' AND datname = ?${
-        state ? ' AND state = ?' : ''
-      }`,
-      state ? [database.name, state] : [database.name],
-    )
-  ).rows;
-  return rows[0]?.n ?? 0;
-};
+const serviceQueries = (state?: string): Promise<number> =>
+  countOf(
+    database.db,
+    `pg_stat_activity WHERE application_name = 'social-posts' AND datname = ?${
+      state ? ' AND state = ?' : ''
+    }`,
+    state ? [database.name, state] : [database.name],
+  );
 
 test('When the database is slow (a query past the statement time-out, more requests than connections), then 503 comes promptly and the pool never deadlocks', async () => {
   const svc = await startService({

@@ -41,6 +41,11 @@ export function connect(database: string, port = pg.port, host = pg.host): Knex 
   });
 }
 
+/** `SELECT count(*) FROM <from>`'s answer. */
+export const countOf = async (db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> =>
+  (await db.raw<{ rows: { n: number }[] }>(`SELECT count(*)::int AS n FROM ${from}`, bindings)).rows[0]?.n ??
+  -1;
+
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
 export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);
 
