@@ -24,9 +24,7 @@ const POD_LIMIT_BYTES = mebibytes(
 /**
  * What the process may grow by under the attack below: the answers it holds for clients that do
  * not read (UNSENT_ANSWER_BYTES), those in the making and the garbage collector's slack, with the
- * heap Node sizes from the pod's limit (docs/security.md, "Memory per connection"). Before answers
- * waited their turn, the process grew by 500 MB and more; before their bytes were bounded, pages
- * of 6 MB had it killed at the pod's limit.
+ * heap Node sizes from the pod's limit (docs/security.md, "Memory per connection").
  */
 const GROWTH_BOUND_BYTES = 200 * 1024 * 1024;
 const SOCKETS = 100;

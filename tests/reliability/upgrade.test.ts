@@ -1,12 +1,8 @@
 /**
- * A rolling upgrade must be invisible to clients: no 5xx, no answer slower than the statement
- * budget, every acknowledged write kept, the vote counts right once the new release has finished
- * backfilling them, and the surge replica ready within 30 s. It runs from each release of
- * `upgradeSources` (tools/harness/releases.ts): the previous release, and, when the upgrade from it
- * applies no migration, the newest release whose upgrade does (an operator who skipped releases
- * takes that path too), so one upgrade always migrates under traffic. The databases are smaller than
- * production's (tools/bench/upgrade.ts runs the same at 1,000,000 posts) but large enough that a
- * migration holding a lock for its whole length shows.
+ * A rolling upgrade must be invisible to clients: no 5xx, no answer over the statement budget, every
+ * acknowledged write kept, the vote counts right once backfilled, the surge replica ready in time.
+ * It runs from each of `upgradeSources`, so one upgrade always migrates under traffic, on databases
+ * large enough that a migration holding a lock for its whole length shows.
  */
 import { appliedMigrations } from '../../service/src/db/migrator';
 import { account, call, login } from '../../tools/harness/client';
@@ -36,12 +32,8 @@ const VOTE_COUNTS_MIGRATION = '20261125000005_post_vote_counts';
 /** The upgrade from the previous release. */
 const POSTS = Number(process.env.UPGRADE_POSTS ?? 200_000);
 /**
- * The upgrade that migrates when the previous release's does not, smaller, as its cost is the seed
- * and the backfill: the backfill (2.6 s for 50,000 posts here; a busier run once counted 7,700 a
- * second, 6.5 s) ends within the 13 s that both releases and then this one alone serve, so all of
- * it runs under the traffic; and a migration that held a lock over the whole table (the first form
- * of 0005 held it 170 s at 1,000,000 posts, proportionally some 8 s here) would still miss the 2.5 s
- * budget many times.
+ * The upgrade that migrates when the previous release's does not: smaller, so its backfill ends
+ * while the traffic still runs, yet large enough that a whole-table lock would miss the budget.
  */
 const SCHEMA_POSTS = Number(process.env.UPGRADE_SCHEMA_POSTS ?? 50_000);
 const RATE = Number(process.env.UPGRADE_RATE ?? 90);
