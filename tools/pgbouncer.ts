@@ -129,17 +129,12 @@ export function builtPgBouncer(): string {
     const sources = path.join(apt, 'sources.list');
     writeFileSync(sources, `deb-src ${debianMirror()} trixie main\n`);
     const aptOptions = [
-      '-o',
       `Dir::Etc::sourcelist=${sources}`,
-      '-o',
       'Dir::Etc::sourceparts=-',
-      '-o',
       `Dir::State::Lists=${path.join(apt, 'lists')}`,
-      '-o',
       `Dir::Cache=${path.join(apt, 'cache')}`,
-      '-o',
       'APT::Get::List-Cleanup=0',
-    ];
+    ].flatMap((option) => ['-o', option]);
     run('apt-get', [...aptOptions, '-qq', 'update']);
     const src = path.join(work, 'src');
     mkdirSync(src);

