@@ -13,16 +13,12 @@ import {
 } from './support';
 
 /**
- * Reads on standbys with real parts: a primary and two streaming standbys, two API processes
- * reading the public feed on the standbys (DB_READ_HOSTNAME), directly and through PgBouncer 1.24
- * in transaction mode (one pooler per server, as CloudNativePG's rw and ro Poolers stand in front
- * of their Services). Replay is paused on one standby while writers and anonymous readers run:
- * - every write is read back at once by its writer through the other process (their token sends the
- *   read to the primary): no read-your-writes violation in at least 5,000 pairs;
- * - most anonymous reads of the feed run on the standbys, counted on each server with
- *   pg_stat_statements, and none is staler than DB_READ_MAX_LAG_MS;
- * - the paused standby gets no read once its lag is past the bound (and a probe has seen it).
- * The faults (a standby lost, replay paused, the primary failing over) are standby-faults.test.ts's.
+ * Reads on standbys with real parts: a primary, two streaming standbys (DB_READ_HOSTNAME) and two API
+ * processes, directly and through PgBouncer in transaction mode as CloudNativePG's Poolers run. With
+ * replay paused on one standby: every write is read back at once by its writer through the other
+ * process (their token reads the primary); most anonymous reads run on the standbys, none staler
+ * than DB_READ_MAX_LAG_MS; the paused standby gets none once a probe has seen its lag past the bound.
+ * The faults are standby-faults.test.ts's.
  */
 const MAX_LAG_MS = 1000;
 const PAIRS = 5000;

@@ -15,7 +15,8 @@ import {
 
 import { serviceEnv } from '../../tools/harness/env';
 
-export { freePort } from '../../tools/harness/service';
+export { freePort, stopAll as stopAllServices } from '../../tools/harness/service';
+export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 export { OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
@@ -87,8 +88,6 @@ export function report(name: string, figures: Record<string, unknown>): void {
   process.stdout.write(`[reliability] ${name}: ${parts.join(' ')}\n`);
 }
 
-export type { LogLine, ServiceProcess } from '../../tools/harness/service';
-
 /** Only the lines that matter are kept, so a long load cannot fill memory. */
 const LIFECYCLE = /listening on|shutdown|closing the listener|migrat|another replica/;
 const notable = (line: LogLine): boolean => (line.level ?? 0) >= 40 || LIFECYCLE.test(line.msg ?? '');
@@ -104,9 +103,6 @@ export function startService(
   if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
   return startServiceProcess(childEnv, { ...options, keep: notable, withinMs });
 }
-
-/** Kills every service process a case left running (by pid, never by name). */
-export const stopAllServices = stopAll;
 
 export interface LoadRecord {
   result: Promise<autocannon.Result>;
