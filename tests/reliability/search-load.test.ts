@@ -28,9 +28,7 @@ const POOL_MAX = 4;
 const CLIENT_PAUSE_MS = 500;
 const UNINDEXED = ['%25%25%25%25', 'zz', 'q', '_', 'xq', '%25'];
 
-afterAll(async () => {
-  await stopAll();
-});
+afterAll(() => stopAll());
 
 /**
  * `CLIENTS` clients sending searches no index serves for `ATTACK_MS`, while the feed and readiness
