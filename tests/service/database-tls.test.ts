@@ -17,7 +17,7 @@ import {
   type ScriptProcess,
 } from '../../tools/harness/service';
 import { pollUntil } from '../../tools/harness/poll';
-import { testEnv, usingPostgres } from './helpers';
+import { describeOnPostgres, testEnv } from './helpers';
 
 /**
  * TLS to PostgreSQL with a private CA (DB_SSL_CA_FILE), as CloudNativePG's clusters need: a
@@ -25,7 +25,6 @@ import { testEnv, usingPostgres } from './helpers';
  * made here for the name "localhost". The service must trust that CA, and that CA only, for that
  * name only.
  */
-const onPostgres = usingPostgres() ? describe : describe.skip;
 const logger = createLogger('silent');
 
 describe('DB_SSL_CA_FILE', () => {
@@ -69,7 +68,7 @@ describe('DB_SSL_CA_FILE', () => {
   });
 });
 
-onPostgres('TLS to PostgreSQL verified against a private CA', () => {
+describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-pg-'));
   const data = path.join(dir, 'data');
   let port = 0;

@@ -28,6 +28,12 @@ export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessE
 
 export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
 
+/** Cases that need a real PostgreSQL server: skipped on the embedded database. */
+export const describeOnPostgres = usingPostgres() ? describe : describe.skip;
+export const testOnPostgres = usingPostgres() ? test : test.skip;
+/** Cases about the embedded database alone: skipped when the suite runs on PostgreSQL. */
+export const describeOnEmbedded = usingPostgres() ? describe.skip : describe;
+
 /** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
 export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });

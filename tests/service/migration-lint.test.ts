@@ -10,14 +10,13 @@ import {
   runSquawk,
   writeSqlFiles,
 } from '../../tools/migration-sql';
-import { usingPostgres } from './helpers';
+import { describeOnPostgres } from './helpers';
 
 /**
  * The migration lint (tools/migration-sql.ts, `npm run migrations:lint`): squawk over the SQL a
  * real migrator run sends. The capture runs on PostgreSQL only (a scratch database on its server),
  * so on the embedded database only the case without a capture runs.
  */
-const onPostgres = usingPostgres() ? describe : describe.skip;
 
 interface Finding {
   file: string;
@@ -55,7 +54,7 @@ const probe = (sql: string, retried = false): Knex.Migration => ({
  */
 const SHIPPED_FINDINGS: Record<string, string[]> = {};
 
-onPostgres('Migration lint', () => {
+describeOnPostgres('Migration lint', () => {
   test('When migrations lock a live table badly, then squawk reports each one under its migration, and the shipped ones only as known', async () => {
     const result = await lintMigrations({
       reporter: 'json',
@@ -122,7 +121,7 @@ onPostgres('Migration lint', () => {
   });
 });
 
-onPostgres('Migration lint of a migration outside the transaction', () => {
+describeOnPostgres('Migration lint of a migration outside the transaction', () => {
   test("When a migration builds an index CONCURRENTLY with `config = { transaction: false }`, then its statements go to a file of their own, headed by the migrator's time-outs, and squawk accepts them", async () => {
     const out = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
     try {

@@ -15,7 +15,7 @@ import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { freshDatabaseEnv, testEnv, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
@@ -54,7 +54,7 @@ async function sequences(db: Database): Promise<string[]> {
 // The race is over in milliseconds and lost only now and then, so it is run several times.
 const RACE_ROUNDS = 8;
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When three replicas migrate an empty database at once, then all succeed, each migration ran once and the schema is the one a single replica builds',
   async () => {
     for (let round = 0; round < RACE_ROUNDS; round++) {
@@ -290,7 +290,7 @@ test('When the database holds a migration this release does not know (a newer re
   });
 });
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When a table a migration alters is held by a long write transaction, then the migration waits no longer than its lock time-out each try, lets writes through between tries, and applies once the table is free',
   async () => {
     const fresh = await freshDatabaseEnv();
@@ -396,7 +396,7 @@ test('When a migration exports config = { transaction: false }, then the migrati
   });
 });
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When a migration builds an index CONCURRENTLY while another session holds a long transaction writing to the table, then each try waits no longer than the lock time-out, the INVALID index a failed try leaves is dropped and built again, the index ends valid, and the table takes writes all along',
   async () => {
     const fresh = await freshDatabaseEnv();

@@ -8,6 +8,7 @@ import { Relay } from '../../tools/harness/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../tools/harness/service';
 import { loadSettings } from '../../service/src/settings';
 import {
+  describeOnPostgres,
   freshDatabaseEnv,
   migratedDatabaseEnv,
   postgresConnection,
@@ -193,9 +194,7 @@ describe('Without the optional dependencies (the production image: npm ci --omit
   });
 });
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
-
-onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () => {
+describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () => {
   afterAll(() => stopAll());
 
   test('When the database appears within the wait, then the service migrates and listens once it is there', async () => {

@@ -12,16 +12,15 @@ import { freePort } from '../../tools/harness/service';
 import {
   bearer,
   databaseSnapshot,
+  describeOnPostgres,
   expectProblem,
   newAccount,
   newPost,
   startTestService,
   testEnv,
-  usingPostgres,
   type TestService,
 } from './helpers';
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
 const POSTGRES = { DB_HOSTNAME: 'db.example.internal' };
 
 describe('Settings of reads on standbys', () => {
@@ -127,7 +126,7 @@ describe('Without standbys', () => {
   });
 });
 
-onPostgres('With a read endpoint', () => {
+describeOnPostgres('With a read endpoint', () => {
   let service: TestService;
   let unreachable: TestService;
   beforeAll(async () => {
