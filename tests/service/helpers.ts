@@ -5,6 +5,8 @@ import addFormats from 'ajv-formats';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
+import type { Knex } from 'knex';
+import { migrations } from '../../migrations';
 import { createApp } from '../../service/src/app';
 import { openDatabase, type Database } from '../../service/src/db/connection';
 import { migrateToLatest } from '../../service/src/db/migrator';
@@ -69,6 +71,18 @@ export async function migratedDatabaseEnv(
       return Promise.resolve();
     },
   };
+}
+
+/** Migrates `db` to the schema of the first `count` migrations alone, as an older release left it. */
+export async function migrateFirst(db: Database, count: number): Promise<void> {
+  const names = Object.keys(migrations).slice(0, count);
+  await db.knex.migrate.latest({
+    migrationSource: {
+      getMigrations: () => Promise.resolve(names),
+      getMigrationName: (name: string) => name,
+      getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
+    },
+  });
 }
 
 export interface MigratedDatabase {
@@ -216,7 +230,7 @@ export async function newAccount(app: Target, email = uniqueEmail()): Promise<Ac
 export function postsFixture<Name extends string = never>(
   accounts: readonly Name[] = [],
   settings: Record<string, string> = {},
-  options: StartOptions = {},
+  options: { ctype?: string } & StartOptions = {},
 ): { service: TestService } & Record<Name, Account> {
   const service = {} as TestService;
   const made = Object.fromEntries(accounts.map((name) => [name, {} as Account])) as Record<Name, Account>;

@@ -15,7 +15,7 @@ import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, testEnv, testOnPostgres } from './helpers';
+import { freshDatabaseEnv, migrateFirst, testEnv, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
@@ -118,18 +118,24 @@ test('When migrated, then the schema has the indexes the queries rely on', async
   });
 });
 
-/** A fresh database at the latest schema for one case, closed and dropped after it. */
-async function onMigrated(work: (db: Database) => Promise<void>): Promise<void> {
+/** A fresh, empty database for one case, closed and dropped after it. */
+async function onFresh(work: (db: Database) => Promise<void>): Promise<void> {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   try {
-    await migrateToLatest(db, logger);
     await work(db);
   } finally {
     await db.close();
     await fresh.drop();
   }
 }
+
+/** A fresh database at the latest schema for one case, closed and dropped after it. */
+const onMigrated = (work: (db: Database) => Promise<void>): Promise<void> =>
+  onFresh(async (db) => {
+    await migrateToLatest(db, logger);
+    await work(db);
+  });
 
 /** Each post's stored count, or null where the post has none yet (not counted). */
 async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
@@ -489,9 +495,7 @@ test('When migrations are rolled back and applied again, then the schema comes b
 });
 
 test("When the migrations run, then the app's session keeps its own time-outs (on the embedded database it is the one session the migrations ran on)", async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
+  await onFresh(async (db) => {
     const timeouts = async () =>
       (
         await db.knex.raw<{ rows: { lock: string; statement: string }[] }>(
@@ -504,25 +508,13 @@ test("When the migrations run, then the app's session keeps its own time-outs (o
     await migrateDownTo(db, logger, null);
     expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await timeouts()).toEqual(before);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
+  await onFresh(async (db) => {
     // The schema as it was before the policy: the first three migrations only.
-    const names = Object.keys(migrations).slice(0, 3);
-    await db.knex.migrate.latest({
-      migrationSource: {
-        getMigrations: () => Promise.resolve(names),
-        getMigrationName: (name: string) => name,
-        getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
-      },
-    });
+    await migrateFirst(db, 3);
     const rows = [
       'ａｄａ@example.com', // full-width: becomes ada@example.com
       'bob@XN--BCHER-KVA.example', // punycode domain: becomes bob@bücher.example
@@ -540,10 +532,7 @@ test('When addresses stored before the e-mail policy are migrated, then they tak
       'ｃａｒｏｌ@example.com',
       'plain@example.com',
     ]);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When the migrations folder is read, then migrations/index.ts lists every migration file in it, and nothing else', () => {

@@ -16,6 +16,7 @@ import {
   expectProblem,
   newAccount,
   newPost,
+  postsFixture,
   startTestService,
   testEnv,
   type TestService,
@@ -110,13 +111,7 @@ describe("The primary's positions", () => {
 });
 
 describe('Without standbys', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService();
-  });
-  afterAll(async () => {
-    await service.close();
-  });
+  const { service } = postsFixture();
 
   test('When the public feed is read anonymously, then it runs on the primary and is counted there', async () => {
     const before = service.db.reads.counts.primary;
