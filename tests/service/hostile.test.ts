@@ -240,6 +240,7 @@ describe('2. Charsets and parameters on every content type the service reads', (
     'application/json; charset=us-ascii',
     'application/json; charset=utf-8; charset=utf-7',
     'application/json; charset=""',
+    'application/json; charset=x-unknown',
   ])('When /users/ gets %s, then 415', async (type) => {
     const res = await postBytes('/users/', { 'Content-Type': type }, Buffer.from(registration()));
     expectProblem(res, 415);
