@@ -1,3 +1,4 @@
+import { account, ACCOUNT_PASSWORD, call } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { servePage, serviceAndBrowser, type PageServer } from './support';
 
@@ -9,7 +10,7 @@ import { servePage, serviceAndBrowser, type PageServer } from './support';
  * page cannot read.
  */
 
-const PASSWORD = 'correct horse battery';
+const PASSWORD = ACCOUNT_PASSWORD;
 const VICTIM = 'victim@example.com';
 const ATTACKER = 'attacker@example.com';
 
@@ -79,27 +80,12 @@ const { service, browser } = serviceAndBrowser(() => ({ CORS_ALLOWED_ORIGINS: ''
 let attacker: PageServer;
 let victimToken: string;
 
-async function api(path: string, init: RequestInit = {}): Promise<globalThis.Response> {
-  return fetch(`${service.url}${path}`, init);
-}
-
-async function register(email: string): Promise<string> {
-  const created = await api('/users/', {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ email, password: PASSWORD }),
-  });
-  expect(created.status).toBe(201);
-  const login = await api('/login', {
-    method: 'POST',
-    body: new URLSearchParams({ username: email, password: PASSWORD }),
-  });
-  return ((await login.json()) as { access_token: string }).access_token;
-}
+/** The victim's own posts, as the API lists them to it. */
+const victimsPosts = async () => (await call(service.url, '/posts/', { token: victimToken })).body;
 
 beforeAll(async () => {
-  victimToken = await register(VICTIM);
-  await register(ATTACKER);
+  victimToken = await account(service.url, VICTIM);
+  await account(service.url, ATTACKER);
   attacker = await servePage(attackerPage(service.url));
 });
 
@@ -114,9 +100,7 @@ test('When a foreign page auto-submits forms to /login, /posts/ and /votes/, the
   await victim.evaluate((token) => {
     (globalThis as unknown as { localStorage: WebStorage }).localStorage.setItem('authorized', token);
   }, victimToken);
-  const postsBefore = (await (
-    await api('/posts/', { headers: { Authorization: `Bearer ${victimToken}` } })
-  ).json()) as unknown[];
+  const postsBefore = await victimsPosts();
 
   const before = service.requests().length;
   const page = await browser.context.newPage();
@@ -168,15 +152,8 @@ test('When a foreign page auto-submits forms to /login, /posts/ and /votes/, the
       (globalThis as unknown as { localStorage: WebStorage }).localStorage.getItem('authorized'),
     ),
   ).toBe(victimToken);
-  const postsAfter = (await (
-    await api('/posts/', { headers: { Authorization: `Bearer ${victimToken}` } })
-  ).json()) as unknown[];
-  expect(postsAfter).toEqual(postsBefore);
-  const votes = await api('/votes/', {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${victimToken}`, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ post_id: 1, dir: 0 }),
-  });
+  expect(await victimsPosts()).toEqual(postsBefore);
+  const votes = await call(service.url, '/votes/', { token: victimToken, json: { post_id: 1, dir: 0 } });
   // Withdrawing a vote the victim never cast: 404 means the forged vote did not land.
   expect(votes.status).toBe(404);
 });

@@ -1,5 +1,6 @@
 import type { Page } from 'playwright-core';
 import { artifactPath, serviceAndBrowser } from './support';
+import { account, call } from '../../tools/harness/client';
 import { CONTRACT_OPERATIONS } from '../../tools/harness/contract';
 
 const SCREENSHOT = 'docs-try-it-out.png';
@@ -37,25 +38,11 @@ type Credentials = { email: string; password: string };
 
 /** Someone has posted already, so the list has something to show: two posts; the poster's token. */
 async function postedBefore(credentials: Credentials): Promise<string> {
-  expect(
-    (
-      await fetch(`${service.url}/users/`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify(credentials),
-      })
-    ).status,
-  ).toBe(201);
-  const login = await fetch(`${service.url}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ username: credentials.email, password: credentials.password }),
-  });
-  const { access_token: token } = (await login.json()) as { access_token: string };
+  const token = await account(service.url, credentials.email, credentials.password);
   for (const title of ['First post seen in the docs', 'Second post seen in the docs']) {
-    const created = await fetch(`${service.url}/posts/`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
-      body: JSON.stringify({ title, content: 'Written before the browser came' }),
+    const created = await call(service.url, '/posts/', {
+      token,
+      json: { title, content: 'Written before the browser came' },
     });
     expect(created.status).toBe(201);
   }
@@ -135,9 +122,7 @@ describe('The /docs page in Chromium', () => {
     // next page's cursor (from the Link header) pasted into its field is answered 200.
     const field = (name: string) => operation.locator(`tr[data-param-name="${name}"] input`);
     expect(await field('skip').inputValue()).toBe('');
-    const first = await fetch(`${service.url}/posts/?limit=1`, {
-      headers: { Authorization: `Bearer ${token}` },
-    });
+    const first = await call(service.url, '/posts/?limit=1', { token });
     const cursor = /[?&]cursor=([^&>]+)/.exec(first.headers.get('link') ?? '')?.[1];
     expect(cursor).toBeDefined();
     await field('limit').fill('1');

@@ -46,6 +46,15 @@ afterAll(async () => {
 
 const pullChart = (into: string) => pullPublished(published, into);
 
+/** An operator's pull of the released image by its recorded digest, into an OCI layout under `tag`. */
+const pullImage = (tag: string) =>
+  run('skopeo', [
+    'copy',
+    '--src-tls-verify=false',
+    `docker://${record.image}@${record.imageDigest}`,
+    `oci:${path.join(work, 'pulled-image')}:${tag}`,
+  ]);
+
 describe('A release in the registry', () => {
   it('When the chart is pulled with --verify, then its signature holds and its default image is the pushed one by digest', () => {
     const pulled = pullChart(path.join(work, 'pulled'));
@@ -67,12 +76,7 @@ describe('A release in the registry', () => {
     ]);
     expect(raw.status).toBe(0);
     expect(`sha256:${createHash('sha256').update(raw.stdout).digest('hex')}`).toBe(record.imageDigest);
-    const pulled = run('skopeo', [
-      'copy',
-      '--src-tls-verify=false',
-      `docker://${record.image}@${record.imageDigest}`,
-      `oci:${path.join(work, 'pulled-image')}:released`,
-    ]);
+    const pulled = pullImage('released');
     expect(pulled.status === 0 ? '' : pulled.stderr).toBe('');
     expect(pulled.status).toBe(0);
   });
@@ -234,12 +238,7 @@ describe('Altered after release', () => {
     expect(readFileSync(blobs, 'utf8')).not.toBe(manifest);
     // An operator's pull by digest (containers/image, as podman and skopeo copy use it) checks the
     // manifest it is served against the digest asked for; `skopeo inspect --raw` does not.
-    const pulled = run('skopeo', [
-      'copy',
-      '--src-tls-verify=false',
-      `docker://${record.image}@${record.imageDigest}`,
-      `oci:${path.join(work, 'pulled-image')}:altered`,
-    ]);
+    const pulled = pullImage('altered');
     expect(pulled.status).not.toBe(0);
     expect(pulled.stderr).toMatch(/does not match .*digest/i);
   });

@@ -1,7 +1,5 @@
 import bcrypt from 'bcrypt';
-import type { Knex } from 'knex';
 import request from 'supertest';
-import { migrations } from '../../migrations';
 import { createApp } from '../../service/src/app';
 import { openDatabase } from '../../service/src/db/connection';
 import { migrateToLatest } from '../../service/src/db/migrator';
@@ -11,13 +9,13 @@ import {
   bearer,
   expectProblem,
   freshDatabaseEnv,
+  migrateFirst,
   newAccount,
   newPost,
-  startTestService,
+  postsFixture,
   testEnv,
   uniqueToken,
   usingPostgres,
-  type TestService,
 } from './helpers';
 
 /**
@@ -38,13 +36,7 @@ let serial = 0;
 const address = (local: string): string => `${local}.${String(++serial)}.${String(process.pid)}@example.com`;
 
 describe.each(DATABASES)('On a database with $name', ({ ctype }) => {
-  const svc = {} as TestService;
-  beforeAll(async () => {
-    Object.assign(svc, await startTestService({}, { ctype }));
-  });
-  afterAll(async () => {
-    if ('close' in svc) await svc.close();
-  });
+  const { service: svc } = postsFixture([], {}, { ctype });
 
   if (ctype === 'C')
     test('the premise: lower() and ILIKE fold only ASCII here', async () => {
@@ -129,14 +121,7 @@ describe.each(DATABASES)('Migrating a database with $name', ({ ctype }) => {
     const db = await openDatabase(settings, logger);
     try {
       // The schema before case folding: the first six migrations.
-      const names = Object.keys(migrations).slice(0, 6);
-      await db.knex.migrate.latest({
-        migrationSource: {
-          getMigrations: () => Promise.resolve(names),
-          getMigrationName: (name: string) => name,
-          getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
-        },
-      });
+      await migrateFirst(db, 6);
       // The final sigma is kept by lower() on every locale, so these two pass the old index anywhere;
       // É and é only where lower() folds ASCII alone.
       const sigma = address('σας');

@@ -6,7 +6,7 @@ import { isDatabaseUnavailable } from '../../service/src/db/errors';
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
+import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
 /**
  * A request's database budget (db/budget.ts): its waits for a pooled connection and its statements
@@ -120,9 +120,7 @@ test('When a request pauses between its statements for longer than its budget, t
   expect(rows).toEqual([{ n: 8 }]);
 });
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
-
-onPostgres('On PostgreSQL, where a statement is cancelled from the client side', () => {
+describeOnPostgres('On PostgreSQL, where a statement is cancelled from the client side', () => {
   let admin: Knex;
   beforeAll(() => {
     admin = postgresConnection(fresh.env.DB_NAME);

@@ -16,8 +16,9 @@ import {
   type LogLine,
   type ScriptProcess,
 } from '../../tools/harness/service';
+import { account, ACCOUNT_PASSWORD, call } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
-import { testEnv, usingPostgres } from './helpers';
+import { describeOnPostgres, testEnv } from './helpers';
 
 /**
  * TLS to PostgreSQL with a private CA (DB_SSL_CA_FILE), as CloudNativePG's clusters need: a
@@ -25,7 +26,6 @@ import { testEnv, usingPostgres } from './helpers';
  * made here for the name "localhost". The service must trust that CA, and that CA only, for that
  * name only.
  */
-const onPostgres = usingPostgres() ? describe : describe.skip;
 const logger = createLogger('silent');
 
 describe('DB_SSL_CA_FILE', () => {
@@ -69,7 +69,7 @@ describe('DB_SSL_CA_FILE', () => {
   });
 });
 
-onPostgres('TLS to PostgreSQL verified against a private CA', () => {
+describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-pg-'));
   const data = path.join(dir, 'data');
   let port = 0;
@@ -163,20 +163,10 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
   test('When the service starts with the CA, then it migrates, reports ready, and a user can register and log in', async () => {
     const service = await startService(env({ PORT: '0', LOG_LEVEL: 'info', DB_NAME: 'postgres' }));
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
-    const email = `tls-${Date.now().toString(36)}@example.com`;
-    const registered = await fetch(`${service.base}/users/`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ email, password: 'correct horse battery' }),
-    });
-    expect(registered.status).toBe(201);
-    const login = await fetch(`${service.base}/login`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ username: email, password: 'correct horse battery' }),
-    });
-    expect(login.status).toBe(200);
-    expect(((await login.json()) as { access_token?: string }).access_token).toEqual(expect.any(String));
+    // Registered 201 and logged in 200, or account throws; the token is the login's answer.
+    expect(await account(service.base, `tls-${Date.now().toString(36)}@example.com`)).toEqual(
+      expect.any(String),
+    );
     // The service's own connections, as the server sees them: the earlier cases' pools are closed
     // first, so every connection under the service's application_name is the process's.
     await Promise.all(opened.splice(0).map((db) => db.close()));
@@ -228,13 +218,8 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
   test('When a running service meets a server certificate it does not trust (the server moved to another CA), then readiness and requests answer 503, never 500, the log names the setting to check, and it recovers once the certificate is trusted again', async () => {
     const service = await startService(env({ PORT: '0', LOG_LEVEL: 'info' }));
     const register = () =>
-      fetch(`${service.base}/users/`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({
-          email: `tls-${Date.now().toString(36)}@example.com`,
-          password: 'correct horse battery',
-        }),
+      call(service.base, '/users/', {
+        json: { email: `tls-${Date.now().toString(36)}@example.com`, password: ACCOUNT_PASSWORD },
       });
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
     try {
@@ -265,7 +250,7 @@ onPostgres('TLS to PostgreSQL verified against a private CA', () => {
         async () => {
           const refused = await register();
           expect(refused.status).toBe(503);
-          expect(refused.headers.get('retry-after')).toBe('1');
+          expect(refused.retryAfter).toBe('1');
         },
         (line) => /^request failed$/.test(line.msg ?? '') && !/terminat/.test(errorMessage(line)),
       );

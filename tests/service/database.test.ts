@@ -4,21 +4,20 @@ import { knownMigrations, migrateToLatest } from '../../service/src/db/migrator'
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, postgresConnection, testEnv, usingPostgres } from './helpers';
+import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
 /**
  * The database layer against a real PostgreSQL: the client-side statement deadline, prepared
  * statements on and off, and the migrations' transaction-level lock. PGlite has one session in
  * this thread, so none of these applies there (its time-out is the server's own).
  */
-const onPostgres = usingPostgres() ? describe : describe.skip;
 const logger = createLogger('silent');
 
 const echo = statement<{ n: number }>('database_test_echo', (knex, param) =>
   knex.raw('SELECT ?::int AS n', [param('n')]),
 );
 
-onPostgres('On PostgreSQL', () => {
+describeOnPostgres('On PostgreSQL', () => {
   let fresh: Awaited<ReturnType<typeof freshDatabaseEnv>>;
   let admin: Knex;
   const opened: Database[] = [];

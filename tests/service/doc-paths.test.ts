@@ -7,7 +7,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { usingPostgres } from './helpers';
+import { describeOnEmbedded } from './helpers';
 
 const ROOT = path.join(__dirname, '..', '..');
 /** Folders a quoted path is looked up from, besides the root and the document's own. */
@@ -57,7 +57,7 @@ function missingPaths(document: string): string[] {
 }
 
 // Files only: the embedded pass runs it, the PostgreSQL pass need not repeat it.
-(usingPostgres() ? describe.skip : describe)('Paths the documentation names', () => {
+describeOnEmbedded('Paths the documentation names', () => {
   test.each(documents)('When %s is read, then every repository path it names exists', (document) => {
     expect(missingPaths(document)).toEqual([]);
   });

@@ -1,88 +1,36 @@
 import { once } from 'node:events';
 import net from 'node:net';
-import type { Server } from 'node:http';
-import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateToLatest } from '../../service/src/db/migrator';
-import { createLogger } from '../../service/src/logger';
-import { startServer } from '../../service/src/server';
-import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
 import { waitForStatus } from '../../tools/harness/client';
-
-/** A TCP relay in front of PostgreSQL: closing it is, to the service, the database going away. */
-class DatabaseSwitch {
-  private server: net.Server | undefined;
-  private readonly sockets = new Set<net.Socket>();
-  port = 0;
-
-  async start(): Promise<void> {
-    const server = net.createServer((client) => {
-      const upstream = net.connect(Number(process.env.DB_PORT ?? 5432), process.env.DB_HOSTNAME);
-      for (const s of [client, upstream]) {
-        this.sockets.add(s);
-        s.on('error', () => {
-          client.destroy();
-          upstream.destroy();
-        });
-        s.on('close', () => this.sockets.delete(s));
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    server.listen(this.port, '127.0.0.1');
-    await once(server, 'listening');
-    this.port = (server.address() as net.AddressInfo).port;
-    this.server = server;
-  }
-
-  async stop(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    for (const s of this.sockets) s.destroy();
-    if (server) await new Promise((resolve) => server.close(resolve));
-  }
-}
+import { postgresServer } from '../../tools/harness/postgres';
+import { Relay } from '../../tools/harness/relay';
+import { startTestServer, testOnPostgres, usingPostgres, type TestServer } from './helpers';
 
 const ALLOWED = 'https://status.example.com';
-let db: Database;
-let server: Server;
+/** In front of PostgreSQL: closing it is, to the service, the database going away. */
+const relay = new Relay(postgresServer.port);
+let server: TestServer;
 let base: string;
-let dropDatabase: () => Promise<void>;
-const dbSwitch = new DatabaseSwitch();
 
 beforeAll(async () => {
-  const fresh = await freshDatabaseEnv();
-  dropDatabase = () => fresh.drop();
-  const overrides: Record<string, string> = { ...fresh.env, PORT: '0', CORS_ALLOWED_ORIGINS: ALLOWED };
+  const overrides: Record<string, string> = { CORS_ALLOWED_ORIGINS: ALLOWED };
   if (usingPostgres()) {
-    await dbSwitch.start();
-    overrides.DB_HOSTNAME = '127.0.0.1';
-    overrides.DB_PORT = String(dbSwitch.port);
+    await relay.start();
+    Object.assign(overrides, { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(relay.port) });
   }
-  const settings = loadSettings(testEnv(overrides));
-  const logger = createLogger(settings.logLevel);
-  db = await openDatabase(settings, logger);
-  await migrateToLatest(db, logger);
-  const running = await startServer(settings, db, logger);
-  server = running.server;
-  base = `http://127.0.0.1:${running.port}`;
+  server = await startTestServer(overrides);
+  base = server.base;
 });
 
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await db.close().catch(() => undefined);
-  await dbSwitch.stop();
-  await dropDatabase();
-  // terminus traps these for the lifetime of the server; this test process must not keep them.
-  process.removeAllListeners('SIGTERM');
-  process.removeAllListeners('SIGINT');
+  await server.close();
+  await relay.close();
 });
 
 const get = (path: string) => fetch(`${base}${path}`);
 
 /** Sends raw bytes and returns everything the server answers before it closes. */
 async function rawExchange(bytes: string): Promise<string> {
-  const socket = net.connect(Number(new URL(base).port), '127.0.0.1');
+  const socket = net.connect(server.running.port, '127.0.0.1');
   let answer = '';
   socket.on('data', (chunk: Buffer) => {
     answer += chunk.toString();
@@ -151,8 +99,7 @@ describe('Health endpoints', () => {
   });
 
   test('When the database stops, then ready is 503 within 2 s, live stays 200 and API calls get 503 problem+json', async () => {
-    if (usingPostgres()) await dbSwitch.stop();
-    else await db.close();
+    await (usingPostgres() ? relay.close() : server.db.close());
 
     const started = Date.now();
     const ready = await waitForStatus(base, '/healthz/ready', 503, 2000);
@@ -173,13 +120,10 @@ describe('Health endpoints', () => {
     expect(((await api.json()) as { detail: string }).detail).toMatch(/database/);
   });
 
-  (usingPostgres() ? test : test.skip)(
-    'When the database comes back, then ready is 200 again without a restart',
-    async () => {
-      await dbSwitch.start();
-      const ready = await waitForStatus(base, '/healthz/ready', 200, 5000);
-      expect(ready?.status).toBe(200);
-      expect((await get('/posts/public')).status).toBe(200);
-    },
-  );
+  testOnPostgres('When the database comes back, then ready is 200 again without a restart', async () => {
+    await relay.start(relay.port);
+    const ready = await waitForStatus(base, '/healthz/ready', 200, 5000);
+    expect(ready?.status).toBe(200);
+    expect((await get('/posts/public')).status).toBe(200);
+  });
 });

@@ -1,9 +1,12 @@
 import { randomBytes } from 'node:crypto';
+import type { Writable } from 'node:stream';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
+import type { Knex } from 'knex';
+import { migrations } from '../../migrations';
 import { createApp } from '../../service/src/app';
 import { openDatabase, type Database } from '../../service/src/db/connection';
 import { migrateToLatest } from '../../service/src/db/migrator';
@@ -27,6 +30,12 @@ export function testEnv(overrides: Record<string, string> = {}): NodeJS.ProcessE
 }
 
 export const usingPostgres = (): boolean => Boolean(process.env.DB_HOSTNAME);
+
+/** Cases that need a real PostgreSQL server: skipped on the embedded database. */
+export const describeOnPostgres = usingPostgres() ? describe : describe.skip;
+export const testOnPostgres = usingPostgres() ? test : test.skip;
+/** Cases about the embedded database alone: skipped when the suite runs on PostgreSQL. */
+export const describeOnEmbedded = usingPostgres() ? describe.skip : describe;
 
 /** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
 export function postgresConnection(database = adminDatabase) {
@@ -64,6 +73,58 @@ export async function migratedDatabaseEnv(
   };
 }
 
+/** Migrates `db` to the schema of the first `count` migrations alone, as an older release left it. */
+export async function migrateFirst(db: Database, count: number): Promise<void> {
+  const names = Object.keys(migrations).slice(0, count);
+  await db.knex.migrate.latest({
+    migrationSource: {
+      getMigrations: () => Promise.resolve(names),
+      getMigrationName: (name: string) => name,
+      getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
+    },
+  });
+}
+
+export interface MigratedDatabase {
+  db: Database;
+  /** The database's variables, for the settings of each app or server a file makes on it. */
+  env: Record<string, string>;
+  settings: Settings;
+  logger: Logger;
+  /** Closes the database (a case may have closed it already) and drops it. */
+  close: () => Promise<void>;
+}
+
+/** A fresh database migrated to the latest schema and open, with settings from `overrides`. */
+export async function openMigratedDatabase(
+  overrides: Record<string, string> = {},
+  database: { ctype?: string } = {},
+): Promise<MigratedDatabase> {
+  const fresh = await migratedDatabaseEnv(database);
+  const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
+  const logger = createLogger(settings.logLevel);
+  const db = await openDatabase(settings, logger);
+  await migrateToLatest(db, logger);
+  return {
+    db,
+    env: fresh.env,
+    settings,
+    logger,
+    close: async () => {
+      await db.close().catch(() => undefined);
+      await fresh.drop();
+    },
+  };
+}
+
+/** `appLog`: the app's log at info goes there (the database's set-up logs as LOG_LEVEL says). */
+export interface StartOptions {
+  appLog?: Writable;
+}
+
+const appLogger = (logger: Logger, { appLog }: StartOptions): Logger =>
+  appLog ? createLogger('info', appLog) : logger;
+
 export interface TestService {
   app: Express;
   db: Database;
@@ -75,22 +136,15 @@ export interface TestService {
 /** The app in-process on a fresh, migrated database; requests go over real HTTP via supertest. */
 export async function startTestService(
   overrides: Record<string, string> = {},
-  database: { ctype?: string } = {},
+  options: { ctype?: string } & StartOptions = {},
 ): Promise<TestService> {
-  const fresh = await migratedDatabaseEnv(database);
-  const settings = loadSettings(testEnv({ ...fresh.env, ...overrides }));
-  const logger = createLogger(settings.logLevel);
-  const db = await openDatabase(settings, logger);
-  await migrateToLatest(db, logger);
+  const { db, settings, logger, close } = await openMigratedDatabase(overrides, options);
   return {
-    app: createApp({ db, settings, logger }),
+    app: createApp({ db, settings, logger: appLogger(logger, options) }),
     db,
     settings,
     logger,
-    close: async () => {
-      await db.close();
-      await fresh.drop();
-    },
+    close,
   };
 }
 
@@ -106,22 +160,20 @@ export interface TestServer {
  * The server as it runs in production (startServer: terminus, Node's HTTP layer, the app, the
  * metrics listener) inside this process, on ephemeral ports and a fresh, migrated database.
  */
-export async function startTestServer(overrides: Record<string, string> = {}): Promise<TestServer> {
-  const fresh = await migratedDatabaseEnv();
-  const settings = loadSettings(testEnv({ ...fresh.env, PORT: '0', ...overrides }));
-  const logger = createLogger(settings.logLevel);
-  const db = await openDatabase(settings, logger);
-  await migrateToLatest(db, logger);
-  const running = await startServer(settings, db, logger);
+export async function startTestServer(
+  overrides: Record<string, string> = {},
+  options: StartOptions = {},
+): Promise<TestServer> {
+  const database = await openMigratedDatabase({ PORT: '0', ...overrides });
+  const running = await startServer(database.settings, database.db, appLogger(database.logger, options));
   return {
     running,
-    db,
+    db: database.db,
     base: `http://127.0.0.1:${running.port}`,
     close: async () => {
       running.server.closeAllConnections();
       await new Promise((resolve) => running.server.close(resolve));
-      await db.close().catch(() => undefined);
-      await fresh.drop();
+      await database.close();
       // terminus traps these for the lifetime of the server; this test process must not keep them.
       process.removeAllListeners('SIGTERM');
       process.removeAllListeners('SIGINT');
@@ -178,11 +230,12 @@ export async function newAccount(app: Target, email = uniqueEmail()): Promise<Ac
 export function postsFixture<Name extends string = never>(
   accounts: readonly Name[] = [],
   settings: Record<string, string> = {},
+  options: { ctype?: string } & StartOptions = {},
 ): { service: TestService } & Record<Name, Account> {
   const service = {} as TestService;
   const made = Object.fromEntries(accounts.map((name) => [name, {} as Account])) as Record<Name, Account>;
   beforeAll(async () => {
-    Object.assign(service, await startTestService(settings));
+    Object.assign(service, await startTestService(settings, options));
     for (const name of accounts) Object.assign(made[name], await newAccount(service.app, uniqueEmail(name)));
   });
   afterAll(async () => {

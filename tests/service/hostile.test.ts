@@ -5,7 +5,17 @@ import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
 import type { Database } from '../../service/src/db/connection';
-import { databaseSnapshot, expectProblem, startTestServer, TEST_SECRET, uniqueEmail } from './helpers';
+import {
+  bearer,
+  databaseSnapshot,
+  expectProblem,
+  newAccount,
+  newPost,
+  startTestServer,
+  TEST_SECRET,
+  uniqueEmail,
+  type Account,
+} from './helpers';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
 /**
@@ -18,24 +28,14 @@ let db: Database;
 let base: string;
 let port: number;
 let close: () => Promise<void>;
-let token: string;
-let userId: number;
+let owner: Account;
 const PASSWORD = 'correct horse battery';
 
 beforeAll(async () => {
   const started = await startTestServer();
   ({ db, base, close } = started);
   port = started.running.port;
-  const email = uniqueEmail('owner');
-  userId = (
-    (await api().post('/users/').send({ email, password: PASSWORD }).expect(201)).body as { id: number }
-  ).id;
-  token = (
-    (await api().post('/login').type('form').send({ username: email, password: PASSWORD }).expect(200))
-      .body as {
-      access_token: string;
-    }
-  ).access_token;
+  owner = await newAccount(base, uniqueEmail('owner'));
 });
 
 afterAll(async () => {
@@ -43,7 +43,7 @@ afterAll(async () => {
 });
 
 const api = () => request(base);
-const auth = () => ({ Authorization: `Bearer ${token}` });
+const auth = () => bearer(owner);
 
 /** Every row of every table, so a refused request can be shown to have changed nothing. */
 const snapshot = (): Promise<string> => databaseSnapshot(db);
@@ -120,6 +120,16 @@ async function postBytes(
 }
 
 const registration = () => JSON.stringify({ email: uniqueEmail('enc'), password: PASSWORD });
+
+/** A raw POST /users/ of a new registration, with `Expect: expectation` when given, after `hosts`. */
+function rawRegistration(expectation?: string, hosts = 'Host: x\r\n'): Promise<RawAnswer> {
+  const body = registration();
+  const expectLine = expectation === undefined ? '' : `Expect: ${expectation}\r\n`;
+  return raw(
+    `POST /users/ HTTP/1.1\r\n${hosts}Connection: close\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n${expectLine}\r\n${body}`,
+  );
+}
 
 describe('1. Content-Encoding on every body', () => {
   const corrupt: [string, string, Buffer][] = [
@@ -230,6 +240,7 @@ describe('2. Charsets and parameters on every content type the service reads', (
     'application/json; charset=us-ascii',
     'application/json; charset=utf-8; charset=utf-7',
     'application/json; charset=""',
+    'application/json; charset=x-unknown',
   ])('When /users/ gets %s, then 415', async (type) => {
     const res = await postBytes('/users/', { 'Content-Type': type }, Buffer.from(registration()));
     expectProblem(res, 415);
@@ -269,7 +280,7 @@ describe('2. Charsets and parameters on every content type the service reads', (
 describe('3. Declared lengths and Expect against every body limit', () => {
   const huge = (path: string, extra = '') =>
     `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: ${path === '/login' ? 'application/x-www-form-urlencoded' : 'application/json'}\r\n` +
-    `Authorization: Bearer ${token}\r\nContent-Length: 209715200\r\n${extra}\r\n`;
+    `Authorization: Bearer ${owner.token}\r\nContent-Length: 209715200\r\n${extra}\r\n`;
 
   test.each(['/users/', '/login', '/votes/', '/posts/'])(
     'When %s declares 200 MB and sends none of it, then 413 problem+json comes at once and the connection closes',
@@ -323,11 +334,7 @@ describe('3. Declared lengths and Expect against every body limit', () => {
   });
 
   test('When a body within the limit asks Expect: 100-continue, then 100 Continue comes first and the request succeeds', async () => {
-    const body = registration();
-    const answer = await raw(
-      `POST /users/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\n\r\n${body}`,
-    );
+    const answer = await rawRegistration('100-continue');
     expect(answer.text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 201 /);
   });
 
@@ -341,11 +348,7 @@ describe('3. Declared lengths and Expect against every body limit', () => {
     'When Expect is %j (not exactly 100-continue), then 417 problem+json, no 100 Continue and nothing stored',
     async (expectation) => {
       const before = await snapshot();
-      const body = registration();
-      const answer = await raw(
-        `POST /users/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: ${expectation}\r\n\r\n${body}`,
-      );
+      const answer = await rawRegistration(expectation);
       expect(answer.text).not.toMatch(/100 Continue/);
       expect(rawProblem(answer).status).toBe(417);
       expect(await snapshot()).toBe(before);
@@ -353,11 +356,7 @@ describe('3. Declared lengths and Expect against every body limit', () => {
   );
 
   test('When Expect is 100-CONTINUE (any case), then it is met', async () => {
-    const body = registration();
-    const answer = await raw(
-      `POST /users/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n` +
-        `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-CONTINUE\r\n\r\n${body}`,
-    );
+    const answer = await rawRegistration('100-CONTINUE');
     expect(answer.text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 201 /);
   });
 
@@ -373,19 +372,15 @@ describe('3. Declared lengths and Expect against every body limit', () => {
 describe('4. Every registered JWT claim: present, absent, wrong type, out of range', () => {
   const now = () => Math.floor(Date.now() / 1000);
   // Signed by hand: jsonwebtoken's sign adds, drops or refuses claims, and these tokens must carry
-  // exactly the claims written here, with the service's own secret.
-  const sign = (payload: Record<string, unknown>) => {
-    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub: String(userId), ...payload })}`;
-    return `${unsigned}.${createHmac('sha256', TEST_SECRET).update(unsigned).digest('base64url')}`;
-  };
-
-  // The header is written out too, so it can carry what jsonwebtoken never writes.
+  // exactly the claims written here, with the service's own secret; the header too, so it can carry
+  // what jsonwebtoken never writes.
   const signWithHeader = (header: Record<string, unknown>, payload: Record<string, unknown>) => {
     const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), ...payload })}`;
+    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(owner.user.id), ...payload })}`;
     return `${unsigned}.${createHmac('sha256', TEST_SECRET).update(unsigned).digest('base64url')}`;
   };
+  const sign = (payload: Record<string, unknown>) => signWithHeader({}, payload);
+  const listWith = (token: string) => api().get('/posts/').set(bearer(token));
   test.each([
     ['crit naming an extension nobody knows', { crit: ['unknown'], unknown: 1 }],
     ['crit naming a registered claim', { crit: ['exp'] }],
@@ -394,13 +389,10 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     ['b64 false, listed in crit (RFC 7797)', { b64: false, crit: ['b64'] }],
     ['b64 false alone', { b64: false }],
   ])('When the token header has %s, then 401 and the post stays', async (_name, header) => {
-    const post = (await api().post('/posts/').set(auth()).send({ title: 't', content: 'c' }).expect(201))
-      .body as { id: number };
+    const post = await newPost(base, owner, { title: 't', content: 'c' });
     const forged = signWithHeader(header, { iat: now(), exp: now() + 600 });
-    expect(
-      expectProblem(await api().get('/posts/').set('Authorization', `Bearer ${forged}`), 401).detail,
-    ).toBe('Could not validate credentials');
-    expectProblem(await api().delete(`/posts/${post.id}`).set('Authorization', `Bearer ${forged}`), 401);
+    expect(expectProblem(await listWith(forged), 401).detail).toBe('Could not validate credentials');
+    expectProblem(await api().delete(`/posts/${post.id}`).set(bearer(forged)), 401);
     await api().get(`/posts/${post.id}`).set(auth()).expect(200);
   });
 
@@ -414,20 +406,9 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
         exp: at + 600,
       });
     };
-    await api()
-      .get('/posts/')
-      .set('Authorization', `Bearer ${soon(30)}`)
-      .expect(200);
-    await api()
-      .get('/posts/')
-      .set('Authorization', `Bearer ${soon(29)}`)
-      .expect(200);
-    expectProblem(
-      await api()
-        .get('/posts/')
-        .set('Authorization', `Bearer ${soon(31)}`),
-      401,
-    );
+    await listWith(soon(30)).expect(200);
+    await listWith(soon(29)).expect(200);
+    expectProblem(await listWith(soon(31)), 401);
   });
 
   const refused: [string, () => Record<string, unknown>][] = [
@@ -449,19 +430,16 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
   test.each(refused)(
     'When the token is %s, then 401 Could not validate credentials',
     async (_name, payload) => {
-      const res = await api()
-        .get('/posts/')
-        .set('Authorization', `Bearer ${sign(payload())}`);
+      const res = await listWith(sign(payload()));
       expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
     },
   );
 
   test('When a token without exp tries to delete a post, then 401 and the post stays', async () => {
-    const post = (await api().post('/posts/').set(auth()).send({ title: 't', content: 'c' }).expect(201))
-      .body as { id: number };
+    const post = await newPost(base, owner, { title: 't', content: 'c' });
     const res = await api()
       .delete(`/posts/${post.id}`)
-      .set('Authorization', `Bearer ${sign({ iat: now() })}`);
+      .set(bearer(sign({ iat: now() })));
     expectProblem(res, 401);
     await api().get(`/posts/${post.id}`).set(auth()).expect(200);
   });
@@ -472,10 +450,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     ['nbf now', () => ({ iat: now(), nbf: now(), exp: now() + 600 })],
     ['iat, exp 10 minutes later and nothing else', () => ({ iat: now(), exp: now() + 600 })],
   ])('When the token has %s, then it is accepted', async (_name, payload) => {
-    await api()
-      .get('/posts/')
-      .set('Authorization', `Bearer ${sign(payload())}`)
-      .expect(200);
+    await listWith(sign(payload())).expect(200);
   });
 });
 
@@ -491,8 +466,7 @@ describe('4b. If-Match that names no current post', () => {
     ['a tag with a NUL escape', 'W/"\\u0000"'],
     ['a very long list', Array.from({ length: 500 }, (_, i) => `W/"${String(i)}"`).join(', ')],
   ])('When PUT and DELETE carry %s, then 412 problem+json each and nothing changes', async (_name, value) => {
-    const post = (await api().post('/posts/').set(auth()).send({ title: 'kept', content: 'c' }).expect(201))
-      .body as { id: number };
+    const post = await newPost(base, owner, { title: 'kept', content: 'c' });
     const before = await snapshot();
     expectProblem(
       await api()
@@ -526,10 +500,7 @@ describe("5. Errors Node's HTTP layer produces itself", () => {
 
   test('When two Host headers arrive on a body endpoint, then 400 and nothing is stored', async () => {
     const before = await snapshot();
-    const body = registration();
-    const answer = await raw(
-      `POST /users/ HTTP/1.1\r\nHost: a\r\nhost: b\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    );
+    const answer = await rawRegistration(undefined, 'Host: a\r\nhost: b\r\n');
     expect(rawProblem(answer).status).toBe(400);
     expect(await snapshot()).toBe(before);
   });
@@ -560,15 +531,15 @@ describe("5. Errors Node's HTTP layer produces itself", () => {
 describe('6. Look-alike e-mail addresses', () => {
   const base64 = 'author.lookalike@example.com';
   let users: number;
+  const count = async () =>
+    Number((await db.knex('users').count<{ count: string }[]>('* as count'))[0]?.count);
 
   beforeAll(async () => {
     await api().post('/users/').send({ email: base64, password: PASSWORD }).expect(201);
   });
   beforeEach(async () => {
-    users = Number((await db.knex('users').count<{ count: string }[]>('* as count'))[0]?.count);
+    users = await count();
   });
-  const count = async () =>
-    Number((await db.knex('users').count<{ count: string }[]>('* as count'))[0]?.count);
 
   test.each([
     ['a zero-width space', 'author.look\u200Balike@example.com'],

@@ -1,22 +1,22 @@
 import { createHash } from 'node:crypto';
-import { Writable } from 'node:stream';
 import type { Express } from 'express';
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
 import { createApp } from '../../service/src/app';
-import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { describeSettings, keyId, loadSettings, SettingsError } from '../../service/src/settings';
 import { startService, stopAll } from '../../tools/harness/service';
 import {
   bearer,
+  captureLog,
   expectProblem,
   freshDatabaseEnv,
   newAccount,
   nextWholeSecond,
+  openMigratedDatabase,
   testEnv,
   type Account,
+  type MigratedDatabase,
 } from './helpers';
 
 // The key before the rotation, the key after it, and one this service never knew.
@@ -27,8 +27,7 @@ const FOREIGN = 'a-key-of-some-other-service-0123456789abcdef';
 const headerOf = (token: string) => jwt.decode(token, { complete: true })?.header;
 
 describe('Rotating SECRET_KEY in three phases, pods of every phase on one database', () => {
-  let db: Database;
-  let drop: () => Promise<void>;
+  let database: MigratedDatabase;
   // A pod of each phase, as the Secret sets it (docs/settings.md, "Rotating SECRET_KEY").
   let phase0: Express; // K1 only: before the rotation
   let phase1: Express; // K1 signs, K2 accepted: every pod learns K2 before anyone signs with it
@@ -37,18 +36,15 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
   let account: Account;
 
   beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    const logger = createLogger('silent');
-    db = await openDatabase(loadSettings(testEnv(fresh.env)), logger);
-    await migrateToLatest(db, logger);
+    database = await openMigratedDatabase();
+    const { db, env, logger } = database;
     // Every pod on the same database (one Database: the embedded one lives in this process).
     const pod = (secretKey: string, accepted: string[] = []) =>
       createApp({
         db,
         logger,
         settings: loadSettings(
-          testEnv({ ...fresh.env, SECRET_KEY: secretKey, SECRET_KEYS_ACCEPTED: accepted.join(',') }),
+          testEnv({ ...env, SECRET_KEY: secretKey, SECRET_KEYS_ACCEPTED: accepted.join(',') }),
         ),
       });
     phase0 = pod(K1);
@@ -58,10 +54,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
     account = await newAccount(phase0);
   });
 
-  afterAll(async () => {
-    await db.close();
-    await drop();
-  });
+  afterAll(() => database.close());
 
   const loginOn = async (pod: Express): Promise<string> => {
     const res = await request(pod)
@@ -220,20 +213,14 @@ describe('SECRET_KEYS_ACCEPTED setting', () => {
   });
 
   test('When the settings object or the environment is logged by mistake, then the accepted keys are redacted', () => {
-    let text = '';
-    const stream = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        text += chunk.toString();
-        done();
-      },
-    });
+    const log = captureLog();
     const settings = load(`${K2},${K3}`);
-    createLogger('info', stream).info(
+    createLogger('info', log.stream).info(
       { settings, env: { SECRET_KEYS_ACCEPTED: `${K2},${K3}` }, SECRET_KEYS_ACCEPTED: K2 },
       'oops',
     );
-    expect(text).toContain('[redacted]');
-    for (const key of [K1, K2, K3]) expect(text).not.toContain(key);
+    expect(log.text()).toContain('[redacted]');
+    for (const key of [K1, K2, K3]) expect(log.text()).not.toContain(key);
   });
 });
 

@@ -10,18 +10,27 @@ import {
   runSquawk,
   writeSqlFiles,
 } from '../../tools/migration-sql';
-import { usingPostgres } from './helpers';
+import { describeOnPostgres } from './helpers';
 
 /**
  * The migration lint (tools/migration-sql.ts, `npm run migrations:lint`): squawk over the SQL a
  * real migrator run sends. The capture runs on PostgreSQL only (a scratch database on its server),
  * so on the embedded database only the case without a capture runs.
  */
-const onPostgres = usingPostgres() ? describe : describe.skip;
 
 interface Finding {
   file: string;
   rule_name: string;
+}
+
+/** Runs `work` in a new temporary folder, removed after it. */
+async function withTempDir(work: (dir: string) => Promise<void> | void): Promise<void> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
+  try {
+    await work(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** squawk's findings (its JSON reporter), as the rules each file broke. */
@@ -55,7 +64,7 @@ const probe = (sql: string, retried = false): Knex.Migration => ({
  */
 const SHIPPED_FINDINGS: Record<string, string[]> = {};
 
-onPostgres('Migration lint', () => {
+describeOnPostgres('Migration lint', () => {
   test('When migrations lock a live table badly, then squawk reports each one under its migration, and the shipped ones only as known', async () => {
     const result = await lintMigrations({
       reporter: 'json',
@@ -108,24 +117,20 @@ onPostgres('Migration lint', () => {
 
     // The same capture without the migrator's own statements: the ALTER has no time-out at all.
     const capture = await captureMigrationSql(extra);
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
-    try {
+    await withTempDir((dir) => {
       const files = writeSqlFiles({ ...capture, preamble: [], background: [] }, dir, MIGRATION_EXCEPTIONS);
       const bare = runSquawk(dir, files, { reporter: 'json' });
       expect(rulesByFile(bare.runs[0]?.output ?? '')['29990101000003_lint_probe_bare.sql']?.sort()).toEqual([
         'require-lock-timeout',
         'require-statement-timeout',
       ]);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
-onPostgres('Migration lint of a migration outside the transaction', () => {
+describeOnPostgres('Migration lint of a migration outside the transaction', () => {
   test("When a migration builds an index CONCURRENTLY with `config = { transaction: false }`, then its statements go to a file of their own, headed by the migrator's time-outs, and squawk accepts them", async () => {
-    const out = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
-    try {
+    await withTempDir(async (out) => {
       const result = await lintMigrations({
         out,
         reporter: 'json',
@@ -146,15 +151,12 @@ onPostgres('Migration lint of a migration outside the transaction', () => {
       );
       expect(result.runs.map((run) => rulesByFile(run.output))).toEqual([{}, {}]);
       expect(result.status).toBe(0);
-    } finally {
-      rmSync(out, { recursive: true, force: true });
-    }
+    });
   });
 });
 
-test('When statements run outside a transaction (a step of their own, a background batch), then squawk lints them without assuming one', () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'migration-lint-test-'));
-  try {
+test('When statements run outside a transaction (a step of their own, a background batch), then squawk lints them without assuming one', async () => {
+  await withTempDir((dir) => {
     const step = [
       "SET lock_timeout = '1s'",
       'SET statement_timeout = 60000',
@@ -185,7 +187,5 @@ test('When statements run outside a transaction (a step of their own, a backgrou
       {},
     ]);
     expect(result.status).not.toBe(0);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });

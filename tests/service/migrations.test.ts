@@ -15,7 +15,7 @@ import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { freshDatabaseEnv, migrateFirst, testEnv, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
@@ -54,7 +54,7 @@ async function sequences(db: Database): Promise<string[]> {
 // The race is over in milliseconds and lost only now and then, so it is run several times.
 const RACE_ROUNDS = 8;
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When three replicas migrate an empty database at once, then all succeed, each migration ran once and the schema is the one a single replica builds',
   async () => {
     for (let round = 0; round < RACE_ROUNDS; round++) {
@@ -118,18 +118,24 @@ test('When migrated, then the schema has the indexes the queries rely on', async
   });
 });
 
-/** A fresh database at the latest schema for one case, closed and dropped after it. */
-async function onMigrated(work: (db: Database) => Promise<void>): Promise<void> {
+/** A fresh, empty database for one case, closed and dropped after it. */
+async function onFresh(work: (db: Database) => Promise<void>): Promise<void> {
   const fresh = await freshDatabaseEnv();
   const db = await open(fresh.env);
   try {
-    await migrateToLatest(db, logger);
     await work(db);
   } finally {
     await db.close();
     await fresh.drop();
   }
 }
+
+/** A fresh database at the latest schema for one case, closed and dropped after it. */
+const onMigrated = (work: (db: Database) => Promise<void>): Promise<void> =>
+  onFresh(async (db) => {
+    await migrateToLatest(db, logger);
+    await work(db);
+  });
 
 /** Each post's stored count, or null where the post has none yet (not counted). */
 async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
@@ -290,7 +296,7 @@ test('When the database holds a migration this release does not know (a newer re
   });
 });
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When a table a migration alters is held by a long write transaction, then the migration waits no longer than its lock time-out each try, lets writes through between tries, and applies once the table is free',
   async () => {
     const fresh = await freshDatabaseEnv();
@@ -396,7 +402,7 @@ test('When a migration exports config = { transaction: false }, then the migrati
   });
 });
 
-(usingPostgres() ? test : test.skip)(
+testOnPostgres(
   'When a migration builds an index CONCURRENTLY while another session holds a long transaction writing to the table, then each try waits no longer than the lock time-out, the INVALID index a failed try leaves is dropped and built again, the index ends valid, and the table takes writes all along',
   async () => {
     const fresh = await freshDatabaseEnv();
@@ -489,9 +495,7 @@ test('When migrations are rolled back and applied again, then the schema comes b
 });
 
 test("When the migrations run, then the app's session keeps its own time-outs (on the embedded database it is the one session the migrations ran on)", async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
+  await onFresh(async (db) => {
     const timeouts = async () =>
       (
         await db.knex.raw<{ rows: { lock: string; statement: string }[] }>(
@@ -504,25 +508,13 @@ test("When the migrations run, then the app's session keeps its own time-outs (o
     await migrateDownTo(db, logger, null);
     expect(await migrateToLatest(db, logger)).toHaveLength(Object.keys(migrations).length);
     expect(await timeouts()).toEqual(before);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
+  await onFresh(async (db) => {
     // The schema as it was before the policy: the first three migrations only.
-    const names = Object.keys(migrations).slice(0, 3);
-    await db.knex.migrate.latest({
-      migrationSource: {
-        getMigrations: () => Promise.resolve(names),
-        getMigrationName: (name: string) => name,
-        getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
-      },
-    });
+    await migrateFirst(db, 3);
     const rows = [
       'ａｄａ@example.com', // full-width: becomes ada@example.com
       'bob@XN--BCHER-KVA.example', // punycode domain: becomes bob@bücher.example
@@ -540,10 +532,7 @@ test('When addresses stored before the e-mail policy are migrated, then they tak
       'ｃａｒｏｌ@example.com',
       'plain@example.com',
     ]);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
+  });
 });
 
 test('When the migrations folder is read, then migrations/index.ts lists every migration file in it, and nothing else', () => {

@@ -2,14 +2,13 @@ import { request as httpRequest } from 'node:http';
 import { connect as tcpConnect } from 'node:net';
 import express from 'express';
 import request from 'supertest';
-import { createApp } from '../../service/src/app';
 import { errorHandler } from '../../service/src/http/errors';
 import { trustProxies } from '../../service/src/http/proxies';
 import { requestLog } from '../../service/src/http/request-log';
-import { openDatabase, type Database } from '../../service/src/db/connection';
+import type { Database } from '../../service/src/db/connection';
 import { knownMigrations, migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
-import { startServer, type RunningServer } from '../../service/src/server';
+import type { RunningServer } from '../../service/src/server';
 import { describeSettings, loadSettings } from '../../service/src/settings';
 import { sample, samples } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
@@ -20,10 +19,14 @@ import {
   freshDatabaseEnv,
   newAccount,
   newPost,
+  postsFixture,
   startTestServer,
   testEnv,
   usingPostgres,
 } from './helpers';
+
+/** The test client plays the trusted proxy: the ids (and addresses) it sends name the log lines. */
+const TRUSTING_THE_CLIENT = { TRUSTED_PROXIES: '127.0.0.1,::1' };
 
 describe('Metrics', () => {
   let db: Database;
@@ -72,22 +75,11 @@ describe('Metrics', () => {
   test('When API calls are answered, then their durations are counted by route template, method and status, never by raw path', async () => {
     // Through the real listener, so the server's own registry counts them.
     const app = api;
-    const credentials = { email: 'metrics@example.com', password: 'correct horse battery' };
-    await request(app).post('/users/').send(credentials).expect(201);
-    const login = await request(app)
-      .post('/login')
-      .type('form')
-      .send({ username: credentials.email, password: credentials.password })
-      .expect(200);
-    const { access_token: token } = login.body as { access_token: string };
-    const created = await request(app)
-      .post('/posts/')
-      .set(bearer(token))
-      .send({ title: 'Counted', content: 'in the histogram' })
-      .expect(201);
-    const post = created.body as { id: number };
-    await request(app).get(`/posts/${post.id}`).set(bearer(token)).expect(200);
-    await request(app).get('/posts/2147480000').set(bearer(token)).expect(404);
+    // One registration, one login and one post, each counted once below.
+    const account = await newAccount(app, 'metrics@example.com');
+    const post = await newPost(app, account, { title: 'Counted', content: 'in the histogram' });
+    await request(app).get(`/posts/${post.id}`).set(bearer(account)).expect(200);
+    await request(app).get('/posts/2147480000').set(bearer(account)).expect(404);
     await request(app).get('/posts/public').expect(200);
     await request(app).get('/no/such/path/12345').expect(404);
     await request(app).get('/another/unknown/path').expect(404);
@@ -216,33 +208,14 @@ describe('Metrics', () => {
 });
 
 describe('Request log', () => {
-  let db: Database;
-  let drop: () => Promise<void>;
   const log = captureLog();
-  let app: ReturnType<typeof createApp>;
-
-  beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    // The test client is the trusted proxy here: its X-Request-Id and X-Forwarded-For are believed.
-    const settings = loadSettings(
-      testEnv({ ...fresh.env, LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
-    );
-    const logger = createLogger('info', log.stream);
-    db = await openDatabase(settings, createLogger('silent'));
-    await migrateToLatest(db, createLogger('silent'));
-    app = createApp({ db, settings, logger });
-  });
-
-  afterAll(async () => {
-    await db.close();
-    await drop();
-  });
+  const { service } = postsFixture([], TRUSTING_THE_CLIENT, { appLog: log.stream });
+  const app = () => service.app;
 
   const requestLines = () => log.entries().filter((entry) => entry.msg === 'request completed');
 
   test('When a request carries X-Request-Id, then the answer and its one JSON log line carry the same id, with method, path, status and duration', async () => {
-    const res = await request(app)
+    const res = await request(app())
       .get('/posts/public?search=secret-query')
       .set('X-Request-Id', 'trace-42.a:b');
     expect(res.status).toBe(200);
@@ -267,7 +240,7 @@ describe('Request log', () => {
     ['an X-Request-Id with spaces', 'not a valid id'],
     ['an oversized X-Request-Id', 'x'.repeat(200)],
   ])('When a request has %s, then a fresh UUID is used and returned', async (_name, given) => {
-    const call = request(app).get('/posts/public');
+    const call = request(app()).get('/posts/public');
     if (given !== undefined) void call.set('X-Request-Id', given);
     const res = await call.expect(200);
     const id = res.headers['x-request-id'] as string;
@@ -277,10 +250,10 @@ describe('Request log', () => {
 
   test('When a user registers, logs in and calls with a token, then neither the password, the token nor the Authorization header is logged', async () => {
     const before = requestLines().length;
-    const account = await newAccount(app, 'logged@example.com');
-    await newPost(app, account);
-    await request(app).get('/posts/').set(bearer(account)).expect(200);
-    await request(app).get('/posts/').set('Authorization', 'Bearer forged.token.value').expect(401);
+    const account = await newAccount(app(), 'logged@example.com');
+    await newPost(app(), account);
+    await request(app()).get('/posts/').set(bearer(account)).expect(200);
+    await request(app()).get('/posts/').set('Authorization', 'Bearer forged.token.value').expect(401);
     expect(requestLines().length - before).toBe(5);
     const text = log.text();
     expect(text).not.toContain(account.password);
@@ -415,30 +388,14 @@ describe('Request log edge cases', () => {
 
 describe('Pipelined requests abandoned by their client', () => {
   const log = captureLog();
-  let db: Database;
   let running: RunningServer;
-  let drop: () => Promise<void>;
+  let close: () => Promise<void>;
 
   beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    // The test client plays the trusted proxy, so the ids it sends name the log lines.
-    const settings = loadSettings(
-      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
-    );
-    db = await openDatabase(settings, createLogger('silent'));
-    await migrateToLatest(db, createLogger('silent'));
-    running = await startServer(settings, db, createLogger('info', log.stream));
+    ({ running, close } = await startTestServer(TRUSTING_THE_CLIENT, { appLog: log.stream }));
   });
 
-  afterAll(async () => {
-    running.server.closeAllConnections();
-    await new Promise((resolve) => running.server.close(resolve));
-    await db.close();
-    await drop();
-    process.removeAllListeners('SIGTERM');
-    process.removeAllListeners('SIGINT');
-  });
+  afterAll(() => close());
 
   const inFlight = async () => {
     const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
@@ -508,14 +465,7 @@ describe('Pipelined requests abandoned by their client', () => {
 describe('A connection flooded with pipelined requests', () => {
   test('When 100 requests arrive pipelined at once, then the connection is closed and each request is logged once, as 499', async () => {
     const log = captureLog();
-    const fresh = await freshDatabaseEnv();
-    // The test client plays the trusted proxy, so the ids it sends name the log lines.
-    const settings = loadSettings(
-      testEnv({ ...fresh.env, PORT: '0', LOG_LEVEL: 'info', TRUSTED_PROXIES: '127.0.0.1,::1' }),
-    );
-    const db = await openDatabase(settings, createLogger('silent'));
-    await migrateToLatest(db, createLogger('silent'));
-    const running = await startServer(settings, db, createLogger('info', log.stream));
+    const { running, close } = await startTestServer(TRUSTING_THE_CLIENT, { appLog: log.stream });
     try {
       const ids = Array.from({ length: 100 }, (_, i) => `flood-${i}`);
       const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
@@ -541,12 +491,7 @@ describe('A connection flooded with pipelined requests', () => {
         logged().filter((entry) => (entry.res as { status: number }).status === 499).length,
       ).toBeGreaterThan(90);
     } finally {
-      running.server.closeAllConnections();
-      await new Promise((resolve) => running.server.close(resolve));
-      await db.close();
-      await fresh.drop();
-      process.removeAllListeners('SIGTERM');
-      process.removeAllListeners('SIGINT');
+      await close();
     }
   });
 });

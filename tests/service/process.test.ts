@@ -3,11 +3,13 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
+import { call } from '../../tools/harness/client';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../tools/harness/service';
 import { loadSettings } from '../../service/src/settings';
 import {
+  describeOnPostgres,
   freshDatabaseEnv,
   migratedDatabaseEnv,
   postgresConnection,
@@ -53,6 +55,17 @@ describe('Start-up settings', () => {
   });
 });
 
+/** Runs `work` while another listener holds a port. */
+async function withPortTaken(work: (port: number) => Promise<void>): Promise<void> {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, resolve));
+  try {
+    await work((taken.address() as AddressInfo).port);
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
+  }
+}
+
 describe('Start-up failures say, in one line, which setting to change', () => {
   test('When NODE_ENV=production and SECRET_KEY is unset, then the line says production requires it', async () => {
     const svc = spawnService(baseEnv({ NODE_ENV: 'production', SECRET_KEY: '' }));
@@ -66,10 +79,7 @@ describe('Start-up failures say, in one line, which setting to change', () => {
     ['PORT', 'PORT'],
     ['METRICS_PORT', 'METRICS_PORT'],
   ])('When %s is in use, then the process exits 1 at once, before any migration, naming it', async (name) => {
-    const taken = createServer();
-    await new Promise<void>((resolve) => taken.listen(0, resolve));
-    const { port } = taken.address() as AddressInfo;
-    try {
+    await withPortTaken(async (port) => {
       const svc = spawnService(baseEnv({ PORT: '0', METRICS_PORT: '0', [name]: String(port) }));
       expect(await svc.exited).toBe(1);
       const fatal = svc.lines.filter((line) => line.level === 60);
@@ -79,23 +89,16 @@ describe('Start-up failures say, in one line, which setting to change', () => {
       expect(fatal[0]).not.toHaveProperty('err');
       // Nothing came between the settings and the failure: no database opened, no migration.
       expect(svc.lines.map((line) => line.msg)).toEqual(['starting', fatal[0]?.msg]);
-    } finally {
-      await new Promise((resolve) => taken.close(resolve));
-    }
+    });
   });
 
   test('When LOG_LEVEL=debug, then the failure line carries the error and its stack', async () => {
-    const taken = createServer();
-    await new Promise<void>((resolve) => taken.listen(0, resolve));
-    const { port } = taken.address() as AddressInfo;
-    try {
+    await withPortTaken(async (port) => {
       const svc = spawnService(baseEnv({ LOG_LEVEL: 'debug', PORT: String(port), METRICS_PORT: '0' }));
       expect(await svc.exited).toBe(1);
       const [fatal] = svc.lines.filter((line) => line.level === 60);
       expect((fatal?.err as { stack?: string } | undefined)?.stack).toMatch(/EADDRINUSE/);
-    } finally {
-      await new Promise((resolve) => taken.close(resolve));
-    }
+    });
   });
 
   test('When the server asks for a password and DB_PASSWORD is unset, then the line names DB_PASSWORD', async () => {
@@ -193,9 +196,7 @@ describe('Without the optional dependencies (the production image: npm ci --omit
   });
 });
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
-
-onPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () => {
+describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECONDS)', () => {
   afterAll(() => stopAll());
 
   test('When the database appears within the wait, then the service migrates and listens once it is there', async () => {
@@ -322,31 +323,23 @@ describe('Graceful shutdown', () => {
     const svc = await startService(
       baseEnv({ ...fresh.env, SHUTDOWN_DELAY_SECONDS: '2', BCRYPT_ROUNDS: '12' }),
     );
-    const port = svc.port;
-    const url = (p: string) => `http://127.0.0.1:${port}${p}`;
     const credentials = { email: 'bye@example.com', password: 'password123' };
-    const created = await fetch(url('/users/'), {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(credentials),
-    });
-    expect(created.status).toBe(201);
+    expect((await call(svc.base, '/users/', { json: credentials })).status).toBe(201);
 
     // A login is slow on purpose (bcrypt): it is in flight when the signal lands.
-    const inFlight = fetch(url('/login'), {
-      method: 'POST',
-      body: new URLSearchParams({ username: credentials.email, password: credentials.password }),
+    const inFlight = call(svc.base, '/login', {
+      form: { username: credentials.email, password: credentials.password },
     });
     await new Promise((resolve) => setTimeout(resolve, 20));
     svc.child.kill('SIGTERM');
     await new Promise((resolve) => setTimeout(resolve, 200));
 
-    expect((await fetch(url('/healthz/ready'))).status).toBe(503);
-    expect((await fetch(url('/healthz/live'))).status).toBe(200);
-    expect((await fetch(url('/posts/public'))).status).toBe(200);
+    expect((await call(svc.base, '/healthz/ready')).status).toBe(503);
+    expect((await call(svc.base, '/healthz/live')).status).toBe(200);
+    expect((await call(svc.base, '/posts/public')).status).toBe(200);
     const login = await inFlight;
     expect(login.status).toBe(200);
-    expect(((await login.json()) as { token_type: string }).token_type).toBe('bearer');
+    expect((login.body as { token_type: string }).token_type).toBe('bearer');
 
     expect(await svc.exited).toBe(0);
     expect(svc.stdout()).toContain('shutdown complete');

@@ -4,13 +4,11 @@
  * On the embedded database there is one session, which the probe shares: PostgreSQL only.
  */
 import request from 'supertest';
-import { postsFixture, usingPostgres } from './helpers';
+import { postsFixture, testOnPostgres } from './helpers';
 
 const { service } = postsFixture([], { DB_POOL_MAX: '1' });
 
-const onPostgres = usingPostgres() ? test : test.skip;
-
-onPostgres(
+testOnPostgres(
   'When every connection of the request pool is taken, then readiness still answers 200 within its 1 s',
   async () => {
     // The pool's one connection, held as a long request would hold it.
@@ -31,7 +29,7 @@ onPostgres(
   },
 );
 
-onPostgres(
+testOnPostgres(
   'When the probe has asked, then the process holds at most DB_POOL_MAX + 1 connections',
   async () => {
     await request(service.app).get('/healthz/ready').expect(200);

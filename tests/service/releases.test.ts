@@ -107,6 +107,14 @@ function edit(root: string, file: string, change: (text: string) => string): voi
   writeFileSync(path.join(root, file), after);
 }
 
+/** One step of a table's change to a scratch repository. */
+const editing = (file: string, change: (text: string) => string) => (root: string) => {
+  edit(root, file, change);
+};
+const writing = (file: string, text: string) => (root: string) => {
+  write(root, file, text);
+};
+
 function lockFile(version: string, runtimeVersion = '1.0.0', devVersion = '2.0.0'): string {
   const root = { name: 'app', version, dependencies: { lib: '^1.0.0' }, devDependencies: { tool: '^2.0.0' } };
   const packages = {
@@ -179,17 +187,18 @@ function makeReleasedRepository(): string {
   return root;
 }
 
+const with110Section = (text: string) =>
+  text.replace(
+    '## [Unreleased]\n\n',
+    `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
+  );
+
 /** Prepares release 1.1.0 (chart 0.3.0) in the working tree, as its release commit would. */
 function prepare110(root: string): void {
   edit(root, 'package.json', (text) => text.replace('"version": "1.0.0"', '"version": "1.1.0"'));
   write(root, 'package-lock.json', lockFile('1.1.0'));
   edit(root, 'chart/Chart.yaml', (text) => text.replace('0.2.0', '0.3.0').replace('"1.0.0"', '"1.1.0"'));
-  edit(root, 'CHANGELOG.md', (text) =>
-    text.replace(
-      '## [Unreleased]\n\n',
-      `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
-    ),
-  );
+  edit(root, 'CHANGELOG.md', with110Section);
 }
 
 const allProblems = (root: string) => [
@@ -204,23 +213,11 @@ describe('The release checks on a repository of the same shape', () => {
   });
 
   it.each([
-    [
-      'a template changed',
-      (root: string) => {
-        edit(root, 'chart/templates/deployment.yaml', (t) => `${t}# more\n`);
-      },
-    ],
-    [
-      'a values file was added',
-      (root: string) => {
-        write(root, 'chart/values-qa.yaml', 'replicas: 1\n');
-      },
-    ],
+    ['a template changed', editing('chart/templates/deployment.yaml', (t) => `${t}# more\n`)],
+    ['a values file was added', writing('chart/values-qa.yaml', 'replicas: 1\n')],
     [
       'Chart.yaml changed beyond its versions',
-      (root: string) => {
-        edit(root, 'chart/Chart.yaml', (t) => t.replace('name: app', 'name: app2'));
-      },
+      editing('chart/Chart.yaml', (t) => t.replace('name: app', 'name: app2')),
     ],
   ])('When %s and the chart version did not move, then the chart check fails', (_what, change) => {
     const root = releasedRepository();
@@ -231,41 +228,17 @@ describe('The release checks on a repository of the same shape', () => {
   });
 
   it.each([
-    [
-      'the chart README',
-      (root: string) => {
-        edit(root, 'chart/README.md', (t) => `${t}more\n`);
-      },
-    ],
-    [
-      'a chart test',
-      (root: string) => {
-        edit(root, 'chart/test/render.test.ts', (t) => `${t}// more\n`);
-      },
-    ],
+    ['the chart README', editing('chart/README.md', (t) => `${t}more\n`)],
+    ['a chart test', editing('chart/test/render.test.ts', (t) => `${t}// more\n`)],
     [
       'a comment in Chart.yaml',
-      (root: string) => {
-        edit(root, 'chart/Chart.yaml', (t) => t.replace('# the chart', '# the chart, said again'));
-      },
+      editing('chart/Chart.yaml', (t) => t.replace('# the chart', '# the chart, said again')),
     ],
-    [
-      'a development dependency',
-      (root: string) => {
-        write(root, 'package-lock.json', lockFile('1.0.0', '1.0.0', '2.1.0'));
-      },
-    ],
-    [
-      'the root README',
-      (root: string) => {
-        edit(root, 'README.md', (t) => `${t}more\n`);
-      },
-    ],
+    ['a development dependency', writing('package-lock.json', lockFile('1.0.0', '1.0.0', '2.1.0'))],
+    ['the root README', editing('README.md', (t) => `${t}more\n`)],
     [
       "tsconfig.json's file list",
-      (root: string) => {
-        edit(root, 'tsconfig.json', (t) => t.replace('"service"', '"service","bench"'));
-      },
+      editing('tsconfig.json', (t) => t.replace('"service"', '"service","bench"')),
     ],
   ])('When only %s changed, then no version needs to move', (_what, change) => {
     const root = releasedRepository();
@@ -274,36 +247,11 @@ describe('The release checks on a repository of the same shape', () => {
   });
 
   it.each([
-    [
-      'the service source changed',
-      (root: string) => {
-        edit(root, 'service/src/main.ts', (t) => `${t}// more\n`);
-      },
-    ],
-    [
-      'a migration was added (untracked)',
-      (root: string) => {
-        write(root, 'migrations/0002_more.ts', 'export {};\n');
-      },
-    ],
-    [
-      'a runtime package in the lock changed',
-      (root: string) => {
-        write(root, 'package-lock.json', lockFile('1.0.0', '1.0.1'));
-      },
-    ],
-    [
-      "package.json's engines changed",
-      (root: string) => {
-        edit(root, 'package.json', (t) => t.replace('>=20', '>=22'));
-      },
-    ],
-    [
-      "tsconfig.json's compiler options changed",
-      (root: string) => {
-        edit(root, 'tsconfig.json', (t) => t.replace('true', 'false'));
-      },
-    ],
+    ['the service source changed', editing('service/src/main.ts', (t) => `${t}// more\n`)],
+    ['a migration was added (untracked)', writing('migrations/0002_more.ts', 'export {};\n')],
+    ['a runtime package in the lock changed', writing('package-lock.json', lockFile('1.0.0', '1.0.1'))],
+    ["package.json's engines changed", editing('package.json', (t) => t.replace('>=20', '>=22'))],
+    ["tsconfig.json's compiler options changed", editing('tsconfig.json', (t) => t.replace('true', 'false'))],
   ])(
     'When %s and the version did not move, then the service check fails; once 1.1.0 is prepared it passes',
     (_what, change) => {
@@ -351,16 +299,12 @@ describe('The release checks on a repository of the same shape', () => {
   it.each([
     [
       'appVersion differs from package.json',
-      (root: string) => {
-        edit(root, 'chart/Chart.yaml', (t) => t.replace('"1.0.0"', '"1.0.1"'));
-      },
+      editing('chart/Chart.yaml', (t) => t.replace('"1.0.0"', '"1.0.1"')),
       /appVersion 1\.0\.1/,
     ],
     [
       "the lock file's root version differs",
-      (root: string) => {
-        write(root, 'package-lock.json', lockFile('1.0.1'));
-      },
+      writing('package-lock.json', lockFile('1.0.1')),
       /package-lock\.json says 1\.0\.1/,
     ],
     [
@@ -382,14 +326,7 @@ describe('The release checks on a repository of the same shape', () => {
     ],
     [
       'the current version is not the newest section',
-      (root: string) => {
-        edit(root, 'CHANGELOG.md', (t) =>
-          t.replace(
-            '## [Unreleased]\n\n',
-            `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
-          ),
-        );
-      },
+      editing('CHANGELOG.md', with110Section),
       /newest section is 1\.1\.0, not 1\.0\.0/,
     ],
     [

@@ -1,11 +1,9 @@
 import type { Express } from 'express';
 import request from 'supertest';
 import { createApp } from '../../service/src/app';
-import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings, SettingsError } from '../../service/src/settings';
-import { captureLog, freshDatabaseEnv, testEnv } from './helpers';
+import { captureLog, openMigratedDatabase, testEnv, type MigratedDatabase } from './helpers';
 
 /**
  * Who a request log line is about: the client address (X-Forwarded-For only through the proxies
@@ -16,37 +14,30 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{1
 /** The test client's own address as the server sees it, IPv4 or IPv4-mapped IPv6. */
 const LOOPBACK = /^(?:::ffff:)?127\.0\.0\.1$|^::1$/;
 
-let db: Database;
-let drop: () => Promise<void>;
+let database: MigratedDatabase;
 const log = captureLog();
 
 /** One app per TRUSTED_PROXIES value, all on one database and one captured log. */
 function appTrusting(trustedProxies: string): Express {
-  const settings = loadSettings(testEnv({ ...env, LOG_LEVEL: 'info', TRUSTED_PROXIES: trustedProxies }));
-  return createApp({ db, settings, logger: createLogger('info', log.stream) });
+  const settings = loadSettings(
+    testEnv({ ...database.env, LOG_LEVEL: 'info', TRUSTED_PROXIES: trustedProxies }),
+  );
+  return createApp({ db: database.db, settings, logger: createLogger('info', log.stream) });
 }
 
-let env: Record<string, string>;
 let direct: Express;
 let behindProxy: Express;
 let behindTwoProxies: Express;
 
 beforeAll(async () => {
-  const fresh = await freshDatabaseEnv();
-  env = fresh.env;
-  drop = () => fresh.drop();
-  db = await openDatabase(loadSettings(testEnv(env)), createLogger('silent'));
-  await migrateToLatest(db, createLogger('silent'));
+  database = await openMigratedDatabase();
   direct = appTrusting('');
   // The test client plays the proxy.
   behindProxy = appTrusting('127.0.0.1, ::1');
   behindTwoProxies = appTrusting('127.0.0.1,::1,10.0.0.0/8');
 });
 
-afterAll(async () => {
-  await db.close();
-  await drop();
-});
+afterAll(() => database.close());
 
 interface Line {
   req: { id: string; method: string; path: string; client: string };

@@ -12,16 +12,16 @@ import { freePort } from '../../tools/harness/service';
 import {
   bearer,
   databaseSnapshot,
+  describeOnPostgres,
   expectProblem,
   newAccount,
   newPost,
+  postsFixture,
   startTestService,
   testEnv,
-  usingPostgres,
   type TestService,
 } from './helpers';
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
 const POSTGRES = { DB_HOSTNAME: 'db.example.internal' };
 
 describe('Settings of reads on standbys', () => {
@@ -111,13 +111,7 @@ describe("The primary's positions", () => {
 });
 
 describe('Without standbys', () => {
-  let service: TestService;
-  beforeAll(async () => {
-    service = await startTestService();
-  });
-  afterAll(async () => {
-    await service.close();
-  });
+  const { service } = postsFixture();
 
   test('When the public feed is read anonymously, then it runs on the primary and is counted there', async () => {
     const before = service.db.reads.counts.primary;
@@ -127,7 +121,7 @@ describe('Without standbys', () => {
   });
 });
 
-onPostgres('With a read endpoint', () => {
+describeOnPostgres('With a read endpoint', () => {
   let service: TestService;
   let unreachable: TestService;
   beforeAll(async () => {

@@ -16,7 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ROOT } from '../../tools/harness/service';
-import { usingPostgres } from './helpers';
+import { describeOnEmbedded } from './helpers';
 
 const INPUTS = [
   'service/src',
@@ -48,7 +48,7 @@ const prestart = (): string =>
 const compiled = (file: string) => path.join(copy, 'dist', file);
 
 // No database is involved: the embedded pass runs it, the PostgreSQL pass need not repeat it.
-(usingPostgres() ? describe.skip : describe)('The build before npm start', () => {
+describeOnEmbedded('The build before npm start', () => {
   it('When nothing was built, then it compiles; when nothing changed since, it compiles nothing; after an edit, the edit is compiled', () => {
     const first = prestart();
     expect(first).toMatch(/^build: compiling the service into dist\/ \(the first build takes a while/m);

@@ -1,10 +1,17 @@
 import jwt from 'jsonwebtoken';
-import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, newAccount, nextWholeSecond, TEST_SECRET, testEnv, type Account } from './helpers';
+import { call } from '../../tools/harness/client';
+import {
+  newAccount,
+  nextWholeSecond,
+  openMigratedDatabase,
+  TEST_SECRET,
+  testEnv,
+  type Account,
+  type MigratedDatabase,
+} from './helpers';
 
 // A key this service never knew, and the key after a rotation.
 const FOREIGN = 'a-key-of-some-other-service-0123456789abcdef';
@@ -19,16 +26,14 @@ interface Pod {
 }
 
 describe('The cache of verified tokens, through the API and its metrics', () => {
-  let db: Database;
-  let drop: () => Promise<void>;
-  let dbEnv: Record<string, string>;
+  let database: MigratedDatabase;
   const pods: RunningServer[] = [];
   let account: Account;
 
   async function pod(overrides: Record<string, string> = {}): Promise<Pod> {
     const logger = createLogger('silent');
-    const settings = loadSettings(testEnv({ ...dbEnv, PORT: '0', METRICS_PORT: '0', ...overrides }));
-    const running = await startServer(settings, db, logger);
+    const settings = loadSettings(testEnv({ ...database.env, PORT: '0', METRICS_PORT: '0', ...overrides }));
+    const running = await startServer(settings, database.db, logger);
     pods.push(running);
     return {
       base: `http://127.0.0.1:${String(running.port)}`,
@@ -70,12 +75,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
     });
 
   beforeAll(async () => {
-    const fresh = await freshDatabaseEnv();
-    drop = () => fresh.drop();
-    dbEnv = fresh.env;
-    const logger = createLogger('silent');
-    db = await openDatabase(loadSettings(testEnv(dbEnv)), logger);
-    await migrateToLatest(db, logger);
+    database = await openMigratedDatabase();
     const first = await pod();
     account = await newAccount(first.base);
     await first.close();
@@ -89,8 +89,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
     // terminus traps these for the lifetime of each server; this test process must not keep them.
     process.removeAllListeners('SIGTERM');
     process.removeAllListeners('SIGINT');
-    await db.close();
-    await drop();
+    await database.close();
   });
 
   test('When a token is used again, then the answer is the same and it is found in the cache instead of verified again', async () => {
@@ -172,26 +171,16 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
   test('When the user of a cached token is deleted, then that token gets 401 on every route, as before', async () => {
     const p = await pod();
     const gone = await newAccount(p.base);
-    const post = await fetch(`${p.base}/posts/`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${gone.token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ title: 'soon gone', content: 'c' }),
-    });
+    const token = gone.token;
+    const post = await call(p.base, '/posts/', { token, json: { title: 'soon gone', content: 'c' } });
     expect(post.status).toBe(201);
-    const { id } = (await post.json()) as { id: number };
-    expect((await list(p, gone.token)).status).toBe(200);
+    const { id } = post.body as { id: number };
+    expect((await list(p, token)).status).toBe(200);
     expect(await held(p)).toBe(1);
-    await db.knex('users').where({ id: gone.user.id }).delete();
+    await database.db.knex('users').where({ id: gone.user.id }).delete();
     for (const path of ['/posts/', `/posts/${String(id)}`, '/posts/?search=soon'])
-      expect(
-        (await fetch(`${p.base}${path}`, { headers: { authorization: `Bearer ${gone.token}` } })).status,
-      ).toBe(401);
-    const vote = await fetch(`${p.base}/votes/`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${gone.token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ post_id: id, dir: 1 }),
-    });
-    expect(vote.status).toBe(401);
+      expect((await call(p.base, path, { token })).status).toBe(401);
+    expect((await call(p.base, '/votes/', { token, json: { post_id: id, dir: 1 } })).status).toBe(401);
     expect((await checks(p)).cached).toBeGreaterThanOrEqual(4);
     await p.close();
   });

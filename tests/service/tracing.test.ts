@@ -4,11 +4,12 @@ import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import protobuf from 'protobufjs';
+import { call, login } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
-import { migratedDatabaseEnv, testEnv, usingPostgres } from './helpers';
+import { describeOnPostgres, migratedDatabaseEnv, testEnv } from './helpers';
 
 /**
  * Traces over the wire: the service runs as its own process and exports to a collector made here,
@@ -189,10 +190,9 @@ function serverSpan(spans: ExportedSpan[]): ExportedSpan {
   return servers[0] as ExportedSpan;
 }
 
-async function startTraced(
-  collector: Collector,
-  overrides: Record<string, string> = {},
-): Promise<ServiceProcess & { drop(): Promise<void> }> {
+type Traced = ServiceProcess & { drop(): Promise<void> };
+
+async function startTraced(collector: Collector, overrides: Record<string, string> = {}): Promise<Traced> {
   const fresh = await migratedDatabaseEnv();
   const svc = await startService(
     testEnv({
@@ -211,24 +211,30 @@ async function startTraced(
   return { ...svc, drop: () => fresh.drop() };
 }
 
+/** A collector and a service tracing to it, for a describe's cases; both go after its last. */
+function tracedFixture(overrides: Record<string, string>): { collector: Collector; svc: Traced } {
+  const collector = new Collector();
+  const svc = {} as Traced;
+  beforeAll(async () => {
+    await collector.start();
+    Object.assign(svc, await startTraced(collector, overrides));
+  }, 120_000);
+  afterAll(async () => {
+    // Only what was started is stopped: a failed start has already said why.
+    if ('stop' in svc) await svc.stop();
+    if ('drop' in svc) await svc.drop();
+    await collector.close();
+  });
+  return { collector, svc };
+}
+
 afterAll(() => stopAll());
 
 describe.each([
   ['http/protobuf', 'application/x-protobuf'],
   ['http/json', 'application/json'],
 ])('Tracing exported as %s', (protocol, contentType) => {
-  const collector = new Collector();
-  let svc: ServiceProcess & { drop(): Promise<void> };
-
-  beforeAll(async () => {
-    await collector.start();
-    svc = await startTraced(collector, { OTEL_EXPORTER_OTLP_PROTOCOL: protocol });
-  }, 120_000);
-  afterAll(async () => {
-    await svc.stop();
-    await svc.drop();
-    await collector.close();
-  });
+  const { collector, svc } = tracedFixture({ OTEL_EXPORTER_OTLP_PROTOCOL: protocol });
 
   test("When a request comes with a traceparent, then its trace has the caller's span as the root's parent, the route span under it, one span per statement, and its log lines carry the trace id", async () => {
     const traceId = newTraceId();
@@ -353,24 +359,19 @@ describe.each([
       'db.query.summary': 'INSERT users',
     });
 
-    const login = await fetch(`${svc.base}/login`, {
-      method: 'POST',
-      body: new URLSearchParams({ username: email, password }),
+    const token = await login(svc.base, email, password);
+    const created = await call(svc.base, '/posts/', {
+      token,
+      json: { title: 'traced', content: 'a secret word: marmalade' },
     });
-    const { access_token: token } = (await login.json()) as { access_token: string };
-    const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
-    const created = await fetch(`${svc.base}/posts/`, {
-      method: 'POST',
-      headers: auth,
-      body: JSON.stringify({ title: 'traced', content: 'a secret word: marmalade' }),
-    });
-    const { id } = (await created.json()) as { id: number };
+    const { id } = created.body as { id: number };
     const updateTrace = newTraceId();
     const updated = await fetch(`${svc.base}/posts/${String(id)}`, {
       method: 'PUT',
       // A conditional change: its check and the update run in one transaction.
       headers: {
-        ...auth,
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
         'if-match': created.headers.get('etag') ?? '',
         traceparent: `00-${updateTrace}-${newSpanId()}-01`,
       },
@@ -424,20 +425,9 @@ describe.each([
 });
 
 describe('Sampling', () => {
-  const collector = new Collector();
-  let svc: ServiceProcess & { drop(): Promise<void> };
-
-  beforeAll(async () => {
-    await collector.start();
-    svc = await startTraced(collector, {
-      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: '0.5',
-    });
-  }, 120_000);
-  afterAll(async () => {
-    await svc.stop();
-    await svc.drop();
-    await collector.close();
+  const { collector, svc } = tracedFixture({
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: '0.5',
   });
 
   test('When one request in two is sampled, then about half the requests without a caller are traced, in whole, none whose caller did not sample, and every one whose caller did', async () => {
@@ -474,9 +464,7 @@ describe('Sampling', () => {
   }, 60_000);
 });
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
-
-onPostgres('Tracing a database fault', () => {
+describeOnPostgres('Tracing a database fault', () => {
   test('When the database stops answering, then the statement span and the request span are errors, the request with the problem status', async () => {
     const collector = new Collector();
     await collector.start();

@@ -10,10 +10,10 @@ import type { Knex } from 'knex';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { problemFaults } from '../../tools/harness/problem';
 import {
+  describeOnPostgres,
   newAccount,
   postgresConnection,
   startTestServer,
-  usingPostgres,
   type Account,
   type TestServer,
 } from './helpers';
@@ -24,9 +24,7 @@ const HOLDS_MS = Array.from({ length: 24 }, (_, i) => 780 + i * 8);
 const DELETE_TAKES_S = 0.08;
 const POSTS_PER_ROUND = 3;
 
-const onPostgres = usingPostgres() ? describe : describe.skip;
-
-onPostgres('On PostgreSQL, with one pooled connection and a budget of 1 s', () => {
+describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 s', () => {
   let server: TestServer;
   let admin: Knex;
   let owner: Account;

@@ -4,7 +4,7 @@
  */
 import type { Knex } from 'knex';
 import request from 'supertest';
-import { bearer, expectProblem, newPost, postsFixture, usingPostgres } from './helpers';
+import { bearer, expectProblem, newPost, postsFixture, testOnPostgres, usingPostgres } from './helpers';
 import { pollUntil } from '../../tools/harness/poll';
 
 const { service, dana } = postsFixture(['dana'], { SEARCH_UNINDEXED_CONCURRENCY: '1' });
@@ -62,9 +62,7 @@ test('When as many unindexed searches run as the limit allows, then one more is 
 });
 
 // The embedded database's held session fails a statement only after knex's 60 s acquire time-out.
-const onPostgres = usingPostgres() ? test : test.skip;
-
-onPostgres(
+testOnPostgres(
   'When an unindexed search fails (the database held past its time-outs), then its slot is freed all the same',
   async () => {
     const held = await holdDatabase();

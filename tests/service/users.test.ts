@@ -24,20 +24,6 @@ describe('POST /users/', () => {
     expect(row.password).toMatch(/^\$2[aby]\$\d\d\$/);
   });
 
-  test('When the e-mail is taken in another letter case, then 409 and no second user', async () => {
-    const email = uniqueEmail('Case');
-    await request(svc.app).post('/users/').send({ email, password: 'password123' }).expect(201);
-    const res = await request(svc.app)
-      .post('/users/')
-      .send({ email: email.toUpperCase(), password: 'other-password' });
-    expect(expectProblem(res, 409).detail).toMatch(/already exists/);
-    const count = await svc.db
-      .knex('users')
-      .whereRaw('lower(email) = lower(?)', [email])
-      .count<{ count: string | number }[]>('* as count');
-    expect(Number(count[0]?.count)).toBe(1);
-  });
-
   test('When the same e-mail registers twice at once, then one 201 and one 409', async () => {
     const email = uniqueEmail('race');
     const results = await Promise.all(

@@ -12,7 +12,7 @@ import {
   newAccount,
   newPost,
   postsFixture,
-  usingPostgres,
+  testOnPostgres,
   type Account,
 } from './helpers';
 
@@ -21,15 +21,17 @@ const { service, owner } = postsFixture(['owner']);
 const api = () => request(service.app);
 
 /**
- * A BEFORE trigger on `table` for `event` that first deletes the user the row belongs to (or, with
- * `deletes: 'post'`, only the post). `skip`: the trigger then drops the write itself, as a write
- * that finds its row gone does (the deletes it sets off, one level down, pass).
+ * Sends `write` under a BEFORE trigger on `table` for `event` that first deletes the user the row
+ * belongs to (or, with `deletes: 'post'`, only the post), and returns its answer; the trigger goes
+ * after it. `skip`: the trigger then drops the write itself, as a write that finds its row gone
+ * does (the deletes it sets off, one level down, pass).
  */
 async function deleteBefore(
   table: 'posts' | 'votes',
   event: 'INSERT' | 'UPDATE' | 'DELETE',
   { skip, deletes = 'user' }: { skip: boolean; deletes?: 'user' | 'post' },
-): Promise<() => Promise<void>> {
+  write: () => request.Test,
+): Promise<request.Response> {
   const row = event === 'DELETE' ? 'OLD' : 'NEW';
   const knex = service.db.knex;
   const remove =
@@ -47,10 +49,12 @@ async function deleteBefore(
   await knex.raw(
     `CREATE TRIGGER test_delete_first BEFORE ${event} ON ${table} FOR EACH ROW EXECUTE FUNCTION test_delete_first()`,
   );
-  return async () => {
+  try {
+    return await write();
+  } finally {
     await knex.raw(`DROP TRIGGER test_delete_first ON ${table}`);
     await knex.raw('DROP FUNCTION test_delete_first()');
-  };
+  }
 }
 
 function expectUnknownCaller(res: request.Response): void {
@@ -63,13 +67,9 @@ const userExists = async (account: Account): Promise<boolean> =>
 
 test('When the caller is deleted just before their new post is inserted, then 401, not 500, and no post is left', async () => {
   const doomed = await newAccount(service.app);
-  const drop = await deleteBefore('posts', 'INSERT', { skip: false });
-  let res: request.Response;
-  try {
-    res = await api().post('/posts/').set(bearer(doomed)).send({ title: 'last words', content: 'c' });
-  } finally {
-    await drop();
-  }
+  const res = await deleteBefore('posts', 'INSERT', { skip: false }, () =>
+    api().post('/posts/').set(bearer(doomed)).send({ title: 'last words', content: 'c' }),
+  );
   expectUnknownCaller(res);
   // The failed insert takes the trigger's delete back with it; a real concurrent delete stays.
   expect(await service.db.knex('posts').where('user_id', doomed.user.id)).toEqual([]);
@@ -78,13 +78,9 @@ test('When the caller is deleted just before their new post is inserted, then 40
 test('When the caller is deleted just before their vote is inserted, then 401, not 500, and the post keeps its count', async () => {
   const post = await newPost(service.app, owner);
   const doomed = await newAccount(service.app);
-  const drop = await deleteBefore('votes', 'INSERT', { skip: false });
-  let res: request.Response;
-  try {
-    res = await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 });
-  } finally {
-    await drop();
-  }
+  const res = await deleteBefore('votes', 'INSERT', { skip: false }, () =>
+    api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 }),
+  );
   expectUnknownCaller(res);
   const read = await api().get(`/posts/${post.id}`).set(bearer(owner)).expect(200);
   expect((read.body as { votes: number }).votes).toBe(0);
@@ -94,13 +90,9 @@ test('When the caller is deleted (their votes with them) just before their vote 
   const post = await newPost(service.app, owner);
   const doomed = await newAccount(service.app);
   await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 }).expect(201);
-  const drop = await deleteBefore('votes', 'DELETE', { skip: true });
-  let res: request.Response;
-  try {
-    res = await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 0 });
-  } finally {
-    await drop();
-  }
+  const res = await deleteBefore('votes', 'DELETE', { skip: true }, () =>
+    api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 0 }),
+  );
   expectUnknownCaller(res);
   expect(await userExists(doomed)).toBe(false);
   const read = await api().get(`/posts/${post.id}`).set(bearer(owner)).expect(200);
@@ -132,13 +124,9 @@ test.each(CHANGES)(
     const doomed = await newAccount(service.app);
     const post = await newPost(service.app, doomed);
     const tag = conditional ? await etagOf(doomed, post.id) : undefined;
-    const drop = await deleteBefore('posts', event, { skip: true });
-    let res: request.Response;
-    try {
-      res = await change(method, doomed, post.id, tag);
-    } finally {
-      await drop();
-    }
+    const res = await deleteBefore('posts', event, { skip: true }, () =>
+      change(method, doomed, post.id, tag),
+    );
     expectUnknownCaller(res);
     expect(await userExists(doomed)).toBe(false);
   },
@@ -151,13 +139,9 @@ test.each(CHANGES)(
     const post = await newPost(service.app, author);
     const tag = conditional ? await etagOf(author, post.id) : undefined;
     // Deleted between the ownership check and the write: the post alone, its owner kept.
-    const drop = await deleteBefore('posts', event, { skip: true, deletes: 'post' });
-    let res: request.Response;
-    try {
-      res = await change(method, author, post.id, tag);
-    } finally {
-      await drop();
-    }
+    const res = await deleteBefore('posts', event, { skip: true, deletes: 'post' }, () =>
+      change(method, author, post.id, tag),
+    );
     expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
     expect(await userExists(author)).toBe(true);
   },
@@ -196,9 +180,7 @@ async function deletedWhileWaiting(doomed: Account, write: () => request.Test): 
   return answer;
 }
 
-const onPostgres = usingPostgres() ? test : test.skip;
-
-onPostgres.each([
+testOnPostgres.each([
   ['a vote on their own draft', 'vote-draft'],
   ['withdrawing a vote they never cast', 'withdraw'],
   ['a PUT of their post', 'put'],

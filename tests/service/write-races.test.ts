@@ -5,16 +5,14 @@
  * the request's budget, and never answers 500.
  */
 import request from 'supertest';
-import { bearer, expectProblem, newPost, postsFixture, usingPostgres, type Account } from './helpers';
+import { bearer, expectProblem, newPost, postsFixture, testOnPostgres, type Account } from './helpers';
 
 const ROUNDS = 150;
 
 const { service, owner, v1, v2, v3 } = postsFixture(['owner', 'v1', 'v2', 'v3']);
 const voters = (): Account[] => [v1, v2, v3];
 
-const onPostgres = usingPostgres() ? test : test.skip;
-
-onPostgres(
+testOnPostgres(
   `When a post's conditional DELETE races the withdrawal of its votes, ${ROUNDS} times, then no answer is a 500, each says what the database holds, and a 503 is a problem with Retry-After`,
   async () => {
     const api = () => request(service.app);
