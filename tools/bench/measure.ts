@@ -23,7 +23,8 @@ export interface EndpointFigures {
 export interface Server {
   child: ChildProcessWithoutNullStreams;
   base: string;
-  stop(): Promise<void>;
+  /** Sends `signal` (SIGKILL by default) and resolves with the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
 /**
@@ -58,9 +59,7 @@ export async function startServer(
   return {
     child: proc.child,
     base,
-    stop: async () => {
-      await proc.stop();
-    },
+    stop: (signal) => proc.stop(signal),
   };
 }
 
