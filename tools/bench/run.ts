@@ -5,9 +5,8 @@
  * data, measures every endpoint with autocannon against both at each connection count, then (at
  * the first count) the public list one layer at a time between the two, deep pages by offset and
  * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
- * and prints that size's tables (targets, endpoints, checks, ladder, deep pages) as Markdown. At
- * the end it prints the tables across the sizes of the run: the headline figures, the targets,
- * latency by size and the ladder.
+ * and prints that size's tables (targets, endpoints, checks, ladder, deep pages) as Markdown. With
+ * more than one size, it ends with the tables across them: the targets, latency by size and the ladder.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
