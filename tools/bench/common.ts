@@ -1,4 +1,10 @@
-/** What the bench scripts share: how they format figures and print them as Markdown tables. */
+/**
+ * What the bench scripts share: how they format figures and print them as Markdown tables, and what
+ * the figures were measured on.
+ */
+import os from 'node:os';
+import knex from 'knex';
+import { pgConnection } from '../harness/seed';
 
 /** A number with thousands separators and `digits` decimals. */
 export const fmt = (n: number, digits = 0): string =>
@@ -29,3 +35,44 @@ export function table(rows: Row[]): string[] {
     ...rows.map((row) => `| ${columns.map((column) => text(row[column])).join(' | ')} |`),
   ];
 }
+
+/** One of the PostgreSQL server's settings (server_version, data_directory). */
+export async function postgresSetting(name: string, database = 'postgres'): Promise<string> {
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
+  try {
+    return (
+      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
+    );
+  } finally {
+    await k.destroy();
+  }
+}
+
+/** What a run's figures were measured on; the load average (1, 5 and 15 min) when it ended. */
+export interface Machine {
+  cpus: string;
+  memoryGb: number;
+  node: string;
+  postgres: string;
+  loadAverage: number[];
+}
+
+export const loadAverage = (): number[] => os.loadavg().map((l) => Number(l.toFixed(2)));
+
+/** This machine now, its servers on Node `node`. */
+export const machine = async (node: string): Promise<Machine> => ({
+  cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+  memoryGb: Math.round(os.totalmem() / 2 ** 30),
+  node,
+  postgres: await postgresSetting('server_version'),
+  loadAverage: loadAverage(),
+});
+
+/** The machine's cells of a run's table. */
+export const machineRow = (m: Machine): Row => ({
+  CPUs: m.cpus,
+  'Memory GB': m.memoryGb,
+  'Servers on Node': m.node,
+  PostgreSQL: m.postgres,
+  'Load average at the end': m.loadAverage.join(' / '),
+});

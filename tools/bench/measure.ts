@@ -149,6 +149,10 @@ export async function measure(
   );
 }
 
+/** One run's figures on a line, after what was run. */
+export const progress = (what: string, f: EndpointFigures): string =>
+  `${what} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/req`;
+
 /** The middle value (the mean of the two middle ones for an even count). */
 export const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);

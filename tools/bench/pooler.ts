@@ -15,16 +15,18 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
-import { cpuMsOf, median, startServer } from './measure';
+import { machine, postgresSetting } from './common';
+import { cpuMsOf, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
-import { poolerSection, type PoolerResult, type PoolerSeries } from './pooler-report';
+import { poolerSection, type PoolerResult } from './pooler-report';
 import {
   alternatingRounds,
   benchToken as token,
   sameAnswers,
   type Contender,
   type MeasuredList,
+  type Series,
 } from './rounds';
 import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from '../harness/seed';
 import { migrations } from '../../migrations';
@@ -156,7 +158,7 @@ async function startPooler(
   });
   const split = poolerCpu ? new CpuSplit(Number(poolerCpu)) : undefined;
   try {
-    split?.enterRest(await postgresSetting(database, 'data_directory'));
+    split?.enterRest(await postgresSetting('data_directory', database));
     await bouncer.start();
     if (split && bouncer.pid !== undefined) split.placePooler(bouncer.pid);
   } catch (error) {
@@ -216,74 +218,32 @@ async function startContenders(
 }
 
 /** The answers compared, then the alternating rounds: each contender's figures on each list at each count. */
-async function measureRounds(contenders: Contender[], bouncer: OwnPgBouncer): Promise<PoolerSeries[]> {
-  const series: PoolerSeries[] = [];
+async function measureRounds(
+  contenders: Contender[],
+  bouncer: OwnPgBouncer,
+): Promise<PoolerResult['series']> {
   await sameAnswers(contenders, LISTS);
   // The pooler's own CPU over each measured run, where it serves the contender.
   let poolerBefore: number | undefined;
-  await alternatingRounds(
+  const poolerCpu = new Map<Series, number[]>();
+  const series = await alternatingRounds(
     contenders,
     LISTS,
     { rounds, connectionCounts, duration, warmup: WARMUP },
-    ({ round, connections, list: { list }, contender: c, figures: f }) => {
-      const viaPooler = c.key.startsWith('pgbouncer');
-      const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
-      let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
-      if (!s) {
-        s = {
-          key: c.key,
-          name: c.name,
-          list,
-          connections,
-          rps: [],
-          serviceCpuUs: [],
-          poolerCpuUs: [],
-          errors: 0,
-          non2xx: 0,
-        };
-        series.push(s);
-      }
-      s.rps.push(f.rps);
-      if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
-      if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
-        s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
-      s.errors += f.errors;
-      s.non2xx += f.non2xx;
-      log(
-        `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
-      );
-    },
-    (c) => {
-      poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+    {
+      beforeRun: (c) => {
+        poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+      },
+      afterRun: ({ figures: f }, s) => {
+        const poolerAfter = poolerBefore === undefined ? undefined : cpuMsOf(bouncer.pid);
+        if (poolerBefore === undefined || poolerAfter === undefined || f.requests === 0) return '';
+        const us = Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests);
+        poolerCpu.set(s, [...(poolerCpu.get(s) ?? []), us]);
+        return `  pooler CPU ${String(us)} µs/req`;
+      },
     },
   );
-  return series;
-}
-
-/** The rounds' figures with what they were measured on. */
-async function resultOf(
-  database: string,
-  bouncer: OwnPgBouncer,
-  split: CpuSplit | undefined,
-  series: PoolerSeries[],
-): Promise<PoolerResult> {
-  const pgVersion = await postgresSetting(database, 'server_version');
-  return {
-    measuredAt: new Date().toISOString(),
-    posts,
-    duration,
-    rounds,
-    pool: POOL,
-    machine: {
-      cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
-      memoryGb: Math.round(os.totalmem() / 2 ** 30),
-      node: node.version,
-      postgres: pgVersion,
-      pgbouncer: bouncer.version,
-      ...(split ? { cpuSplit: split.shares } : {}),
-    },
-    series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
-  };
+  return series.map((s) => ({ ...s, poolerCpuUs: poolerCpu.get(s) ?? [] }));
 }
 
 async function main(): Promise<void> {
@@ -297,25 +257,23 @@ async function main(): Promise<void> {
   try {
     await startContenders(contenders, env, bouncer, checkout && { ...checkout, database: beforeDatabase });
     const series = await measureRounds(contenders, bouncer);
-    const result = await resultOf(info.database, bouncer, split, series);
+    const result: PoolerResult = {
+      measuredAt: new Date().toISOString(),
+      posts,
+      duration,
+      rounds,
+      pool: POOL,
+      machine: await machine(node.version),
+      pgbouncer: bouncer.version,
+      ...(split ? { cpuSplit: split.shares } : {}),
+      series,
+    };
     log(['', ...poolerSection(result)].join('\n'));
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     await bouncer.destroy();
     checkout?.remove();
     split?.restore();
-  }
-}
-
-/** One of the PostgreSQL server's settings (server_version, data_directory). */
-async function postgresSetting(database: string, name: string): Promise<string> {
-  const k = knex({ client: 'pg', connection: { ...pgConnection, database } });
-  try {
-    return (
-      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
-    );
-  } finally {
-    await k.destroy();
   }
 }
 

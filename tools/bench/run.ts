@@ -28,6 +28,7 @@ import {
   load,
   measure as measureOn,
   median,
+  progress,
   settle,
   startServer as startServerOn,
   type Server,
@@ -90,9 +91,7 @@ const measure = (
   measureOn(server, options, { duration, connections: firstCount, warmup: warm ? WARMUP : 0 }, beforeRun);
 
 function logFigures(who: string, what: string, f: EndpointFigures): void {
-  log(
-    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
-  );
+  log(progress(`  ${who.padEnd(9)} ${what.padEnd(28)}`, f));
 }
 
 async function login(
