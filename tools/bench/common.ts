@@ -1,10 +1,50 @@
 /**
- * What the bench scripts share: how they format figures and print them as Markdown tables, and what
- * the figures were measured on.
+ * What the bench scripts share: their options, how they print (progress lines, figures as Markdown
+ * tables), what the figures were measured on, and how they end on an error.
  */
 import os from 'node:os';
 import knex from 'knex';
 import { pgConnection } from '../harness/seed';
+
+/** `--name value` from the command line, or the fallback. */
+export function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+
+/** A comma-separated option's numbers. */
+export const numbers = (name: string, fallback: string): number[] =>
+  option(name, fallback)
+    .split(',')
+    .map((s) => Number(s.trim()));
+
+/** The sizes tools/harness/seed.ts seeds a bench database at. */
+export const SIZES = [10_000, 100_000, 1_000_000];
+
+/** Exits with `message` (status 2) unless the options are valid: a run on them would not measure what it says. */
+export function usage(valid: boolean, message: string): void {
+  if (valid) return;
+  process.stderr.write(`${message}\n`);
+  process.exit(2);
+}
+
+export const log = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};
+
+/**
+ * Runs a bench's main, then `after`. On an error: its stack, and its cause's message (a server that
+ * did not start says why there), `after`, then exit with `failCode`, whatever is still open.
+ */
+export function runMain(main: () => Promise<void>, { after = async () => {}, failCode = 1 } = {}): void {
+  void main().then(after, async (error: unknown) => {
+    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    const cause = error instanceof Error ? error.cause : undefined;
+    if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
+    await after();
+    process.exit(failCode);
+  });
+}
 
 /** A number with thousands separators and `digits` decimals. */
 export const fmt = (n: number, digits = 0): string =>

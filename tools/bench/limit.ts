@@ -7,45 +7,28 @@
  * compared first; then alternating rounds (tools/bench/rounds.ts). Prints each list's service / limit
  * and service / reference, median and spread of the rounds, at each count, as Markdown tables.
  */
-import { loadAverage, machine } from './common';
+import { loadAverage, log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { limitSection, type LimitResult } from './limit-report';
 import { startServer } from './measure';
 import { serverNode } from './node';
-import {
-  alternatingRounds,
-  benchToken,
-  option,
-  sameAnswers,
-  type Contender,
-  type MeasuredList,
-} from './rounds';
+import { alternatingRounds, benchToken, sameAnswers, type Contender, type MeasuredList } from './rounds';
 import { benchServiceEnv, COMMON_WORD, seed } from '../harness/seed';
 
 const WARMUP = 1;
 const posts = Number(option('posts', '100000'));
 const rounds = Number(option('rounds', '7'));
 const duration = Number(option('duration', '4'));
-const connectionCounts = option('connections', '10,64')
-  .split(',')
-  .map((s) => Number(s.trim()));
+const connectionCounts = numbers('connections', '10,64');
 const note = option('note', '');
 const node = serverNode(option('node', 'image'));
-if (
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  !Number.isInteger(rounds) ||
-  rounds < 1 ||
-  !(duration >= 1) ||
-  connectionCounts.some((c) => !Number.isInteger(c) || c < 1)
-) {
-  process.stderr.write(
-    '--posts takes 10000, 100000 or 1000000; --rounds a whole number ≥ 1; --duration at least 1; --connections positive whole numbers, comma-separated\n',
-  );
-  process.exit(2);
-}
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
+usage(
+  SIZES.includes(posts) &&
+    Number.isInteger(rounds) &&
+    rounds >= 1 &&
+    duration >= 1 &&
+    connectionCounts.every((c) => Number.isInteger(c) && c >= 1),
+  '--posts takes 10000, 100000 or 1000000; --rounds a whole number ≥ 1; --duration at least 1; --connections positive whole numbers, comma-separated',
+);
 
 const LISTS: MeasuredList[] = [
   { list: 'public list', path: '/posts/public', signedIn: false },
@@ -106,9 +89,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  const cause = error instanceof Error ? error.cause : undefined;
-  if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
-  process.exit(1);
-});
+runMain(main);

@@ -15,7 +15,7 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
-import { machine, postgresSetting } from './common';
+import { log, machine, numbers, option, postgresSetting, runMain, SIZES, usage } from './common';
 import { cpuMsOf, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
@@ -37,18 +37,12 @@ import { ROOT } from '../harness/service';
 const POOL = 10;
 const WARMUP = 1;
 
-function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
 const posts = Number(option('posts', '100000'));
 // Short rounds, several of them: a ratio is taken within a round (pooler-report.ts), and this
 // shared host's speed drifts over minutes.
 const duration = Number(option('duration', '6'));
 const rounds = Number(option('rounds', '5'));
-const connectionCounts = option('connections', '10,64')
-  .split(',')
-  .map((s) => Number(s.trim()));
+const connectionCounts = numbers('connections', '10,64');
 const before = option('before', '');
 /**
  * With a number: one more contender, `pgbouncer-wide`, the service behind PgBouncer with this many
@@ -75,22 +69,10 @@ const pgbouncerSettings = Object.fromEntries(
  */
 const poolerCpu = option('pooler-cpu', '');
 const node = serverNode(option('node', 'image'));
-if (
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  !(rounds >= 1) ||
-  !(duration >= 1) ||
-  !Number.isInteger(widePool) ||
-  widePool < 0
-) {
-  process.stderr.write(
-    '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number\n',
-  );
-  process.exit(2);
-}
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
+usage(
+  SIZES.includes(posts) && rounds >= 1 && duration >= 1 && Number.isInteger(widePool) && widePool >= 0,
+  '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number',
+);
 
 /** Another commit's checkout beside this one, sharing its node_modules; removed afterwards. */
 function worktree(ref: string): { dir: string; commit: string; remove(): void } {
@@ -277,10 +259,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  // A server that did not start says why in the cause (its exit and last log line).
-  const cause = error instanceof Error ? error.cause : undefined;
-  if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
-  process.exit(1);
-});
+runMain(main);

@@ -14,9 +14,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { ROOT } from '../harness/service';
+import { fmt, log, option, runMain, SIZES, usage } from './common';
 import { load, startServer } from './measure';
 import { serverNode } from './node';
-import { benchToken, option } from './rounds';
+import { benchToken } from './rounds';
 
 const posts = Number(option('posts', '10000'));
 const endpoint = option('endpoint', 'authenticated');
@@ -28,27 +29,17 @@ const node = serverNode(option('node', 'image'));
 const serverOption = option('server', 'service');
 /** Names the profile's folder among others (before, after). */
 const label = option('label', serverOption === 'limit' ? 'limit' : '');
-if (
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  (endpoint !== 'authenticated' && endpoint !== 'public') ||
-  !Number.isInteger(connections) ||
-  connections < 1 ||
-  !(duration >= 1) ||
-  !/^[a-z0-9-]{0,32}$/.test(label) ||
-  (serverOption !== 'service' && serverOption !== 'limit')
-) {
-  process.stderr.write(
-    '--posts takes 10000, 100000 or 1000000; --endpoint authenticated or public; --connections a positive whole number; --duration at least 1; --label lower-case letters, digits and dashes; --server service or limit\n',
-  );
-  process.exit(2);
-}
+usage(
+  SIZES.includes(posts) &&
+    (endpoint === 'authenticated' || endpoint === 'public') &&
+    Number.isInteger(connections) &&
+    connections >= 1 &&
+    duration >= 1 &&
+    /^[a-z0-9-]{0,32}$/.test(label) &&
+    (serverOption === 'service' || serverOption === 'limit'),
+  '--posts takes 10000, 100000 or 1000000; --endpoint authenticated or public; --connections a positive whole number; --duration at least 1; --label lower-case letters, digits and dashes; --server service or limit',
+);
 const THRESHOLD = 0.03;
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 /** The parts of V8's .cpuprofile format read here. */
 interface CpuProfile {
@@ -173,9 +164,4 @@ async function main(): Promise<void> {
   log(`profile: ${file} (open it in Chrome DevTools, Performance tab, or https://www.speedscope.app)`);
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `profile failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runMain(main);

@@ -12,17 +12,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import { table, type Row } from './common';
+import { option, runMain, table, type Row } from './common';
 import { cpuMsOf } from './measure';
 import { account, call } from '../harness/client';
 import { serviceEnv } from '../harness/env';
 import { ReplicatedPostgres } from '../harness/replicated-postgres';
 import { startService, stopAll, type ServiceProcess } from '../harness/service';
-
-function option(name: string, fallback: string): string {
-  const at = process.argv.indexOf(`--${name}`);
-  return at >= 0 ? (process.argv[at + 1] ?? fallback) : fallback;
-}
 
 const DURATION_S = Number(option('duration', '5'));
 const CONNECTIONS = Number(option('connections', '10'));
@@ -143,7 +138,4 @@ async function main(): Promise<void> {
   }
 }
 
-void main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = 1;
-});
+runMain(main);

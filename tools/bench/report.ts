@@ -1,5 +1,5 @@
 /** The figures of `npm run bench` (tools/bench/run.ts) and the Markdown tables it prints of them. */
-import { fmt, mark, table, type Row } from './common';
+import { fmt, machineRow, mark, table, type Machine, type Row } from './common';
 import type { EndpointFigures } from './measure';
 
 export type { EndpointFigures };
@@ -53,7 +53,7 @@ export interface SizeResult {
   /** The counts the endpoint table was measured at; the ladder and deep pages use the first. */
   connections: number[];
   note?: string;
-  machine: { cpus: string; memoryGb: number; node: string; postgres: string; loadAverage: number[] };
+  machine: Machine;
   runs: ConnectionRun[];
   ladder: LadderStep[];
   deepPages: DeepPage[];
@@ -337,7 +337,6 @@ function ladderSummary(results: SizeResult[]): string[] {
 
 /** One size's tables, as printed once it is measured. */
 export function sizeTables(r: SizeResult): string[] {
-  const m = r.machine;
   const first = String(r.connections[0] ?? '?');
   return [
     `## ${fmt(r.posts)} posts`,
@@ -347,11 +346,7 @@ export function sizeTables(r: SizeResult): string[] {
         Users: r.users,
         Votes: r.votes,
         Measured: r.measuredAt,
-        CPUs: m.cpus,
-        'Memory GB': m.memoryGb,
-        'Servers on Node': m.node,
-        PostgreSQL: m.postgres,
-        'Load average at the end': m.loadAverage.join(' / '),
+        ...machineRow(r.machine),
         Connections: r.connections.join(', '),
         's per endpoint': r.duration,
       },

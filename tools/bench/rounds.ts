@@ -4,7 +4,7 @@
  * after the other, in an order that turns each round, so a disturbance of the machine lands on all
  * of them; a ratio between two contenders is taken within each round.
  */
-import { fmt } from './common';
+import { fmt, log } from './common';
 import { measure, median, progress, type EndpointFigures, type Server } from './measure';
 import { BENCH_PASSWORD } from '../harness/seed';
 
@@ -137,7 +137,7 @@ export async function alternatingRounds(
           const r = { round, connections, list, contender, figures };
           const more = hooks.afterRun?.(r, addRun(series, r)) ?? '';
           const at = `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.list.padEnd(26)} ${contender.key.padEnd(18)}`;
-          process.stdout.write(`${progress(at, figures)}${more}\n`);
+          log(`${progress(at, figures)}${more}`);
         }
       }
   return series;
@@ -167,10 +167,4 @@ export const ratioText = (r: Ratio | undefined): string =>
 export function medianText(xs: number[] | undefined): string {
   const known = (xs ?? []).filter(Number.isFinite);
   return known.length === 0 ? '–' : fmt(median(known));
-}
-
-/** The option parser every bench script shares: `--name value`, or the fallback. */
-export function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
 }

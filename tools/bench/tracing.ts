@@ -25,10 +25,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { loadAverage, mark, table, type Row } from './common';
+import { loadAverage, log, mark, option, runMain, SIZES, table, usage, type Row } from './common';
 import { load, settle, startServer, median, type Server } from './measure';
 import { serverNode } from './node';
-import { alternatingRounds, benchToken, option, type Contender, type MeasuredList } from './rounds';
+import { alternatingRounds, benchToken, type Contender, type MeasuredList } from './rounds';
 import { benchServiceEnv, seed } from '../harness/seed';
 
 const count = option('count', 'cpu');
@@ -42,27 +42,19 @@ const requests = Number(option('requests', '1000'));
 const warmup = Number(option('warmup', '10000'));
 const settlingRounds = Number(option('settling-rounds', '1'));
 const node = serverNode(option('node', 'image'));
-if (
-  !['cpu', 'instructions'].includes(count) ||
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  !(rounds >= 1) ||
-  !(duration >= 1) ||
-  !(connections >= 1) ||
-  !(requests >= 1) ||
-  !(warmup >= 0) ||
-  !(settlingRounds >= 0)
-) {
-  process.stderr.write(
-    '--count takes cpu or instructions; --posts 10000, 100000 or 1000000; --rounds, --duration, --connections and --requests positive numbers\n',
-  );
-  process.exit(2);
-}
+usage(
+  ['cpu', 'instructions'].includes(count) &&
+    SIZES.includes(posts) &&
+    rounds >= 1 &&
+    duration >= 1 &&
+    connections >= 1 &&
+    requests >= 1 &&
+    warmup >= 0 &&
+    settlingRounds >= 0,
+  '--count takes cpu or instructions; --posts 10000, 100000 or 1000000; --rounds, --duration, --connections and --requests positive numbers',
+);
 
 const TARGET = 0.05;
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
 
 const LISTS: MeasuredList[] = [
   { list: 'public list', path: '/posts/public', signedIn: false },
@@ -355,6 +347,28 @@ function measureTables(figures: Figures, keys: string[], what: string, suffix: s
   ];
 }
 
+/** The service with a setting's tracing, under callgrind when counting instructions (its dumps in `dumps`). */
+async function startSetting(
+  { key, name, extra }: Setting,
+  env: Record<string, string>,
+  dumps: string,
+): Promise<Contender & { counted?: Counted }> {
+  const outFile = path.join(dumps, `${key.replace(' %', ' percent').replace(/\W+/g, '-')}.out`);
+  const server = await startServer(
+    'service/src/main.ts',
+    { ...env, ...extra, ...(instructions ? UNDER_VALGRIND : {}) },
+    instructions
+      ? {
+          node: 'valgrind',
+          nodeArgs: [...callgrindArgs(outFile), node.path, ...V8_PREDICTABLE],
+          withinMs: 600_000,
+        }
+      : { node: node.path },
+  );
+  const counted = instructions ? new Counted(server, outFile) : undefined;
+  return { key, name, server, token: await benchToken(server.base), ...(counted ? { counted } : {}) };
+}
+
 async function main(): Promise<void> {
   const info = await seed(posts, false, log);
   const collector = await sinkCollector();
@@ -378,28 +392,7 @@ async function main(): Promise<void> {
   const contenders: (Contender & { counted?: Counted })[] = [];
   const figures: Figures = new Map();
   try {
-    for (const { key, name, extra } of settings) {
-      const outFile = path.join(dumps, `${key.replace(' %', ' percent').replace(/\W+/g, '-')}.out`);
-      const server = await startServer(
-        'service/src/main.ts',
-        { ...env, ...extra, ...(instructions ? UNDER_VALGRIND : {}) },
-        instructions
-          ? {
-              node: 'valgrind',
-              nodeArgs: [...callgrindArgs(outFile), node.path, ...V8_PREDICTABLE],
-              withinMs: 600_000,
-            }
-          : { node: node.path },
-      );
-      const counted = instructions ? new Counted(server, outFile) : undefined;
-      contenders.push({
-        key,
-        name,
-        server,
-        token: await benchToken(server.base),
-        ...(counted ? { counted } : {}),
-      });
-    }
+    for (const setting of settings) contenders.push(await startSetting(setting, env, dumps));
     const loadAverageAtStart = loadAverage().join(' / ');
     if (instructions)
       await instructionRounds(
@@ -445,7 +438,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);
