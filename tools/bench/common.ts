@@ -32,10 +32,7 @@ export const log = (line: string): void => {
   process.stdout.write(`${line}\n`);
 };
 
-/**
- * Runs a bench's main, then `after`. On an error: its stack, and its cause's message (a server that
- * did not start says why there), `after`, then exit with `failCode`, whatever is still open.
- */
+/** Runs a bench's main, then `after`; on an error, exits with `failCode` after printing its cause too (where a server that did not start says why). */
 export function runMain(main: () => Promise<void>, { after = async () => {}, failCode = 1 } = {}): void {
   void main().then(after, async (error: unknown) => {
     process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
@@ -59,10 +56,7 @@ export type Row = Record<string, string | number>;
 /** Cells that read as figures: aligned right. */
 const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( ×)?(\*\*)?$|^–$/;
 
-/**
- * Rows as a Markdown table: the columns are the rows' keys in the order first seen ('–' where a
- * row has none), aligned right where every cell reads as a figure. No rows, no table.
- */
+/** Rows as a Markdown table, its columns the rows' keys in the order first seen, so each section's rows say what its columns are. */
 export function table(rows: Row[]): string[] {
   const columns = [...new Set(rows.flatMap((row) => Object.keys(row)))];
   if (columns.length === 0) return [];
@@ -88,7 +82,7 @@ export async function postgresSetting(name: string, database = 'postgres'): Prom
   }
 }
 
-/** What a run's figures were measured on; the load average (1, 5 and 15 min) when it ended. */
+/** What a run's figures were measured on, the load averages when it ended: other work on the machine moves the figures. */
 export interface Machine {
   cpus: string;
   memoryGb: number;

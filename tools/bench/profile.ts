@@ -4,7 +4,7 @@
  * V8's own CPU profile of the service under load: starts service/src/main.ts with `node --cpu-prof`
  * on the bench database `sp_bench_<posts>` (seeded by tools/harness/seed.ts if it is missing),
  * logs in, drives one list endpoint with autocannon, stops the service with SIGTERM (the profile is
- * written as it exits), then prints the functions with at least 3 % of the self time and the CPU
+ * written as it exits), then prints the functions with at least THRESHOLD of the self time and the CPU
  * per request as a Markdown table, and the path of the `.cpuprofile` (Chrome DevTools or
  * speedscope open it). Only samples taken while the load ran count: the profiler's clock and this
  * process's are both the system's monotonic clock.
@@ -59,10 +59,7 @@ function whereOf({ url, lineNumber }: CpuProfile['nodes'][number]['callFrame']):
   return `${file.startsWith(ROOT) ? path.relative(ROOT, file) : file}:${String(lineNumber + 1)}`;
 }
 
-/**
- * Self time in µs by function and place, of the samples taken within [from, to] (the load); of all
- * samples when fewer than a second's worth fall in it (the two clocks do not match here).
- */
+/** Self time in µs by function and place, of the samples taken under load only, so start-up and warm-up do not count. */
 function selfTimes(profile: CpuProfile, from: number, to: number): Map<string, number> {
   const frames = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
   const all = new Map<string, number>();

@@ -104,11 +104,7 @@ function addRun(series: Series[], { contender: c, list, connections, figures: f 
   return s;
 }
 
-/**
- * `rounds` rounds; in each, every count, every list, every contender (a warm-up of `warmup` s, then
- * `duration` s), each run's figures on a line as it ends. `beforeRun` runs just before each measured
- * run, `afterRun` after it and returns what to add to its line.
- */
+/** Every contender on every list at every count, round after round, so that a ratio can be taken within a round; the hooks measure more around each run. */
 export async function alternatingRounds(
   contenders: Contender[],
   lists: MeasuredList[],

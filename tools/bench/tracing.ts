@@ -302,11 +302,7 @@ const COUNTED_MEASURES: { part: keyof ReturnType<Counted['dump']>; suffix: strin
 
 const percent = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
 
-/**
- * One measure's table (each list's row under `suffix`) against off, and its verdict: 10 % within the
- * target of off on every list, which two servers with tracing off that differ by the target or
- * more leave unresolved.
- */
+/** One measure's table against off, and its verdict, unresolved when the two servers with tracing off differ by the target or more. */
 function measureTables(figures: Figures, keys: string[], what: string, suffix: string): string[] {
   // A major collection lands in one round of several: the mean spreads its instructions over the
   // requests that made the garbage, where the median would drop them.
