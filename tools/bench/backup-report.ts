@@ -1,4 +1,5 @@
 /** The figures of `npm run bench:backup` (tools/bench/backup.ts) and the Markdown table it prints of them. */
+import { table } from './common';
 
 export interface BackupResult {
   posts: number;
@@ -17,13 +18,25 @@ export interface BackupResult {
   date: string;
 }
 
-export const mb = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
+const mb = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
 
 /** The run's row under the header of the table in docs/backups.md. */
 export function backupTable(r: BackupResult): string[] {
-  return [
-    '| Posts | archive_timeout | Writes lost | RPO (s) | Lost before last replayed | Download (s) | WAL replay (s) | Service ready (s) | RTO (s) | Database → backup (MB) | Backup (s) | WAL archived (MB) | Measured |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
-    `| ${r.posts.toLocaleString('en')} | ${r.archiveTimeout} | ${String(r.rpo.lostWrites)} of ${String(r.rpo.acknowledged)} | ${String(r.rpo.seconds)} | ${String(r.rpo.lostBeforeLastReplayed)} | ${String(r.rto.downloadSeconds)} | ${String(r.rto.replaySeconds)} | ${String(r.rto.serviceReadySeconds)} | ${String(r.rto.totalSeconds)} | ${mb(r.backup.dataBytes)} → ${mb(r.backup.bytes)} | ${String(r.backup.seconds)} | ${mb(r.walBytes)} | ${r.date}, ${r.machine} |`,
-  ];
+  return table([
+    {
+      Posts: r.posts,
+      archive_timeout: r.archiveTimeout,
+      'Writes lost': `${String(r.rpo.lostWrites)} of ${String(r.rpo.acknowledged)}`,
+      'RPO (s)': String(r.rpo.seconds),
+      'Lost before last replayed': r.rpo.lostBeforeLastReplayed,
+      'Download (s)': String(r.rto.downloadSeconds),
+      'WAL replay (s)': String(r.rto.replaySeconds),
+      'Service ready (s)': String(r.rto.serviceReadySeconds),
+      'RTO (s)': String(r.rto.totalSeconds),
+      'Database → backup (MB)': `${mb(r.backup.dataBytes)} → ${mb(r.backup.bytes)}`,
+      'Backup (s)': String(r.backup.seconds),
+      'WAL archived (MB)': mb(r.walBytes),
+      Measured: `${r.date}, ${r.machine}`,
+    },
+  ]);
 }

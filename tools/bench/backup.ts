@@ -25,36 +25,23 @@ import { chartArchiveTimeout, COMPRESSIONS, durationMs, type Compression } from 
 import { postgresServer } from '../harness/postgres';
 import { startService, stopAll } from '../harness/service';
 import { benchServiceEnv, seed } from '../harness/seed';
-import { backupTable, type BackupResult, mb } from './backup-report';
+import { backupTable, type BackupResult } from './backup-report';
+import { mark, option, runMain, table, usage } from './common';
 
 const USAGE =
   'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N]';
-const KNOWN = ['posts', 'archive-timeout', 'load', 'workers', 'compression', 'jobs'];
-
-function fail(reason: string): never {
-  process.stderr.write(`${reason}\n${USAGE}\n`);
-  process.exit(2);
-}
-
-const args = process.argv.slice(2);
-const given = new Map<string, string>();
-for (let i = 0; i < args.length; i += 2) {
-  const name = args[i] ?? '';
-  const value = args[i + 1];
-  if (!name.startsWith('--') || !KNOWN.includes(name.slice(2))) fail(`unknown option: ${name}`);
-  if (value === undefined || value.startsWith('--')) fail(`${name} needs a value`);
-  given.set(name.slice(2), value);
-}
+const fail = (reason: string) => {
+  usage(false, `${reason}\n${USAGE}`);
+};
 const wholeNumber = (name: string, fallback: number, least: number): number => {
-  const raw = given.get(name);
-  const value = raw === undefined ? fallback : Number(raw);
-  if (!Number.isInteger(value) || value < least)
-    fail(`--${name} takes a whole number ≥ ${String(least)}, not ${String(raw)}`);
+  const value = Number(option(name, String(fallback)));
+  if (!Number.isInteger(value) || value < least) fail(`--${name} takes a whole number ≥ ${String(least)}`);
   return value;
 };
 const posts = wholeNumber('posts', 1_000_000, 1000);
 const chart = chartArchiveTimeout();
-const archiveTimeout = given.get('archive-timeout') ?? chart.value;
+const archiveTimeoutGiven = process.argv.includes('--archive-timeout');
+const archiveTimeout = option('archive-timeout', chart.value);
 let archiveTimeoutMs = 0;
 try {
   archiveTimeoutMs = durationMs(archiveTimeout);
@@ -65,7 +52,7 @@ if (archiveTimeoutMs < 1000) fail('--archive-timeout must be at least 1s');
 /** Long enough for several forced switches before the loss, so the loss lands anywhere in a segment's span. */
 const loadSeconds = wholeNumber('load', Math.ceil((2.5 * archiveTimeoutMs) / 1000), 1);
 const workers = wholeNumber('workers', 4, 1);
-const compressionName = given.get('compression') ?? 'gzip';
+const compressionName = option('compression', 'gzip');
 if (compressionName !== 'none' && !(COMPRESSIONS as readonly string[]).includes(compressionName))
   fail(`--compression takes ${COMPRESSIONS.join(', ')} or none`);
 // Debian's barman-cli-cloud leaves python3-snappy optional; without it every archive would fail.
@@ -145,7 +132,7 @@ async function run(): Promise<BackupResult> {
     return {
       posts,
       archiveTimeout,
-      archiveTimeoutFrom: given.has('archive-timeout') ? '--archive-timeout' : chart.from,
+      archiveTimeoutFrom: archiveTimeoutGiven ? '--archive-timeout' : chart.from,
       compression: compressionName,
       jobs,
       workers,
@@ -175,33 +162,32 @@ async function run(): Promise<BackupResult> {
 
 async function main(): Promise<void> {
   log(
-    `${String(posts)} posts, archive_timeout ${archiveTimeout} (${given.has('archive-timeout') ? 'given' : chart.from})`,
+    `${String(posts)} posts, archive_timeout ${archiveTimeout} (${archiveTimeoutGiven ? 'given' : chart.from})`,
   );
   const result = await run();
-  log(
-    `RPO: ${String(result.rpo.lostWrites)} of ${String(result.rpo.acknowledged)} acknowledged writes lost, ${String(result.rpo.seconds)} s of writes; lost before the last replayed commit: ${String(result.rpo.lostBeforeLastReplayed)}`,
-  );
-  log(
-    `RTO: ${String(result.rto.totalSeconds)} s = download ${String(result.rto.downloadSeconds)} s + WAL replay ${String(result.rto.replaySeconds)} s + service start to ready ${String(result.rto.serviceReadySeconds)} s`,
-  );
-  log(
-    `backup: ${mb(result.backup.bytes)} MB in the store (database ${mb(result.backup.dataBytes)} MB) in ${String(result.backup.seconds)} s; WAL archived ${mb(result.walBytes)} MB; vote counts off: ${String(result.countMismatches)}`,
-  );
-  process.stdout.write(['', ...backupTable(result), ''].join('\n'));
-  const held =
-    result.rpo.lostBeforeLastReplayed === 0 &&
-    result.countMismatches === 0 &&
-    result.rpo.seconds <= archiveTimeoutMs / 1000 + 30;
-  if (!held)
-    log(
-      'FAIL: writes before the last replayed commit were lost, counts are off, or the loss exceeds archive_timeout + 30 s',
-    );
-  process.exitCode = held ? 0 : 1;
+  const checks = [
+    [
+      'writes lost before the last replayed commit',
+      result.rpo.lostBeforeLastReplayed,
+      '0',
+      result.rpo.lostBeforeLastReplayed === 0,
+    ],
+    ['vote counts off', result.countMismatches, '0', result.countMismatches === 0],
+    [
+      'RPO (s)',
+      result.rpo.seconds,
+      `≤ ${String(archiveTimeoutMs / 1000 + 30)} (archive_timeout + 30)`,
+      result.rpo.seconds <= archiveTimeoutMs / 1000 + 30,
+    ],
+  ] as const;
+  const rows = checks.map(([Check, Measured, Target, held]) => ({
+    Check,
+    Measured,
+    Target,
+    Verdict: mark(held),
+  }));
+  process.stdout.write(['', ...backupTable(result), '', ...table(rows), ''].join('\n'));
+  process.exitCode = checks.every(([, , , held]) => held) ? 0 : 1;
 }
 
-main()
-  .catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exitCode = 1;
-  })
-  .finally(() => stopAll());
+runMain(main, { after: stopAll });

@@ -32,6 +32,7 @@ import { ensureBase } from '../stand-in-base';
 import { pollUntil, probe } from '../harness/poll';
 import { createScratchDatabase, postgresServer } from '../harness/postgres';
 import { freePort } from '../harness/service';
+import { runMain } from './common';
 
 const USAGE = `usage: npm run dev:edit-to-live -- [--edits N] [--rebuild]
   --edits N   edits to time, 1 to 50 (default 5; with --rebuild each one is an image build)
@@ -326,7 +327,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`[edit-to-live] failed: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);

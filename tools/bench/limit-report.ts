@@ -1,27 +1,11 @@
 /** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
-import { median } from './measure';
+import { machineRow, mark, table, type Machine, type Row } from './common';
+import { medianText, ratioText, roundRatio, type Ratio, type Series } from './rounds';
 
 /** Every list's service / limit req/s, median of the rounds, at every count. */
-export const LIMIT_RATIO_TARGET = 0.75;
+const LIMIT_RATIO_TARGET = 0.75;
 /** The signed-in list's ratio to the limit within this fraction of the public list's. */
-export const SIGNED_IN_GAP_TARGET = 0.1;
-
-/** The three servers: the service, the library reference and the physical limit. */
-export type LimitKey = 'service' | 'reference' | 'limit';
-
-/** One server on one list at one count, over the rounds (index i: round i). */
-export interface LimitSeries {
-  key: LimitKey;
-  list: string;
-  signedIn: boolean;
-  connections: number;
-  rps: number[];
-  /** The server process's CPU time per request in each round (µs). */
-  cpuUs: number[];
-  p50: number[];
-  errors: number;
-  non2xx: number;
-}
+const SIGNED_IN_GAP_TARGET = 0.1;
 
 export interface LimitResult {
   measuredAt: string;
@@ -29,120 +13,104 @@ export interface LimitResult {
   duration: number;
   rounds: number;
   note?: string;
-  machine: {
-    cpus: string;
-    memoryGb: number;
-    node: string;
-    postgres: string;
-    /** The 1, 5 and 15 minute load averages when the rounds began and when they ended. */
-    loadAverage: { start: number[]; end: number[] };
-  };
-  series: LimitSeries[];
+  machine: Machine;
+  /** The load average when the rounds began (the machine's is when they ended). */
+  loadAverageAtStart: number[];
+  /** The series of the service, the library reference and the limit (their keys). */
+  series: Series[];
 }
 
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
-
-/** Round by round a / b, for the rounds both measured. */
-const roundRatios = (a: number[], b: number[]): number[] =>
-  a.flatMap((x, i) => {
-    const y = b[i];
-    return y !== undefined && y > 0 ? [x / y] : [];
-  });
-
-/** A ratio's median over the rounds and their spread. */
-export interface Ratio {
-  median: number;
-  min: number;
-  max: number;
-}
-const ratioOf = (rs: number[]): Ratio | undefined =>
-  rs.length === 0 ? undefined : { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) };
-const ratioText = (r: Ratio | undefined) =>
-  r ? `**${r.median.toFixed(2)}** (${r.min.toFixed(2)}–${r.max.toFixed(2)})` : '–';
-
-/** The service against the limit and the reference, each list at each count. */
-export interface LimitRow {
-  list: string;
-  signedIn: boolean;
-  connections: number;
-  service?: LimitSeries;
-  reference?: LimitSeries;
-  limit?: LimitSeries;
-  ofLimit?: Ratio;
-  ofReference?: Ratio;
-  cpuOfLimit?: Ratio;
-}
-
-export function limitRows(r: LimitResult): LimitRow[] {
+/** Each list at each count: the service against the limit and the reference, a table row. */
+function limitRows(
+  r: LimitResult,
+): { list: string; signedIn: boolean; connections: number; ofLimit?: Ratio; row: Row }[] {
   const shapes = [...new Set(r.series.map((s) => `${String(s.connections)}|${s.list}`))];
   return shapes.map((shape) => {
     const [c = '', list = ''] = shape.split('|');
     const connections = Number(c);
-    const find = (key: LimitKey) =>
+    const at = (key: string) =>
       r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
-    const service = find('service');
-    const reference = find('reference');
-    const limit = find('limit');
+    const [service, reference, limit] = [at('service'), at('reference'), at('limit')];
+    const ofLimit = roundRatio(service?.rps ?? [], limit?.rps ?? []);
+    const cpuOfLimit = roundRatio(service?.cpuUs ?? [], limit?.cpuUs ?? []);
     return {
       list,
       signedIn: service?.signedIn ?? false,
       connections,
-      service,
-      reference,
-      limit,
-      ofLimit: service && limit ? ratioOf(roundRatios(service.rps, limit.rps)) : undefined,
-      ofReference: service && reference ? ratioOf(roundRatios(service.rps, reference.rps)) : undefined,
-      cpuOfLimit: service && limit ? ratioOf(roundRatios(service.cpuUs, limit.cpuUs)) : undefined,
+      ...(ofLimit ? { ofLimit } : {}),
+      row: {
+        List: list,
+        Connections: connections,
+        'Service req/s': medianText(service?.rps),
+        'Reference req/s': medianText(reference?.rps),
+        'Limit req/s': medianText(limit?.rps),
+        'Service / limit req/s': ratioText(ofLimit),
+        'Service / reference req/s': ratioText(roundRatio(service?.rps ?? [], reference?.rps ?? [])),
+        'CPU µs/req service / limit': `${medianText(service?.cpuUs)} / ${medianText(limit?.cpuUs)} (${cpuOfLimit ? cpuOfLimit.median.toFixed(2) : '–'} ×)`,
+        [`Target ≥ ${String(LIMIT_RATIO_TARGET)} of the limit`]: ofLimit
+          ? mark(ofLimit.median >= LIMIT_RATIO_TARGET)
+          : '–',
+      },
     };
   });
 }
 
-/** Each count's signed-in list ratio to the limit over the public list's (1 = the same share). */
-export function signedInGaps(rows: LimitRow[]): { connections: number; gap: number }[] {
-  return [...new Set(rows.map((row) => row.connections))].flatMap((connections) => {
-    const at = rows.filter((row) => row.connections === connections && !row.list.includes('search'));
-    const pub = at.find((row) => !row.signedIn)?.ofLimit;
-    const signed = at.find((row) => row.signedIn)?.ofLimit;
-    return pub && signed ? [{ connections, gap: signed.median / pub.median }] : [];
-  });
-}
-
-/** The table and the targets, as Markdown. */
-function limitLines(r: LimitResult): string[] {
-  const rows = limitRows(r);
-  const med = (s: LimitSeries | undefined, pick: (s: LimitSeries) => number[]) =>
-    s ? fmt(median(pick(s))) : '–';
+/** Each count's signed-in list against the public list (their shares of the limit), and the errors. */
+function checkRows(r: LimitResult, rows: ReturnType<typeof limitRows>): Row[] {
+  // The lists without a search: the public one and the signed-in one.
+  const share = (connections: number, signedIn: boolean) =>
+    rows.find(
+      (row) => row.connections === connections && row.signedIn === signedIn && !row.list.includes('search'),
+    )?.ofLimit?.median;
   const failed = r.series.filter((s) => s.errors + s.non2xx > 0);
-  const mark = (ok: boolean) => (ok ? '✅ met' : '❌ missed');
-  const lines = [
-    `| List | Connections | Service req/s | Reference req/s | Limit req/s | Service / limit req/s | Service / reference req/s | CPU µs/req service / limit | Target ≥ ${String(LIMIT_RATIO_TARGET)} of the limit |`,
-    '|---|---:|---:|---:|---:|---:|---:|---:|---|',
-    ...rows.map(
-      (row) =>
-        `| ${row.list} | ${String(row.connections)} | ${med(row.service, (s) => s.rps)} | ${med(row.reference, (s) => s.rps)} | ${med(row.limit, (s) => s.rps)} | ${ratioText(row.ofLimit)} | ${ratioText(row.ofReference)} | ${med(row.service, (s) => s.cpuUs)} / ${med(row.limit, (s) => s.cpuUs)} (${row.cpuOfLimit ? row.cpuOfLimit.median.toFixed(2) : '–'} ×) | ${row.ofLimit ? mark(row.ofLimit.median >= LIMIT_RATIO_TARGET) : '–'} |`,
-    ),
-    '',
-    ...signedInGaps(rows).map(
-      ({ connections, gap }) =>
-        `- ${String(connections)} connections: the signed-in list's share of the limit is ${gap.toFixed(2)} × the public list's (target within ${String(SIGNED_IN_GAP_TARGET * 100)} %): ${mark(Math.abs(gap - 1) <= SIGNED_IN_GAP_TARGET)}`,
-    ),
-    `- errors and non-2xx answers: ${failed.length === 0 ? '0 ✅' : failed.map((s) => `${s.key} ${s.list} @${String(s.connections)}: ${String(s.errors + s.non2xx)}`).join('; ')}`,
+  return [
+    ...[...new Set(rows.map((row) => row.connections))].flatMap((connections) => {
+      const pub = share(connections, false);
+      const signedIn = share(connections, true);
+      if (pub === undefined || signedIn === undefined) return [];
+      const gap = signedIn / pub;
+      return {
+        Check: `${String(connections)} connections: the signed-in list's share of the limit over the public list's`,
+        Measured: `${gap.toFixed(2)} ×`,
+        Target: `within ${String(SIGNED_IN_GAP_TARGET * 100)} %`,
+        Verdict: mark(Math.abs(gap - 1) <= SIGNED_IN_GAP_TARGET),
+      };
+    }),
+    {
+      Check: 'errors and non-2xx answers',
+      Measured:
+        failed.length === 0
+          ? '0'
+          : failed
+              .map((s) => `${s.key} ${s.list} @${String(s.connections)}: ${String(s.errors + s.non2xx)}`)
+              .join('; '),
+      Target: '0',
+      Verdict: mark(failed.length === 0),
+    },
   ];
-  return lines;
 }
 
-/** The run's section: what was measured where, then the table and the targets. */
+/** The run's section: what was measured where, the table and the checks. */
 export function limitSection(r: LimitResult): string[] {
+  const rows = limitRows(r);
   return [
     '## Against the physical limit',
     '',
-    `The service, the library reference and the limit on \`sp_bench_${String(r.posts)}\`, the lists only: the median of ${String(r.rounds)} rounds of ${String(r.duration)} s, the rounds' spread in brackets.`,
-    '',
-    `Measured ${r.measuredAt} on ${r.machine.cpus}, ${String(r.machine.memoryGb)} GB, servers on Node ${r.machine.node}, PostgreSQL ${r.machine.postgres}; load average ${r.machine.loadAverage.start.join(' / ')} when the rounds began, ${r.machine.loadAverage.end.join(' / ')} when they ended.`,
+    ...table([
+      {
+        Database: `\`sp_bench_${String(r.posts)}\``,
+        Rounds: r.rounds,
+        's a round': r.duration,
+        Measured: r.measuredAt,
+        ...machineRow(r.machine),
+        'Load average at the start': r.loadAverageAtStart.join(' / '),
+      },
+    ]),
     '',
     ...(r.note ? [`> ${r.note}`, ''] : []),
-    ...limitLines(r),
+    ...table(rows.map((row) => row.row)),
+    '',
+    ...table(checkRows(r, rows)),
     '',
   ];
 }

@@ -1,4 +1,5 @@
-/** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and the Markdown table it prints of them. */
+/** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and the Markdown tables it prints of them. */
+import { table } from './common';
 
 /** One round: sequential probes for a while, alone or beside the failed-login clients. */
 export interface LoginRound {
@@ -19,26 +20,32 @@ export interface LoginResult {
   results: { concurrency: number; quiet: LoginRound; attacked: LoginRound }[];
 }
 
-/** The table of one run: each PASSWORD_HASH_CONCURRENCY, quiet against attacked. */
-function loginTable(result: LoginResult): string[] {
-  return [
-    '| `PASSWORD_HASH_CONCURRENCY` | gzip-bodied `POST /posts/` p50, quiet → 8 failed logins | valid login p50, quiet → 8 failed logins | failed login p50 |',
-    '|---|---:|---:|---:|',
-    ...result.results.map(
-      (r) =>
-        `| ${r.concurrency >= 64 ? `${String(r.concurrency)} (no bound, as before)` : String(r.concurrency)} | ${String(r.quiet.gzipPostP50)} → ${String(r.attacked.gzipPostP50)} ms | ${String(r.quiet.validLoginP50)} → ${String(r.attacked.validLoginP50)} ms | ${String(r.attacked.failedLoginP50 ?? '')} ms |`,
-    ),
-  ];
-}
-
-/** The run's section: what was measured how, then the table. */
+/** The run's section: what was measured how, then each PASSWORD_HASH_CONCURRENCY, quiet against attacked. */
 export function loginSection(r: LoginResult): string[] {
+  const attacked = `${String(r.attackers)} failed logins`;
   return [
     '## Login and the threadpool',
     '',
-    `\`npm run bench:login\`, ${r.posts.toLocaleString('en-US')} posts, \`BCRYPT_ROUNDS=${String(r.bcryptRounds)}\`: p50 of sequential probes over ${String(r.seconds)} s, alone and beside ${String(r.attackers)} clients sending failed logins, per \`PASSWORD_HASH_CONCURRENCY\`. Measured ${r.measuredAt}, Node ${r.node}, load average ${r.loadAverage.join(' / ')}.`,
+    ...table([
+      {
+        Posts: r.posts,
+        '`BCRYPT_ROUNDS`': r.bcryptRounds,
+        's of sequential probes, alone and attacked': r.seconds,
+        'Clients sending failed logins': r.attackers,
+        Measured: r.measuredAt,
+        Node: r.node,
+        'Load average at the end': r.loadAverage.join(' / '),
+      },
+    ]),
     '',
-    ...loginTable(r),
+    ...table(
+      r.results.map(({ concurrency, quiet, attacked: a }) => ({
+        '`PASSWORD_HASH_CONCURRENCY`': `${String(concurrency)}${concurrency >= 64 ? ' (no bound, as before)' : ''}`,
+        [`gzip-bodied \`POST /posts/\` p50, quiet → ${attacked}`]: `${String(quiet.gzipPostP50)} → ${String(a.gzipPostP50)} ms`,
+        [`valid login p50, quiet → ${attacked}`]: `${String(quiet.validLoginP50)} → ${String(a.validLoginP50)} ms`,
+        'failed login p50': `${String(a.failedLoginP50 ?? '')} ms`,
+      })),
+    ),
     '',
   ];
 }

@@ -10,18 +10,17 @@
  *
  * Prints the figures as a Markdown table (tools/bench/login-report.ts).
  */
-import os from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { loginSection, type LoginResult, type LoginRound } from './login-report';
+import { loadAverage, log, numbers, option, runMain } from './common';
 import { startServer } from './measure';
 import knex from 'knex';
-import { option } from './rounds';
 import { p50 } from '../harness/client';
 import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from '../harness/seed';
 
 const POSTS = Number(option('posts', '10000'));
 const SECONDS = Number(option('seconds', '15'));
-const VARIANTS = option('concurrency', '64,2').split(',').map(Number);
+const VARIANTS = numbers('concurrency', '64,2');
 const ATTACKERS = 8;
 
 const roundedP50 = (values: number[]): number => Math.round(p50(values));
@@ -44,10 +43,6 @@ const loginInit = (username: string, password: string): RequestInit => ({
   headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
   body: new URLSearchParams({ username, password }).toString(),
 });
-
-const log = (line: string): void => {
-  process.stdout.write(`${line}\n`);
-};
 
 /** Runs the probes (and the failed-login clients, when `attack`) for SECONDS; their figures. The posts made go into `written`. */
 async function round(base: string, token: string, attack: boolean, written: number[]): Promise<LoginRound> {
@@ -153,13 +148,10 @@ async function main(): Promise<void> {
     attackers: ATTACKERS,
     bcryptRounds: Number(benchServiceEnv(seeded.database).BCRYPT_ROUNDS),
     node: process.version,
-    loadAverage: os.loadavg().map((l) => Math.round(l * 100) / 100),
+    loadAverage: loadAverage(),
     results,
   };
   log(['', ...loginSection(result)].join('\n'));
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);

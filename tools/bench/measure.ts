@@ -23,7 +23,8 @@ export interface EndpointFigures {
 export interface Server {
   child: ChildProcessWithoutNullStreams;
   base: string;
-  stop(): Promise<void>;
+  /** Sends `signal` (SIGKILL by default) and resolves with the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
 /**
@@ -58,9 +59,7 @@ export async function startServer(
   return {
     child: proc.child,
     base,
-    stop: async () => {
-      await proc.stop();
-    },
+    stop: (signal) => proc.stop(signal),
   };
 }
 
@@ -149,6 +148,10 @@ export async function measure(
     cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore,
   );
 }
+
+/** One run's figures on a line, after what was run. */
+export const progress = (what: string, f: EndpointFigures): string =>
+  `${what} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/req`;
 
 /** The middle value (the mean of the two middle ones for an even count). */
 export const median = (xs: number[]): number => {

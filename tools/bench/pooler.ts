@@ -15,16 +15,18 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import knex from 'knex';
-import { cpuMsOf, median, startServer } from './measure';
+import { log, machine, numbers, option, postgresSetting, runMain, SIZES, usage } from './common';
+import { cpuMsOf, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
-import { poolerSection, type PoolerResult, type PoolerSeries } from './pooler-report';
+import { poolerSection, type PoolerResult } from './pooler-report';
 import {
   alternatingRounds,
   benchToken as token,
   sameAnswers,
   type Contender,
   type MeasuredList,
+  type Series,
 } from './rounds';
 import { benchServiceEnv, COMMON_WORD, pgConnection, seed } from '../harness/seed';
 import { migrations } from '../../migrations';
@@ -35,18 +37,12 @@ import { ROOT } from '../harness/service';
 const POOL = 10;
 const WARMUP = 1;
 
-function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
 const posts = Number(option('posts', '100000'));
 // Short rounds, several of them: a ratio is taken within a round (pooler-report.ts), and this
 // shared host's speed drifts over minutes.
 const duration = Number(option('duration', '6'));
 const rounds = Number(option('rounds', '5'));
-const connectionCounts = option('connections', '10,64')
-  .split(',')
-  .map((s) => Number(s.trim()));
+const connectionCounts = numbers('connections', '10,64');
 const before = option('before', '');
 /**
  * With a number: one more contender, `pgbouncer-wide`, the service behind PgBouncer with this many
@@ -73,22 +69,10 @@ const pgbouncerSettings = Object.fromEntries(
  */
 const poolerCpu = option('pooler-cpu', '');
 const node = serverNode(option('node', 'image'));
-if (
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  !(rounds >= 1) ||
-  !(duration >= 1) ||
-  !Number.isInteger(widePool) ||
-  widePool < 0
-) {
-  process.stderr.write(
-    '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number\n',
-  );
-  process.exit(2);
-}
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
+usage(
+  SIZES.includes(posts) && rounds >= 1 && duration >= 1 && Number.isInteger(widePool) && widePool >= 0,
+  '--posts takes 10000, 100000 or 1000000; --rounds and --duration at least 1; --pooler-client-pool a whole number',
+);
 
 /** Another commit's checkout beside this one, sharing its node_modules; removed afterwards. */
 function worktree(ref: string): { dir: string; commit: string; remove(): void } {
@@ -156,7 +140,7 @@ async function startPooler(
   });
   const split = poolerCpu ? new CpuSplit(Number(poolerCpu)) : undefined;
   try {
-    split?.enterRest(await postgresSetting(database, 'data_directory'));
+    split?.enterRest(await postgresSetting('data_directory', database));
     await bouncer.start();
     if (split && bouncer.pid !== undefined) split.placePooler(bouncer.pid);
   } catch (error) {
@@ -216,74 +200,32 @@ async function startContenders(
 }
 
 /** The answers compared, then the alternating rounds: each contender's figures on each list at each count. */
-async function measureRounds(contenders: Contender[], bouncer: OwnPgBouncer): Promise<PoolerSeries[]> {
-  const series: PoolerSeries[] = [];
+async function measureRounds(
+  contenders: Contender[],
+  bouncer: OwnPgBouncer,
+): Promise<PoolerResult['series']> {
   await sameAnswers(contenders, LISTS);
   // The pooler's own CPU over each measured run, where it serves the contender.
   let poolerBefore: number | undefined;
-  await alternatingRounds(
+  const poolerCpu = new Map<Series, number[]>();
+  const series = await alternatingRounds(
     contenders,
     LISTS,
     { rounds, connectionCounts, duration, warmup: WARMUP },
-    ({ round, connections, list: { list }, contender: c, figures: f }) => {
-      const viaPooler = c.key.startsWith('pgbouncer');
-      const poolerAfter = viaPooler ? cpuMsOf(bouncer.pid) : undefined;
-      let s = series.find((x) => x.key === c.key && x.list === list && x.connections === connections);
-      if (!s) {
-        s = {
-          key: c.key,
-          name: c.name,
-          list,
-          connections,
-          rps: [],
-          serviceCpuUs: [],
-          poolerCpuUs: [],
-          errors: 0,
-          non2xx: 0,
-        };
-        series.push(s);
-      }
-      s.rps.push(f.rps);
-      if (f.cpuUsPerRequest !== undefined) s.serviceCpuUs.push(f.cpuUsPerRequest);
-      if (poolerBefore !== undefined && poolerAfter !== undefined && f.requests > 0)
-        s.poolerCpuUs.push(Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests));
-      s.errors += f.errors;
-      s.non2xx += f.non2xx;
-      log(
-        `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.padEnd(19)} ${c.key.padEnd(18)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  p99 ${String(f.p99)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  service CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req${viaPooler ? `  pooler CPU ${String(s.poolerCpuUs.at(-1) ?? '?')} µs/req` : ''}`,
-      );
-    },
-    (c) => {
-      poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+    {
+      beforeRun: (c) => {
+        poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
+      },
+      afterRun: ({ figures: f }, s) => {
+        const poolerAfter = poolerBefore === undefined ? undefined : cpuMsOf(bouncer.pid);
+        if (poolerBefore === undefined || poolerAfter === undefined || f.requests === 0) return '';
+        const us = Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests);
+        poolerCpu.set(s, [...(poolerCpu.get(s) ?? []), us]);
+        return `  pooler CPU ${String(us)} µs/req`;
+      },
     },
   );
-  return series;
-}
-
-/** The rounds' figures with what they were measured on. */
-async function resultOf(
-  database: string,
-  bouncer: OwnPgBouncer,
-  split: CpuSplit | undefined,
-  series: PoolerSeries[],
-): Promise<PoolerResult> {
-  const pgVersion = await postgresSetting(database, 'server_version');
-  return {
-    measuredAt: new Date().toISOString(),
-    posts,
-    duration,
-    rounds,
-    pool: POOL,
-    machine: {
-      cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
-      memoryGb: Math.round(os.totalmem() / 2 ** 30),
-      node: node.version,
-      postgres: pgVersion,
-      pgbouncer: bouncer.version,
-      ...(split ? { cpuSplit: split.shares } : {}),
-    },
-    series: series.map((s) => ({ ...s, median: Math.round(median(s.rps)) })),
-  };
+  return series.map((s) => ({ ...s, poolerCpuUs: poolerCpu.get(s) ?? [] }));
 }
 
 async function main(): Promise<void> {
@@ -297,7 +239,17 @@ async function main(): Promise<void> {
   try {
     await startContenders(contenders, env, bouncer, checkout && { ...checkout, database: beforeDatabase });
     const series = await measureRounds(contenders, bouncer);
-    const result = await resultOf(info.database, bouncer, split, series);
+    const result: PoolerResult = {
+      measuredAt: new Date().toISOString(),
+      posts,
+      duration,
+      rounds,
+      pool: POOL,
+      machine: await machine(node.version),
+      pgbouncer: bouncer.version,
+      ...(split ? { cpuSplit: split.shares } : {}),
+      series,
+    };
     log(['', ...poolerSection(result)].join('\n'));
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
@@ -307,22 +259,4 @@ async function main(): Promise<void> {
   }
 }
 
-/** One of the PostgreSQL server's settings (server_version, data_directory). */
-async function postgresSetting(database: string, name: string): Promise<string> {
-  const k = knex({ client: 'pg', connection: { ...pgConnection, database } });
-  try {
-    return (
-      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
-    );
-  } finally {
-    await k.destroy();
-  }
-}
-
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  // A server that did not start says why in the cause (its exit and last log line).
-  const cause = error instanceof Error ? error.cause : undefined;
-  if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
-  process.exit(1);
-});
+runMain(main);

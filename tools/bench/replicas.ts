@@ -12,16 +12,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import autocannon from 'autocannon';
+import { option, runMain, table, type Row } from './common';
 import { cpuMsOf } from './measure';
 import { account, call } from '../harness/client';
 import { serviceEnv } from '../harness/env';
 import { ReplicatedPostgres } from '../harness/replicated-postgres';
 import { startService, stopAll, type ServiceProcess } from '../harness/service';
-
-function option(name: string, fallback: string): string {
-  const at = process.argv.indexOf(`--${name}`);
-  return at >= 0 ? (process.argv[at + 1] ?? fallback) : fallback;
-}
 
 const DURATION_S = Number(option('duration', '5'));
 const CONNECTIONS = Number(option('connections', '10'));
@@ -110,7 +106,7 @@ async function main(): Promise<void> {
     const token = await account(today.base, 'bench-replicas@example.com');
     for (let i = 0; i < POSTS; i++)
       await call(today.base, '/posts/', { token, json: { title: `post ${String(i)}`, content: 'content' } });
-    const rows: string[] = [];
+    const rows: Row[] = [];
     // Writes go to the primary either way: the standbys' figure is their replay of them.
     const write: Request = {
       path: '/posts/',
@@ -124,27 +120,22 @@ async function main(): Promise<void> {
       ['writes (POST /posts/ with a token)', onStandbys, write],
     ] as const) {
       const m = await measure(cluster, svc, request);
-      rows.push(
-        `| ${way} | ${String(m.requests)} | ${String(m.primaryUs)} | ${String(m.standbysUs)} | ${String(m.serviceUs)} |`,
-      );
+      rows.push({
+        Way: way,
+        Connections: CONNECTIONS,
+        's a run': DURATION_S,
+        'Posts before': POSTS,
+        Requests: m.requests,
+        "Primary's CPU per request (µs)": m.primaryUs,
+        "Standbys' CPU per request (µs)": m.standbysUs,
+        'Service CPU per request (µs)': m.serviceUs,
+      });
     }
-    process.stdout.write(
-      [
-        `GET /posts/public without a token (and POST /posts/ with one), ${String(CONNECTIONS)} connections, ${String(DURATION_S)} s, ${String(POSTS)} posts`,
-        '',
-        "| Way | Requests | Primary's CPU per request (µs) | Standbys' CPU per request (µs) | Service CPU per request (µs) |",
-        '|---|---|---|---|---|',
-        ...rows,
-        '',
-      ].join('\n'),
-    );
+    process.stdout.write(['', ...table(rows), ''].join('\n'));
   } finally {
     await stopAll();
     cluster.destroy();
   }
 }
 
-void main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = 1;
-});
+runMain(main);

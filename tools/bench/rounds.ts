@@ -1,9 +1,11 @@
 /**
- * Alternating rounds between servers on the same lists (tools/bench/pooler.ts, tools/bench/limit.ts): the
- * answers compared first, then each round measures every contender one after the other, in an
- * order that turns each round, so a disturbance of the machine lands on all of them.
+ * Alternating rounds between servers on the same lists (tools/bench/pooler.ts, tools/bench/limit.ts,
+ * tools/bench/tracing.ts): the answers compared first, then each round measures every contender one
+ * after the other, in an order that turns each round, so a disturbance of the machine lands on all
+ * of them; a ratio between two contenders is taken within each round.
  */
-import { measure, type EndpointFigures, type Server } from './measure';
+import { fmt, log } from './common';
+import { measure, median, progress, type EndpointFigures, type Server } from './measure';
 import { BENCH_PASSWORD } from '../harness/seed';
 
 /** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
@@ -61,17 +63,55 @@ export interface RoundRun {
   figures: EndpointFigures;
 }
 
-/**
- * `rounds` rounds; in each, every count, every list, every contender (a warm-up of `warmup` s, then
- * `duration` s). `beforeRun` runs just before each measured run, `measured` after it.
- */
+/** One contender on one list at one count, over the rounds (index i: round i). */
+export interface Series {
+  key: string;
+  name: string;
+  list: string;
+  signedIn: boolean;
+  connections: number;
+  rps: number[];
+  p50: number[];
+  /** The server process's CPU time per request in each round (µs; NaN where /proc tells none). */
+  cpuUs: number[];
+  errors: number;
+  non2xx: number;
+}
+
+/** A run's figures added to the series of its contender, list and count, started on its first round. */
+function addRun(series: Series[], { contender: c, list, connections, figures: f }: RoundRun): Series {
+  let s = series.find((x) => x.key === c.key && x.list === list.list && x.connections === connections);
+  if (!s) {
+    s = {
+      key: c.key,
+      name: c.name,
+      list: list.list,
+      signedIn: list.signedIn,
+      connections,
+      rps: [],
+      p50: [],
+      cpuUs: [],
+      errors: 0,
+      non2xx: 0,
+    };
+    series.push(s);
+  }
+  s.rps.push(f.rps);
+  s.p50.push(f.p50);
+  s.cpuUs.push(f.cpuUsPerRequest ?? Number.NaN);
+  s.errors += f.errors;
+  s.non2xx += f.non2xx;
+  return s;
+}
+
+/** Every contender on every list at every count, round after round, so that a ratio can be taken within a round; the hooks measure more around each run. */
 export async function alternatingRounds(
   contenders: Contender[],
   lists: MeasuredList[],
   run: { rounds: number; connectionCounts: number[]; duration: number; warmup: number },
-  measured: (r: RoundRun) => void,
-  beforeRun?: (c: Contender) => void,
-): Promise<void> {
+  hooks: { beforeRun?: (c: Contender) => void; afterRun?: (r: RoundRun, s: Series) => string } = {},
+): Promise<Series[]> {
+  const series: Series[] = [];
   for (let round = 0; round < run.rounds; round++)
     for (const connections of run.connectionCounts)
       for (const list of lists) {
@@ -86,17 +126,41 @@ export async function alternatingRounds(
             },
             { duration: run.duration, connections, warmup: run.warmup },
             () => {
-              beforeRun?.(contender);
+              hooks.beforeRun?.(contender);
               return Promise.resolve();
             },
           );
-          measured({ round, connections, list, contender, figures });
+          const r = { round, connections, list, contender, figures };
+          const more = hooks.afterRun?.(r, addRun(series, r)) ?? '';
+          const at = `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.list.padEnd(26)} ${contender.key.padEnd(18)}`;
+          log(`${progress(at, figures)}${more}`);
         }
       }
+  return series;
 }
 
-/** The option parser every bench script shares: `--name value`, or the fallback. */
-export function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+/** A ratio taken within each round (the machine's speed drifts between rounds, little within one): its median and range. */
+export interface Ratio {
+  median: number;
+  min: number;
+  max: number;
+}
+
+/** a / b round by round, for the rounds both measured. */
+export function roundRatio(a: number[], b: number[]): Ratio | undefined {
+  const rs = a.flatMap((x, i) => {
+    const y = b[i];
+    return Number.isFinite(x) && y !== undefined && y > 0 ? [x / y] : [];
+  });
+  return rs.length === 0 ? undefined : { median: median(rs), min: Math.min(...rs), max: Math.max(...rs) };
+}
+
+/** A ratio's median and, when the rounds differ, their range. */
+export const ratioText = (r: Ratio | undefined): string =>
+  !r ? '–' : `${r.median.toFixed(2)}${r.min === r.max ? '' : ` (${r.min.toFixed(2)}–${r.max.toFixed(2)})`}`;
+
+/** The median of the rounds that have a figure, whole, or '–'. */
+export function medianText(xs: number[] | undefined): string {
+  const known = (xs ?? []).filter(Number.isFinite);
+  return known.length === 0 ? '–' : fmt(median(known));
 }

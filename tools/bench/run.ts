@@ -5,9 +5,8 @@
  * data, measures every endpoint with autocannon against both at each connection count, then (at
  * the first count) the public list one layer at a time between the two, deep pages by offset and
  * by cursor, then the service-only checks (liveness during logins, memory growth, login timing),
- * and prints that size's tables (targets, endpoints, checks, ladder, deep pages) as Markdown. At
- * the end it prints the tables across the sizes of the run: the headline figures, the targets,
- * latency by size and the ladder.
+ * and prints that size's tables (targets, endpoints, checks, ladder, deep pages) as Markdown. With
+ * more than one size, it ends with the tables across them: the targets, latency by size and the ladder.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -23,28 +22,22 @@ import {
   type LadderStep,
   type SizeResult,
 } from './report';
+import { log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { serverNode } from './node';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
 import {
   load,
   measure as measureOn,
   median,
+  progress,
   settle,
   startServer as startServerOn,
   type Server,
 } from './measure';
 
-function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
-const sizes = option('posts', '10000')
-  .split(',')
-  .map((s) => Number(s.trim()));
+const sizes = numbers('posts', '10000');
 const duration = Number(option('duration', '10'));
-const connectionCounts = option('connections', '10,64')
-  .split(',')
-  .map((s) => Number(s.trim()));
+const connectionCounts = numbers('connections', '10,64');
 /** The ladder and the deep pages run at this count only. */
 const firstCount = connectionCounts[0] ?? 10;
 const reseed = process.argv.includes('--reseed');
@@ -52,14 +45,14 @@ const reseed = process.argv.includes('--reseed');
 const note = option('note', '');
 /** The Node the servers run on (tools/bench/node.ts): the image's release unless told otherwise. */
 const node = serverNode(option('node', 'image'));
-if (sizes.some((s) => ![10_000, 100_000, 1_000_000].includes(s))) {
-  process.stderr.write('--posts takes 10000, 100000 or 1000000 (comma-separated for several)\n');
-  process.exit(2);
-}
-if (connectionCounts.some((c) => !Number.isInteger(c) || c < 1)) {
-  process.stderr.write('--connections takes positive whole numbers, comma-separated\n');
-  process.exit(2);
-}
+usage(
+  sizes.every((s) => SIZES.includes(s)),
+  '--posts takes 10000, 100000 or 1000000 (comma-separated for several)',
+);
+usage(
+  connectionCounts.every((c) => Number.isInteger(c) && c >= 1),
+  '--connections takes positive whole numbers, comma-separated',
+);
 /** Seconds of warm-up before each measured run (JIT, pool connections, PostgreSQL's cache). */
 const WARMUP = 1;
 /** Seconds per deep-page run: one page fetched over and over needs less than a whole endpoint. */
@@ -67,10 +60,6 @@ const deepDuration = Math.min(5, duration);
 const DEPTHS = [0, 1_000, 10_000, 100_000];
 /** The endpoint table's rows (endpointsOf), for the time estimate. */
 const ENDPOINTS = 7;
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
 
 const startServer = (script: string, env: Record<string, string>): Promise<Server> =>
   startServerOn(script, env, { node: node.path });
@@ -91,9 +80,7 @@ const measure = (
   measureOn(server, options, { duration, connections: firstCount, warmup: warm ? WARMUP : 0 }, beforeRun);
 
 function logFigures(who: string, what: string, f: EndpointFigures): void {
-  log(
-    `  ${who.padEnd(9)} ${what.padEnd(28)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50).padStart(4)} ms  p99 ${String(f.p99).padStart(5)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  server CPU ${f.cpuUsPerRequest === undefined ? '?' : String(f.cpuUsPerRequest)} µs/request`,
-  );
+  log(progress(`  ${who.padEnd(9)} ${what.padEnd(28)}`, f));
 }
 
 async function login(
@@ -373,17 +360,6 @@ async function loginTimings(service: Server): Promise<SizeResult['loginTiming']>
   return { unknownMedianMs: median(unknown), wrongPasswordMedianMs: median(wrong) };
 }
 
-/** What the figures were measured on. */
-async function machine(): Promise<SizeResult['machine']> {
-  return {
-    cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model ?? 'unknown'}`,
-    memoryGb: Math.round(os.totalmem() / 2 ** 30),
-    node: node.version,
-    postgres: await postgresVersion(),
-    loadAverage: os.loadavg().map((l) => Number(l.toFixed(2))),
-  };
-}
-
 async function benchSize(posts: number): Promise<SizeResult> {
   const info = await seed(posts, reseed, log);
   log(
@@ -441,7 +417,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
       deepDuration,
       connections: connectionCounts,
       ...(note ? { note } : {}),
-      machine: await machine(),
+      machine: await machine(node.version),
       runs,
       ladder,
       deepPages,
@@ -455,19 +431,6 @@ async function benchSize(posts: number): Promise<SizeResult> {
     await reference.stop();
     await db.destroy();
   }
-}
-
-async function postgresVersion(): Promise<string> {
-  const db = knex({
-    client: 'pg',
-    connection: { ...pgConnection, database: 'postgres' },
-    pool: { min: 0, max: 1 },
-  });
-  const v =
-    (await db.raw<{ rows: { v: string }[] }>("SELECT current_setting('server_version') AS v")).rows[0]?.v ??
-    '?';
-  await db.destroy();
-  return v;
 }
 
 /**
@@ -507,9 +470,4 @@ async function main(): Promise<void> {
   log(acrossSizes(results).join('\n'));
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runMain(main);

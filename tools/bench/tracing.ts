@@ -25,9 +25,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { loadAverage, log, mark, option, runMain, SIZES, table, usage, type Row } from './common';
 import { load, settle, startServer, median, type Server } from './measure';
 import { serverNode } from './node';
-import { alternatingRounds, benchToken, option, type Contender, type MeasuredList } from './rounds';
+import { alternatingRounds, benchToken, type Contender, type MeasuredList } from './rounds';
 import { benchServiceEnv, seed } from '../harness/seed';
 
 const count = option('count', 'cpu');
@@ -41,27 +42,19 @@ const requests = Number(option('requests', '1000'));
 const warmup = Number(option('warmup', '10000'));
 const settlingRounds = Number(option('settling-rounds', '1'));
 const node = serverNode(option('node', 'image'));
-if (
-  !['cpu', 'instructions'].includes(count) ||
-  ![10_000, 100_000, 1_000_000].includes(posts) ||
-  !(rounds >= 1) ||
-  !(duration >= 1) ||
-  !(connections >= 1) ||
-  !(requests >= 1) ||
-  !(warmup >= 0) ||
-  !(settlingRounds >= 0)
-) {
-  process.stderr.write(
-    '--count takes cpu or instructions; --posts 10000, 100000 or 1000000; --rounds, --duration, --connections and --requests positive numbers\n',
-  );
-  process.exit(2);
-}
+usage(
+  ['cpu', 'instructions'].includes(count) &&
+    SIZES.includes(posts) &&
+    rounds >= 1 &&
+    duration >= 1 &&
+    connections >= 1 &&
+    requests >= 1 &&
+    warmup >= 0 &&
+    settlingRounds >= 0,
+  '--count takes cpu or instructions; --posts 10000, 100000 or 1000000; --rounds, --duration, --connections and --requests positive numbers',
+);
 
 const TARGET = 0.05;
-
-const log = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
 
 const LISTS: MeasuredList[] = [
   { list: 'public list', path: '/posts/public', signedIn: false },
@@ -101,17 +94,13 @@ const record = (figures: Figures, list: string, key: string, value: number) => {
 
 /** The CPU count: timed runs of autocannon, each server's CPU time from /proc. */
 async function cpuRounds(contenders: Contender[], figures: Figures): Promise<void> {
-  await alternatingRounds(
-    contenders,
-    LISTS,
-    { rounds, connectionCounts: [connections], duration, warmup: 1 },
-    ({ round, list, contender, figures: f }) => {
-      record(figures, list.list, contender.key, f.cpuUsPerRequest ?? Number.NaN);
-      log(
-        `round ${String(round + 1)}  ${list.list.padEnd(15)} ${contender.key.padEnd(9)} ${String(f.rps).padStart(6)} req/s  p50 ${String(f.p50)} ms  errors ${String(f.errors)}  non-2xx ${String(f.non2xx)}  CPU ${String(f.cpuUsPerRequest ?? '?')} µs/req`,
-      );
-    },
-  );
+  const series = await alternatingRounds(contenders, LISTS, {
+    rounds,
+    connectionCounts: [connections],
+    duration,
+    warmup: 1,
+  });
+  for (const s of series) figures.set(figureKey(s.list, s.key), s.cpuUs);
 }
 
 /**
@@ -297,59 +286,83 @@ async function instructionRounds(
 }
 
 /** What the instruction count prints, a table each: the dump's part, its figures' key suffix, its words. */
-const COUNTED_MEASURES: {
-  part: keyof ReturnType<Counted['dump']>;
-  suffix: string;
-  what: string;
-  measure: string;
-}[] = [
-  { part: 'all', suffix: '', what: 'Instructions per request, all threads', measure: 'instruction count' },
+const COUNTED_MEASURES: { part: keyof ReturnType<Counted['dump']>; suffix: string; what: string }[] = [
+  { part: 'all', suffix: '', what: 'Instructions per request, all threads' },
   {
     part: 'main',
     suffix: ' (main thread)',
     what: "Instructions per request, the main thread's outside the collector",
-    measure: "main thread's instruction count outside the collector",
   },
   {
     part: 'path',
     suffix: ' (request path)',
     what: "Instructions per request, the main thread's outside the collector and the optimising compiler",
-    measure: "main thread's instruction count outside the collector and the compiler",
   },
 ];
 
-/** One table of a measure (each list's row under `suffix`) against off, and whether 10 % meets the target. */
-function printTable(figures: Figures, keys: string[], what: string, suffix: string, measure: string): void {
-  log(`| List | ${what}, off | ${keys.join(' | ')} | ${keys.map((k) => `${k} against off`).join(' | ')} |`);
-  log(`|${' --- |'.repeat(2 + 2 * keys.length)}`);
+const percent = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
+
+/** One measure's table against off, and its verdict, unresolved when the two servers with tracing off differ by the target or more. */
+function measureTables(figures: Figures, keys: string[], what: string, suffix: string): string[] {
   // A major collection lands in one round of several: the mean spreads its instructions over the
   // requests that made the garbage, where the median would drop them.
   const summary = instructions ? (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length : median;
   const show = (x: number) => (instructions ? `${(x / 1e6).toFixed(3)} M` : `${x.toFixed(0)} µs`);
-  let missed = false;
+  let worst = -Infinity;
   let spread = 0;
-  for (const { list } of LISTS) {
+  const rows = LISTS.map(({ list }) => {
     const of = (key: string) => summary(figures.get(figureKey(`${list}${suffix}`, key)) ?? []);
     const off = of('off');
-    const rel = (x: number) => `${x >= off ? '+' : ''}${(((x - off) / off) * 100).toFixed(1)} %`;
-    if ((of('10 %') - off) / off > TARGET) missed = true;
+    worst = Math.max(worst, (of('10 %') - off) / off);
     spread = Math.max(spread, Math.abs(of('off again') - off) / off);
-    log(
-      `| ${list} | ${show(off)} | ${keys.map((k) => show(of(k))).join(' | ')} | ${keys.map((k) => rel(of(k))).join(' | ')} |`,
-    );
-  }
-  log('');
-  // Two identical servers that differ by the target or more leave a difference of that size unresolved.
-  if (spread >= TARGET)
-    log(
-      `The two servers with tracing off differ by ${(spread * 100).toFixed(1)} % in the ${measure}: this run cannot tell whether 10 % is within ${String(TARGET * 100)} % of off.`,
-    );
-  else
-    log(
-      missed
-        ? `At 10 % the ${measure} per request is more than ${String(TARGET * 100)} % above off on some list (target missed).`
-        : `At 10 % the ${measure} per request is within ${String(TARGET * 100)} % of off on every list (target met).`,
-    );
+    return {
+      List: list,
+      [`${what}, off`]: show(off),
+      ...Object.fromEntries(keys.map((k) => [k, show(of(k))])),
+      ...Object.fromEntries(keys.map((k) => [`${k} against off`, percent((of(k) - off) / off)])),
+    };
+  });
+  const resolved = spread < TARGET;
+  return [
+    ...table(rows),
+    '',
+    ...table([
+      {
+        Check: 'the two servers with tracing off, apart by',
+        Measured: `${(spread * 100).toFixed(1)} %`,
+        Target: `< ${String(TARGET * 100)} %, to resolve the next`,
+        Verdict: resolved ? '✅ met' : '❌ missed: this run cannot tell',
+      },
+      {
+        Check: '10 % against off, on the list where it costs most',
+        Measured: percent(worst),
+        Target: `≤ +${String(TARGET * 100)} %`,
+        Verdict: resolved ? mark(worst <= TARGET) : '–',
+      },
+    ]),
+  ];
+}
+
+/** The service with a setting's tracing, under callgrind when counting instructions (its dumps in `dumps`). */
+async function startSetting(
+  { key, name, extra }: Setting,
+  env: Record<string, string>,
+  dumps: string,
+): Promise<Contender & { counted?: Counted }> {
+  const outFile = path.join(dumps, `${key.replace(' %', ' percent').replace(/\W+/g, '-')}.out`);
+  const server = await startServer(
+    'service/src/main.ts',
+    { ...env, ...extra, ...(instructions ? UNDER_VALGRIND : {}) },
+    instructions
+      ? {
+          node: 'valgrind',
+          nodeArgs: [...callgrindArgs(outFile), node.path, ...V8_PREDICTABLE],
+          withinMs: 600_000,
+        }
+      : { node: node.path },
+  );
+  const counted = instructions ? new Counted(server, outFile) : undefined;
+  return { key, name, server, token: await benchToken(server.base), ...(counted ? { counted } : {}) };
 }
 
 async function main(): Promise<void> {
@@ -375,58 +388,50 @@ async function main(): Promise<void> {
   const contenders: (Contender & { counted?: Counted })[] = [];
   const figures: Figures = new Map();
   try {
-    for (const { key, name, extra } of settings) {
-      const outFile = path.join(dumps, `${key.replace(' %', ' percent').replace(/\W+/g, '-')}.out`);
-      const server = await startServer(
-        'service/src/main.ts',
-        { ...env, ...extra, ...(instructions ? UNDER_VALGRIND : {}) },
-        instructions
-          ? {
-              node: 'valgrind',
-              nodeArgs: [...callgrindArgs(outFile), node.path, ...V8_PREDICTABLE],
-              withinMs: 600_000,
-            }
-          : { node: node.path },
-      );
-      const counted = instructions ? new Counted(server, outFile) : undefined;
-      contenders.push({
-        key,
-        name,
-        server,
-        token: await benchToken(server.base),
-        ...(counted ? { counted } : {}),
-      });
-    }
-    const loadStart = os.loadavg()[0] ?? 0;
+    for (const setting of settings) contenders.push(await startSetting(setting, env, dumps));
+    const loadAverageAtStart = loadAverage().join(' / ');
     if (instructions)
       await instructionRounds(
         contenders.map((c) => ({ ...c, counted: c.counted as Counted })),
         figures,
       );
     else await cpuRounds(contenders, figures);
-    log('');
-    log(
-      instructions
-        ? `${String(posts)} posts, ${String(rounds)} rounds of ${String(requests)} requests at ${String(connections)} connections after ${String(warmup)} a list and ${String(settlingRounds)} settling round(s); Node ${node.version} under callgrind; ${String(collector.batches())} batches exported; dumps in ${dumps}`
-        : `${String(posts)} posts, ${String(rounds)} rounds of ${String(duration)} s at ${String(connections)} connections; Node ${node.version}; load average ${loadStart.toFixed(2)} at the start, ${(os.loadavg()[0] ?? 0).toFixed(2)} at the end; ${String(collector.batches())} batches exported`,
-    );
-    log('');
+    const run: Row = instructions
+      ? {
+          'Requests a round': requests,
+          'Warm-up requests a list': warmup,
+          'Settling rounds': settlingRounds,
+          Node: `${node.version} under callgrind`,
+          Dumps: dumps,
+        }
+      : {
+          's a round': duration,
+          Node: node.version,
+          'Load average at the start': loadAverageAtStart,
+          'Load average at the end': loadAverage().join(' / '),
+        };
     const keys = settings.map((s) => s.key).filter((k) => k !== 'off');
-    if (!instructions) {
-      printTable(figures, keys, 'CPU per request', '', 'CPU');
-      return;
-    }
-    for (const [i, m] of COUNTED_MEASURES.entries()) {
-      if (i > 0) log('');
-      printTable(figures, keys, m.what, m.suffix, m.measure);
-    }
+    const measures = instructions ? COUNTED_MEASURES : [{ what: 'CPU per request', suffix: '' }];
+    log(
+      [
+        '',
+        ...table([
+          {
+            Posts: posts,
+            Rounds: rounds,
+            Connections: connections,
+            ...run,
+            'Batches exported': collector.batches(),
+          },
+        ]),
+        ...measures.flatMap((m) => ['', ...measureTables(figures, keys, m.what, m.suffix)]),
+        '',
+      ].join('\n'),
+    );
   } finally {
     await Promise.all(contenders.map((c) => c.server.stop()));
     collector.close();
   }
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exit(1);
-});
+runMain(main);

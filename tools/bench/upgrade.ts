@@ -20,11 +20,8 @@ import {
 } from '../harness/upgrade-drill';
 import { recordedRelease, upgradeSources, type Release } from '../harness/releases';
 import { stopAll } from '../harness/service';
+import { option, runMain } from './common';
 
-function option(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
 const posts = Number(option('posts', '1000000'));
 const votes = Number(option('votes', String(posts)));
 const perSecond = Number(option('rate', '90'));
@@ -143,9 +140,4 @@ async function main(): Promise<void> {
   process.exitCode = ok ? 0 : 1;
 }
 
-main()
-  .catch((error: unknown) => {
-    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exitCode = 2;
-  })
-  .finally(() => stopAll());
+runMain(main, { after: stopAll, failCode: 2 });

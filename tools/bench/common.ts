@@ -1,0 +1,112 @@
+/**
+ * What the bench scripts share: their options, how they print (progress lines, figures as Markdown
+ * tables), what the figures were measured on, and how they end on an error.
+ */
+import os from 'node:os';
+import knex from 'knex';
+import { pgConnection } from '../harness/seed';
+
+/** `--name value` from the command line, or the fallback. */
+export function option(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+
+/** A comma-separated option's numbers. */
+export const numbers = (name: string, fallback: string): number[] =>
+  option(name, fallback)
+    .split(',')
+    .map((s) => Number(s.trim()));
+
+/** The sizes tools/harness/seed.ts seeds a bench database at. */
+export const SIZES = [10_000, 100_000, 1_000_000];
+
+/** Exits with `message` (status 2) unless the options are valid: a run on them would not measure what it says. */
+export function usage(valid: boolean, message: string): void {
+  if (valid) return;
+  process.stderr.write(`${message}\n`);
+  process.exit(2);
+}
+
+export const log = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};
+
+/** Runs a bench's main, then `after`; on an error, exits with `failCode` after printing its cause too (where a server that did not start says why). */
+export function runMain(main: () => Promise<void>, { after = async () => {}, failCode = 1 } = {}): void {
+  void main().then(after, async (error: unknown) => {
+    process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    const cause = error instanceof Error ? error.cause : undefined;
+    if (cause instanceof Error) process.stderr.write(`cause: ${cause.message}\n`);
+    await after();
+    process.exit(failCode);
+  });
+}
+
+/** A number with thousands separators and `digits` decimals. */
+export const fmt = (n: number, digits = 0): string =>
+  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** A target's verdict. */
+export const mark = (ok: boolean): string => (ok ? '✅ met' : '❌ missed');
+
+/** One row of a table: its cells by column; a number is printed with fmt (whole), a string as it is. */
+export type Row = Record<string, string | number>;
+
+/** Cells that read as figures: aligned right. */
+const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( ×)?(\*\*)?$|^–$/;
+
+/** Rows as a Markdown table, its columns the rows' keys in the order first seen, so each section's rows say what its columns are. */
+export function table(rows: Row[]): string[] {
+  const columns = [...new Set(rows.flatMap((row) => Object.keys(row)))];
+  if (columns.length === 0) return [];
+  const text = (cell: string | number | undefined) =>
+    cell === undefined ? '–' : typeof cell === 'number' ? fmt(cell) : cell;
+  const right = (column: string) => rows.every((row) => FIGURE.test(text(row[column])));
+  return [
+    `| ${columns.join(' | ')} |`,
+    `|${columns.map((column) => (right(column) ? '---:' : '---')).join('|')}|`,
+    ...rows.map((row) => `| ${columns.map((column) => text(row[column])).join(' | ')} |`),
+  ];
+}
+
+/** One of the PostgreSQL server's settings (server_version, data_directory). */
+export async function postgresSetting(name: string, database = 'postgres'): Promise<string> {
+  const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
+  try {
+    return (
+      (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'
+    );
+  } finally {
+    await k.destroy();
+  }
+}
+
+/** What a run's figures were measured on, the load averages when it ended: other work on the machine moves the figures. */
+export interface Machine {
+  cpus: string;
+  memoryGb: number;
+  node: string;
+  postgres: string;
+  loadAverage: number[];
+}
+
+export const loadAverage = (): number[] => os.loadavg().map((l) => Number(l.toFixed(2)));
+
+/** This machine now, its servers on Node `node`. */
+export const machine = async (node: string): Promise<Machine> => ({
+  cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+  memoryGb: Math.round(os.totalmem() / 2 ** 30),
+  node,
+  postgres: await postgresSetting('server_version'),
+  loadAverage: loadAverage(),
+});
+
+/** The machine's cells of a run's table. */
+export const machineRow = (m: Machine): Row => ({
+  CPUs: m.cpus,
+  'Memory GB': m.memoryGb,
+  'Servers on Node': m.node,
+  PostgreSQL: m.postgres,
+  'Load average at the end': m.loadAverage.join(' / '),
+});
