@@ -36,7 +36,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
-import { formatReport, readReport, type Report } from '../report';
+import { formatReport } from '../report';
 import { Cluster } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer, type DatabaseControl } from './control';
@@ -376,43 +376,22 @@ async function startMonitoring(release: Release, tmp: string): Promise<Prometheu
   return prometheus;
 }
 
-/** Where the suite writes its report files, read back for the proof table. */
-interface ReportFiles {
-  report: string;
-  metrics: string;
-  upgrade: string;
-  backup: string;
-}
-
-/** The suite's report files joined with the runtime's figures, printed as the proof table. */
-function printReport(files: ReportFiles, cluster: Cluster, launcher: Launcher, release: Release): void {
+/** The runtime's figures beside the suite's in the report folder, printed as the proof table. */
+function printReport(dir: string, cluster: Cluster, launcher: Launcher, release: Release): void {
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
   // Memory is read before the replicas stop; the figures go into the proof table.
   for (const replica of cluster.replicas) cluster.recordMemory(replica);
-  let report: Report | undefined;
-  try {
-    report = readReport(files.report);
-  } catch {
-    step('no report was written');
-  }
-  if (report && existsSync(files.metrics))
-    report.metrics = (JSON.parse(readFileSync(files.metrics, 'utf8')) as Report).metrics;
-  if (report && existsSync(files.upgrade))
-    report.upgrade = (JSON.parse(readFileSync(files.upgrade, 'utf8')) as Report).upgrade;
-  if (report && existsSync(files.backup))
-    report.backup = (JSON.parse(readFileSync(files.backup, 'utf8')) as Report).backup;
-  if (report) {
-    const policy =
-      launcher.kind === 'containers'
-        ? containerPolicy(release.podSpec, release.container, release.secrets)
-        : undefined;
-    report.runtime = {
-      launcher: launcher.describe(),
-      memoryLimitBytes: policy?.memoryLimitBytes,
-      replicas: [...cluster.figures.values()],
-    };
-    process.stdout.write(`\n${formatReport(report)}\n\n`);
-  }
+  const policy =
+    launcher.kind === 'containers'
+      ? containerPolicy(release.podSpec, release.container, release.secrets)
+      : undefined;
+  const runtime = {
+    launcher: launcher.describe(),
+    memoryLimitBytes: policy?.memoryLimitBytes,
+    replicas: [...cluster.figures.values()],
+  };
+  writeFileSync(join(dir, 'runtime.json'), JSON.stringify(runtime, null, 2));
+  process.stdout.write(`\n${formatReport(dir)}\n\n`);
 }
 
 /**
@@ -640,7 +619,7 @@ function runCases(
   { launcher, upgrade }: Runtime,
   urls: { base: string; control: string; prometheus: string },
   readAddress: Address | undefined,
-  files: ReportFiles,
+  reportDir: string,
 ): Promise<number> {
   const renderedFile = join(tmp, 'rendered.json');
   writeFileSync(renderedFile, JSON.stringify(objects));
@@ -652,22 +631,15 @@ function runCases(
     K8S_DRIVER: 'local',
     K8S_PROXY: gatewayMode ? 'nginx-gateway-fabric' : 'ingress-nginx',
     K8S_CONTROL_URL: urls.control,
-    K8S_REPORT_FILE: files.report,
+    K8S_REPORT_DIR: reportDir,
     K8S_PROMETHEUS_URL: urls.prometheus,
     K8S_RENDERED_FILE: renderedFile,
-    K8S_METRICS_REPORT_FILE: files.metrics,
     // The backup case renders the chart again with these and the recovery values.
     K8S_VALUES_FILES: extraValues.join(','),
     ...(installed ? { K8S_CHART: installed.chart } : {}),
-    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: files.backup } : {}),
+    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin' } : {}),
     ...(readAddress ? { K8S_STANDBY_READS: '1' } : {}),
-    ...(upgrade
-      ? {
-          K8S_UPGRADE_FROM: upgrade.from,
-          K8S_UPGRADE_TO: upgrade.to,
-          K8S_UPGRADE_REPORT_FILE: files.upgrade,
-        }
-      : {}),
+    ...(upgrade ? { K8S_UPGRADE_FROM: upgrade.from, K8S_UPGRADE_TO: upgrade.to } : {}),
     K8S_PROBE_WINDOW_SECONDS: String(
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
@@ -700,15 +672,11 @@ async function main(): Promise<number> {
   const cluster = await startReplicas(rendered, runtime, db, proxy, prometheus);
   const controlUrl = await startControl(release, runtime, db, proxy, cluster);
 
-  const files: ReportFiles = {
-    report: join(tmp, 'report.json'),
-    metrics: join(tmp, 'metrics-report.json'),
-    upgrade: join(tmp, 'upgrade-report.json'),
-    backup: join(tmp, 'backup-report.json'),
-  };
+  const reportDir = join(tmp, 'report');
+  mkdirSync(reportDir);
   const urls = { base: `http://127.0.0.1:${listenPort}`, control: controlUrl, prometheus: prometheus.url };
-  const code = await runCases(tmp, rendered, runtime, urls, db.readAddress, files);
-  printReport(files, cluster, runtime.launcher, release);
+  const code = await runCases(tmp, rendered, runtime, urls, db.readAddress, reportDir);
+  printReport(reportDir, cluster, runtime.launcher, release);
   return code;
 }
 

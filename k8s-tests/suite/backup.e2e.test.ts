@@ -11,12 +11,12 @@
  * requests come from their own client address, so the rate-limit case's counter is untouched.
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { pollUntil } from '../../tools/harness/poll';
 import { ensureTools } from '../../tools/tools';
 import type { BackedUpCluster } from '../local/cnpg-backup';
 import { renderChart } from '../local/release';
-import type { Report } from '../report';
+import { writeReport } from '../report';
 import { closeConnections, describeAnswer, fromAddress, postForm, postJson, send } from './client';
 import { driverFromEnv } from './drivers';
 
@@ -155,7 +155,7 @@ backupCase(
     const absent: number[] = [];
     for (const post of afterMistake) if ((await read(post)).status === 404) absent.push(post.id);
 
-    const report: NonNullable<Report['backup']> = {
+    writeReport('backup', {
       written: {
         beforeBackup: beforeBackup.length,
         afterBackup: afterBackup.length,
@@ -174,9 +174,7 @@ backupCase(
       present: back.filter((b) => b.status === 200).length,
       absentAfterMistake: absent.length,
       archivedWal: recovered.archivedWal,
-    };
-    if (process.env.K8S_BACKUP_REPORT_FILE)
-      writeFileSync(process.env.K8S_BACKUP_REPORT_FILE, JSON.stringify({ backup: report }));
+    });
 
     // Every write acknowledged before the mistake: the post, and the other user's vote on it.
     expect(back).toEqual(acknowledged.map((p) => ({ id: p.id, status: 200, votes: 1 })));

@@ -11,10 +11,9 @@
  * replicas did not start from the previous release (kind, --processes, --no-upgrade).
  */
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import { sample } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
-import type { Report } from '../report';
+import { writeReport } from '../report';
 import {
   closeConnections,
   fromAddress,
@@ -246,25 +245,21 @@ upgradeCase(
     expect(read).toEqual(expected);
     expect(listed).toEqual(expected);
 
-    const report: Pick<Report, 'upgrade'> = {
-      upgrade: {
-        from,
-        to,
-        posts: expectedVotes.size,
-        votes: [...expectedVotes.values()].reduce((sum, n) => sum + n, 0),
-        migrationsBefore,
-        migrationsAfter: pages.map((page) => applied(page) ?? -1),
-        sent,
-        failed: failures.length,
-        failedBy,
-        byRequest,
-        detail,
-        upgradeMs,
-        backfillDoneMs: after.ms,
-      },
-    };
-    const file = process.env.K8S_UPGRADE_REPORT_FILE;
-    if (file) writeFileSync(file, JSON.stringify(report, null, 2));
+    writeReport('upgrade', {
+      from,
+      to,
+      posts: expectedVotes.size,
+      votes: [...expectedVotes.values()].reduce((sum, n) => sum + n, 0),
+      migrationsBefore,
+      migrationsAfter: pages.map((page) => applied(page) ?? -1),
+      sent,
+      failed: failures.length,
+      failedBy,
+      byRequest,
+      detail,
+      upgradeMs,
+      backfillDoneMs: after.ms,
+    });
     expect(failures.slice(0, 10)).toEqual([]);
     expect(sent).toBeGreaterThan(10);
   },
