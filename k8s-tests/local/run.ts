@@ -210,6 +210,7 @@ async function startCnpg(objects: KubeObject[], tmp: string): Promise<number> {
     runAsProcesses ? ['localhost'] : [],
     archiving,
     readPooler,
+    FAILOVER_DETECTION_MS,
   );
   const poolerPort = await state.cnpg.start();
   step(
@@ -281,58 +282,33 @@ async function databaseFor(
   poolerPort: number,
   tmp: string,
 ): Promise<{ database: DatabaseControl; dbAddress: Address; readAddress?: Address }> {
-  let database: DatabaseControl;
-  let dbAddress: Address;
-  let readAddress: Address | undefined;
   const standIn = state.cnpg;
   if (standIn) {
-    database = {
-      stop: () => {
-        standIn.stopDatabase();
-        return Promise.resolve();
-      },
-      start: () => standIn.startDatabase(),
-      failover: () => standIn.failover(FAILOVER_DETECTION_MS),
-      ...(standIn.readPoolerPort
-        ? {
-            standby: {
-              pauseReplay: (paused: boolean) => standIn.pauseReplay(paused),
-              committedOn: () => standIn.committedOn(),
-            },
-          }
-        : {}),
-      ...(standIn.backups
-        ? {
-            backups: {
-              base: () => standIn.baseBackup(),
-              mistake: () => standIn.mistake(),
-              recover: (objects: KubeObject[]) => standIn.recover(objects),
-            },
-          }
+    const named = (host: string) => (runAsProcesses ? 'localhost' : host);
+    const readPort = standIn.readPoolerPort;
+    return {
+      database: standIn,
+      dbAddress: { host: named(release.database.host), port: poolerPort },
+      ...(release.readDatabase && readPort
+        ? { readAddress: { host: named(release.readDatabase.host), port: readPort } }
         : {}),
     };
-    dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
-    if (release.readDatabase && standIn.readPoolerPort)
-      readAddress = {
-        host: runAsProcesses ? 'localhost' : release.readDatabase.host,
-        port: standIn.readPoolerPort,
-      };
-  } else {
-    const pgPort = await freePort();
-    step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
-    const postgres = new Postgres({
-      dir: join(tmp, 'postgres'),
-      port: pgPort,
-      database: release.database.name,
-      user: release.database.user,
-      password: release.database.password,
-    });
-    state.postgres = postgres;
-    await postgres.init();
-    database = { stop: () => postgres.stop(), start: () => postgres.start() };
-    dbAddress = { host: '127.0.0.1', port: pgPort };
   }
-  return { database, dbAddress, ...(readAddress ? { readAddress } : {}) };
+  const pgPort = await freePort();
+  step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
+  const postgres = new Postgres({
+    dir: join(tmp, 'postgres'),
+    port: pgPort,
+    database: release.database.name,
+    user: release.database.user,
+    password: release.database.password,
+  });
+  state.postgres = postgres;
+  await postgres.init();
+  return {
+    database: { stopDatabase: () => postgres.stop(), startDatabase: () => postgres.start() },
+    dbAddress: { host: '127.0.0.1', port: pgPort },
+  };
 }
 
 /** A replica's pod name in the metrics, as the emulated cluster names it. */
@@ -591,7 +567,6 @@ async function startControl(
   const { database, dbAddress, readAddress } = db;
   const control = await startControlServer({
     database,
-    failoverDetectionMs: FAILOVER_DETECTION_MS,
     cluster,
     launcher,
     logDir,

@@ -215,8 +215,8 @@ upgradeCase(
     const startedAt = Date.now();
     let detail = '';
     const stream = await streamDuring(
-      upgrade().then((text) => {
-        detail = (JSON.parse(text) as { replaced: string }).replaced;
+      upgrade().then(({ replaced }) => {
+        detail = replaced;
       }),
       [
         { token: a, postId: streamPosts.a },
