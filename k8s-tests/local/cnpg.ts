@@ -342,9 +342,8 @@ export class CnpgStandIn implements DatabaseControl, StandbyControl, BackupContr
   }
 
   /** The database down (the suite's case 6): the primary stops, the Pooler stays. */
-  stopDatabase(): Promise<void> {
+  stopDatabase(): void {
     this.instances.stopPrimary();
-    return Promise.resolve();
   }
 
   async startDatabase(): Promise<void> {

@@ -19,8 +19,8 @@ import { ContainerLauncher, type Launcher } from './launcher';
 
 /** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
 export interface DatabaseControl {
-  stopDatabase(): Promise<void>;
-  startDatabase(): Promise<void>;
+  stopDatabase(): void | Promise<void>;
+  startDatabase(): void | Promise<void>;
   failover?: () => Promise<{ promotedAfterMs: number }>;
   standby?: StandbyControl;
   backups?: BackupControl;

@@ -44,8 +44,7 @@ import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { postgresBin } from '../../tools/harness/postgres';
-import { Postgres } from './postgres';
+import { ownForPostgres, OwnPostgres, postgresBin, runPostgresTool } from '../../tools/harness/postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
 import { installFromRegistry, pullImage, type Installed } from './from-registry';
@@ -81,7 +80,7 @@ function step(message: string): void {
 
 interface Running {
   tmp: string;
-  postgres?: Postgres;
+  postgres?: OwnPostgres;
   cnpg?: CnpgStandIn;
   nginx?: Nginx;
   cluster?: Cluster;
@@ -117,9 +116,12 @@ function tearDown(): Promise<void> {
     await nginx?.stop().catch((error: unknown) => {
       step(`nginx: ${String(error)}`);
     });
-    await postgres?.stop().catch((error: unknown) => {
+    try {
+      // Stopped, not destroyed: its log stays in the work folder.
+      if (postgres?.running()) postgres.stop();
+    } catch (error) {
       step(`postgres: ${String(error)}`);
-    });
+    }
     await cnpg?.close().catch((error: unknown) => {
       step(`cnpg: ${String(error)}`);
     });
@@ -294,20 +296,36 @@ async function databaseFor(
         : {}),
     };
   }
-  const pgPort = await freePort();
-  step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
-  const postgres = new Postgres({
-    dir: join(tmp, 'postgres'),
-    port: pgPort,
-    database: release.database.name,
-    user: release.database.user,
-    password: release.database.password,
-  });
+  // The chart's StatefulSet runs the postgres image: its user is the superuser, scram over TCP.
+  const { name, user, password } = release.database;
+  const passwordFile = join(tmp, 'postgres-password');
+  writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+  ownForPostgres(passwordFile);
+  const dir = join(tmp, 'postgres');
+  mkdirSync(dir, { mode: 0o700 });
+  const initdb = [
+    `--pwfile=${passwordFile}`,
+    '--auth-local=trust',
+    '--auth-host=scram-sha-256',
+    '--locale=C',
+  ];
+  const postgres = new OwnPostgres({ dir, user, initdb });
   state.postgres = postgres;
   await postgres.init();
+  postgres.start();
+  // The postgres image creates POSTGRES_DB on first start; so does the runner.
+  runPostgresTool('createdb', ['-h', dir, '-p', String(postgres.port), '-U', user, name]);
+  step(`PostgreSQL on 127.0.0.1:${postgres.port} (initdb in the work folder; database ${name})`);
   return {
-    database: { stopDatabase: () => postgres.stop(), startDatabase: () => postgres.start() },
-    dbAddress: { host: '127.0.0.1', port: pgPort },
+    database: {
+      stopDatabase: () => {
+        postgres.stop();
+      },
+      startDatabase: () => {
+        postgres.start();
+      },
+    },
+    dbAddress: { host: '127.0.0.1', port: postgres.port },
   };
 }
 
