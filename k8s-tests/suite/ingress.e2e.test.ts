@@ -6,7 +6,6 @@
  * (the proof table). The cases run in order and share one user: case 2 must be
  * the first traffic on /login and /users/ from this address within a minute.
  */
-import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pollUntil } from '../../tools/harness/poll';
 import { writeReport } from '../report';
@@ -22,6 +21,7 @@ import {
   problemFaultsOf,
   send,
   describeAnswer,
+  run,
   tally,
   type Answer,
 } from './client';
@@ -46,8 +46,6 @@ if (proxy !== 'ingress-nginx' && proxy !== 'nginx-gateway-fabric')
 const LIMIT_RPM = 10;
 const BURST = LIMIT_RPM * 1;
 
-// A kind cluster keeps its database between runs: every run registers addresses of its own.
-const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
 const email = (label: string) => `e2e-${label}-${run}@example.com`;
 const password = 'correct horse battery';
 const userA = { username: email('a'), password };

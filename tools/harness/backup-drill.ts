@@ -7,12 +7,13 @@
  * reads them from the rendered chart can drive it too.
  */
 import { rmSync } from 'node:fs';
-import path from 'node:path';
 import {
   archiveNow,
   archivingSettings,
   massDelete,
   recoverServer,
+  splitDestination,
+  storedBytes,
   takeBaseBackup,
   type BarmanSettings,
   type Compression,
@@ -36,14 +37,6 @@ export interface DrillSettings {
   immediateCheckpoint?: boolean;
   log?: (line: string) => void;
 }
-
-/** s3://bucket/folder → bucket and folder */
-const splitDestination = (destinationPath: string): { bucket: string; folder: string } => {
-  const match = /^s3:\/\/([^/]+)\/?(.*)$/.exec(destinationPath);
-  if (!match?.[1])
-    throw new Error(`destinationPath must be s3://<bucket>[/<folder>], not ${destinationPath}`);
-  return { bucket: match[1], folder: (match[2] ?? '').replace(/\/+$/, '') };
-};
 
 /** One query on a server of the drill, on a connection of its own. */
 export const query = queryServer;
@@ -142,8 +135,7 @@ export class BackupDrill {
 
   /** Bytes in the store of this server's base backups or WAL. */
   stored(what: 'base' | 'wals'): number {
-    const { folder } = splitDestination(this.barman.destinationPath);
-    return this.store.bytes(path.posix.join(folder, this.barman.serverName, what));
+    return storedBytes(this.store, this.barman, what);
   }
 
   async destroy(): Promise<void> {
@@ -152,9 +144,6 @@ export class BackupDrill {
     await this.store.destroy();
   }
 }
-
-/** The load's users' password. */
-const PASSWORD = 'correct horse battery';
 
 /** One acknowledged write of the load: when it was sent and when its 201 came back. */
 export type Write =
@@ -176,7 +165,7 @@ export async function writeLoad(base: string, workers: number, label: string): P
   const users = await Promise.all(
     Array.from({ length: workers }, async (_, n) => {
       const email = `${label}-${String(n)}@example.com`;
-      return { email, token: await account(base, email, PASSWORD), voted: new Set<number>() };
+      return { email, token: await account(base, email), voted: new Set<number>() };
     }),
   );
   const writes: Write[] = [];
@@ -290,7 +279,7 @@ export async function apiFindings(
   for (const post of posts) {
     let token = tokens.get(post.email);
     if (!token) {
-      token = await login(svc.base, post.email, PASSWORD);
+      token = await login(svc.base, post.email);
       tokens.set(post.email, token);
     }
     const answer = await call(svc.base, `/posts/${String(post.id)}`, { token });

@@ -18,7 +18,7 @@ import {
   startServer,
   stopServer,
 } from './postgres';
-import { pollUntil } from './poll';
+import { waitFor } from './poll';
 import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
@@ -152,9 +152,8 @@ export class ReplicatedPostgres {
 
   /** Resolves once the primary waits for the standby again (its commits are replicated). */
   private async synchronous(): Promise<void> {
-    const read = () => this.syncState().catch(() => undefined);
-    const { held } = await pollUntil(read, (state) => state === 'sync', { withinMs: 30_000, everyMs: 200 });
-    if (!held) throw new Error('the standby was not synchronous within 30 s');
+    const sync = async () => (await this.syncState().catch(() => undefined)) === 'sync';
+    await waitFor('the standby to be synchronous', 30_000, sync);
   }
 
   /** The standby's sync_state as the primary sees it ('sync' when commits wait for it). */
