@@ -165,13 +165,13 @@ for _ in $(seq 1 60); do
 done
 
 step "the suite against http://localhost ($MODE), Host $HOST"
-REPORT="$(mktemp)"
+REPORT="$(mktemp -d)"
 status=0
 K8S_BASE_URL=http://localhost K8S_HOST="$HOST" K8S_ALLOWED_ORIGINS="$ORIGINS" \
   K8S_DRIVER=kind K8S_PROXY="$MODE" K8S_DATABASE="$DATABASE" K8S_NAMESPACE="$NAMESPACE" K8S_RELEASE="$RELEASE" K8S_KUBE_CONTEXT="$CONTEXT" \
   KUBECTL="$(command -v "$KUBECTL")" KUBECONFIG="${KUBECONFIG:-$HOME/.kube/config}" \
-  K8S_REPORT_FILE="$REPORT" \
+  K8S_REPORT_DIR="$REPORT" \
   npx jest --selectProjects k8s --runInBand --verbose || status=$?
-[ -s "$REPORT" ] && npx tsx k8s-tests/report.ts "$REPORT"
-rm -f "$REPORT"
+npx tsx k8s-tests/report.ts "$REPORT"
+rm -rf "$REPORT"
 exit "$status"

@@ -9,7 +9,6 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { freePort } from '../../tools/harness/service';
 
 export type BrokenMode = 'refuse' | 'reset' | 'hang';
-export const brokenModes: readonly BrokenMode[] = ['refuse', 'reset', 'hang'];
 
 export class BrokenEndpoint {
   private server: Server | undefined;

@@ -16,8 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Launched, Launcher, MemoryUse } from './launcher';
 import type { Release } from './release';
 import { freePort } from '../../tools/harness/service';
-import { probe } from '../../tools/harness/poll';
-import { waitFor } from './wait';
+import { probe, waitFor } from '../../tools/harness/poll';
 
 const ENDPOINT_LAG_MS = 1000;
 
@@ -169,7 +168,7 @@ export class Cluster {
     );
     void this.probeLoop(replica, 'readiness');
     void this.probeLoop(replica, 'liveness');
-    await waitFor(`${name} to become ready`, 60_000, () => Promise.resolve(replica.ready), 50);
+    await waitFor(`${name} to become ready`, 60_000, () => replica.ready, 50);
     this.figures.set(name, {
       name,
       database: firstStart ? 'empty' : 'migrated',

@@ -17,6 +17,8 @@ import {
   COMPRESSIONS,
   listBackups,
   recoverServer,
+  splitDestination,
+  storedBytes,
   takeBaseBackup,
   type BackupInfo,
   type BarmanSettings,
@@ -179,7 +181,7 @@ export class PluginBackups {
     )
       throw new Error(`endpointURL ${endpointUrl}: the emulated store listens on http://127.0.0.1:<port>`);
     this.port = Number(endpoint.port);
-    this.store = new ObjectStore(bucketOf(destinationPath));
+    this.store = new ObjectStore(splitDestination(destinationPath).bucket);
   }
 
   async start(): Promise<void> {
@@ -236,14 +238,6 @@ export class PluginBackups {
   async baseBackup(instance: Instance): Promise<{ backup: BackupInfo; ms: number }> {
     if (!this.archiving.scheduled) throw new Error('no ScheduledBackup is rendered for the Cluster');
     return takeBaseBackup(this.archiving.settings, this.env, instance);
-  }
-
-  /** Bytes of a serverName's folder in the store (`base` or `wals`). */
-  stored(serverName: string, what: 'base' | 'wals'): number {
-    const folder = this.archiving.settings.destinationPath
-      .replace(/^s3:\/\/[^/]+\/?/, '')
-      .replace(/\/+$/, '');
-    return this.store.bytes([folder, serverName, what].filter(Boolean).join('/'));
   }
 
   /**
@@ -316,7 +310,7 @@ export class PluginBackups {
         backupId: backup.backup_id,
         targetTime: targetText ?? null,
         archivedWal,
-        archivedBytes: this.stored(own.settings.serverName, 'wals'),
+        archivedBytes: storedBytes(this.store, own.settings, 'wals'),
       },
     };
   }
@@ -325,11 +319,4 @@ export class PluginBackups {
     for (const server of this.recovered) server.destroy();
     await this.store.destroy();
   }
-}
-
-/** s3://bucket/folder → bucket */
-function bucketOf(destinationPath: string): string {
-  const bucket = /^s3:\/\/([^/]+)/.exec(destinationPath)?.[1];
-  if (!bucket) throw new Error(`destinationPath must be s3://<bucket>[/<folder>], not ${destinationPath}`);
-  return bucket;
 }

@@ -28,10 +28,11 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { Client } from 'pg';
+import type { BackupControl, StandbyControl } from '../suite/drivers';
+import type { DatabaseControl } from './control';
 import { makeCa, signServer } from '../../tools/harness/certificates';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
-import { ownForPostgres, postgresServer } from '../../tools/harness/postgres';
+import { ownForPostgres, queryServer } from '../../tools/harness/postgres';
 import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
 import { Relay } from '../../tools/harness/relay';
 import { freePort } from '../../tools/harness/service';
@@ -128,10 +129,15 @@ export function poolerSettings(pooler: CnpgPooler): Record<string, string> {
 
 const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
 
-export class CnpgStandIn {
+/** What the suite's control reaches (local/control.ts): the database, its standby and its backups. */
+export class CnpgStandIn implements DatabaseControl, StandbyControl, BackupControl {
   readonly instances: ReplicatedPostgres;
   /** The plugin's part, when the Cluster archives through it. */
-  readonly backups: PluginBackups | undefined;
+  private readonly barman: PluginBackups | undefined;
+  /** The backup case's control, when the Cluster archives through the plugin. */
+  readonly backups: BackupControl | undefined;
+  /** The standby-reads case's control, when the release reads on standbys (the ro Pooler). */
+  readonly standby: StandbyControl | undefined;
   /** After a failover the standby is the primary. */
   private promoted = false;
   /** After a recovery the service is on the recovered Cluster, and this one is gone. */
@@ -153,13 +159,17 @@ export class CnpgStandIn {
     private readonly extraNames: string[] = [],
     archiving?: Archiving,
     private readonly readPooler?: CnpgPooler,
+    /** How long after the primary's loss the standby is promoted (the operator's detection and election). */
+    private readonly failoverDetectionMs = 0,
   ) {
     this.dir = join(workDir, 'cnpg');
     mkdirSync(this.dir, { recursive: true });
-    this.backups = archiving ? new PluginBackups(archiving) : undefined;
+    this.barman = archiving ? new PluginBackups(archiving) : undefined;
+    this.backups = archiving ? this : undefined;
+    this.standby = readPooler ? this : undefined;
     // The store's credentials reach archive_command through the servers' environment only.
     this.instances = new ReplicatedPostgres(
-      this.backups ? { settings: this.backups.primarySettings(), env: this.backups.env } : {},
+      this.barman ? { settings: this.barman.primarySettings(), env: this.barman.env } : {},
     );
   }
 
@@ -191,33 +201,23 @@ export class CnpgStandIn {
   /** Instances, the -rw Service, bootstrap, the Pooler; resolves with the Pooler's port. */
   async start(): Promise<number> {
     this.certificates();
-    await this.backups?.start();
+    await this.barman?.start();
     await this.instances.init();
     this.rw = new Relay(this.instances.primaryPort);
     await this.rw.start();
     const { database, owner, postInitApplicationSQL = [] } = this.cluster.spec.bootstrap.initdb;
-    const superuser = (db: string) =>
-      new Client({
-        host: '127.0.0.1',
-        port: this.instances.primaryPort,
-        user: postgresServer.user,
-        database: db,
-      });
-    let client = superuser('postgres');
-    await client.connect();
-    await client.query(`CREATE ROLE "${owner}" LOGIN PASSWORD '${this.password}'`);
-    await client.query(`CREATE DATABASE "${database}" OWNER "${owner}"`);
+    const primary = this.instances.primaryPort;
+    await queryServer(primary, 'postgres', `CREATE ROLE "${owner}" LOGIN PASSWORD '${this.password}'`);
+    await queryServer(primary, 'postgres', `CREATE DATABASE "${database}" OWNER "${owner}"`);
     // What CloudNativePG's auth_query returns for the owner: its SCRAM secret.
-    const secret = (
-      await client.query<{ rolpassword: string }>('SELECT rolpassword FROM pg_authid WHERE rolname = $1', [
-        owner,
-      ])
-    ).rows[0]?.rolpassword;
-    await client.end();
-    client = superuser(database);
-    await client.connect();
-    for (const sql of postInitApplicationSQL) await client.query(sql);
-    await client.end();
+    const [row] = await queryServer<{ rolpassword: string }>(
+      primary,
+      'postgres',
+      'SELECT rolpassword FROM pg_authid WHERE rolname = $1',
+      [owner],
+    );
+    for (const sql of postInitApplicationSQL) await queryServer(primary, database, sql);
+    const secret = row?.rolpassword;
     if (!secret) throw new Error(`no password for ${owner}`);
 
     const tls = {
@@ -226,31 +226,24 @@ export class CnpgStandIn {
       client_tls_ca_file: join(this.dir, 'ca.crt'),
       server_tls_sslmode: 'disable',
     };
-    this.pgbouncer = new OwnPgBouncer({
-      version: '1.24',
-      target: { host: '127.0.0.1', port: this.rw.port },
-      poolSize: Number(this.pooler.spec.pgbouncer.parameters?.default_pool_size ?? 20),
-      overrides: {
-        settings: { ...poolerSettings(this.pooler), ...tls },
-        users: { [owner]: secret },
-        hba: ['host all all 0.0.0.0/0 md5'],
-      },
-    });
+    const bouncer = (pooler: CnpgPooler, port: number) =>
+      new OwnPgBouncer({
+        version: '1.24',
+        target: { host: '127.0.0.1', port },
+        poolSize: Number(pooler.spec.pgbouncer.parameters?.default_pool_size ?? 20),
+        overrides: {
+          settings: { ...poolerSettings(pooler), ...tls },
+          users: { [owner]: secret },
+          hba: ['host all all 0.0.0.0/0 md5'],
+        },
+      });
+    this.pgbouncer = bouncer(this.pooler, this.rw.port);
     await this.pgbouncer.start();
     if (this.readPooler) {
       // The -ro Service: the ready standbys, here the one standby (the owner reached it by replication).
       this.ro = new Relay(this.instances.standbyPort);
       await this.ro.start();
-      this.readPgbouncer = new OwnPgBouncer({
-        version: '1.24',
-        target: { host: '127.0.0.1', port: this.ro.port },
-        poolSize: Number(this.readPooler.spec.pgbouncer.parameters?.default_pool_size ?? 20),
-        overrides: {
-          settings: { ...poolerSettings(this.readPooler), ...tls },
-          users: { [owner]: secret },
-          hba: ['host all all 0.0.0.0/0 md5'],
-        },
-      });
+      this.readPgbouncer = bouncer(this.readPooler, this.ro.port);
       await this.readPgbouncer.start();
     }
     return this.pgbouncer.port;
@@ -259,37 +252,20 @@ export class CnpgStandIn {
   /** The standby's replay paused (pg_wal_replay_pause) or resumed: a standby falling behind. */
   async pauseReplay(paused: boolean): Promise<void> {
     if (this.promoted || this.recovered) throw new Error(`Cluster ${this.name} has no standby left`);
-    const client = new Client({
-      host: '127.0.0.1',
-      port: this.instances.standbyPort,
-      user: postgresServer.user,
-      database: 'postgres',
-    });
-    await client.connect();
-    try {
-      await client.query(paused ? 'SELECT pg_wal_replay_pause()' : 'SELECT pg_wal_replay_resume()');
-    } finally {
-      await client.end();
-    }
+    const { standbyPort } = this.instances;
+    await (paused ? this.instances.pauseReplay(standbyPort) : this.instances.resumeReplay(standbyPort));
   }
 
   /** Transactions each instance has committed in the application database (where reads landed). */
-  async committedOn(): Promise<{ primary: number; standby: number }> {
+  async committed(): Promise<{ primary: number; standby: number }> {
     const { database } = this.cluster.spec.bootstrap.initdb;
     const count = async (port: number) => {
-      const client = new Client({ host: '127.0.0.1', port, user: postgresServer.user, database: 'postgres' });
-      await client.connect();
-      try {
-        const row = (
-          await client.query<{ n: string }>(
-            'SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1',
-            [database],
-          )
-        ).rows[0];
-        return Number(row?.n ?? 0);
-      } finally {
-        await client.end();
-      }
+      const [row] = await this.instances.query<{ n: string }>(
+        port,
+        'SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1',
+        [database],
+      );
+      return Number(row?.n ?? 0);
     };
     const { primaryPort, standbyPort } = this.instances;
     return { primary: await count(primaryPort), standby: await count(standbyPort) };
@@ -318,7 +294,7 @@ export class CnpgStandIn {
         'ca.crt': readFileSync(join(this.dir, 'ca.crt')),
         'ca.key': readFileSync(join(this.dir, 'ca.key')),
       }),
-      ...(this.backups?.secrets() ?? []),
+      ...(this.barman?.secrets() ?? []),
     ];
   }
 
@@ -330,12 +306,12 @@ export class CnpgStandIn {
   }
 
   private plugin(): PluginBackups {
-    if (!this.backups) throw new Error(`Cluster ${this.name} has no Barman Cloud plugin entry`);
-    return this.backups;
+    if (!this.barman) throw new Error(`Cluster ${this.name} has no Barman Cloud plugin entry`);
+    return this.barman;
   }
 
   /** The ScheduledBackup's next base backup, taken now (cron time cannot pass in a test). */
-  async baseBackup(): Promise<{ backupId: string; name: string; ms: number }> {
+  async base(): Promise<{ backupId: string; name: string; ms: number }> {
     const { backup, ms } = await this.plugin().baseBackup(this.primary());
     return { backupId: backup.backup_id, name: backup.backup_name ?? '', ms };
   }
@@ -375,16 +351,16 @@ export class CnpgStandIn {
   }
 
   /**
-   * The primary's pod lost: its server gone at once (immediate stop); `detectionMs` later (the
+   * The primary's pod lost: its server gone at once (immediate stop); `failoverDetectionMs` later (the
    * operator's reconcile noticing it and electing a standby, docs/src/failover.md) the standby is
    * promoted and the -rw Service's endpoint moves to it, which is all PgBouncer sees (it dials the
    * same address). Until then the Service leads nowhere: connections to it are refused.
    */
-  async failover(detectionMs: number): Promise<{ promotedAfterMs: number }> {
+  async failover(): Promise<{ promotedAfterMs: number }> {
     const started = Date.now();
     this.instances.killPrimary();
     this.rw?.retarget(await freePort());
-    await sleep(detectionMs);
+    await sleep(this.failoverDetectionMs);
     this.instances.promoteStandby();
     this.promoted = true;
     this.rw?.retarget(this.instances.standbyPort);
@@ -402,6 +378,6 @@ export class CnpgStandIn {
     await this.rw?.close();
     await this.ro?.close();
     this.instances.destroy();
-    await this.backups?.destroy();
+    await this.barman?.destroy();
   }
 }

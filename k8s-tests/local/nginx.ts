@@ -8,8 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
-import { probe } from '../../tools/harness/poll';
-import { waitFor } from './wait';
+import { probe, waitFor } from '../../tools/harness/poll';
 
 const NGINX = process.env.NGINX_BIN ?? '/usr/sbin/nginx';
 /** The headers-more module ingress-nginx's nginx is built with (Server header); Debian ships it apart. */
@@ -82,7 +81,7 @@ export class Nginx {
     // a new connection may still land on the old configuration; the real controller switches
     // endpoints without a reload, so the emulation waits for them to be gone.
     await waitFor(`nginx's old workers (${old.join(', ')}) to exit`, 30_000, () =>
-      Promise.resolve(!old.some((pid) => existsSync(`/proc/${pid}`))),
+      old.every((pid) => !existsSync(`/proc/${pid}`)),
     );
   }
 

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
 import { freePort } from '../../tools/harness/service';
-import { waitFor } from './wait';
+import { waitFor } from '../../tools/harness/poll';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
 export const SCRAPE_INTERVAL_SECONDS = 1;

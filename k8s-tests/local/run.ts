@@ -36,7 +36,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
-import { formatReport, readReport, type Report } from '../report';
+import { formatReport } from '../report';
 import { Cluster } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer, type DatabaseControl } from './control';
@@ -44,8 +44,7 @@ import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { postgresBin } from '../../tools/harness/postgres';
-import { Postgres } from './postgres';
+import { ownForPostgres, OwnPostgres, postgresBin, runPostgresTool } from '../../tools/harness/postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
 import { installFromRegistry, pullImage, type Installed } from './from-registry';
@@ -81,7 +80,7 @@ function step(message: string): void {
 
 interface Running {
   tmp: string;
-  postgres?: Postgres;
+  postgres?: OwnPostgres;
   cnpg?: CnpgStandIn;
   nginx?: Nginx;
   cluster?: Cluster;
@@ -117,9 +116,12 @@ function tearDown(): Promise<void> {
     await nginx?.stop().catch((error: unknown) => {
       step(`nginx: ${String(error)}`);
     });
-    await postgres?.stop().catch((error: unknown) => {
+    try {
+      // Stopped, not destroyed: its log stays in the work folder.
+      if (postgres?.running()) postgres.stop();
+    } catch (error) {
       step(`postgres: ${String(error)}`);
-    });
+    }
     await cnpg?.close().catch((error: unknown) => {
       step(`cnpg: ${String(error)}`);
     });
@@ -210,6 +212,7 @@ async function startCnpg(objects: KubeObject[], tmp: string): Promise<number> {
     runAsProcesses ? ['localhost'] : [],
     archiving,
     readPooler,
+    FAILOVER_DETECTION_MS,
   );
   const poolerPort = await state.cnpg.start();
   step(
@@ -281,58 +284,49 @@ async function databaseFor(
   poolerPort: number,
   tmp: string,
 ): Promise<{ database: DatabaseControl; dbAddress: Address; readAddress?: Address }> {
-  let database: DatabaseControl;
-  let dbAddress: Address;
-  let readAddress: Address | undefined;
   const standIn = state.cnpg;
   if (standIn) {
-    database = {
-      stop: () => {
-        standIn.stopDatabase();
-        return Promise.resolve();
-      },
-      start: () => standIn.startDatabase(),
-      failover: () => standIn.failover(FAILOVER_DETECTION_MS),
-      ...(standIn.readPoolerPort
-        ? {
-            standby: {
-              pauseReplay: (paused: boolean) => standIn.pauseReplay(paused),
-              committedOn: () => standIn.committedOn(),
-            },
-          }
-        : {}),
-      ...(standIn.backups
-        ? {
-            backups: {
-              base: () => standIn.baseBackup(),
-              mistake: () => standIn.mistake(),
-              recover: (objects: KubeObject[]) => standIn.recover(objects),
-            },
-          }
+    const named = (host: string) => (runAsProcesses ? 'localhost' : host);
+    const readPort = standIn.readPoolerPort;
+    return {
+      database: standIn,
+      dbAddress: { host: named(release.database.host), port: poolerPort },
+      ...(release.readDatabase && readPort
+        ? { readAddress: { host: named(release.readDatabase.host), port: readPort } }
         : {}),
     };
-    dbAddress = { host: runAsProcesses ? 'localhost' : release.database.host, port: poolerPort };
-    if (release.readDatabase && standIn.readPoolerPort)
-      readAddress = {
-        host: runAsProcesses ? 'localhost' : release.readDatabase.host,
-        port: standIn.readPoolerPort,
-      };
-  } else {
-    const pgPort = await freePort();
-    step(`PostgreSQL on 127.0.0.1:${pgPort} (initdb in the work folder; database ${release.database.name})`);
-    const postgres = new Postgres({
-      dir: join(tmp, 'postgres'),
-      port: pgPort,
-      database: release.database.name,
-      user: release.database.user,
-      password: release.database.password,
-    });
-    state.postgres = postgres;
-    await postgres.init();
-    database = { stop: () => postgres.stop(), start: () => postgres.start() };
-    dbAddress = { host: '127.0.0.1', port: pgPort };
   }
-  return { database, dbAddress, ...(readAddress ? { readAddress } : {}) };
+  // The chart's StatefulSet runs the postgres image: its user is the superuser, scram over TCP.
+  const { name, user, password } = release.database;
+  const passwordFile = join(tmp, 'postgres-password');
+  writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+  ownForPostgres(passwordFile);
+  const dir = join(tmp, 'postgres');
+  mkdirSync(dir, { mode: 0o700 });
+  const initdb = [
+    `--pwfile=${passwordFile}`,
+    '--auth-local=trust',
+    '--auth-host=scram-sha-256',
+    '--locale=C',
+  ];
+  const postgres = new OwnPostgres({ dir, user, initdb });
+  state.postgres = postgres;
+  await postgres.init();
+  postgres.start();
+  // The postgres image creates POSTGRES_DB on first start; so does the runner.
+  runPostgresTool('createdb', ['-h', dir, '-p', String(postgres.port), '-U', user, name]);
+  step(`PostgreSQL on 127.0.0.1:${postgres.port} (initdb in the work folder; database ${name})`);
+  return {
+    database: {
+      stopDatabase: () => {
+        postgres.stop();
+      },
+      startDatabase: () => {
+        postgres.start();
+      },
+    },
+    dbAddress: { host: '127.0.0.1', port: postgres.port },
+  };
 }
 
 /** A replica's pod name in the metrics, as the emulated cluster names it. */
@@ -376,43 +370,22 @@ async function startMonitoring(release: Release, tmp: string): Promise<Prometheu
   return prometheus;
 }
 
-/** Where the suite writes its report files, read back for the proof table. */
-interface ReportFiles {
-  report: string;
-  metrics: string;
-  upgrade: string;
-  backup: string;
-}
-
-/** The suite's report files joined with the runtime's figures, printed as the proof table. */
-function printReport(files: ReportFiles, cluster: Cluster, launcher: Launcher, release: Release): void {
+/** The runtime's figures beside the suite's in the report folder, printed as the proof table. */
+function printReport(dir: string, cluster: Cluster, launcher: Launcher, release: Release): void {
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
   // Memory is read before the replicas stop; the figures go into the proof table.
   for (const replica of cluster.replicas) cluster.recordMemory(replica);
-  let report: Report | undefined;
-  try {
-    report = readReport(files.report);
-  } catch {
-    step('no report was written');
-  }
-  if (report && existsSync(files.metrics))
-    report.metrics = (JSON.parse(readFileSync(files.metrics, 'utf8')) as Report).metrics;
-  if (report && existsSync(files.upgrade))
-    report.upgrade = (JSON.parse(readFileSync(files.upgrade, 'utf8')) as Report).upgrade;
-  if (report && existsSync(files.backup))
-    report.backup = (JSON.parse(readFileSync(files.backup, 'utf8')) as Report).backup;
-  if (report) {
-    const policy =
-      launcher.kind === 'containers'
-        ? containerPolicy(release.podSpec, release.container, release.secrets)
-        : undefined;
-    report.runtime = {
-      launcher: launcher.describe(),
-      memoryLimitBytes: policy?.memoryLimitBytes,
-      replicas: [...cluster.figures.values()],
-    };
-    process.stdout.write(`\n${formatReport(report)}\n\n`);
-  }
+  const policy =
+    launcher.kind === 'containers'
+      ? containerPolicy(release.podSpec, release.container, release.secrets)
+      : undefined;
+  const runtime = {
+    launcher: launcher.describe(),
+    memoryLimitBytes: policy?.memoryLimitBytes,
+    replicas: [...cluster.figures.values()],
+  };
+  writeFileSync(join(dir, 'runtime.json'), JSON.stringify(runtime, null, 2));
+  process.stdout.write(`\n${formatReport(dir)}\n\n`);
 }
 
 /**
@@ -612,7 +585,6 @@ async function startControl(
   const { database, dbAddress, readAddress } = db;
   const control = await startControlServer({
     database,
-    failoverDetectionMs: FAILOVER_DETECTION_MS,
     cluster,
     launcher,
     logDir,
@@ -640,7 +612,7 @@ function runCases(
   { launcher, upgrade }: Runtime,
   urls: { base: string; control: string; prometheus: string },
   readAddress: Address | undefined,
-  files: ReportFiles,
+  reportDir: string,
 ): Promise<number> {
   const renderedFile = join(tmp, 'rendered.json');
   writeFileSync(renderedFile, JSON.stringify(objects));
@@ -652,22 +624,15 @@ function runCases(
     K8S_DRIVER: 'local',
     K8S_PROXY: gatewayMode ? 'nginx-gateway-fabric' : 'ingress-nginx',
     K8S_CONTROL_URL: urls.control,
-    K8S_REPORT_FILE: files.report,
+    K8S_REPORT_DIR: reportDir,
     K8S_PROMETHEUS_URL: urls.prometheus,
     K8S_RENDERED_FILE: renderedFile,
-    K8S_METRICS_REPORT_FILE: files.metrics,
     // The backup case renders the chart again with these and the recovery values.
     K8S_VALUES_FILES: extraValues.join(','),
     ...(installed ? { K8S_CHART: installed.chart } : {}),
-    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin', K8S_BACKUP_REPORT_FILE: files.backup } : {}),
+    ...(state.cnpg?.backups ? { K8S_BACKUP: 'plugin' } : {}),
     ...(readAddress ? { K8S_STANDBY_READS: '1' } : {}),
-    ...(upgrade
-      ? {
-          K8S_UPGRADE_FROM: upgrade.from,
-          K8S_UPGRADE_TO: upgrade.to,
-          K8S_UPGRADE_REPORT_FILE: files.upgrade,
-        }
-      : {}),
+    ...(upgrade ? { K8S_UPGRADE_FROM: upgrade.from, K8S_UPGRADE_TO: upgrade.to } : {}),
     K8S_PROBE_WINDOW_SECONDS: String(
       release.readiness.periodSeconds * release.readiness.failureThreshold + 1,
     ),
@@ -700,15 +665,11 @@ async function main(): Promise<number> {
   const cluster = await startReplicas(rendered, runtime, db, proxy, prometheus);
   const controlUrl = await startControl(release, runtime, db, proxy, cluster);
 
-  const files: ReportFiles = {
-    report: join(tmp, 'report.json'),
-    metrics: join(tmp, 'metrics-report.json'),
-    upgrade: join(tmp, 'upgrade-report.json'),
-    backup: join(tmp, 'backup-report.json'),
-  };
+  const reportDir = join(tmp, 'report');
+  mkdirSync(reportDir);
   const urls = { base: `http://127.0.0.1:${listenPort}`, control: controlUrl, prometheus: prometheus.url };
-  const code = await runCases(tmp, rendered, runtime, urls, db.readAddress, files);
-  printReport(files, cluster, runtime.launcher, release);
+  const code = await runCases(tmp, rendered, runtime, urls, db.readAddress, reportDir);
+  printReport(reportDir, cluster, runtime.launcher, release);
   return code;
 }
 

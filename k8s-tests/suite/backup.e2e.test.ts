@@ -10,14 +10,13 @@
  * of its own. It replaces the database the other cases use, so it runs last (sequencer.mjs). Its
  * requests come from their own client address, so the rate-limit case's counter is untouched.
  */
-import { randomBytes } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { pollUntil } from '../../tools/harness/poll';
 import { ensureTools } from '../../tools/tools';
 import type { BackedUpCluster } from '../local/cnpg-backup';
 import { renderChart } from '../local/release';
-import type { Report } from '../report';
-import { closeConnections, describeAnswer, fromAddress, postForm, postJson, send } from './client';
+import { writeReport } from '../report';
+import { closeConnections, describeAnswer, fromAddress, postJson, run, send, signedIn } from './client';
 import { driverFromEnv } from './drivers';
 
 const driver = driverFromEnv();
@@ -27,8 +26,6 @@ const backupCase = driver.backups && valuesFiles !== undefined && renderedFile ?
 
 /** Another loopback address than the other cases': the proxy's rate limit counts per client address. */
 const CLIENT_ADDRESS = '127.0.0.3';
-const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
-const password = 'correct horse battery';
 /** How long the service may take to answer from the recovered Cluster after the move. */
 const SERVING_WITHIN_MS = 60_000;
 
@@ -38,14 +35,7 @@ afterAll(() => {
 
 const options = fromAddress(CLIENT_ADDRESS);
 
-async function signedIn(label: string): Promise<string> {
-  const username = `e2e-backup-${label}-${run}@example.com`;
-  const registered = await postJson('/users/', { email: username, password }, options());
-  expect({ label, registered: registered.status }).toEqual({ label, registered: 201 });
-  const login = await postForm('/login', { username, password }, options());
-  expect({ label, login: login.status }).toEqual({ label, login: 200 });
-  return (JSON.parse(login.body) as { access_token: string }).access_token;
-}
+const user = (label: string) => signedIn(`e2e-backup-${label}-${run}@example.com`, options());
 
 interface Written {
   id: number;
@@ -125,7 +115,7 @@ backupCase(
     const running = (JSON.parse(readFileSync(renderedFile, 'utf8')) as BackedUpCluster[]).find(
       (o) => o.kind === 'Cluster',
     );
-    const users: [string, string] = [await signedIn('a'), await signedIn('b')];
+    const users: [string, string] = [await user('a'), await user('b')];
     const beforeBackup = await write(users, 'before the base backup', 4);
     const backup = await backups.base();
     const afterBackup = await write(users, 'after the base backup', 4);
@@ -155,7 +145,7 @@ backupCase(
     const absent: number[] = [];
     for (const post of afterMistake) if ((await read(post)).status === 404) absent.push(post.id);
 
-    const report: NonNullable<Report['backup']> = {
+    writeReport('backup', {
       written: {
         beforeBackup: beforeBackup.length,
         afterBackup: afterBackup.length,
@@ -174,9 +164,7 @@ backupCase(
       present: back.filter((b) => b.status === 200).length,
       absentAfterMistake: absent.length,
       archivedWal: recovered.archivedWal,
-    };
-    if (process.env.K8S_BACKUP_REPORT_FILE)
-      writeFileSync(process.env.K8S_BACKUP_REPORT_FILE, JSON.stringify({ backup: report }));
+    });
 
     // Every write acknowledged before the mistake: the post, and the other user's vote on it.
     expect(back).toEqual(acknowledged.map((p) => ({ id: p.id, status: 200, votes: 1 })));

@@ -3,6 +3,7 @@
  * (K8S_HOST). node:http, not fetch, because the suite must send paths exactly as written
  * (`//login`, `/%6Cogin`) and its own Host header.
  */
+import { randomBytes } from 'node:crypto';
 import { Agent, request, type IncomingHttpHeaders } from 'node:http';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
@@ -39,6 +40,9 @@ export const fromAddress =
     fresh: true,
     headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), ...extra.headers },
   });
+
+/** In this run's addresses and titles: a kind cluster keeps its database between runs. */
+export const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
 
 function required(name: string): string {
   const value = process.env[name];
@@ -115,6 +119,16 @@ export function postJson(path: string, value: unknown, options: SendOptions = {}
     headers: { 'Content-Type': 'application/json', ...options.headers },
     body: JSON.stringify(value),
   });
+}
+
+/** Registers `email` and signs it in through the proxy (201, then 200, both checked); its token. */
+export async function signedIn(email: string, options: SendOptions = {}): Promise<string> {
+  const password = 'correct horse battery';
+  const registered = await postJson('/users/', { email, password }, options);
+  expect({ email, registered: registered.status }).toEqual({ email, registered: 201 });
+  const login = await postForm('/login', { username: email, password }, options);
+  expect({ email, login: login.status }).toEqual({ email, login: 200 });
+  return (JSON.parse(login.body) as { access_token: string }).access_token;
 }
 
 /** What keeps the answer from being the service's problem+json (tools/harness/problem.ts); empty when it is one. */

@@ -8,6 +8,7 @@
 import { execFile } from 'node:child_process';
 import { request } from 'node:http';
 import type { RecoveryReport } from '../local/cnpg-backup';
+import type { KubeObject } from '../../tools/harness/manifests';
 import { INSPECT_SCRIPT } from './inspect';
 
 export interface Driver {
@@ -32,9 +33,9 @@ export interface Driver {
    * The upgrade case (local runner, replicas started from the previous release's image): the
    * Deployment's image changed to this release's and rolled out; returns once that has finished.
    */
-  upgrade?: () => Promise<string>;
+  upgrade?: () => Promise<{ replaced: string }>;
   /** The rollback case: the Deployment's image set back to the previous release's and rolled out. */
-  rollback?: () => Promise<string>;
+  rollback?: () => Promise<{ replaced: string }>;
   /** Each ready replica's metrics page and image (local runner only). */
   replicaMetrics?: () => Promise<ReplicaMetrics[]>;
   /** A misbehaving third endpoint of the API Service (retry cases); only the local runner has one. */
@@ -66,7 +67,7 @@ export interface StandbyControl {
 export interface BackupControl {
   base(): Promise<{ backupId: string; name: string; ms: number }>;
   mistake(): Promise<{ before: string; deleted: number[] }>;
-  recover(rendered: unknown[]): Promise<RecoveryReport>;
+  recover(rendered: KubeObject[]): Promise<RecoveryReport>;
 }
 
 export interface ReplicaMetrics {
@@ -84,20 +85,22 @@ export interface BrokenEndpointControl {
   close(): Promise<void>;
 }
 
-function control(base: string, method: string, path: string, body?: string): Promise<string> {
+/** The runner's method `name` called with `args` (local/control.ts); resolves with its result. */
+function call(base: string, name: string, args: unknown[]): Promise<unknown> {
   return new Promise((resolvePromise, reject) => {
-    const req = request(new URL(path, base), { method, agent: false, timeout: 300_000 }, (res) => {
+    const url = new URL(`/call/${name}`, base);
+    const req = request(url, { method: 'POST', agent: false, timeout: 300_000 }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
       res.on('end', () => {
-        if (res.statusCode === 200) resolvePromise(body);
-        else reject(new Error(`runner control ${method} ${path}: ${String(res.statusCode)} ${body}`));
+        if (res.statusCode === 200) resolvePromise(JSON.parse(body));
+        else reject(new Error(`runner control ${name}: ${String(res.statusCode)} ${body}`));
       });
     });
-    req.on('timeout', () => req.destroy(new Error(`runner control ${path}: no answer`)));
+    req.on('timeout', () => req.destroy(new Error(`runner control ${name}: no answer`)));
     req.on('error', reject);
-    req.end(body);
+    req.end(JSON.stringify(args));
   });
 }
 
@@ -106,72 +109,22 @@ const cnpg = process.env.K8S_DATABASE === 'cnpg';
 function localDriver(): Driver {
   const base = process.env.K8S_CONTROL_URL;
   if (!base) throw new Error('K8S_CONTROL_URL is not set (the local runner sets it)');
-  return {
-    failover: cnpg
-      ? async () => {
-          await control(base, 'POST', '/database/failover');
-        }
-      : undefined,
-    backups:
-      process.env.K8S_BACKUP === 'plugin'
-        ? {
-            base: async () =>
-              JSON.parse(await control(base, 'POST', '/backup/base')) as Awaited<
-                ReturnType<BackupControl['base']>
-              >,
-            mistake: async () =>
-              JSON.parse(await control(base, 'POST', '/backup/mistake')) as Awaited<
-                ReturnType<BackupControl['mistake']>
-              >,
-            recover: async (rendered) =>
-              JSON.parse(
-                await control(base, 'POST', '/backup/recover', JSON.stringify(rendered)),
-              ) as RecoveryReport,
-          }
-        : undefined,
-    standby:
-      process.env.K8S_STANDBY_READS === '1'
-        ? {
-            pauseReplay: async (paused) => {
-              await control(base, 'POST', paused ? '/database/standby/pause' : '/database/standby/resume');
-            },
-            committed: async () =>
-              JSON.parse(await control(base, 'GET', '/database/committed')) as {
-                primary: number;
-                standby: number;
-              },
-          }
-        : undefined,
+  /** Every member not in `own` calls the runner's method of that name (after `prefix`). */
+  const remote = <T extends object>(prefix: string, own: Partial<T> = {}): T =>
+    new Proxy(own as T, {
+      get: (target, name) =>
+        typeof name !== 'string' || name in target || name === 'then'
+          ? (target as Record<string | symbol, unknown>)[name]
+          : (...args: unknown[]) => call(base, `${prefix}${name}`, args),
+    });
+  return remote<Driver>('', {
     name: 'local',
-    stopDatabase: async () => {
-      await control(base, 'POST', '/database/stop');
-    },
-    startDatabase: async () => {
-      await control(base, 'POST', '/database/start');
-    },
-    rollout: () => control(base, 'POST', '/rollout'),
-    upgrade: () => control(base, 'POST', '/upgrade'),
-    rollback: () => control(base, 'POST', '/rollback'),
-    replicaMetrics: async () =>
-      JSON.parse(await control(base, 'GET', '/replicas/metrics')) as ReplicaMetrics[],
-    endpointsSettled: async () => {
-      await control(base, 'GET', '/endpoints/settled');
-    },
-    restarts: async () =>
-      (JSON.parse(await control(base, 'GET', '/restarts')) as { restarts: number }).restarts,
-    inspectReplica: () => control(base, 'POST', '/replica/inspect'),
-    imageWithoutDatabase: () => control(base, 'POST', '/image/without-database'),
-    brokenEndpoint: {
-      open: async (mode) => {
-        await control(base, 'POST', `/broken-endpoint/${mode}`);
-      },
-      failures: async () =>
-        (JSON.parse(await control(base, 'GET', '/broken-endpoint')) as { failures: string[] }).failures,
-      close: async () => {
-        await control(base, 'DELETE', '/broken-endpoint');
-      },
-    },
-  };
+    httpOnly: undefined,
+    ...(cnpg ? {} : { failover: undefined }),
+    backups: process.env.K8S_BACKUP === 'plugin' ? remote<BackupControl>('backups.') : undefined,
+    standby: process.env.K8S_STANDBY_READS === '1' ? remote<StandbyControl>('standby.') : undefined,
+    brokenEndpoint: remote<BrokenEndpointControl>('brokenEndpoint.'),
+  });
 }
 
 function kubectl(args: string[]): Promise<string> {

@@ -2,15 +2,13 @@
  * What clients and operators see through ingress-nginx, against whichever target the
  * environment names: K8S_BASE_URL and K8S_HOST (the ingress), K8S_ALLOWED_ORIGINS (the installed
  * environment's CORS allow-list), K8S_DRIVER (local or kind for cases 6 and 7; none skips them), K8S_PROXY
- * (ingress-nginx, or nginx-gateway-fabric for the chart's Gateway API path) and K8S_REPORT_FILE
+ * (ingress-nginx, or nginx-gateway-fabric for the chart's Gateway API path) and K8S_REPORT_DIR
  * (the proof table). The cases run in order and share one user: case 2 must be
  * the first traffic on /login and /users/ from this address within a minute.
  */
-import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pollUntil } from '../../tools/harness/poll';
-import type { Report } from '../report';
+import { writeReport } from '../report';
 import {
   baseUrl,
   closeConnections,
@@ -23,6 +21,7 @@ import {
   problemFaultsOf,
   send,
   describeAnswer,
+  run,
   tally,
   type Answer,
 } from './client';
@@ -47,25 +46,18 @@ if (proxy !== 'ingress-nginx' && proxy !== 'nginx-gateway-fabric')
 const LIMIT_RPM = 10;
 const BURST = LIMIT_RPM * 1;
 
-// A kind cluster keeps its database between runs: every run registers addresses of its own.
-const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
 const email = (label: string) => `e2e-${label}-${run}@example.com`;
 const password = 'correct horse battery';
 const userA = { username: email('a'), password };
 let token = '';
 const auth = () => ({ Authorization: `Bearer ${token}` });
 
-const report: Report = {
+const report: Record<string, unknown> = {
   target: `${driver.name}, ${proxy}: ${baseUrl.origin}, Host ${host}`,
-  requests: 0,
-  statuses: {},
 };
 
 afterAll(() => {
-  report.requests = tally.sent;
-  report.statuses = tally.statuses;
-  const file = process.env.K8S_REPORT_FILE;
-  if (file) writeFileSync(file, JSON.stringify(report, null, 2));
+  writeReport('ingress', { ...report, requests: tally.sent, statuses: tally.statuses });
   closeConnections();
 });
 
@@ -189,7 +181,8 @@ test('When 60 public and 60 authenticated reads come rapidly, then none gets 429
 
 test('When variants of /login and /users/ are posted, then each is limited (429), refused (404) or redirected into the limit (case 4)', async () => {
   const variants = ['/Login', '/login/', '/LOGIN', '/users', '/USERS/', '//login', '/%6Cogin'];
-  report.bypass = [];
+  const bypass: { path: string; login: number; register: number }[] = [];
+  report.bypass = bypass;
   for (const path of variants) {
     // Use up the counter first (a slot refills every 6 s), so a variant that got past the limiter would show.
     const drained = await pollUntil(
@@ -200,7 +193,7 @@ test('When variants of /login and /users/ are posted, then each is limited (429)
     expect(drained.value.status).toBe(429);
     const login = await postForm(path, userA, { fresh: true });
     const register = await postJson(path, { email: email('bypass'), password }, { fresh: true });
-    report.bypass.push({ path, login: login.status, register: register.status });
+    bypass.push({ path, login: login.status, register: register.status });
     for (const answer of [login, register]) {
       const seen = { path, status: answer.status, answeredByService: answeredByService(answer) };
       // The chart's HTTPRoute redirects /users explicitly: on the Gateway path nothing else will do.

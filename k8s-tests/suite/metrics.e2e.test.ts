@@ -11,9 +11,9 @@
  * container is waiting). On kind (no Prometheus) it is skipped. It sends no token and no limited
  * path, so the rate-limit case's counter is untouched.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Report } from '../report';
+import { writeReport } from '../report';
 import {
   alertRules,
   dashboardOf,
@@ -84,20 +84,24 @@ describeWithPrometheus('Alerts and dashboard in a real Prometheus (local runner 
   );
   const monitor = objects.find((o) => o.kind === 'ServiceMonitor');
   const job = monitor?.metadata.name ?? '';
-  const report: NonNullable<Report['metrics']> = {
+  const report = {
     prometheus: '',
     apiTargetsUp: 0,
     kubeStateMetricsUp: false,
-    load: { sent: 0, statuses: {} },
+    load: { sent: 0, statuses: {} as Record<string, number> },
     variables: '',
-    panels: [],
-    alerts: [],
+    panels: [] as { panel: string; refId: string; series: number; note?: string }[],
+    alerts: [] as {
+      alert: string;
+      inner: { expr: string; series: number }[];
+      firing: number;
+      note?: string;
+    }[],
   };
   let namespace = '';
 
   afterAll(() => {
-    const file = process.env.K8S_METRICS_REPORT_FILE;
-    if (file) writeFileSync(file, JSON.stringify({ metrics: report }, null, 2));
+    writeReport('metrics', report);
   });
 
   it('When the chart is rendered for the run, then it has a ServiceMonitor, a PrometheusRule and the dashboard ConfigMap', async () => {

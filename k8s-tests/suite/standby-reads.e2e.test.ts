@@ -9,10 +9,9 @@
  * db_read_fallbacks_total counting it). Only the local runner can pause a standby: elsewhere the
  * case is skipped.
  */
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { pollUntil } from '../../tools/harness/poll';
-import { closeConnections, fromAddress, postForm, postJson, send } from './client';
+import { closeConnections, fromAddress, postJson, run, send, signedIn } from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';
 
 const driver = driverFromEnv();
@@ -21,8 +20,6 @@ const standbyCase = driver.standby && driver.replicaMetrics && renderedFile ? te
 
 /** Another loopback address than the other cases': the proxy's rate limit counts per client address. */
 const CLIENT_ADDRESS = '127.0.0.4';
-const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
-const password = 'correct horse battery';
 /** Anonymous reads per phase, and write-then-read pairs while the standby lags. */
 const READS = 60;
 const PAIRS = 30;
@@ -61,15 +58,6 @@ function maxLagMs(): number {
   return Number(value);
 }
 
-async function signedIn(): Promise<string> {
-  const username = `e2e-standby-${run}@example.com`;
-  const registered = await postJson('/users/', { email: username, password }, options());
-  expect(registered.status).toBe(201);
-  const login = await postForm('/login', { username, password }, options());
-  expect(login.status).toBe(200);
-  return (JSON.parse(login.body) as { access_token: string }).access_token;
-}
-
 const titlesOf = (body: string) => (JSON.parse(body) as { title: string }[]).map((p) => p.title);
 
 standbyCase(
@@ -77,7 +65,7 @@ standbyCase(
   async () => {
     const standby = driver.standby;
     if (!standby) throw new Error('no standby control');
-    const token = await signedIn();
+    const token = await signedIn(`e2e-standby-${run}@example.com`, options());
     const first = await postJson('/posts/', { title: `standby first ${run}`, content: 'c' }, options(token));
     expect(first.status).toBe(201);
 

@@ -10,17 +10,16 @@
  * client address, so the rate-limit counter case 2 starts from stays untouched. Skipped when the
  * replicas did not start from the previous release (kind, --processes, --no-upgrade).
  */
-import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
 import { sample } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
-import type { Report } from '../report';
+import { writeReport } from '../report';
 import {
   closeConnections,
   fromAddress,
-  postForm,
   postJson,
+  run,
   send,
+  signedIn,
   describeAnswer,
   type Answer,
 } from './client';
@@ -33,8 +32,6 @@ const upgradeCase = from && to && driver.upgrade && driver.replicaMetrics ? test
 
 /** Another loopback address than the other cases': the proxy's rate limit counts per client address. */
 const CLIENT_ADDRESS = '127.0.0.2';
-const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
-const password = 'correct horse battery';
 /** Bound for the backfill to finish on every replica after the rollout. */
 const BACKFILL_MS = 60_000;
 const MAX_REQUESTS = 20_000;
@@ -48,14 +45,7 @@ const options = fromAddress(CLIENT_ADDRESS);
 const body = (answer: Answer): unknown => JSON.parse(answer.body) as unknown;
 
 /** Registers and signs in a user through the proxy; its token. */
-async function signedIn(label: string): Promise<string> {
-  const username = `e2e-upgrade-${label}-${run}@example.com`;
-  const registered = await postJson('/users/', { email: username, password }, options());
-  expect({ label, registered: registered.status }).toEqual({ label, registered: 201 });
-  const login = await postForm('/login', { username, password }, options());
-  expect({ label, login: login.status }).toEqual({ label, login: 200 });
-  return (body(login) as { access_token: string }).access_token;
-}
+const user = (label: string) => signedIn(`e2e-upgrade-${label}-${run}@example.com`, options());
 
 async function newPost(token: string, title: string): Promise<number> {
   const answer = await postJson(
@@ -156,8 +146,8 @@ async function votesOf(token: string, ids: number[]): Promise<Record<number, num
  * the stream's posts.
  */
 async function writtenOnThePrevious() {
-  const a = await signedIn('a');
-  const b = await signedIn('b');
+  const a = await user('a');
+  const b = await user('b');
   const posts = [
     await newPost(a, 'upgrade a1'),
     await newPost(a, 'upgrade a2'),
@@ -216,8 +206,8 @@ upgradeCase(
     const startedAt = Date.now();
     let detail = '';
     const stream = await streamDuring(
-      upgrade().then((text) => {
-        detail = (JSON.parse(text) as { replaced: string }).replaced;
+      upgrade().then(({ replaced }) => {
+        detail = replaced;
       }),
       [
         { token: a, postId: streamPosts.a },
@@ -246,25 +236,21 @@ upgradeCase(
     expect(read).toEqual(expected);
     expect(listed).toEqual(expected);
 
-    const report: Pick<Report, 'upgrade'> = {
-      upgrade: {
-        from,
-        to,
-        posts: expectedVotes.size,
-        votes: [...expectedVotes.values()].reduce((sum, n) => sum + n, 0),
-        migrationsBefore,
-        migrationsAfter: pages.map((page) => applied(page) ?? -1),
-        sent,
-        failed: failures.length,
-        failedBy,
-        byRequest,
-        detail,
-        upgradeMs,
-        backfillDoneMs: after.ms,
-      },
-    };
-    const file = process.env.K8S_UPGRADE_REPORT_FILE;
-    if (file) writeFileSync(file, JSON.stringify(report, null, 2));
+    writeReport('upgrade', {
+      from,
+      to,
+      posts: expectedVotes.size,
+      votes: [...expectedVotes.values()].reduce((sum, n) => sum + n, 0),
+      migrationsBefore,
+      migrationsAfter: pages.map((page) => applied(page) ?? -1),
+      sent,
+      failed: failures.length,
+      failedBy,
+      byRequest,
+      detail,
+      upgradeMs,
+      backfillDoneMs: after.ms,
+    });
     expect(failures.slice(0, 10)).toEqual([]);
     expect(sent).toBeGreaterThan(10);
   },
@@ -286,8 +272,8 @@ rollbackCase(
     expect((await onImage(to)).held).toBe(true);
 
     // Written on this release: a post with a vote, and a post of its own for each client's stream.
-    const a = await signedIn('rollback-a');
-    const b = await signedIn('rollback-b');
+    const a = await user('rollback-a');
+    const b = await user('rollback-b');
     const written = await newPost(a, 'rollback a1');
     expect((await vote(b, written, 1)).status).toBe(201);
     const streamPosts = {

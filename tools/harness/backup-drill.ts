@@ -7,12 +7,13 @@
  * reads them from the rendered chart can drive it too.
  */
 import { rmSync } from 'node:fs';
-import path from 'node:path';
 import {
   archiveNow,
   archivingSettings,
   massDelete,
   recoverServer,
+  splitDestination,
+  storedBytes,
   takeBaseBackup,
   type BarmanSettings,
   type Compression,
@@ -22,6 +23,7 @@ import { ObjectStore } from './object-store';
 import { OwnPostgres, queryServer } from './postgres';
 import { account, call, login, sleep, waitForStatus } from './client';
 import type { ServiceProcess } from './service';
+import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 export interface DrillSettings {
   /** The primary's archive_timeout, in PostgreSQL's syntax ("60s", "5min"). */
@@ -36,14 +38,6 @@ export interface DrillSettings {
   immediateCheckpoint?: boolean;
   log?: (line: string) => void;
 }
-
-/** s3://bucket/folder → bucket and folder */
-const splitDestination = (destinationPath: string): { bucket: string; folder: string } => {
-  const match = /^s3:\/\/([^/]+)\/?(.*)$/.exec(destinationPath);
-  if (!match?.[1])
-    throw new Error(`destinationPath must be s3://<bucket>[/<folder>], not ${destinationPath}`);
-  return { bucket: match[1], folder: (match[2] ?? '').replace(/\/+$/, '') };
-};
 
 /** One query on a server of the drill, on a connection of its own. */
 export const query = queryServer;
@@ -142,8 +136,7 @@ export class BackupDrill {
 
   /** Bytes in the store of this server's base backups or WAL. */
   stored(what: 'base' | 'wals'): number {
-    const { folder } = splitDestination(this.barman.destinationPath);
-    return this.store.bytes(path.posix.join(folder, this.barman.serverName, what));
+    return storedBytes(this.store, this.barman, what);
   }
 
   async destroy(): Promise<void> {
@@ -152,9 +145,6 @@ export class BackupDrill {
     await this.store.destroy();
   }
 }
-
-/** The load's users' password. */
-const PASSWORD = 'correct horse battery';
 
 /** One acknowledged write of the load: when it was sent and when its 201 came back. */
 export type Write =
@@ -176,7 +166,7 @@ export async function writeLoad(base: string, workers: number, label: string): P
   const users = await Promise.all(
     Array.from({ length: workers }, async (_, n) => {
       const email = `${label}-${String(n)}@example.com`;
-      return { email, token: await account(base, email, PASSWORD), voted: new Set<number>() };
+      return { email, token: await account(base, email), voted: new Set<number>() };
     }),
   );
   const writes: Write[] = [];
@@ -264,10 +254,7 @@ export async function countMismatches(port: number, database: string): Promise<n
   const [row] = await query<{ n: number }>(
     port,
     database,
-    `SELECT count(*)::int AS n
-     FROM post_vote_counts c
-     FULL JOIN (SELECT post_id, count(*)::int AS n FROM votes GROUP BY post_id) v USING (post_id)
-     WHERE coalesce(c.votes, 0) <> coalesce(v.n, 0)`,
+    `SELECT count(*)::int AS n FROM (${VOTE_COUNTS}) v WHERE coalesce(v.stored, 0) <> v.rows`,
   );
   return row?.n ?? -1;
 }
@@ -283,29 +270,19 @@ export async function apiFindings(
   writes: readonly Write[],
   sample: number,
 ): Promise<{ checked: number; notShown: number[]; wrongCounts: number[] }> {
-  const tokens = new Map<string, string>();
   const posts = writes.flatMap((w) => (w.kind === 'post' ? [w] : [])).slice(-sample);
-  const notShown: number[] = [];
-  const shown = new Map<number, number>();
-  for (const post of posts) {
-    let token = tokens.get(post.email);
-    if (!token) {
-      token = await login(svc.base, post.email, PASSWORD);
-      tokens.set(post.email, token);
-    }
-    const answer = await call(svc.base, `/posts/${String(post.id)}`, { token });
-    if (answer.status === 200) shown.set(post.id, (answer.body as { votes: number }).votes);
-    else notShown.push(post.id);
-  }
-  const rows = await query<{ id: number; n: number }>(
-    port,
-    database,
-    `SELECT p.id, count(v.post_id)::int AS n FROM posts p LEFT JOIN votes v ON v.post_id = p.id
-     WHERE p.id = ANY($1::int[]) GROUP BY p.id`,
-    [[...shown.keys()]],
-  );
-  const stored = new Map(rows.map((r) => [r.id, r.n]));
-  const wrongCounts = [...shown].filter(([id, votes]) => stored.get(id) !== votes).map(([id]) => id);
+  const tokens = new Map<string, string>();
+  for (const { email } of posts) if (!tokens.has(email)) tokens.set(email, await login(svc.base, email));
+  const authors = new Map(posts.map((p) => [p.id, tokens.get(p.email) ?? '']));
+  const shown = await shownVotes(svc.base, [...authors.keys()], (id) => authors.get(id) ?? '');
+  const counts = await query<VoteCount>(port, database, `${VOTE_COUNTS} WHERE p.id = ANY($1::int[])`, [
+    [...shown.keys()],
+  ]);
+  const rows = new Map(counts.map((c) => [c.id, c.rows]));
+  const notShown = [...shown].filter(([, votes]) => typeof votes === 'string').map(([id]) => id);
+  const wrongCounts = [...shown]
+    .filter(([id, votes]) => typeof votes === 'number' && rows.get(id) !== votes)
+    .map(([id]) => id);
   return { checked: posts.length, notShown, wrongCounts };
 }
 

@@ -10,6 +10,7 @@ import { execFile } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
+import type { ObjectStore } from './object-store';
 import { pollUntil } from './poll';
 import {
   ownForPostgres,
@@ -41,6 +42,19 @@ export interface BarmanSettings {
   jobs?: number;
   /** `data.immediateCheckpoint` */
   immediateCheckpoint?: boolean;
+}
+
+/** s3://bucket/folder → bucket and folder */
+export function splitDestination(destinationPath: string): { bucket: string; folder: string } {
+  const match = /^s3:\/\/([^/]+)\/?(.*)$/.exec(destinationPath);
+  if (!match?.[1])
+    throw new Error(`destinationPath must be s3://<bucket>[/<folder>], not ${destinationPath}`);
+  return { bucket: match[1], folder: (match[2] ?? '').replace(/\/+$/, '') };
+}
+
+/** Bytes in `store` of a serverName's base backups or WAL under the settings' destinationPath. */
+export function storedBytes(store: ObjectStore, s: BarmanSettings, what: 'base' | 'wals'): number {
+  return store.bytes(path.posix.join(splitDestination(s.destinationPath).folder, s.serverName, what));
 }
 
 /** With `credentials.aws` (the only provider the drill's store speaks), every command gets `--cloud-provider aws-s3`. */

@@ -29,6 +29,17 @@ export async function pollUntil<T>(
   }
 }
 
+/** Polls until check() is true; throws, naming `what`, once `withinMs` has passed. */
+export async function waitFor(
+  what: string,
+  withinMs: number,
+  check: () => boolean | Promise<boolean>,
+  everyMs = 200,
+): Promise<void> {
+  const { held } = await pollUntil(check, (ok) => ok, { withinMs, everyMs });
+  if (!held) throw new Error(`timed out after ${withinMs} ms waiting for ${what}`);
+}
+
 /** GET on 127.0.0.1 with a fresh connection; the status, or 0 when there is no answer in time. */
 export function probe(
   port: number,

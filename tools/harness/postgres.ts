@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL server the suites share, scratch databases on it, and clusters of a test's own (reliability's database-loss case, k8s-tests/local's stand-in
- * for the chart's PostgreSQL): where the server binaries are, and initdb/pg_ctl run as the postgres
+ * The PostgreSQL server the suites share, scratch databases on it, and clusters of a test's own
+ * (reliability's database-loss case, k8s-tests/local's stand-in for the chart's PostgreSQL): where the server binaries are, and initdb/pg_ctl run as the postgres
  * user, because initdb refuses to run as root.
  */
 import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
@@ -157,9 +157,35 @@ export function configureServer(data: string, settings: Record<string, string>):
   appendFileSync(path.join(data, 'postgresql.auto.conf'), lines.join(''));
 }
 
+/**
+ * pg_ctl start of the server in `data` on 127.0.0.1:`port`, its socket in `socketDir`, with more
+ * `-c` settings and environment; `wait` false returns at once (a recovery may take longer than pg_ctl waits).
+ */
+export function startServer(
+  data: string,
+  options: { port: number; socketDir: string; log: string; flags?: string[]; env?: Record<string, string> },
+  wait = true,
+): void {
+  const { port, socketDir, log, flags = [], env } = options;
+  const server = [`-p ${port}`, `-k ${socketDir}`, '-c listen_addresses=127.0.0.1', '-c fsync=off', ...flags];
+  runPostgresTool('pg_ctl', ['-D', data, '-o', server.join(' '), '-l', log, wait ? '-w' : '-W', 'start'], {
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env },
+  });
+}
+
+/** pg_ctl stop: `fast` terminates the sessions (maintenance), `immediate` is a node lost without warning. */
+export function stopServer(data: string, mode: 'fast' | 'immediate'): void {
+  runPostgresTool('pg_ctl', ['-D', data, '-m', mode, '-w', 'stop']);
+}
+
 export interface OwnPostgresOptions {
   /** More environment for the server and the commands it runs (archive_command, restore_command). */
   env?: Record<string, string>;
+  /** The folder (default: a new one under the OS temp dir). */
+  dir?: string;
+  /** initdb's superuser (default: the suites' server's) and its other arguments (default: trust, no sync). */
+  user?: string;
+  initdb?: string[];
 }
 
 /**
@@ -168,10 +194,12 @@ export interface OwnPostgresOptions {
  * nothing else.
  */
 export class OwnPostgres {
-  readonly dir = mkdtempSync(path.join(tmpdir(), 'sp-own-pg-'));
+  readonly dir: string;
   port = 0;
 
-  constructor(private readonly options: OwnPostgresOptions = {}) {}
+  constructor(private readonly options: OwnPostgresOptions = {}) {
+    this.dir = options.dir ?? mkdtempSync(path.join(tmpdir(), 'sp-own-pg-'));
+  }
 
   get data(): string {
     return path.join(this.dir, 'data');
@@ -185,7 +213,8 @@ export class OwnPostgres {
 
   async init(): Promise<void> {
     await this.reserve();
-    initdb(this.data, postgresServer.user, ['-A', 'trust', '--no-sync']);
+    const { user = postgresServer.user, initdb: extra = ['-A', 'trust', '--no-sync'] } = this.options;
+    initdb(this.data, user, extra);
   }
 
   /** Settings the server reads at its next start (postgresql.auto.conf: its later lines win). */
@@ -195,17 +224,13 @@ export class OwnPostgres {
 
   /** pg_ctl start; `wait` false returns at once (a recovery may take longer than pg_ctl waits). */
   start(wait = true): void {
-    const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
-    runPostgresTool(
-      'pg_ctl',
-      ['-D', this.data, '-o', options, '-l', path.join(this.dir, 'log'), wait ? '-w' : '-W', 'start'],
-      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...this.options.env } },
-    );
+    const { port, dir, options } = this;
+    startServer(this.data, { port, socketDir: dir, log: path.join(dir, 'log'), env: options.env }, wait);
   }
 
   /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
   stop(): void {
-    runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'fast', '-w', 'stop']);
+    stopServer(this.data, 'fast');
   }
 
   /** The server lost without warning: SIGKILL to the postmaster's process group (pg_ctl starts it in a session of its own). */
@@ -233,7 +258,7 @@ export class OwnPostgres {
 
   destroy(): void {
     try {
-      runPostgresTool('pg_ctl', ['-D', this.data, '-m', 'immediate', '-w', 'stop']);
+      stopServer(this.data, 'immediate');
     } catch {
       // already stopped
     }

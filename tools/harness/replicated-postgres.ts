@@ -5,7 +5,7 @@
  * the standby named in `synchronous_standby_names`, a commit returns only once the standby has
  * the WAL: every acknowledged write survives the primary's loss.
  */
-import { appendFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
@@ -15,8 +15,10 @@ import {
   postgresServer,
   queryServer,
   runPostgresTool,
+  startServer,
+  stopServer,
 } from './postgres';
-import { pollUntil } from './poll';
+import { waitFor } from './poll';
 import { freePort } from './service';
 
 const STANDBY_NAME = 'standby1';
@@ -49,19 +51,9 @@ export class ReplicatedPostgres {
     return path.join(this.dir, which);
   }
 
-  private start(which: Server, port: number, extra: string[]): void {
-    const options = [
-      `-p ${String(port)}`,
-      `-k ${this.dir}`,
-      '-c listen_addresses=127.0.0.1',
-      '-c fsync=off',
-      ...extra,
-    ].join(' ');
-    runPostgresTool(
-      'pg_ctl',
-      ['-D', this.data(which), '-o', options, '-l', path.join(this.dir, `${which}.log`), '-w', 'start'],
-      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...this.options.env } },
-    );
+  private start(which: Server, port: number, flags: string[]): void {
+    const log = path.join(this.dir, `${which}.log`);
+    startServer(this.data(which), { port, socketDir: this.dir, log, flags, env: this.options.env });
   }
 
   private primaryOptions(): string[] {
@@ -111,10 +103,13 @@ export class ReplicatedPostgres {
       '-X',
       'stream',
     ]);
-    appendFileSync(
-      path.join(this.data(which), 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=127.0.0.1 port=${String(this.primaryPort)} user=${postgresServer.user} application_name=${name}'\n`,
-    );
+    this.follows(which, this.primaryPort, name);
+  }
+
+  /** The standby in `which` streams from the primary on `primaryPort` under `name` from its next start. */
+  private follows(which: Server, primaryPort: number, name: string): void {
+    const conninfo = `host=127.0.0.1 port=${String(primaryPort)} user=${postgresServer.user} application_name=${name}`;
+    configureServer(this.data(which), { primary_conninfo: conninfo });
   }
 
   /** The folder of the standby on `port`. */
@@ -135,7 +130,7 @@ export class ReplicatedPostgres {
 
   /** The standby on `port` lost: immediate stop. */
   killStandby(port: number): void {
-    runPostgresTool('pg_ctl', ['-D', this.data(this.standbyAt(port)), '-m', 'immediate', '-w', 'stop']);
+    stopServer(this.data(this.standbyAt(port)), 'immediate');
   }
 
   /** The standby on `port` back after killStandby(). */
@@ -150,20 +145,15 @@ export class ReplicatedPostgres {
   follow(port: number, primaryPort: number): void {
     const which = this.standbyAt(port);
     // A lost one (killStandby) comes back following the new primary.
-    if (existsSync(path.join(this.data(which), 'postmaster.pid')))
-      runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'fast', '-w', 'stop']);
-    appendFileSync(
-      path.join(this.data(which), 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=127.0.0.1 port=${String(primaryPort)} user=${postgresServer.user} application_name=${which}'\n`,
-    );
+    if (existsSync(path.join(this.data(which), 'postmaster.pid'))) stopServer(this.data(which), 'fast');
+    this.follows(which, primaryPort, which);
     this.start(which, port, ['-c hot_standby=on']);
   }
 
   /** Resolves once the primary waits for the standby again (its commits are replicated). */
   private async synchronous(): Promise<void> {
-    const read = () => this.syncState().catch(() => undefined);
-    const { held } = await pollUntil(read, (state) => state === 'sync', { withinMs: 30_000, everyMs: 200 });
-    if (!held) throw new Error('the standby was not synchronous within 30 s');
+    const sync = async () => (await this.syncState().catch(() => undefined)) === 'sync';
+    await waitFor('the standby to be synchronous', 30_000, sync);
   }
 
   /** The standby's sync_state as the primary sees it ('sync' when commits wait for it). */
@@ -183,12 +173,12 @@ export class ReplicatedPostgres {
 
   /** The primary's node lost: immediate stop, no checkpoint, its sessions cut. */
   killPrimary(): void {
-    runPostgresTool('pg_ctl', ['-D', this.data('primary'), '-m', 'immediate', '-w', 'stop']);
+    stopServer(this.data('primary'), 'immediate');
   }
 
   /** The primary down for a while (fast shutdown: its sessions cut), the standby left waiting for it. */
   stopPrimary(): void {
-    runPostgresTool('pg_ctl', ['-D', this.data('primary'), '-m', 'fast', '-w', 'stop']);
+    stopServer(this.data('primary'), 'fast');
   }
 
   /** The primary back after stopPrimary(); the standby reconnects and is synchronous again. */
@@ -206,7 +196,7 @@ export class ReplicatedPostgres {
     const further = this.standbyPorts.slice(1).map((port) => this.standbyAt(port));
     for (const which of ['primary', 'standby', ...further] as Server[]) {
       try {
-        runPostgresTool('pg_ctl', ['-D', this.data(which), '-m', 'immediate', '-w', 'stop']);
+        stopServer(this.data(which), 'immediate');
       } catch {
         // already stopped
       }

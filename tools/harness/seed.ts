@@ -12,20 +12,17 @@ export const BENCH_PASSWORD = 'bench-password-123';
 export const RARE_WORD = 'zephyr';
 export const COMMON_WORD = 'news';
 
-/** The PostgreSQL server the bench seeds and measures (tools/harness/postgres.ts: DB_* or the local one). */
+/**
+ * The PostgreSQL server the bench seeds and measures (tools/harness/postgres.ts: DB_* or the local
+ * one); a bench may seed and serve from one it runs itself (tools/bench/backup.ts).
+ */
 export const pgConnection = postgresServer;
-
-/** A PostgreSQL server to seed and serve from: the shared one above, or one a bench runs itself (tools/bench/backup.ts). */
-export type PgServer = typeof postgresServer;
 
 /**
  * The environment every bench server gets on a seeded database: production mode, warn-level logs,
  * the real bcrypt cost, an ephemeral metrics port (several servers run at once), one secret.
  */
-export const benchServiceEnv = (
-  database: string,
-  server: PgServer = pgConnection,
-): Record<string, string> => ({
+export const benchServiceEnv = (database: string, server = pgConnection): Record<string, string> => ({
   NODE_ENV: 'production',
   METRICS_PORT: '0',
   LOG_LEVEL: 'warn',
@@ -199,7 +196,7 @@ export async function seed(
   posts: number,
   reseed: boolean,
   log: (line: string) => void,
-  server: PgServer = pgConnection,
+  server = pgConnection,
 ): Promise<SeedInfo> {
   const database = `sp_bench_${String(posts)}`;
   const users = usersFor(posts);

@@ -29,6 +29,7 @@ import {
   type SteadyTraffic,
 } from './traffic';
 import { call, login, sleep, type Answer } from './client';
+import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
 export const STATEMENT_BUDGET_MS = 2000;
@@ -256,16 +257,12 @@ function loggedErrors(releases: [string, ServiceProcess][]): Record<string, numb
   return seen;
 }
 
-/** Each post's rows in `votes`, for the ids given. */
-async function voteRows(k: Knex, ids: readonly number[]): Promise<Map<number, number>> {
-  const rows = (
-    await k.raw<{ rows: { id: number; n: string }[] }>(
-      `SELECT p.id, (SELECT count(*) FROM votes v WHERE v.post_id = p.id) AS n
-       FROM posts p WHERE p.id = ANY(?::int[])`,
-      [ids as number[]],
-    )
-  ).rows;
-  return new Map(rows.map((r) => [r.id, Number(r.n)]));
+/** Each post's stored count and rows in `votes`, for the ids given. */
+async function voteCounts(k: Knex, ids: readonly number[]): Promise<Map<number, VoteCount>> {
+  const { rows } = await k.raw<{ rows: VoteCount[] }>(`${VOTE_COUNTS} WHERE p.id = ANY(?::int[])`, [
+    ids as number[],
+  ]);
+  return new Map(rows.map((r) => [r.id, r]));
 }
 
 async function check(
@@ -307,31 +304,17 @@ async function check(
   const ids = [...new Set([...votedOn, ...createdIds, ...hotPosts.slice(0, 200)])].filter(
     (id) => !shown.has(id),
   );
-  for (let i = 0; i < ids.length; i += 8) {
-    await Promise.all(
-      ids.slice(i, i + 8).map(async (id) => {
-        const answer = await call(base, `/posts/${String(id)}`, { token });
-        shown.set(
-          id,
-          answer.status === 200 ? (answer.body as { votes: number }).votes : `status ${answer.status}`,
-        );
-      }),
-    );
-  }
-  const rows = await voteRows(k, [...shown.keys()]);
+  for (const [id, votes] of await shownVotes(base, ids, () => token)) shown.set(id, votes);
+  const counts = await voteCounts(k, [...shown.keys()]);
   const apiMismatches = [...shown.entries()]
-    .filter(([id, api]) => api !== (rows.get(id) ?? 0))
-    .map(([id, api]) => ({ id, api, rows: rows.get(id) ?? 0 }));
+    .filter(([id, api]) => api !== (counts.get(id)?.rows ?? 0))
+    .map(([id, api]) => ({ id, api, rows: counts.get(id)?.rows ?? 0 }));
 
   const columnMismatches = (
-    await k.raw<{ rows: { id: number; column: number | null; n: string }[] }>(
-      `SELECT p.id, s.votes AS column, coalesce(c.n, 0) AS n
-       FROM posts p LEFT JOIN post_vote_counts s ON s.post_id = p.id
-       LEFT JOIN (SELECT post_id, count(*) AS n FROM votes GROUP BY post_id) c ON c.post_id = p.id
-       WHERE s.votes IS DISTINCT FROM coalesce(c.n, 0)
-       ORDER BY p.id LIMIT 1000`,
+    await k.raw<{ rows: VoteCount[] }>(
+      `${VOTE_COUNTS} WHERE s.votes IS DISTINCT FROM coalesce(c.n, 0) ORDER BY p.id LIMIT 1000`,
     )
-  ).rows.map((r) => ({ id: r.id, column: r.column, rows: Number(r.n) }));
+  ).rows.map(({ id, stored, rows }) => ({ id, column: stored, rows }));
 
   return { lostPosts, lostVotes, undeadVotes, apiMismatches, apiChecked: shown.size, columnMismatches };
 }
@@ -726,29 +709,15 @@ async function countMismatches(
   bases: { old: string; new: string },
   votedOn: number[],
 ): Promise<OldOnNewResult['mismatches']> {
-  const shown = async (base: string, id: number): Promise<number | string> => {
-    const answer = await call(base, `/posts/${String(id)}`, { token });
-    return answer.status === 200
-      ? (answer.body as { votes: number }).votes
-      : `status ${String(answer.status)}`;
-  };
-  const rows = await voteRows(k, votedOn);
-  const columns = new Map(
-    (
-      await k.raw<{ rows: { id: number; vote_count: number | null }[] }>(
-        'SELECT post_id AS id, votes AS vote_count FROM post_vote_counts WHERE post_id = ANY(?::int[])',
-        [votedOn],
-      )
-    ).rows.map((r) => [r.id, r.vote_count]),
-  );
-  const mismatches: OldOnNewResult['mismatches'] = [];
-  for (const id of votedOn) {
-    const seen = { old: await shown(bases.old, id), new: await shown(bases.new, id) };
-    const n = rows.get(id) ?? 0;
-    const column = columns.get(id) ?? null;
-    if (seen.old !== n || seen.new !== n || column !== n) mismatches.push({ id, ...seen, column, rows: n });
-  }
-  return mismatches;
+  const old = await shownVotes(bases.old, votedOn, () => token);
+  const fresh = await shownVotes(bases.new, votedOn, () => token);
+  const counts = await voteCounts(k, votedOn);
+  return votedOn.flatMap((id) => {
+    const seen = { old: old.get(id) ?? '', new: fresh.get(id) ?? '' };
+    const n = counts.get(id)?.rows ?? 0;
+    const column = counts.get(id)?.stored ?? null;
+    return seen.old !== n || seen.new !== n || column !== n ? [{ id, ...seen, column, rows: n }] : [];
+  });
 }
 
 /**
