@@ -28,8 +28,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { BackupControl, StandbyControl } from '../suite/drivers';
-import type { DatabaseControl } from './control';
+import type { BackupControl, DatabaseControl, StandbyControl } from '../suite/drivers';
 import { makeCa, signServer } from '../../tools/harness/certificates';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { ownForPostgres, queryServer } from '../../tools/harness/postgres';

@@ -12,19 +12,12 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { INSPECT_SCRIPT } from '../suite/inspect';
-import type { BackupControl, BrokenEndpointControl, StandbyControl } from '../suite/drivers';
+import type { BrokenEndpointControl, DatabaseControl } from '../suite/drivers';
 import type { BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
 
 /** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
-export interface DatabaseControl {
-  stopDatabase(): void | Promise<void>;
-  startDatabase(): void | Promise<void>;
-  failover?: () => Promise<{ promotedAfterMs: number }>;
-  standby?: StandbyControl;
-  backups?: BackupControl;
-}
 
 export interface Controlled {
   database: DatabaseControl;

@@ -39,7 +39,8 @@ import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../..
 import { formatReport } from '../report';
 import { Cluster } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
-import { startControlServer, type DatabaseControl } from './control';
+import { startControlServer } from './control';
+import type { DatabaseControl } from '../suite/drivers';
 import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';

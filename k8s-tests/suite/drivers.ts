@@ -233,3 +233,12 @@ export function driverFromEnv(): Driver {
   if (name === 'none') return noDriver();
   throw new Error(`K8S_DRIVER must be local, kind or none, not ${name}`);
 }
+
+/** What the runner can do to the database the replicas use: stop and start it, and the stand-in's extras. */
+export interface DatabaseControl {
+  stopDatabase(): void | Promise<void>;
+  startDatabase(): void | Promise<void>;
+  failover?: () => Promise<{ promotedAfterMs: number }>;
+  standby?: StandbyControl;
+  backups?: BackupControl;
+}
