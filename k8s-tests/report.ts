@@ -11,10 +11,21 @@ export function writeReport(name: string, figures: unknown): void {
   if (dir) writeFileSync(join(dir, `${name}.json`), JSON.stringify(figures, null, 2));
 }
 
-/** Nested objects become dotted keys; a list of plain values stays on one row. */
-function flatten(value: unknown, key: string, rows: [string, string][]): void {
+/** Nested objects become dotted keys; a list of plain values, or a list item of them, stays on one row. */
+function flatten(value: unknown, key: string, rows: [string, string][], item = false): void {
   const plain = (v: unknown) => typeof v !== 'object' || v === null;
   if (Array.isArray(value) && value.every(plain)) rows.push([key, value.join(', ')]);
+  else if (Array.isArray(value))
+    value.forEach((inner, i) => {
+      flatten(inner, `${key}.${String(i)}`, rows, true);
+    });
+  else if (item && !plain(value) && Object.values(value as object).every(plain))
+    rows.push([
+      key,
+      Object.entries(value as object)
+        .map(([name, v]) => `${name}=${String(v)}`)
+        .join(', '),
+    ]);
   else if (!plain(value))
     for (const [name, inner] of Object.entries(value as object)) flatten(inner, `${key}.${name}`, rows);
   else rows.push([key, String(value)]);
