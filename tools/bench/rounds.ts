@@ -131,7 +131,8 @@ export async function alternatingRounds(
             },
           );
           const r = { round, connections, list, contender, figures };
-          const more = hooks.afterRun?.(r, addRun(series, r)) ?? '';
+          const added = addRun(series, r);
+          const more = hooks.afterRun?.(r, added) ?? '';
           const at = `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.list.padEnd(26)} ${contender.key.padEnd(18)}`;
           log(`${progress(at, figures)}${more}`);
         }
