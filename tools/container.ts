@@ -6,7 +6,7 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { previousRelease } from './harness/releases';
 import { nodeImage, repoRoot } from './node-release';
@@ -27,14 +27,33 @@ export function engine(): Engine {
   if (spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status === 0) {
     detected = { name: 'docker', command: ['docker'] };
   } else if (spawnSync('podman', ['--version'], { stdio: 'ignore' }).status === 0) {
+    const [root, runRoot] = podmanStore();
     detected = {
       name: 'podman',
-      command: ['podman', '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs', '--runtime', 'runc'],
+      command: [
+        'podman',
+        ...['--root', root, '--runroot', runRoot, '--storage-driver', 'vfs'],
+        ...['--cgroup-manager', 'cgroupfs', '--runtime', 'runc'],
+      ],
     };
   } else {
     throw new Error('no container engine: neither `docker info` answers nor podman is installed');
   }
   return detected;
+}
+
+/**
+ * A podman store of the project's own: podman records the storage driver of the store it first
+ * opens and refuses any other, so a default store another podman command opened first would
+ * refuse vfs, and the vfs store would refuse the machine's own podman commands.
+ */
+function podmanStore(): [string, string] {
+  if (process.getuid?.() === 0) return ['/var/lib/containers/social-posts', '/run/containers/social-posts'];
+  const data = process.env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share');
+  return [
+    join(data, 'containers', 'social-posts'),
+    join(process.env.XDG_RUNTIME_DIR ?? tmpdir(), 'containers-social-posts'),
+  ];
 }
 
 /** The engine's program and its arguments for `args`. */
