@@ -17,9 +17,8 @@ import type { BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
 
-/** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
-
 export interface Controlled {
+  /** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
   database: DatabaseControl;
   cluster: Cluster;
   launcher: Launcher;
@@ -123,6 +122,8 @@ function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
   const { broken } = c;
   return {
     open: async (mode) => {
+      if (!['refuse', 'reset', 'hang'].includes(mode))
+        throw new Error(`no broken-endpoint mode ${JSON.stringify(mode)}`);
       await broken.open(mode);
       await c.reload();
       c.step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.ready().join(', ')}]`);
@@ -137,17 +138,26 @@ function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
 
 /** Listens on a free port of 127.0.0.1; a method's failure answers 500 with its message. */
 export function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
+  const { standby, backups } = c.database;
+  // The stand-in is one object behind both: only the control interfaces' methods are reachable.
   const parts: Record<string, object | undefined> = {
     '': ownMethods(c),
-    standby: c.database.standby,
-    backups: c.database.backups,
+    standby: standby && {
+      pauseReplay: standby.pauseReplay.bind(standby),
+      committed: standby.committed.bind(standby),
+    },
+    backups: backups && {
+      base: backups.base.bind(backups),
+      mistake: backups.mistake.bind(backups),
+      recover: backups.recover.bind(backups),
+    },
     brokenEndpoint: brokenEndpointControl(c),
   };
   const server = createServer((req, res) => {
     const name = /^\/call\/([\w.]+)$/.exec(req.url ?? '')?.[1] ?? '';
     const [part = '', method = ''] = name.includes('.') ? name.split('.', 2) : ['', name];
     const owner = Object.hasOwn(parts, part) ? (parts[part] as Methods | undefined) : undefined;
-    const fn = owner?.[method];
+    const fn = owner && Object.hasOwn(owner, method) ? owner[method] : undefined;
     if (req.method !== 'POST' || typeof fn !== 'function') {
       res.writeHead(404).end(`no ${name} here`);
       return;

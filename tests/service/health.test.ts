@@ -7,7 +7,7 @@ import { startTestServer, testOnPostgres, usingPostgres, type TestServer } from 
 
 const ALLOWED = 'https://status.example.com';
 /** In front of PostgreSQL: closing it is, to the service, the database going away. */
-const relay = new Relay(postgresServer.port);
+const relay = new Relay(postgresServer.port, postgresServer.host);
 let server: TestServer;
 let base: string;
 

@@ -221,7 +221,7 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
       expect(svc.child.exitCode).toBeNull();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    const relay = new Relay(postgresServer.port);
+    const relay = new Relay(postgresServer.port, postgresServer.host);
     await relay.start(port);
     try {
       const listening = await svc.waitForLog(/^listening on http/, 30_000);

@@ -468,7 +468,7 @@ describeOnPostgres('Tracing a database fault', () => {
   test('When the database stops answering, then the statement span and the request span are errors, the request with the problem status', async () => {
     const collector = new Collector();
     await collector.start();
-    const relay = new Relay(postgresServer.port);
+    const relay = new Relay(postgresServer.port, postgresServer.host);
     await relay.start();
     const svc = await startTraced(collector, {
       DB_HOSTNAME: '127.0.0.1',

@@ -25,6 +25,8 @@ export interface Server {
   base: string;
   /** Sends `signal` (SIGKILL by default) and resolves with the exit code. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** The tail of what it wrote to stderr. */
+  stderr(): string;
 }
 
 /**
@@ -60,6 +62,7 @@ export async function startServer(
     child: proc.child,
     base,
     stop: (signal) => proc.stop(signal),
+    stderr: () => proc.stderr(),
   };
 }
 

@@ -153,7 +153,7 @@ async function main(): Promise<void> {
     );
   } finally {
     const code = await server.stop('SIGTERM');
-    if (code !== 0) log(`the service exited with ${String(code)}`);
+    if (code !== 0) log(`the service exited with ${String(code)}: ${server.stderr()}`);
   }
   const { file, profile } = busiestProfile(dir);
   const self = selfTimes(profile, measured.from, measured.to);

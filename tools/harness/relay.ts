@@ -20,7 +20,10 @@ export class Relay {
   private readonly pairs = new Set<Pair>();
   private stalled = false;
 
-  constructor(private targetPort: number) {}
+  constructor(
+    private targetPort: number,
+    private readonly targetHost = '127.0.0.1',
+  ) {}
 
   /** Listens on `port` when given (a database address that appears later), else on a free one. */
   async start(port?: number): Promise<void> {
@@ -51,7 +54,7 @@ export class Relay {
     // Accepted while stalled: held open, never forwarded (a SYN that a vanished node never answers
     // would also leave the client waiting until its own time-out).
     if (pair.stalled) return;
-    const upstream = net.connect(this.targetPort, '127.0.0.1');
+    const upstream = net.connect(this.targetPort, this.targetHost);
     pair.upstream = upstream;
     upstream.on('error', () => undefined);
     upstream.on('close', drop);
