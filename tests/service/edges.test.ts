@@ -23,7 +23,21 @@ const { service, owner } = postsFixture(['owner']);
 const app = () => service.app;
 
 describe('Integers in paths and queries', () => {
-  test.each(['1e0', '01', '+1', '%201', '1%20', '1.0', '0x1', '00', '2147483648', '-0'])(
+  test.each([
+    '1e0',
+    '01',
+    '+1',
+    '%201',
+    '1%20',
+    '1.0',
+    '1.5',
+    '0x1',
+    '00',
+    '-0',
+    'abc',
+    '2147483648',
+    '99999999999999999999',
+  ])(
     'When a post is addressed as /posts/%s, then 422 naming id, for every method, and nothing changes',
     async (written) => {
       const post = await newPost(app(), owner);
