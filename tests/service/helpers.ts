@@ -111,8 +111,11 @@ export async function openMigratedDatabase(
     settings,
     logger,
     close: async () => {
-      await db.close().catch(() => undefined);
-      await fresh.drop();
+      try {
+        await db.close();
+      } finally {
+        await fresh.drop();
+      }
     },
   };
 }
