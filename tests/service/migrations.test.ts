@@ -51,6 +51,35 @@ async function sequences(db: Database): Promise<string[]> {
   return result.rows.map((r) => r.relname);
 }
 
+/**
+ * A fresh, empty database for one case, opened with `overrides`; `another` opens one more
+ * connection to it. All are closed, newest first, and the database dropped after the case.
+ */
+async function onFresh(
+  overrides: Record<string, string>,
+  work: (db: Database, another: (env?: Record<string, string>) => Promise<Database>) => Promise<void>,
+): Promise<void> {
+  const fresh = await freshDatabaseEnv();
+  const opened: Database[] = [];
+  const another = async (env: Record<string, string> = {}) => {
+    opened.unshift(await open({ ...fresh.env, ...env }));
+    return opened[0] as Database;
+  };
+  try {
+    await work(await another(overrides), another);
+  } finally {
+    for (const db of opened) await db.close();
+    await fresh.drop();
+  }
+}
+
+/** A fresh database at the latest schema for one case, closed and dropped after it. */
+const onMigrated = (work: (db: Database) => Promise<void>): Promise<void> =>
+  onFresh({}, async (db) => {
+    await migrateToLatest(db, logger);
+    await work(db);
+  });
+
 // The race is over in milliseconds and lost only now and then, so it is run several times.
 const RACE_ROUNDS = 8;
 
@@ -58,15 +87,11 @@ testOnPostgres(
   'When three replicas migrate an empty database at once, then all succeed, each migration ran once and the schema is the one a single replica builds',
   async () => {
     for (let round = 0; round < RACE_ROUNDS; round++) {
-      const fresh = await freshDatabaseEnv();
-      const replicas = await Promise.all([open(fresh.env), open(fresh.env), open(fresh.env)]);
-      try {
+      await onFresh({}, async (first, another) => {
+        const replicas = [first, ...(await Promise.all([another(), another()]))];
         const applied = await Promise.all(replicas.map((db) => migrateToLatest(db, logger)));
-        // Every migration was applied by exactly one replica. A migration run outside the
-        // transaction is a step of its own, and between steps another replica may take the lock
-        // and apply the rest, so the steps may be shared out among the replicas.
+        // Each migration by exactly one replica: between steps another may take the lock and go on.
         expect(applied.flat().sort()).toEqual(Object.keys(migrations).sort());
-        const [first] = replicas;
         const runs = await first.knex<{ name: string }>('knex_migrations').select('name');
         expect(runs.map((r) => r.name).sort()).toEqual(applied.flat().sort());
         expect(await tables(first)).toEqual(SCHEMA_TABLES);
@@ -79,10 +104,7 @@ testOnPostgres(
           'posts_id_seq',
           'users_id_seq',
         ]);
-      } finally {
-        await Promise.all(replicas.map((db) => db.close()));
-        await fresh.drop();
-      }
+      });
     }
   },
 );
@@ -102,8 +124,7 @@ test('When migrated, then the schema has the indexes the queries rely on', async
         'votes_post_id',
       ]),
     );
-    // The search uses the trigram index on the folded title on any size of table; a login, the
-    // folded address's unique index.
+    // On a table of any size, a search uses the folded title's trigram index; a login, the address's.
     await db.knex.raw('SET enable_seqscan = off');
     const plan = async (sql: string) =>
       (await db.knex.raw<{ rows: { 'QUERY PLAN': string }[] }>(`EXPLAIN ${sql}`)).rows
@@ -117,25 +138,6 @@ test('When migrated, then the schema has the indexes the queries rely on', async
     ).toContain('users_email_folded_unique');
   });
 });
-
-/** A fresh, empty database for one case, closed and dropped after it. */
-async function onFresh(work: (db: Database) => Promise<void>): Promise<void> {
-  const fresh = await freshDatabaseEnv();
-  const db = await open(fresh.env);
-  try {
-    await work(db);
-  } finally {
-    await db.close();
-    await fresh.drop();
-  }
-}
-
-/** A fresh database at the latest schema for one case, closed and dropped after it. */
-const onMigrated = (work: (db: Database) => Promise<void>): Promise<void> =>
-  onFresh(async (db) => {
-    await migrateToLatest(db, logger);
-    await work(db);
-  });
 
 /** Each post's stored count, or null where the post has none yet (not counted). */
 async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
@@ -298,12 +300,10 @@ test('When the database holds a migration this release does not know (a newer re
 
 testOnPostgres(
   'When a table a migration alters is held by a long write transaction, then the migration waits no longer than its lock time-out each try, lets writes through between tries, and applies once the table is free',
-  async () => {
-    const fresh = await freshDatabaseEnv();
-    const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
-    const holder = await open(fresh.env);
-    const k = db.knex;
-    try {
+  () =>
+    onFresh({ DB_MIGRATION_LOCK_TIMEOUT_MS: '200' }, async (db, another) => {
+      const holder = await another();
+      const k = db.knex;
       await migrateToLatest(db, logger);
       await asPreviousRelease(k);
       await k('knex_migrations')
@@ -326,12 +326,7 @@ testOnPostgres(
       await held;
       expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);
       expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
-    } finally {
-      await holder.close();
-      await db.close();
-      await fresh.drop();
-    }
-  },
+    }),
 );
 
 /** Runs `work` with `extra` migrations shipped after the real ones, then ships only the real ones again. */
@@ -404,13 +399,11 @@ test('When a migration exports config = { transaction: false }, then the migrati
 
 testOnPostgres(
   'When a migration builds an index CONCURRENTLY while another session holds a long transaction writing to the table, then each try waits no longer than the lock time-out, the INVALID index a failed try leaves is dropped and built again, the index ends valid, and the table takes writes all along',
-  async () => {
-    const fresh = await freshDatabaseEnv();
-    const db = await open({ ...fresh.env, DB_MIGRATION_LOCK_TIMEOUT_MS: '200' });
-    // Its statements may run long (the seed); how long each write takes is measured here.
-    const other = await open({ ...fresh.env, DB_STATEMENT_TIMEOUT_MS: '60000' });
-    const index = 'posts_content_trgm_scratch';
-    try {
+  () =>
+    onFresh({ DB_MIGRATION_LOCK_TIMEOUT_MS: '200' }, async (db, another) => {
+      // Its statements may run long (the seed); how long each write takes is measured here.
+      const other = await another({ DB_STATEMENT_TIMEOUT_MS: '60000' });
+      const index = 'posts_content_trgm_scratch';
       await migrateToLatest(db, logger);
       const [user] = await other
         .knex('users')
@@ -475,12 +468,7 @@ testOnPostgres(
         "SELECT count(*) AS n FROM posts WHERE content LIKE '%during the build%' OR content = 'held'",
       );
       expect(Number(found.rows[0]?.n)).toBe(writeMs.length + 1);
-    } finally {
-      await other.close();
-      await db.close();
-      await fresh.drop();
-    }
-  },
+    }),
 );
 
 test('When migrations are rolled back and applied again, then the schema comes back whole', async () => {
@@ -495,7 +483,7 @@ test('When migrations are rolled back and applied again, then the schema comes b
 });
 
 test("When the migrations run, then the app's session keeps its own time-outs (on the embedded database it is the one session the migrations ran on)", async () => {
-  await onFresh(async (db) => {
+  await onFresh({}, async (db) => {
     const timeouts = async () =>
       (
         await db.knex.raw<{ rows: { lock: string; statement: string }[] }>(
@@ -512,7 +500,7 @@ test("When the migrations run, then the app's session keeps its own time-outs (o
 });
 
 test('When addresses stored before the e-mail policy are migrated, then they take the normalised form, unless another account already has it', async () => {
-  await onFresh(async (db) => {
+  await onFresh({}, async (db) => {
     // The schema as it was before the policy: the first three migrations only.
     await migrateFirst(db, 3);
     const rows = [

@@ -36,14 +36,10 @@ describe('Metrics', () => {
   let scrapeUrl: string;
 
   beforeAll(async () => {
-    const started = await startTestServer();
-    ({ db, running, close, base: api } = started);
+    ({ db, running, close, base: api } = await startTestServer());
     scrapeUrl = `http://127.0.0.1:${running.metricsPort}/metrics`;
   });
-
-  afterAll(async () => {
-    await close();
-  });
+  afterAll(() => close());
 
   const scrape = async () => {
     const res = await fetch(scrapeUrl);
@@ -74,15 +70,13 @@ describe('Metrics', () => {
 
   test('When API calls are answered, then their durations are counted by route template, method and status, never by raw path', async () => {
     // Through the real listener, so the server's own registry counts them.
-    const app = api;
-    // One registration, one login and one post, each counted once below.
-    const account = await newAccount(app, 'metrics@example.com');
-    const post = await newPost(app, account, { title: 'Counted', content: 'in the histogram' });
-    await request(app).get(`/posts/${post.id}`).set(bearer(account)).expect(200);
-    await request(app).get('/posts/2147480000').set(bearer(account)).expect(404);
-    await request(app).get('/posts/public').expect(200);
-    await request(app).get('/no/such/path/12345').expect(404);
-    await request(app).get('/another/unknown/path').expect(404);
+    const account = await newAccount(api, 'metrics@example.com');
+    const post = await newPost(api, account, { title: 'Counted', content: 'in the histogram' });
+    await request(api).get(`/posts/${post.id}`).set(bearer(account)).expect(200);
+    await request(api).get('/posts/2147480000').set(bearer(account)).expect(404);
+    await request(api).get('/posts/public').expect(200);
+    await request(api).get('/no/such/path/12345').expect(404);
+    await request(api).get('/another/unknown/path').expect(404);
 
     const text = await scrape();
     const count = (labels: string) => sample(text, 'http_request_duration_seconds_count', labels);
@@ -115,8 +109,7 @@ describe('Metrics', () => {
   });
 
   test('When a request is still being received, then it counts as in flight until it ends', async () => {
-    const before = sample(await scrape(), 'http_requests_in_flight');
-    expect(before).toBe(0);
+    expect(sample(await scrape(), 'http_requests_in_flight')).toBe(0);
     // A body that never completes keeps the request open on the server.
     const pending = httpRequest(`${api}/users/`, {
       method: 'POST',
@@ -397,10 +390,7 @@ describe('Pipelined requests abandoned by their client', () => {
 
   afterAll(() => close());
 
-  const inFlight = async () => {
-    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
-    return sample(text, 'http_requests_in_flight');
-  };
+  const metrics = async () => (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
 
   test('When 50 pipelined requests are sent and the connection is closed unread, then each has one log line (its status, or 499) and none stays in flight', async () => {
     const base = `http://127.0.0.1:${running.port}`;
@@ -428,11 +418,13 @@ describe('Pipelined requests abandoned by their client', () => {
           status: (entry.res as { status: number }).status,
         }));
     // Some are answered before the close.
-    for (let i = 0; i < 100 && logged().length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    await pollUntil(logged, (lines) => lines.length > 0, { withinMs: 5000, everyMs: 50 });
     socket.destroy();
 
-    for (let i = 0; i < 100 && logged().length < ids.length; i++) await new Promise((r) => setTimeout(r, 50));
-    const lines = logged();
+    const { value: lines } = await pollUntil(logged, (all) => all.length >= ids.length, {
+      withinMs: 5000,
+      everyMs: 50,
+    });
     expect(lines.map((line) => line.id).sort()).toEqual([...ids].sort());
     const statuses = new Set(lines.map((line) => line.status));
     expect([...statuses].every((status) => status === 200 || status === 499)).toBe(true);
@@ -442,23 +434,16 @@ describe('Pipelined requests abandoned by their client', () => {
     const firstAbandoned = ids.findIndex((id) => byId.get(id) === 499);
     expect(ids.slice(firstAbandoned).every((id) => byId.get(id) === 499)).toBe(true);
 
-    let left = await inFlight();
-    for (let i = 0; i < 50 && left !== 0; i++) {
-      await new Promise((r) => setTimeout(r, 50));
-      left = await inFlight();
-    }
-    expect(left).toBe(0);
-    const text = await (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
-    const counted = samples(text, 'http_request_duration_seconds_count')
-      .filter((s) => s.labels.includes('method="GET"'))
-      .reduce((sum, s) => sum + s.value, 0);
-    // Every one is counted once, with the page reads the set-up made none.
-    expect(counted).toBe(ids.length);
-    expect(
+    const inFlight = async () => sample(await metrics(), 'http_requests_in_flight');
+    expect((await pollUntil(inFlight, (n) => n === 0, { withinMs: 2500, everyMs: 50 })).value).toBe(0);
+    const text = await metrics();
+    const counted = (label: string) =>
       samples(text, 'http_request_duration_seconds_count')
-        .filter((s) => s.labels.includes('status_code="499"'))
-        .reduce((sum, s) => sum + s.value, 0),
-    ).toBe(lines.filter((line) => line.status === 499).length);
+        .filter((s) => s.labels.includes(label))
+        .reduce((sum, s) => sum + s.value, 0);
+    // Every one is counted once, with the page reads the set-up made none.
+    expect(counted('method="GET"')).toBe(ids.length);
+    expect(counted('status_code="499"')).toBe(lines.filter((line) => line.status === 499).length);
   });
 });
 
@@ -482,8 +467,7 @@ describe('A connection flooded with pipelined requests', () => {
       await closed;
       const logged = () =>
         log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
-      for (let i = 0; i < 100 && logged().length < ids.length; i++)
-        await new Promise((r) => setTimeout(r, 50));
+      await pollUntil(logged, (lines) => lines.length >= ids.length, { withinMs: 5000, everyMs: 50 });
       expect(logged()).toHaveLength(ids.length);
       // Far fewer answers than requests: the flood was cut off, not queued.
       expect((received.match(/HTTP\/1\.1 200/g) ?? []).length).toBeLessThan(10);
@@ -535,13 +519,12 @@ describe('Start-up and shutdown log', () => {
     });
     const svc = await startService(env);
     try {
-      const entries = () => svc.lines;
       const { port, metricsPort } = svc;
       expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(200);
       expect((await fetch(`http://127.0.0.1:${port}/healthz/ready`)).status).toBe(200);
 
       expect(await svc.stop('SIGTERM')).toBe(0);
-      const messages = entries().map((entry) => entry.msg);
+      const messages = svc.lines.map((entry) => entry.msg);
       expect(messages).toEqual(
         expect.arrayContaining([
           'starting',
@@ -551,7 +534,7 @@ describe('Start-up and shutdown log', () => {
           'shutdown complete',
         ]),
       );
-      const starting = entries().find((entry) => entry.msg === 'starting');
+      const starting = svc.lines.find((entry) => entry.msg === 'starting');
       expect(starting?.settings).toMatchObject({
         port: 0,
         metricsPort: 0,
@@ -560,7 +543,7 @@ describe('Start-up and shutdown log', () => {
         shutdownTimeoutSeconds: 15,
         database: { kind: usingPostgres() ? 'postgres' : 'embedded' },
       });
-      expect(entries().find((entry) => String(entry.msg).startsWith('shutdown started'))).toMatchObject({
+      expect(svc.lines.find((entry) => String(entry.msg).startsWith('shutdown started'))).toMatchObject({
         delaySeconds: 0,
         timeoutSeconds: 15,
       });

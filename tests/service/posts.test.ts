@@ -44,13 +44,17 @@ async function getPost(account: Account, id: number): Promise<request.Response> 
   return api().get(`/posts/${id}`).set(bearer(account));
 }
 
-async function listIds(path: string, account?: Account): Promise<number[]> {
+/** The posts a list answers 200 with, asked as `account` when given. */
+async function list(path: string, account?: Account): Promise<PostBody[]> {
   const req = api().get(path);
   if (account) void req.set(bearer(account));
   const res = await req;
   expect(res.status).toBe(200);
-  return (res.body as PostBody[]).map((p) => p.id);
+  return res.body as PostBody[];
 }
+
+const listIds = async (path: string, account?: Account): Promise<number[]> =>
+  (await list(path, account)).map((p) => p.id);
 
 const searchPath = (base: string, search: string, extra = ''): string =>
   `${base}?search=${encodeURIComponent(search)}${extra}`;
@@ -101,9 +105,7 @@ describe('POST /posts/', () => {
 
   test('When published is omitted on create, then the post is published and appears in the public list', async () => {
     const title = `Default published ${token()}`;
-    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content: 'x' });
-    expect(res.status).toBe(201);
-    const body = res.body as PostBody;
+    const body = await newPost(service.app, alice, { title, content: 'x' });
     expect(body.published).toBe(true);
     expect(await listIds(searchPath('/posts/public', title))).toEqual([body.id]);
   });
@@ -132,9 +134,8 @@ describe('POST /posts/', () => {
   test('When title and content carry tabs, line breaks, 3-byte characters and emoji, then 201 and they come back exactly', async () => {
     const title = `${token()}\t\u20ac \u{1F600}`;
     const content = 'line one\r\nline two\n\ttabbed \u20ac\u2028\u{1F600}';
-    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content });
-    expect(res.status).toBe(201);
-    const read = (await getPost(alice, (res.body as PostBody).id)).body as PostBody;
+    const { id } = await newPost(service.app, alice, { title, content });
+    const read = (await getPost(alice, id)).body as PostBody;
     expect([read.title, read.content]).toEqual([title, content]);
   });
 
@@ -151,9 +152,7 @@ describe('POST /posts/', () => {
   test('When a title of exactly 300 characters and content of exactly 20,000 are sent, then 201', async () => {
     const title = `${token()} `.padEnd(300, 'x');
     const content = 'c'.repeat(20_000);
-    const res = await api().post('/posts/').set(bearer(alice)).send({ title, content });
-    expect(res.status).toBe(201);
-    const body = res.body as PostBody;
+    const body = await newPost(service.app, alice, { title, content });
     expect(body.title).toBe(title);
     expect(body.content).toBe(content);
   });
@@ -393,19 +392,13 @@ describe('Visibility of the lists', () => {
     const forBob = await listIds(searchPath('/posts', tok, '&limit=100'), bob);
     expect(forBob.sort()).toEqual([alicePublished.id, bobPublished.id, bobDraft.id].sort());
 
-    const publicRes = await api().get(searchPath('/posts/public', tok, '&limit=100'));
-    expect(publicRes.status).toBe(200);
-    const publicPosts = publicRes.body as PostBody[];
+    const publicPosts = await list(searchPath('/posts/public', tok, '&limit=100'));
     expect(publicPosts.map((p) => p.id).sort()).toEqual([alicePublished.id, bobPublished.id].sort());
     expect(publicPosts.every((p) => p.published)).toBe(true);
     for (const p of publicPosts) expectPublicPostShape(p, p.user_id === alice.user.id ? alice : bob);
     // The signed-in list keeps the owner's e-mail address.
-    const signedIn = (
-      await api()
-        .get(searchPath('/posts/', tok, '&limit=100'))
-        .set(bearer(bob))
-    ).body as PostBody[];
-    for (const p of signedIn) expectPostShape(p, p.user_id === alice.user.id ? alice : bob);
+    for (const p of await list(searchPath('/posts/', tok, '&limit=100'), bob))
+      expectPostShape(p, p.user_id === alice.user.id ? alice : bob);
   });
 
   test('When anyone reads the public feed, with or without a token, then no e-mail address is in it', async () => {
@@ -439,11 +432,7 @@ describe('Visibility of the lists', () => {
       ['/posts', bob],
       ['/posts/public', undefined],
     ] as const) {
-      const req = api().get(searchPath(path, tok));
-      if (account) void req.set(bearer(account));
-      const res = await req;
-      expect(res.status).toBe(200);
-      const posts = res.body as PostBody[];
+      const posts = await list(searchPath(path, tok), account);
       expect(posts).toHaveLength(1);
       const [post] = posts;
       if (!post) throw new Error('no post');
@@ -528,13 +517,8 @@ describe('Pagination and order', () => {
 
   test('When 25 posts are walked with limit 10 and skip 0, 10, 20, then pages have 10, 10 and 5 posts with no overlap and no gap, newest first', async () => {
     const pages: PostBody[][] = [];
-    for (const skip of [0, 10, 20, 30]) {
-      const res = await api()
-        .get(searchPath('/posts', tok, `&limit=10&skip=${skip}`))
-        .set(bearer(alice));
-      expect(res.status).toBe(200);
-      pages.push(res.body as PostBody[]);
-    }
+    for (const skip of [0, 10, 20, 30])
+      pages.push(await list(searchPath('/posts', tok, `&limit=10&skip=${skip}`), alice));
     expect(pages.map((p) => p.length)).toEqual([10, 10, 5, 0]);
     const walked = pages.flat();
     const ids = walked.map((p) => p.id);
@@ -553,9 +537,8 @@ describe('Pagination and order', () => {
 
   test('When the public list is walked the same way, then it gives the same order', async () => {
     const ids: number[] = [];
-    for (const skip of [0, 10, 20]) {
+    for (const skip of [0, 10, 20])
       ids.push(...(await listIds(searchPath('/posts/public', tok, `&limit=10&skip=${skip}`))));
-    }
     expect(ids).toEqual([...createdIds].reverse());
   });
 
@@ -573,10 +556,9 @@ describe('Pagination and order', () => {
   test('When limit is 100 (the maximum), then all matching posts are returned', async () => {
     const ids = await listIds(searchPath('/posts/', tok, '&limit=100'), alice);
     expect(ids).toEqual([...createdIds].reverse());
-    const unfiltered = await api().get('/posts/?limit=100').set(bearer(alice));
-    expect(unfiltered.status).toBe(200);
-    expect((unfiltered.body as PostBody[]).length).toBeGreaterThan(25);
-    expect((unfiltered.body as PostBody[]).length).toBeLessThanOrEqual(100);
+    const unfiltered = await list('/posts/?limit=100', alice);
+    expect(unfiltered.length).toBeGreaterThan(25);
+    expect(unfiltered.length).toBeLessThanOrEqual(100);
     expect(expectProblem(await api().get('/posts/public?limit=101'), 422).errors?.[0]?.field).toBe('limit');
   });
 
@@ -591,15 +573,13 @@ describe('Pagination and order', () => {
       .whereIn('id', ids)
       .update({ created_at: new Date('2030-01-01T00:00:00.000Z') });
 
-    const all = await api().get(searchPath('/posts/', t)).set(bearer(alice));
-    const posts = all.body as PostBody[];
+    const posts = await list(searchPath('/posts/', t), alice);
     expect(posts.map((p) => p.created_at)).toEqual(Array<string>(4).fill('2030-01-01T00:00:00.000Z'));
     expect(posts.map((p) => p.id)).toEqual([...ids].sort((a, b) => b - a));
 
     const oneByOne: number[] = [];
-    for (let skip = 0; skip < 4; skip += 1) {
+    for (let skip = 0; skip < 4; skip += 1)
       oneByOne.push(...(await listIds(searchPath('/posts/public', t, `&limit=1&skip=${skip}`))));
-    }
     expect(oneByOne).toEqual([...ids].sort((a, b) => b - a));
   });
 
@@ -628,29 +608,18 @@ describe('Search', () => {
     expect(await listIds(searchPath('/posts/public', search))).toEqual([hit.id]);
   });
 
-  test('When searching for "100%", then "%" matches itself only (no "1000 things")', async () => {
+  test.each([
+    ['"100%"', '"%" matches itself only (no "1000 things")', '100% sure', '1000 things', '100%', '100%25'],
+    ['"a_b"', '"_" matches itself only (no "axb")', 'a_b', 'axb', 'a_b', 'a_b'],
+    ['a backslash', 'it matches itself', 'c\\d', 'cd', 'c\\d', 'c%5Cd'],
+  ])('When searching for %s, then %s', async (_term, _then, title, decoy, search, encoded) => {
     const t = token();
-    const literal = await newPost(service.app, alice, { title: `${t} 100% sure` });
-    await newPost(service.app, alice, { title: `${t} 1000 things` });
-    const url = searchPath('/posts/', `${t} 100%`);
-    expect(url).toContain('100%25');
+    const literal = await newPost(service.app, alice, { title: `${t} ${title}` });
+    await newPost(service.app, alice, { title: `${t} ${decoy}` });
+    const url = searchPath('/posts/', `${t} ${search}`);
+    expect(url).toContain(encoded);
     expect(await listIds(url, alice)).toEqual([literal.id]);
-    expect(await listIds(searchPath('/posts/public', `${t} 100%`))).toEqual([literal.id]);
-  });
-
-  test('When searching for "a_b", then "_" matches itself only (no "axb")', async () => {
-    const t = token();
-    const literal = await newPost(service.app, alice, { title: `${t} a_b` });
-    await newPost(service.app, alice, { title: `${t} axb` });
-    expect(await listIds(searchPath('/posts/', `${t} a_b`), alice)).toEqual([literal.id]);
-    expect(await listIds(searchPath('/posts/public', `${t} a_b`))).toEqual([literal.id]);
-  });
-
-  test('When searching for a backslash, then it matches itself', async () => {
-    const t = token();
-    const literal = await newPost(service.app, alice, { title: `${t} c\\d` });
-    await newPost(service.app, alice, { title: `${t} cd` });
-    expect(await listIds(searchPath('/posts/', `${t} c\\d`), alice)).toEqual([literal.id]);
+    expect(await listIds(searchPath('/posts/public', `${t} ${search}`))).toEqual([literal.id]);
   });
 
   test('When search is combined with limit and skip, then the page is taken from the matches', async () => {

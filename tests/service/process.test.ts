@@ -21,6 +21,9 @@ import {
 const baseEnv = (overrides: Record<string, string>) =>
   testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
 const spawnService = (env: NodeJS.ProcessEnv, cwd = ROOT) => spawnScript('service/src/main.ts', env, { cwd });
+/** The messages of the process's fatal (level 60) lines. */
+const fatalMessages = (svc: ReturnType<typeof spawnService>) =>
+  svc.lines.filter((line) => line.level === 60).map((line) => line.msg);
 
 describe('Start-up settings', () => {
   test.each([
@@ -102,9 +105,7 @@ describe('Start-up failures say, in one line, which setting to change', () => {
   });
 
   test('When the server asks for a password and DB_PASSWORD is unset, then the line names DB_PASSWORD', async () => {
-    // A server that asks for SCRAM-SHA-256 as PostgreSQL does for a role with a password: the
-    // mechanism (AuthenticationSASL), then, to the client's first message, its own
-    // (AuthenticationSASLContinue), where pg needs the password it was not given.
+    // SCRAM-SHA-256 as PostgreSQL asks it: AuthenticationSASL, then SASLContinue, which needs the password.
     const authentication = (kind: number, data: string): Buffer => {
       const body = Buffer.from(data, 'latin1');
       const head = Buffer.alloc(9);
@@ -131,8 +132,7 @@ describe('Start-up failures say, in one line, which setting to change', () => {
       delete env.DB_PASSWORD;
       const svc = spawnService(env);
       expect(await svc.exited).toBe(1);
-      const fatal = svc.lines.filter((line) => line.level === 60);
-      expect(fatal.map((line) => line.msg)).toEqual([
+      expect(fatalMessages(svc)).toEqual([
         `DB_PASSWORD is not set, and the PostgreSQL server at DB_HOSTNAME=127.0.0.1 DB_PORT=${String(port)} asks for a password: set DB_PASSWORD (and DB_USERNAME); not starting`,
       ]);
       expect(`${svc.stdout()}${svc.stderr()}`).not.toMatch(/SASL|migrations failed|\n\s+at /);
@@ -144,22 +144,18 @@ describe('Start-up failures say, in one line, which setting to change', () => {
 
 describe('SHUTDOWN_DELAY_SECONDS', () => {
   test('When NODE_ENV is not production, then the delay is 0 unless set; in production it is 5', () => {
-    expect(loadSettings(baseEnv({ NODE_ENV: 'development' })).shutdownDelaySeconds).toBe(0);
-    expect(loadSettings(baseEnv({ NODE_ENV: 'test' })).shutdownDelaySeconds).toBe(0);
-    expect(loadSettings(baseEnv({ NODE_ENV: 'production', BCRYPT_ROUNDS: '10' })).shutdownDelaySeconds).toBe(
-      5,
-    );
-    expect(
-      loadSettings(baseEnv({ NODE_ENV: 'development', SHUTDOWN_DELAY_SECONDS: '3' })).shutdownDelaySeconds,
-    ).toBe(3);
+    const delay = (env: Record<string, string>) => loadSettings(baseEnv(env)).shutdownDelaySeconds;
+    expect(delay({ NODE_ENV: 'development' })).toBe(0);
+    expect(delay({ NODE_ENV: 'test' })).toBe(0);
+    expect(delay({ NODE_ENV: 'production', BCRYPT_ROUNDS: '10' })).toBe(5);
+    expect(delay({ NODE_ENV: 'development', SHUTDOWN_DELAY_SECONDS: '3' })).toBe(3);
   });
 });
 
 describe('Without the optional dependencies (the production image: npm ci --omit=optional)', () => {
   let dir: string;
   beforeAll(() => {
-    // A copy of the sources beside a node_modules of links to every installed package but the
-    // embedded database's: module resolution from the copy finds exactly what such an install has.
+    // The sources beside links to every installed package but the embedded database's, as that install has.
     dir = mkdtempSync(path.join(tmpdir(), 'sp-no-optional-'));
     for (const entry of ['service/src', 'migrations', 'package.json', 'tsconfig.json'])
       cpSync(path.join(ROOT, entry), path.join(dir, entry), { recursive: true });
@@ -237,8 +233,7 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
   test('When DB_NAME does not exist, then the line names it and says how to create it', async () => {
     const svc = spawnService(baseEnv({ DB_NAME: 'sp_never_created' }));
     expect(await svc.exited).toBe(1);
-    const fatal = svc.lines.filter((line) => line.level === 60);
-    expect(fatal.map((line) => line.msg)).toEqual([
+    expect(fatalMessages(svc)).toEqual([
       expect.stringMatching(
         /^DB_NAME=sp_never_created does not exist on the PostgreSQL server at .*: create it \(createdb sp_never_created\), or set DB_NAME to one that exists; not starting$/,
       ),
@@ -280,8 +275,7 @@ describe('Migrations at start-up', () => {
       env = fresh.env;
       cleanup = () => fresh.drop();
     } else {
-      // The suite's migrated copy, or a new database (initdb) when this run made none; either way
-      // the first migration then meets a users table already there.
+      // The suite's migrated copy, or a new database when this run made none: either has a users table.
       const copy = await migratedDatabaseEnv();
       const dir = copy.env.DB_EMBEDDED_DIR ?? mkdtempSync(path.join(tmpdir(), 'sp-broken-'));
       // pg_trgm is not loaded: nothing here calls it.
@@ -302,8 +296,7 @@ describe('Migrations at start-up', () => {
     const code = await svc.exited;
     await cleanup();
     expect(code).not.toBe(0);
-    const fatal = svc.lines.filter((line) => line.level === 60);
-    expect(fatal.map((line) => line.msg)).toEqual([
+    expect(fatalMessages(svc)).toEqual([
       expect.stringMatching(/^migrations failed: .*"users" already exists.*; not starting$/),
     ]);
     expect(svc.stdout()).not.toContain('listening');
