@@ -27,6 +27,8 @@ import { describeOnPostgres, testEnv } from './helpers';
  * name only.
  */
 const logger = createLogger('silent');
+/** What the TLS layer says of a server certificate whose chain it cannot verify. */
+const UNTRUSTED = /unable to (get local issuer|verify the first) certificate/;
 
 describe('DB_SSL_CA_FILE', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-settings-'));
@@ -93,6 +95,12 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     opened.push(db);
     return db;
   };
+  /** Whether the connection a new query on `db` gets is TLS, as the server sees it. */
+  const sslOf = async (db: Database) => {
+    const sql = 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()';
+    return (await db.knex.raw<{ rows: { ssl: boolean }[] }>(sql)).rows;
+  };
+  const reload = () => runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
 
   beforeAll(async () => {
     ownForPostgres(dir);
@@ -132,11 +140,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   });
 
   test("When the server's certificate chains to DB_SSL_CA_FILE and names the host dialled, then the service connects over TLS", async () => {
-    const db = await open({});
-    const { rows } = await db.knex.raw<{ rows: { ssl: boolean }[] }>(
-      'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()',
-    );
-    expect(rows).toEqual([{ ssl: true }]);
+    expect(await sslOf(await open({}))).toEqual([{ ssl: true }]);
   });
 
   test('When the certificate does not name the host dialled (127.0.0.1, not localhost), then no connection is made and the error says why', async () => {
@@ -146,18 +150,14 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
 
   test('When DB_SSL_CA_FILE is another CA, then no connection is made and the error says the chain is untrusted', async () => {
     const db = await open({ DB_SSL_CA_FILE: stranger.cert });
-    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(
-      /unable to (get local issuer|verify the first) certificate/,
-    );
+    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(UNTRUSTED);
   });
 
   test('When DB_SSL_CA_FILE is unset, then only the public roots are trusted and the private CA is refused', async () => {
     const settings = loadSettings(env({}));
     const db = await openDatabase({ ...settings, db: { ...settings.db, sslCaFile: undefined } }, logger);
     opened.push(db);
-    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(
-      /unable to (get local issuer|verify the first) certificate/,
-    );
+    await expect(db.knex.raw('SELECT 1')).rejects.toThrow(UNTRUSTED);
   });
 
   test('When the service starts with the CA, then it migrates, reports ready, and a user can register and log in', async () => {
@@ -167,8 +167,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     expect(await account(service.base, `tls-${Date.now().toString(36)}@example.com`)).toEqual(
       expect.any(String),
     );
-    // The service's own connections, as the server sees them: the earlier cases' pools are closed
-    // first, so every connection under the service's application_name is the process's.
+    // The earlier cases' pools closed first, every connection under the service's name is the process's.
     await Promise.all(opened.splice(0).map((db) => db.close()));
     const { rows } = await admin.raw<{ rows: { ssl: boolean; version: string | null }[] }>(
       "SELECT s.ssl, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'social-posts'",
@@ -180,11 +179,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     }
   });
 
-  /**
-   * The service migrates before it listens, so a server it cannot trust stops the start: exit 1, no
-   * port ever opened (no client gets any answer, let alone a 500), and the fatal line carries the
-   * TLS error for the operator.
-   */
+  /** Starts against a server it cannot trust; migrating comes before listening, so no port may open. */
   const refusedStart = async (overrides: Record<string, string>) => {
     // At debug the fatal line carries the error itself beside its one-line account.
     const proc = spawnScript('service/src/main.ts', env({ PORT: '0', LOG_LEVEL: 'debug', ...overrides }));
@@ -211,7 +206,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   test('When DB_SSL_CA_FILE is a CA that did not sign the server certificate, then the service does not start, and its log says the certificate is untrusted', async () => {
     const started = await refusedStart({ DB_SSL_CA_FILE: stranger.cert });
     expect(started).toMatchObject({ code: 1, listened: false });
-    expect(started.error.message).toMatch(/unable to (get local issuer|verify the first) certificate/);
+    expect(started.error.message).toMatch(UNTRUSTED);
     expect(started.hint).toContain('chain to DB_SSL_CA_FILE');
   });
 
@@ -223,10 +218,9 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
       });
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
     try {
-      // What a CA renewal looks like to a pod whose mounted CA file has not followed yet: the server
-      // presents a certificate of a CA the service does not know, and each new connection is refused.
+      // A CA renewal seen by a pod whose mounted CA file has not followed yet.
       signServer(dir, 'server', stranger, ['localhost']);
-      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+      reload();
       // The pooled connections, made before, would still serve: end them, so new ones are needed.
       await admin.raw(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'social-posts'",
@@ -258,7 +252,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
       expect(failed.hint).toMatch(/DB_SSL_CA_FILE/);
     } finally {
       signServer(dir, 'server', ca, ['localhost']);
-      runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+      reload();
     }
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
     expect((await register()).status).toBe(201);
@@ -290,21 +284,17 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     copyFileSync(ca.cert, mounted);
     const db = await open({ DB_SSL_CA_FILE: mounted });
     await db.knex.raw('SELECT 1');
-    // The renewal: a certificate from the new CA, which PostgreSQL loads on reload, and the kubelet
-    // updating the Secret's file in the pod.
+    // The renewal: the server reloads a certificate of the new CA, and the kubelet updates the file.
     const renewed = makeCa(dir, 'renewed', 'renewed cluster CA');
     signServer(dir, 'server', renewed, ['localhost']);
-    runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
+    reload();
     copyFileSync(renewed.cert, mounted);
     // The service looks at the file at most every 2 s.
     await new Promise((resolve) => setTimeout(resolve, 2100));
     // The pooled connection is held by the transaction, so the next query opens a new one.
     await db.knex.transaction(async (trx) => {
       await trx.raw('SELECT 1');
-      const { rows } = await db.knex.raw<{ rows: { ssl: boolean }[] }>(
-        'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()',
-      );
-      expect(rows).toEqual([{ ssl: true }]);
+      expect(await sslOf(db)).toEqual([{ ssl: true }]);
     });
   });
 });

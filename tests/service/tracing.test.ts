@@ -160,7 +160,7 @@ class Collector {
   /** The spans of one trace, once its server span (the last to end) has arrived. */
   async trace(traceId: string): Promise<ExportedSpan[]> {
     const { value } = await pollUntil(
-      () => Promise.resolve(this.spans.filter((s) => s.traceId === traceId)),
+      () => this.spans.filter((s) => s.traceId === traceId),
       (spans) => spans.some((s) => s.kind === SERVER),
       // The batch goes out every OTEL_BSP_SCHEDULE_DELAY (startTraced's); the SDK's default is 5 s.
       { withinMs: 20_000, everyMs: 50 },
@@ -176,6 +176,8 @@ class Collector {
 
 const newTraceId = () => randomBytes(16).toString('hex');
 const newSpanId = () => randomBytes(8).toString('hex');
+/** A caller's traceparent in `traceId`, sampled unless `flags` says otherwise. */
+const traceparent = (traceId: string, flags = '01') => `00-${traceId}-${newSpanId()}-${flags}`;
 
 /** The span and every span under it, in the trace. */
 function descendants(spans: ExportedSpan[], root: ExportedSpan): ExportedSpan[] {
@@ -289,9 +291,7 @@ describe.each([
 
   test('When a route answers under two spellings, then its spans carry the one the contract names', async () => {
     const traceId = newTraceId();
-    const answer = await fetch(`${svc.base}/posts`, {
-      headers: { traceparent: `00-${traceId}-${newSpanId()}-01` },
-    });
+    const answer = await fetch(`${svc.base}/posts`, { headers: { traceparent: traceparent(traceId) } });
     expect(answer.status).toBe(401);
     const root = serverSpan(await collector.trace(traceId));
     expect(root.name).toBe('GET /posts/');
@@ -319,7 +319,7 @@ describe.each([
       [
         'POST /login HTTP/1.1',
         'Host: 127.0.0.1',
-        `traceparent: 00-${traceId}-${newSpanId()}-01`,
+        `traceparent: ${traceparent(traceId)}`,
         'Content-Type: application/x-www-form-urlencoded',
         `Content-Length: ${String(body.length)}`,
         'Connection: close',
@@ -348,7 +348,7 @@ describe.each([
     const registerTrace = newTraceId();
     const registered = await fetch(`${svc.base}/users/`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', traceparent: `00-${registerTrace}-${newSpanId()}-01` },
+      headers: { 'content-type': 'application/json', traceparent: traceparent(registerTrace) },
       body: JSON.stringify({ email, password }),
     });
     expect(registered.status).toBe(201);
@@ -373,7 +373,7 @@ describe.each([
         authorization: `Bearer ${token}`,
         'content-type': 'application/json',
         'if-match': created.headers.get('etag') ?? '',
-        traceparent: `00-${updateTrace}-${newSpanId()}-01`,
+        traceparent: traceparent(updateTrace),
       },
       body: JSON.stringify({ title: 'traced again', content: 'another secret word: quince' }),
     });
@@ -397,21 +397,13 @@ describe.each([
   });
 
   test('When the traceparent is malformed, then it is ignored: the request is answered and starts a trace of its own', async () => {
-    const badTraceId = 'zz'.repeat(16);
+    const requestId = `bad-parent-${protocol.replace('/', '-')}`;
     const answer = await fetch(`${svc.base}/posts/public`, {
-      headers: {
-        traceparent: `00-${badTraceId}-${newSpanId()}-01`,
-        'x-request-id': `bad-parent-${protocol.replace('/', '-')}`,
-      },
+      headers: { traceparent: traceparent('zz'.repeat(16)), 'x-request-id': requestId },
     });
     expect(answer.status).toBe(200);
     const line = await pollUntil(
-      () =>
-        Promise.resolve(
-          svc.lines.find(
-            (l) => (l.req as { id?: string } | undefined)?.id === `bad-parent-${protocol.replace('/', '-')}`,
-          ),
-        ),
+      () => svc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === requestId),
       (found) => found !== undefined,
       { withinMs: 5000, everyMs: 50 },
     );
@@ -431,18 +423,18 @@ describe('Sampling', () => {
   });
 
   test('When one request in two is sampled, then about half the requests without a caller are traced, in whole, none whose caller did not sample, and every one whose caller did', async () => {
-    const get = async (traceparent?: string) => {
+    const get = async (parent?: string) => {
       const answer = await fetch(`${svc.base}/posts/public?limit=2`, {
-        headers: traceparent === undefined ? {} : { traceparent },
+        headers: parent === undefined ? {} : { traceparent: parent },
       });
       expect(answer.status).toBe(200);
     };
     const declinedByCaller = Array.from({ length: 20 }, () => newTraceId());
-    for (const traceId of declinedByCaller) await get(`00-${traceId}-${newSpanId()}-00`);
+    for (const traceId of declinedByCaller) await get(traceparent(traceId, '00'));
     const requests = 200;
     for (let i = 0; i < requests; i++) await get();
     const sampledByCaller = Array.from({ length: 5 }, () => newTraceId());
-    for (const traceId of sampledByCaller) await get(`00-${traceId}-${newSpanId()}-01`);
+    for (const traceId of sampledByCaller) await get(traceparent(traceId));
 
     // Spans are exported in the order they end: once the last request's trace is in, all are.
     await collector.trace(sampledByCaller.at(-1) as string);
@@ -479,7 +471,7 @@ describeOnPostgres('Tracing a database fault', () => {
       relay.stall();
       const traceId = newTraceId();
       const answer = await fetch(`${svc.base}/posts/public`, {
-        headers: { traceparent: `00-${traceId}-${newSpanId()}-01` },
+        headers: { traceparent: traceparent(traceId) },
       });
       expect(answer.status).toBe(503);
       expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
