@@ -3,8 +3,7 @@ import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture
 
 /**
  * Keyset paging of both lists: `Link: <…>; rel="next"` on every page that has more after it, and
- * `cursor` pages that neither skip nor repeat a post, at microsecond precision, while posts are
- * being added.
+ * `cursor` pages that neither skip nor repeat a post, at microsecond precision, as posts are added.
  */
 
 interface PostBody {
@@ -25,6 +24,8 @@ async function get(path: string, account?: Account): Promise<request.Response> {
   if (account) void req.set(bearer(account));
   return req;
 }
+
+const idsOf = (res: request.Response): number[] => (res.body as PostBody[]).map((p) => p.id);
 
 /** The target of `Link: <target>; rel="next"`, or undefined when there is no such header. */
 function nextLink(res: request.Response): string | undefined {
@@ -50,7 +51,7 @@ async function walk(
   while (next !== undefined) {
     const res = await get(next, account);
     expect(res.status).toBe(200);
-    pages.push((res.body as PostBody[]).map((p) => p.id));
+    pages.push(idsOf(res));
     next = nextLink(res);
     if (next !== undefined) {
       links.push(next);
@@ -148,7 +149,7 @@ describe('Walking a list by its Link header while posts are added', () => {
     async ({ path, limit }) => {
       const account = path === '/posts/public' ? undefined : alice;
       const start = await get(`${path}?search=${t}&limit=100`, account);
-      const before = (start.body as PostBody[]).map((p) => p.id);
+      const before = idsOf(start);
       // The authenticated list holds alice's drafts and no draft of bob's; the public list no draft.
       const drafts = (start.body as PostBody[]).filter((p) => !p.published);
       if (account) {
@@ -230,7 +231,7 @@ describe('Cursor pages and changes between them', () => {
     const newest = [...ids].reverse();
 
     const first = await get(`/posts/public?search=${t}&limit=3`);
-    expect((first.body as PostBody[]).map((p) => p.id)).toEqual(newest.slice(0, 3));
+    expect(idsOf(first)).toEqual(newest.slice(0, 3));
     const anchor = newest[2] ?? 0;
     await api().delete(`/posts/${anchor}`).set(bearer(alice)).expect(204);
 
@@ -244,17 +245,14 @@ describe('Cursor pages and changes between them', () => {
     for (let i = 0; i < 5; i += 1)
       ids.push((await newPost(service.app, alice, { title: `${t} ${i}`, published: i !== 1 })).id);
     const first = await get(`/posts/?search=${t}&limit=2`, alice);
-    expect((first.body as PostBody[]).map((p) => p.id)).toEqual([ids[4], ids[3]]);
+    expect(idsOf(first)).toEqual([ids[4], ids[3]]);
     const cursor = new URLSearchParams((nextLink(first) ?? '').split('?')[1]).get('cursor');
     expect(cursor).toMatch(/^[A-Za-z0-9_-]+$/);
     // The public list has no draft (ids[1]); the authenticated one has it.
-    const publicRest = await get(`/posts/public?search=${t}&cursor=${cursor}`);
-    expect((publicRest.body as PostBody[]).map((p) => p.id)).toEqual([ids[2], ids[0]]);
-    const ownRest = await get(`/posts?search=${t}&cursor=${cursor}`, alice);
-    expect((ownRest.body as PostBody[]).map((p) => p.id)).toEqual([ids[2], ids[1], ids[0]]);
+    expect(idsOf(await get(`/posts/public?search=${t}&cursor=${cursor}`))).toEqual([ids[2], ids[0]]);
+    expect(idsOf(await get(`/posts?search=${t}&cursor=${cursor}`, alice))).toEqual([ids[2], ids[1], ids[0]]);
     // Bob's view of alice's list has no draft of hers either.
-    const bobRest = await get(`/posts/?search=${t}&cursor=${cursor}`, bob);
-    expect((bobRest.body as PostBody[]).map((p) => p.id)).toEqual([ids[2], ids[0]]);
+    expect(idsOf(await get(`/posts/?search=${t}&cursor=${cursor}`, bob))).toEqual([ids[2], ids[0]]);
   });
 });
 
@@ -276,7 +274,7 @@ describe('The Link header', () => {
     const four = await get(`/posts/public?search=${t}&limit=4`);
     expect(nextLink(four)).toBeDefined();
     const last = await get(nextLink(four) ?? '');
-    expect((last.body as PostBody[]).map((p) => p.id)).toEqual(newest.slice(4));
+    expect(idsOf(last)).toEqual(newest.slice(4));
     expect(last.headers.link).toBeUndefined();
   });
 
@@ -300,7 +298,7 @@ describe('The Link header', () => {
       ['/posts', alice],
     ] as const) {
       const page = await get(`${path}?limit=2&skip=1&search=${t}`, account);
-      expect((page.body as PostBody[]).map((p) => p.id)).toEqual(newest.slice(1, 3));
+      expect(idsOf(page)).toEqual(newest.slice(1, 3));
       const link = nextLink(page) ?? '';
       expect(link).toMatch(new RegExp(`^${path}\\?limit=2&search=${t}&cursor=[A-Za-z0-9_-]+$`));
       expect(link).not.toMatch(/skip/);
@@ -323,9 +321,7 @@ describe('The Link header', () => {
       `/posts/public?limit=1&search=${t}%20100%25%26x%3Dy&cursor=${new URLSearchParams(link.split('?')[1]).get('cursor')}`,
     );
     const walked = await walk(link);
-    expect([...(res.body as PostBody[]).map((p) => p.id), ...walked.pages.flat()]).toEqual(
-      [...ids].reverse(),
-    );
+    expect([...idsOf(res), ...walked.pages.flat()]).toEqual([...ids].reverse());
     // With more posts than the default limit and no limit sent, the link carries none either.
     const many = await get('/posts/public');
     expect(nextLink(many)).toMatch(/^\/posts\/public\?cursor=[A-Za-z0-9_-]+$/);

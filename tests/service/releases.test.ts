@@ -77,22 +77,14 @@ afterAll(() => {
   for (const root of scratchRoots) rmSync(root, { recursive: true, force: true });
 });
 
+const GIT_CONFIG = ['user.name=Releases test', 'user.email=releases@example.invalid', 'commit.gpgsign=false'];
+
 function git(root: string, ...args: string[]): string {
-  return execFileSync(
-    'git',
-    [
-      '-C',
-      root,
-      '-c',
-      'user.name=Releases test',
-      '-c',
-      'user.email=releases@example.invalid',
-      '-c',
-      'commit.gpgsign=false',
-      ...args,
-    ],
-    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
-  ).trim();
+  const config = GIT_CONFIG.flatMap((setting) => ['-c', setting]);
+  return execFileSync('git', ['-C', root, ...config, ...args], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).trim();
 }
 
 function write(root: string, file: string, text: string): void {
@@ -146,38 +138,21 @@ function releasedRepository(): string {
 
 function makeReleasedRepository(): string {
   const root = scratchRoot();
-  write(
-    root,
-    'package.json',
-    JSON.stringify(
-      {
-        name: 'app',
-        version: '1.0.0',
-        engines: { node: '>=20' },
-        dependencies: { lib: '^1.0.0' },
-        devDependencies: { tool: '^2.0.0' },
-      },
-      null,
-      2,
-    ),
-  );
-  write(root, 'package-lock.json', lockFile('1.0.0'));
-  write(root, 'tsconfig.json', JSON.stringify({ compilerOptions: { strict: true }, include: ['service'] }));
-  write(
-    root,
-    'chart/Chart.yaml',
-    'apiVersion: v2\nname: app\n# the chart\nversion: 0.2.0\nappVersion: "1.0.0"\n',
-  );
-  write(root, 'chart/templates/deployment.yaml', 'kind: Deployment\n');
-  write(root, 'chart/README.md', '# app\n');
-  write(root, 'chart/test/render.test.ts', 'export {};\n');
-  write(root, 'service/src/main.ts', 'export {};\n');
-  write(root, 'README.md', '# app\n');
-  write(
-    root,
-    'CHANGELOG.md',
-    `# Changelog\n\n## [Unreleased]\n\n${section('1.0.0', '2026-11-25', '0.2.0', 'pending')}`,
-  );
+  const manifest = { name: 'app', version: '1.0.0', engines: { node: '>=20' } };
+  const dependencies = { dependencies: { lib: '^1.0.0' }, devDependencies: { tool: '^2.0.0' } };
+  const files = {
+    'package.json': JSON.stringify({ ...manifest, ...dependencies }, null, 2),
+    'package-lock.json': lockFile('1.0.0'),
+    'tsconfig.json': JSON.stringify({ compilerOptions: { strict: true }, include: ['service'] }),
+    'chart/Chart.yaml': 'apiVersion: v2\nname: app\n# the chart\nversion: 0.2.0\nappVersion: "1.0.0"\n',
+    'chart/templates/deployment.yaml': 'kind: Deployment\n',
+    'chart/README.md': '# app\n',
+    'chart/test/render.test.ts': 'export {};\n',
+    'service/src/main.ts': 'export {};\n',
+    'README.md': '# app\n',
+    'CHANGELOG.md': `# Changelog\n\n## [Unreleased]\n\n${section('1.0.0', '2026-11-25', '0.2.0', 'pending')}`,
+  };
+  for (const [file, text] of Object.entries(files)) write(root, file, text);
   git(root, 'init', '-q');
   git(root, 'add', '-A');
   git(root, 'commit', '-qm', 'Release 1.0.0');
