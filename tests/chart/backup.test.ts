@@ -452,7 +452,9 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
       set: { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
     };
     const bare = await installNotes(options);
-    expect(bare).toContain('Backups authenticate by workload identity, and the Cluster\'s ServiceAccount "social-posts-db" has no annotation');
+    expect(bare).toContain(
+      'Backups authenticate by workload identity, and the Cluster\'s ServiceAccount "social-posts-db" has no annotation',
+    );
     expect(bare).toContain('"Workload identity"');
     const annotated = await installNotes({
       ...options,
@@ -460,9 +462,9 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
     });
     expect(annotated).not.toContain('Backups authenticate by workload identity');
     // Prod as shipped authenticates with its Secret: no such note.
-    expect(await installNotes({ values: ['values-prod.yaml'], namespace: 'social-posts-prod' })).not.toContain(
-      'Backups authenticate by workload identity',
-    );
+    expect(
+      await installNotes({ values: ['values-prod.yaml'], namespace: 'social-posts-prod' }),
+    ).not.toContain('Backups authenticate by workload identity');
   });
 });
 
@@ -544,7 +546,10 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
     ],
     [
       'a pod label is given as a boolean, not a string',
-      { ...withBackup({}), set: { ...withBackup({}).set, [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' } },
+      {
+        ...withBackup({}),
+        set: { ...withBackup({}).set, [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' },
+      },
       '/cnpg/cluster/inheritedLabels',
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
@@ -561,7 +566,8 @@ describe('WAL archiving across upgrades and rollbacks', () => {
   const namespace = 'social-posts-test';
 
   /** What `helm upgrade` renders beside a cluster holding `live`. */
-  const upgradeOver = (live: KubeObject[], options: RenderOptions) => templateBeside(live, { ...options, namespace });
+  const upgradeOver = (live: KubeObject[], options: RenderOptions) =>
+    templateBeside(live, { ...options, namespace });
 
   /** The Cluster as the release's earlier revision left it, with `plugins` as its spec has them. */
   async function liveCluster(plugins: { name: string; isWALArchiver?: boolean }[]): Promise<KubeObject> {
@@ -572,7 +578,10 @@ describe('WAL archiving across upgrades and rollbacks', () => {
       metadata: {
         ...rendered.metadata,
         namespace,
-        annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
+        annotations: {
+          'meta.helm.sh/release-name': 'social-posts',
+          'meta.helm.sh/release-namespace': namespace,
+        },
       },
       spec: { ...rendered.spec, plugins },
     };
@@ -585,17 +594,31 @@ describe('WAL archiving across upgrades and rollbacks', () => {
   it.each<[string, Record<string, string>]>([
     ['backups are turned off', { 'backup.enabled': 'false' }],
     ['WAL archiving is turned off', { 'backup.walArchiving': 'false' }],
-    ['CloudNativePG is turned off', { 'cnpg.enabled': 'false', 'backup.enabled': 'false', 'postgresql.enabled': 'true', 'secret.generate': 'true' }],
-  ])('When the Cluster archives and an upgrade says %s, then rendering refuses and says how to go ahead', async (_case, set) => {
-    const refused = await upgradeOver([await archiving()], withBackup(set));
-    expect(refused.code).not.toBe(0);
-    expect(refused.stderr).toMatch(refusal);
-    expect(refused.stderr).toContain('backup.allowArchivingToStop=true');
+    [
+      'CloudNativePG is turned off',
+      {
+        'cnpg.enabled': 'false',
+        'backup.enabled': 'false',
+        'postgresql.enabled': 'true',
+        'secret.generate': 'true',
+      },
+    ],
+  ])(
+    'When the Cluster archives and an upgrade says %s, then rendering refuses and says how to go ahead',
+    async (_case, set) => {
+      const refused = await upgradeOver([await archiving()], withBackup(set));
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(refusal);
+      expect(refused.stderr).toContain('backup.allowArchivingToStop=true');
 
-    const allowed = await upgradeOver([await archiving()], withBackup({ ...set, 'backup.allowArchivingToStop': 'true' }));
-    expect(allowed.stderr).toBe('');
-    expect(allowed.stdout).not.toContain('isWALArchiver: true');
-  });
+      const allowed = await upgradeOver(
+        [await archiving()],
+        withBackup({ ...set, 'backup.allowArchivingToStop': 'true' }),
+      );
+      expect(allowed.stderr).toBe('');
+      expect(allowed.stdout).not.toContain('isWALArchiver: true');
+    },
+  );
 
   it('When the Cluster archives and the upgrade keeps backups on, or it never archived, then the upgrade renders', async () => {
     const kept = await upgradeOver([await archiving()], backupOn);
@@ -607,11 +630,17 @@ describe('WAL archiving across upgrades and rollbacks', () => {
 
   it("When backups archive, then the notes give the check before a rollback, and that check counts the rendered release's archiver", async () => {
     const notes = await installNotes(backupOn);
-    const check = must(/helm get manifest .* \| grep -c '(.+)'/.exec(notes), 'the rollback check in the notes');
+    const check = must(
+      /helm get manifest .* \| grep -c '(.+)'/.exec(notes),
+      'the rollback check in the notes',
+    );
     expect(check[0]).toContain(`helm get manifest social-posts -n ${namespace} --revision <revision>`);
-    const counted = (manifest: string) => manifest.split('\n').filter((line) => line.includes(check[1] ?? '')).length;
+    const counted = (manifest: string) =>
+      manifest.split('\n').filter((line) => line.includes(check[1] ?? '')).length;
     expect(counted((await template(backupOn)).stdout)).toBe(1);
     expect(counted((await template(withBackup({ 'backup.walArchiving': 'false' }))).stdout)).toBe(0);
-    expect(await installNotes(withBackup({ 'backup.walArchiving': 'false' }))).not.toContain('helm get manifest');
+    expect(await installNotes(withBackup({ 'backup.walArchiving': 'false' }))).not.toContain(
+      'helm get manifest',
+    );
   });
 });

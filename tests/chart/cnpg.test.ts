@@ -114,7 +114,7 @@ describe('CloudNativePG: what prod renders', () => {
     expect(configMapData(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
   });
 
-  it('When the prod values are rendered, then the API may reach only the two Poolers\' pods on 5432 (by label), besides DNS', () => {
+  it("When the prod values are rendered, then the API may reach only the two Poolers' pods on 5432 (by label), besides DNS", () => {
     const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     const database = must(policy.spec?.egress, 'egress').filter((rule) =>
       rule.ports?.some((port) => port.port === 5432),
@@ -434,14 +434,20 @@ describe('The connection budget, checked at render', () => {
     ],
     [
       "without the ro Pooler, the read pools exceed one standby's max_connections",
-      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' } },
+      {
+        values: ['values-prod.yaml'],
+        set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' },
+      },
       'read connection budget: (10 replicas at most + 1 surge) x (read pool 9) = 99 connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 3 superuser-reserved',
     ],
-  ])('When %s, then helm template fails with one line naming the numbers', async (_case, options, message) => {
-    const error = await renderRefused(options);
-    // helm's own hint (--debug) follows on later lines; the template's message is one line.
-    expect(error.split('\n')[0]).toContain(message);
-  });
+  ])(
+    'When %s, then helm template fails with one line naming the numbers',
+    async (_case, options, message) => {
+      const error = await renderRefused(options);
+      // helm's own hint (--debug) follows on later lines; the template's message is one line.
+      expect(error.split('\n')[0]).toContain(message);
+    },
+  );
 });
 
 describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', () => {
@@ -481,11 +487,16 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it('When the prod values are rendered, then a standby is ready (in the -ro Service) only while streaming within 64Mi of replay', () => {
-    expect(findOne(objects, 'Cluster').spec.probes).toEqual({ readiness: { type: 'streaming', maximumLag: '64Mi' } });
+    expect(findOne(objects, 'Cluster').spec.probes).toEqual({
+      readiness: { type: 'streaming', maximumLag: '64Mi' },
+    });
   });
 
   it('When reads on standbys are off, or there is no standby, then there is no ro Pooler, no read endpoint and no streaming probe', async () => {
-    const cases: Record<string, string>[] = [{ 'cnpg.reads.enabled': 'false' }, { 'cnpg.cluster.instances': '1' }];
+    const cases: Record<string, string>[] = [
+      { 'cnpg.reads.enabled': 'false' },
+      { 'cnpg.cluster.instances': '1' },
+    ];
     for (const set of cases) {
       const rendered = await render({ values: ['values-prod.yaml'], set });
       expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
@@ -501,14 +512,19 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it("When the ro Pooler is off, then the pods read from the Cluster's -ro Service and may reach the instances, which admit them", async () => {
-    const rendered = await render({ values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' } });
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' },
+    });
     expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
     expect(configMapData(rendered).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     const egress = must(findOne(rendered, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
     expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
       { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
       // The instances only (the -ro Service's endpoints), not the PgBouncers that share cnpg.io/cluster.
-      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' } } },
+      {
+        podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' } },
+      },
     ]);
     const ingress = must(findOne(rendered, 'NetworkPolicy', 'social-posts-db').spec?.ingress, 'ingress');
     expect(ingress[0]?.from?.slice(0, 2)).toEqual([
@@ -539,7 +555,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
       { set: { 'cnpg.reads.pooler.name': 'social-posts-db-pooler-rw' } },
       "cnpg.reads.pooler.name must differ from the Cluster's name and the rw Pooler's",
     ],
-    ['the read bound is under the service\'s 100 ms', { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
+    ["the read bound is under the service's 100 ms", { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
     ['the probe lag is not a quantity', { setString: { 'cnpg.reads.maximumLag': '64 MB' } }, 'maximumLag'],
     [
       "the API server's addresses are not given",

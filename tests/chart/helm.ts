@@ -146,7 +146,10 @@ export const allRenderings: [string, () => Promise<KubeObject[]>][] = [
     () => renderEnvironment(environment),
   ]),
   ["the recovery values (on prod's)", () => render(recoveryOptions)],
-  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [file, () => render({ values: [file] })]),
+  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
+    file,
+    () => render({ values: [file] }),
+  ]),
 ];
 
 /** The API pods' labels: what the chart's Services, policies and budgets select them by. */
@@ -190,7 +193,12 @@ export interface Cluster extends KubeObject {
         localeCType?: string;
         localeCollate?: string;
       };
-      recovery?: { source: string; database: string; owner: string; recoveryTarget?: { targetTime?: string } };
+      recovery?: {
+        source: string;
+        database: string;
+        owner: string;
+        recoveryTarget?: { targetTime?: string };
+      };
     };
     postgresql: {
       parameters: Record<string, string>;
