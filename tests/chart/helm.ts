@@ -335,6 +335,13 @@ export function findOne<K extends keyof RenderedKinds>(
   return match;
 }
 
+/** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
+export function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
+  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
+  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
+  return must(matches[0], `${type} Pooler`);
+}
+
 /** The API's settings as the pod reads them: the release ConfigMap's data. */
 export function configMapData(objects: KubeObject[]): Record<string, string> {
   return must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
