@@ -1,9 +1,7 @@
 /**
- * Backups and point-in-time recovery (backup.*): the ObjectStore of the Barman Cloud plugin v0.14.0,
- * the Cluster's spec.plugins entry and the ScheduledBackup, checked against the plugin's and
- * CloudNativePG v1.30.0's own CRDs (tests/chart/schemas/); the recovery values
- * (chart/values-recovery.yaml) bootstrapping a new Cluster from the archive; the values that
- * cannot work refused at render; the PostgreSQL image pinned in prod and dev on the same major.
+ * Backups and point-in-time recovery (backup.*): the Barman Cloud plugin's ObjectStore, the Cluster's
+ * plugins entry and the ScheduledBackup, checked against the vendored CRDs (tests/chart/schemas/); the
+ * recovery values bootstrapping a new Cluster from the archive; values that cannot work refused at render.
  */
 import { crdProblems, crdValidator, expectCrdValid } from './crd-schemas';
 import { templateBeside } from './fake-kube-api';
@@ -11,11 +9,13 @@ import {
   allRenderings,
   apiContainer,
   configMapData,
+  environmentOptions,
   findAll,
   findOne,
   installNotes,
   must,
   podSpec,
+  pooler,
   recoveryOptions,
   render,
   renderEnvironment,
@@ -42,6 +42,30 @@ const backupOn: RenderOptions = {
 const withBackup = (set: Record<string, string>): RenderOptions => ({
   set: { ...backupOn.set, ...set },
 });
+
+/** Each cloud's workload identity in place of the Secret's keys. */
+const irsa = { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' };
+const gkeIdentity = {
+  'backup.objectStore.provider': 'google',
+  'backup.objectStore.destinationPath': 'gs://bucket/social-posts',
+  'backup.objectStore.existingSecret': '',
+  'backup.objectStore.google.gkeEnvironment': 'true',
+};
+const azureIdentity = {
+  'backup.objectStore.provider': 'azure',
+  'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
+  'backup.objectStore.existingSecret': '',
+  'backup.objectStore.azure.inheritFromAzureAD': 'true',
+};
+
+const ARN = 'arn:aws:iam::123456789012:role/social-posts-backup';
+const IRSA = 'eks.amazonaws.com/role-arn';
+const GKE = 'iam.gke.io/gcp-service-account';
+const AZURE_CLIENT = 'azure.workload.identity/client-id';
+const AZURE_USE = 'azure.workload.identity/use';
+/** A key of a map value for --set and --set-string: helm splits keys at unescaped dots. */
+const mapKey = (path: string, key: string) => `${path}.${key.replaceAll('.', '\\.')}`;
+const SA_ANNOTATIONS = 'cnpg.cluster.serviceAccount.annotations';
 
 describe('Backups: what prod renders', () => {
   let objects: KubeObject[];
@@ -100,8 +124,7 @@ describe('Backups: what prod renders', () => {
 
   it("When the prod values are rendered, then the PostgreSQL image is an exact CloudNativePG image of the same major version as dev's PostgreSQL", async () => {
     const image = must(findOne(objects, 'Cluster').spec.imageName, 'imageName');
-    // CloudNativePG v1.30.0's default release (pkg/versions/versions.go: 18.4-system-trixie), pinned by the
-    // digest its image catalog lists (cloudnative-pg/artifacts, image-catalogs/catalog-system-trixie.yaml, 12d8b52).
+    // CloudNativePG's default release, pinned by the digest its image catalog lists.
     expect(image).toBe(
       'ghcr.io/cloudnative-pg/postgresql:18.4-202608130737-system-trixie@sha256:42708a75345b7a48fdd9257b071830783a97fd228529196b6313187a7198e185',
     );
@@ -160,7 +183,7 @@ describe('Backups: which values files render them, and the CRD check', () => {
 
 describe('Backups: options', () => {
   it('When backup is off (dev, staging, the defaults), then there is no ObjectStore, ScheduledBackup or plugin entry', async () => {
-    const objects = await render({ set: { ...backupOn.set, 'backup.enabled': 'false' } });
+    const objects = await render(withBackup({ 'backup.enabled': 'false' }));
     expect(findAll(objects, 'ObjectStore')).toEqual([]);
     expect(findAll(objects, 'ScheduledBackup')).toEqual([]);
     expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
@@ -173,31 +196,9 @@ describe('Backups: options', () => {
       ObjectStore['spec']['configuration'] extends infer C ? Partial<C> : never,
     ]
   >([
-    [
-      'IRSA (s3.inheritFromIAMRole)',
-      { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
-      { s3Credentials: { inheritFromIAMRole: true } },
-    ],
-    [
-      'Azure AD workload identity',
-      {
-        'backup.objectStore.provider': 'azure',
-        'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
-        'backup.objectStore.existingSecret': '',
-        'backup.objectStore.azure.inheritFromAzureAD': 'true',
-      },
-      { azureCredentials: { inheritFromAzureAD: true } },
-    ],
-    [
-      'GKE workload identity',
-      {
-        'backup.objectStore.provider': 'google',
-        'backup.objectStore.destinationPath': 'gs://bucket/social-posts',
-        'backup.objectStore.existingSecret': '',
-        'backup.objectStore.google.gkeEnvironment': 'true',
-      },
-      { googleCredentials: { gkeEnvironment: true } },
-    ],
+    ['IRSA (s3.inheritFromIAMRole)', irsa, { s3Credentials: { inheritFromIAMRole: true } }],
+    ['Azure AD workload identity', azureIdentity, { azureCredentials: { inheritFromAzureAD: true } }],
+    ['GKE workload identity', gkeIdentity, { googleCredentials: { gkeEnvironment: true } }],
     [
       'an Azure storage account key from the Secret',
       {
@@ -245,9 +246,12 @@ describe('Backups: options', () => {
   );
 
   it('When backup.data.immediateCheckpoint is true, then the ObjectStore starts each base backup with an immediate checkpoint', async () => {
-    const objects = await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' }));
-    expectCrdValid(findOne(objects, 'ObjectStore'));
-    expect(findOne(objects, 'ObjectStore').spec.configuration.data).toEqual({
+    const store = findOne(
+      await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' })),
+      'ObjectStore',
+    );
+    expectCrdValid(store);
+    expect(store.spec.configuration.data).toEqual({
       compression: 'gzip',
       jobs: 2,
       immediateCheckpoint: true,
@@ -325,8 +329,7 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
 
   it("When the recovery values are rendered, then the service moves onto the new Cluster: its Pooler, its owner's Secret and its CA", () => {
     const poolers = findAll(objects, 'Pooler');
-    const name = (rendered: KubeObject[], type: string) =>
-      findAll(rendered, 'Pooler').find((p) => p.spec.type === type)?.metadata.name;
+    const name = (rendered: KubeObject[], type: 'rw' | 'ro') => pooler(rendered, type).metadata.name;
     expect(poolers.map((p) => [p.spec.type, p.spec.cluster.name])).toEqual([
       ['rw', 'social-posts-db-r1'],
       ['ro', 'social-posts-db-r1'],
@@ -350,41 +353,18 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 });
 
-const IRSA = 'eks.amazonaws.com/role-arn';
-const GKE = 'iam.gke.io/gcp-service-account';
-const AZURE_CLIENT = 'azure.workload.identity/client-id';
-const AZURE_USE = 'azure.workload.identity/use';
-/** A key of a map value for --set and --set-string: helm splits keys at unescaped dots. */
-const mapKey = (path: string, key: string) => `${path}.${key.replaceAll('.', '\\.')}`;
-const SA_ANNOTATIONS = 'cnpg.cluster.serviceAccount.annotations';
-
 describe("Workload identity: the Cluster's ServiceAccount and pods carry what each cloud needs", () => {
   it.each<[string, Record<string, string>, Record<string, string>, Record<string, string> | undefined]>([
-    [
-      'AWS IRSA (s3.inheritFromIAMRole)',
-      { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
-      { [IRSA]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
-      undefined,
-    ],
+    ['AWS IRSA (s3.inheritFromIAMRole)', irsa, { [IRSA]: ARN }, undefined],
     [
       'GKE Workload Identity (google.gkeEnvironment)',
-      {
-        'backup.objectStore.provider': 'google',
-        'backup.objectStore.destinationPath': 'gs://bucket/social-posts',
-        'backup.objectStore.existingSecret': '',
-        'backup.objectStore.google.gkeEnvironment': 'true',
-      },
+      gkeIdentity,
       { [GKE]: 'social-posts-backup@my-project.iam.gserviceaccount.com' },
       undefined,
     ],
     [
       'Azure workload identity (azure.inheritFromAzureAD)',
-      {
-        'backup.objectStore.provider': 'azure',
-        'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
-        'backup.objectStore.existingSecret': '',
-        'backup.objectStore.azure.inheritFromAzureAD': 'true',
-      },
+      azureIdentity,
       { [AZURE_CLIENT]: '00000000-0000-0000-0000-000000000000' },
       { [AZURE_USE]: 'true' },
     ],
@@ -407,19 +387,13 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
   it("When the ServiceAccount's labels are given too, then the template carries both, and a recovered Cluster (a new ServiceAccount, named like it) the same", async () => {
     const objects = await render({
       ...recoveryOptions,
-      set: { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
-      setString: {
-        [mapKey(SA_ANNOTATIONS, IRSA)]: 'arn:aws:iam::123456789012:role/social-posts-backup',
-        'cnpg.cluster.serviceAccount.labels.team': 'data',
-      },
+      set: irsa,
+      setString: { [mapKey(SA_ANNOTATIONS, IRSA)]: ARN, 'cnpg.cluster.serviceAccount.labels.team': 'data' },
     });
     const cluster = findOne(objects, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db-r1');
     expect(cluster.spec.serviceAccountTemplate).toEqual({
-      metadata: {
-        annotations: { [IRSA]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
-        labels: { team: 'data' },
-      },
+      metadata: { annotations: { [IRSA]: ARN }, labels: { team: 'data' } },
     });
     expect(cluster.spec.bootstrap.recovery).toBeDefined();
     expectCrdValid(cluster);
@@ -446,21 +420,19 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
   });
 
   it('When workload identity is on and the ServiceAccount has no annotation, then the release notes say which setups need one (the render goes on: EKS Pod Identity and node identities need none)', async () => {
-    const options: RenderOptions = {
-      values: ['values-prod.yaml'],
-      namespace: 'social-posts-prod',
-      set: { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' },
-    };
+    const options: RenderOptions = { ...environmentOptions('prod'), set: irsa };
     const bare = await installNotes(options);
-    expect(bare).toContain('Backups authenticate by workload identity, and the Cluster\'s ServiceAccount "social-posts-db" has no annotation');
+    expect(bare).toContain(
+      'Backups authenticate by workload identity, and the Cluster\'s ServiceAccount "social-posts-db" has no annotation',
+    );
     expect(bare).toContain('"Workload identity"');
     const annotated = await installNotes({
       ...options,
-      setString: { [mapKey(SA_ANNOTATIONS, IRSA)]: 'arn:aws:iam::123456789012:role/social-posts-backup' },
+      setString: { [mapKey(SA_ANNOTATIONS, IRSA)]: ARN },
     });
     expect(annotated).not.toContain('Backups authenticate by workload identity');
     // Prod as shipped authenticates with its Secret: no such note.
-    expect(await installNotes({ values: ['values-prod.yaml'], namespace: 'social-posts-prod' })).not.toContain(
+    expect(await installNotes(environmentOptions('prod'))).not.toContain(
       'Backups authenticate by workload identity',
     );
   });
@@ -532,19 +504,14 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
     [
       "Azure's client id is on the ServiceAccount but the pods lack azure.workload.identity/use",
       {
-        ...withBackup({
-          'backup.objectStore.provider': 'azure',
-          'backup.objectStore.destinationPath': 'https://account.blob.core.windows.net/backups/social-posts',
-          'backup.objectStore.existingSecret': '',
-          'backup.objectStore.azure.inheritFromAzureAD': 'true',
-        }),
+        ...withBackup(azureIdentity),
         setString: { [mapKey(SA_ANNOTATIONS, AZURE_CLIENT)]: '00000000-0000-0000-0000-000000000000' },
       },
       'cnpg.cluster.serviceAccount.annotations names azure.workload.identity/client-id but cnpg.cluster.inheritedLabels lacks azure.workload.identity/use: "true"',
     ],
     [
       'a pod label is given as a boolean, not a string',
-      { ...withBackup({}), set: { ...withBackup({}).set, [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' } },
+      withBackup({ [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' }),
       '/cnpg/cluster/inheritedLabels',
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
@@ -561,7 +528,8 @@ describe('WAL archiving across upgrades and rollbacks', () => {
   const namespace = 'social-posts-test';
 
   /** What `helm upgrade` renders beside a cluster holding `live`. */
-  const upgradeOver = (live: KubeObject[], options: RenderOptions) => templateBeside(live, { ...options, namespace });
+  const upgradeOver = (live: KubeObject[], options: RenderOptions) =>
+    templateBeside(live, { ...options, namespace });
 
   /** The Cluster as the release's earlier revision left it, with `plugins` as its spec has them. */
   async function liveCluster(plugins: { name: string; isWALArchiver?: boolean }[]): Promise<KubeObject> {
@@ -572,7 +540,10 @@ describe('WAL archiving across upgrades and rollbacks', () => {
       metadata: {
         ...rendered.metadata,
         namespace,
-        annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
+        annotations: {
+          'meta.helm.sh/release-name': 'social-posts',
+          'meta.helm.sh/release-namespace': namespace,
+        },
       },
       spec: { ...rendered.spec, plugins },
     };
@@ -585,17 +556,31 @@ describe('WAL archiving across upgrades and rollbacks', () => {
   it.each<[string, Record<string, string>]>([
     ['backups are turned off', { 'backup.enabled': 'false' }],
     ['WAL archiving is turned off', { 'backup.walArchiving': 'false' }],
-    ['CloudNativePG is turned off', { 'cnpg.enabled': 'false', 'backup.enabled': 'false', 'postgresql.enabled': 'true', 'secret.generate': 'true' }],
-  ])('When the Cluster archives and an upgrade says %s, then rendering refuses and says how to go ahead', async (_case, set) => {
-    const refused = await upgradeOver([await archiving()], withBackup(set));
-    expect(refused.code).not.toBe(0);
-    expect(refused.stderr).toMatch(refusal);
-    expect(refused.stderr).toContain('backup.allowArchivingToStop=true');
+    [
+      'CloudNativePG is turned off',
+      {
+        'cnpg.enabled': 'false',
+        'backup.enabled': 'false',
+        'postgresql.enabled': 'true',
+        'secret.generate': 'true',
+      },
+    ],
+  ])(
+    'When the Cluster archives and an upgrade says %s, then rendering refuses and says how to go ahead',
+    async (_case, set) => {
+      const refused = await upgradeOver([await archiving()], withBackup(set));
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(refusal);
+      expect(refused.stderr).toContain('backup.allowArchivingToStop=true');
 
-    const allowed = await upgradeOver([await archiving()], withBackup({ ...set, 'backup.allowArchivingToStop': 'true' }));
-    expect(allowed.stderr).toBe('');
-    expect(allowed.stdout).not.toContain('isWALArchiver: true');
-  });
+      const allowed = await upgradeOver(
+        [await archiving()],
+        withBackup({ ...set, 'backup.allowArchivingToStop': 'true' }),
+      );
+      expect(allowed.stderr).toBe('');
+      expect(allowed.stdout).not.toContain('isWALArchiver: true');
+    },
+  );
 
   it('When the Cluster archives and the upgrade keeps backups on, or it never archived, then the upgrade renders', async () => {
     const kept = await upgradeOver([await archiving()], backupOn);
@@ -607,11 +592,17 @@ describe('WAL archiving across upgrades and rollbacks', () => {
 
   it("When backups archive, then the notes give the check before a rollback, and that check counts the rendered release's archiver", async () => {
     const notes = await installNotes(backupOn);
-    const check = must(/helm get manifest .* \| grep -c '(.+)'/.exec(notes), 'the rollback check in the notes');
+    const check = must(
+      /helm get manifest .* \| grep -c '(.+)'/.exec(notes),
+      'the rollback check in the notes',
+    );
     expect(check[0]).toContain(`helm get manifest social-posts -n ${namespace} --revision <revision>`);
-    const counted = (manifest: string) => manifest.split('\n').filter((line) => line.includes(check[1] ?? '')).length;
+    const counted = (manifest: string) =>
+      manifest.split('\n').filter((line) => line.includes(check[1] ?? '')).length;
     expect(counted((await template(backupOn)).stdout)).toBe(1);
     expect(counted((await template(withBackup({ 'backup.walArchiving': 'false' }))).stdout)).toBe(0);
-    expect(await installNotes(withBackup({ 'backup.walArchiving': 'false' }))).not.toContain('helm get manifest');
+    expect(await installNotes(withBackup({ 'backup.walArchiving': 'false' }))).not.toContain(
+      'helm get manifest',
+    );
   });
 });

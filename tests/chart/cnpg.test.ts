@@ -1,6 +1,6 @@
 /**
  * The CloudNativePG option (cnpg.enabled): the Cluster and Pooler the chart renders, checked
- * against CloudNativePG v1.30.0's own CRDs (tests/chart/schemas/), and how the API pods reach them:
+ * against CloudNativePG's own CRDs (tests/chart/schemas/), and how the API pods reach them:
  * through the Pooler, over TLS verified against the cluster's CA and host name, with the owner's
  * credentials from CloudNativePG's Secret, within the connection budget checked at render.
  */
@@ -15,34 +15,40 @@ import {
   findOne,
   must,
   podSpec,
+  pooler,
   render,
   renderEnvironment,
   renderRefused,
   repoRoot,
   type KubeObject,
-  type Pooler,
   type RenderOptions,
 } from './helm';
 
-const cnpgOn: RenderOptions = {
-  set: { 'cnpg.enabled': 'true', 'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters' },
-};
+const cnpgOn = { 'cnpg.enabled': 'true', 'secret.secretKey': 'a-test-signing-key-of-at-least-32-characters' };
+const withCnpg = (set: Record<string, string>, options: RenderOptions = {}): RenderOptions => ({
+  ...options,
+  set: { ...cnpgOn, ...set },
+});
 
-/** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
-function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
-  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
-  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
-  return must(matches[0], `${type} Pooler`);
-}
+/** The pods of the rw or ro PgBouncer, as policies select them. */
+const poolerPods = (type: 'rw' | 'ro') => ({
+  podSelector: { matchLabels: { 'cnpg.io/poolerName': `social-posts-db-pooler-${type}` } },
+});
+
+/** The API's egress rules to PostgreSQL's port. */
+const databaseEgress = (objects: KubeObject[]) =>
+  must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress').filter((rule) =>
+    rule.ports?.some((port) => port.port === 5432),
+  );
+
+let prod: KubeObject[];
+beforeAll(async () => {
+  prod = await renderEnvironment('prod');
+});
 
 describe('CloudNativePG: what prod renders', () => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment('prod');
-  });
-
   it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
-    const cluster = findOne(objects, 'Cluster');
+    const cluster = findOne(prod, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db');
     expect(cluster.spec.instances).toBe(3);
     expect(cluster.spec.postgresql.synchronous).toEqual({
@@ -54,7 +60,7 @@ describe('CloudNativePG: what prod renders', () => {
   });
 
   it("When the prod values are rendered, then initdb makes the service's database and owner, with pg_trgm made by the superuser", () => {
-    const initdb = must(findOne(objects, 'Cluster').spec.bootstrap.initdb, 'initdb');
+    const initdb = must(findOne(prod, 'Cluster').spec.bootstrap.initdb, 'initdb');
     expect(initdb.database).toBe('social_posts');
     expect(initdb.owner).toBe('social_posts');
     expect(initdb.secret).toBeUndefined();
@@ -67,13 +73,13 @@ describe('CloudNativePG: what prod renders', () => {
       'C',
     ]);
     // The builtin provider needs PostgreSQL 17 or later: the image prod pins is.
-    const image = findOne(objects, 'Cluster').spec.imageName ?? '';
+    const image = findOne(prod, 'Cluster').spec.imageName ?? '';
     expect(Number(/postgresql:(\d+)\./.exec(image)?.[1])).toBeGreaterThanOrEqual(17);
   });
 
   it('When the prod values are rendered, then the Pooler pools in transaction mode with PgBouncer settings as strings, prepared statements tracked', () => {
-    const rw = pooler(objects, 'rw');
-    const cluster = findOne(objects, 'Cluster');
+    const rw = pooler(prod, 'rw');
+    const cluster = findOne(prod, 'Cluster');
     expect(rw.metadata.name).not.toBe(cluster.metadata.name);
     expect(rw.spec.cluster.name).toBe(cluster.metadata.name);
     expect(rw.spec.instances).toBe(2);
@@ -83,23 +89,23 @@ describe('CloudNativePG: what prod renders', () => {
       max_client_conn: '1000',
       default_pool_size: '15',
       max_prepared_statements: '200',
-      // PgBouncer's 15 s would keep writes down that long after a failover (k8s:local measures it).
+      // PgBouncer's default would keep writes down that long after a failover.
       server_login_retry: '2',
     });
-    expect(configMapData(objects).DB_PREPARED_STATEMENTS).toBe('true');
+    expect(configMapData(prod).DB_PREPARED_STATEMENTS).toBe('true');
   });
 
   it("When the prod values are rendered, then the service dials the Pooler's Service by a name the server certificate carries, over verified TLS", () => {
-    const env = configMapData(objects);
-    const rw = pooler(objects, 'rw');
+    const env = configMapData(prod);
+    const rw = pooler(prod, 'rw');
     expect(env.DB_HOSTNAME).toBe(rw.metadata.name);
-    const names = must(findOne(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    const names = must(findOne(prod, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
     expect(names).toContain(env.DB_HOSTNAME);
     expect(names).toContain(`${rw.metadata.name}.social-posts-prod.svc`);
   });
 
   it("When the prod values are rendered, then only ca.crt of the cluster's CA Secret is mounted, read-only, where DB_SSL_CA_FILE points", () => {
-    const pod = podSpec(objects);
+    const pod = podSpec(prod);
     const volume = must(
       pod.volumes?.find((v) => v.secret?.secretName === 'social-posts-db-ca'),
       'CA volume',
@@ -111,33 +117,23 @@ describe('CloudNativePG: what prod renders', () => {
       'CA mount',
     );
     expect(mount.readOnly).toBe(true);
-    expect(configMapData(objects).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
+    expect(configMapData(prod).DB_SSL_CA_FILE).toBe(`${mount.mountPath}/ca.crt`);
   });
 
-  it('When the prod values are rendered, then the API may reach only the two Poolers\' pods on 5432 (by label), besides DNS', () => {
-    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
-    const database = must(policy.spec?.egress, 'egress').filter((rule) =>
-      rule.ports?.some((port) => port.port === 5432),
-    );
-    expect(database).toEqual([
-      {
-        to: [
-          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
-          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' } } },
-        ],
-        ports: [{ port: 5432, protocol: 'TCP' }],
-      },
+  it("When the prod values are rendered, then the API may reach only the two Poolers' pods on 5432 (by label), besides DNS", () => {
+    expect(databaseEgress(prod)).toEqual([
+      { to: [poolerPods('rw'), poolerPods('ro')], ports: [{ port: 5432, protocol: 'TCP' }] },
     ]);
   });
 
   it('When the prod values are rendered, then the connection budget has room: (10 + 1) x (10 + 1) clients against 1000 per PgBouncer, 2 x 15 server connections against 100', () => {
-    const rw = pooler(objects, 'rw');
-    const hpa = findOne(objects, 'HorizontalPodAutoscaler');
-    const poolMax = Number(configMapData(objects).DB_POOL_MAX);
+    const rw = pooler(prod, 'rw');
+    const hpa = findOne(prod, 'HorizontalPodAutoscaler');
+    const poolMax = Number(configMapData(prod).DB_POOL_MAX);
     const clients = (must(hpa.spec?.maxReplicas, 'maxReplicas') + 1) * (poolMax + 1);
     expect(clients).toBeLessThan(Number(rw.spec.pgbouncer.parameters.max_client_conn) / 2);
     const servers = rw.spec.instances * Number(rw.spec.pgbouncer.parameters.default_pool_size);
-    const maxConnections = Number(findOne(objects, 'Cluster').spec.postgresql.parameters.max_connections);
+    const maxConnections = Number(findOne(prod, 'Cluster').spec.postgresql.parameters.max_connections);
     expect(servers).toBeLessThan(maxConnections / 2);
   });
 });
@@ -160,7 +156,7 @@ describe('CloudNativePG: options', () => {
   });
 
   it("When the operator manages the owner's password (cnpg.cluster.appSecret), then initdb and the pods use that basic-auth Secret", async () => {
-    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.appSecret': 'db-owner' } });
+    const objects = await render(withCnpg({ 'cnpg.cluster.appSecret': 'db-owner' }));
     expect(findOne(objects, 'Cluster').spec.bootstrap.initdb?.secret).toEqual({ name: 'db-owner' });
     const container = apiContainer(objects);
     expect(container.env?.find((e) => e.name === 'DB_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
@@ -172,41 +168,45 @@ describe('CloudNativePG: options', () => {
   });
 
   it("When the Pooler is off, then the service dials the Cluster's -rw Service and the policy names the Cluster's pods", async () => {
-    const objects = await render({
-      set: {
-        ...cnpgOn.set,
-        'cnpg.pooler.enabled': 'false',
-        'cnpg.reads.pooler.enabled': 'false',
-        'networkPolicy.enabled': 'true',
-      },
-      setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] },
-    });
+    const objects = await render(
+      withCnpg(
+        {
+          'cnpg.pooler.enabled': 'false',
+          'cnpg.reads.pooler.enabled': 'false',
+          'networkPolicy.enabled': 'true',
+        },
+        { setJson: { 'networkPolicy.cnpg.apiServer.cidrs': ['10.0.0.1/32'] } },
+      ),
+    );
     expect(findAll(objects, 'Pooler')).toEqual([]);
     expect(configMapData(objects).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     expect(configMapData(objects).DB_HOSTNAME).toBe('social-posts-db-rw');
     // CloudNativePG's own server certificate already names the -rw Service.
     expect(findOne(objects, 'Cluster').spec.certificates).toBeUndefined();
-    const egress = must(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
-    expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
-      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db' } } },
+    expect(databaseEgress(objects).map((rule) => rule.to)).toEqual([
+      [{ podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db' } } }],
     ]);
   });
 
   it('When one instance is asked for, then no synchronous replication is rendered (there is no standby to wait for)', async () => {
-    const objects = await render({ set: { ...cnpgOn.set, 'cnpg.cluster.instances': '1' } });
+    const objects = await render(withCnpg({ 'cnpg.cluster.instances': '1' }));
     const cluster = findOne(objects, 'Cluster');
     expectCrdValid(cluster);
     expect(cluster.spec.postgresql.synchronous).toBeUndefined();
   });
 
   it('When more PgBouncer settings are given, then they join the managed ones and may replace server_login_retry', async () => {
-    const objects = await render({
-      set: cnpgOn.set,
-      setString: {
-        'cnpg.pooler.parameters.query_wait_timeout': '30',
-        'cnpg.pooler.parameters.server_login_retry': '5',
-      },
-    });
+    const objects = await render(
+      withCnpg(
+        {},
+        {
+          setString: {
+            'cnpg.pooler.parameters.query_wait_timeout': '30',
+            'cnpg.pooler.parameters.server_login_retry': '5',
+          },
+        },
+      ),
+    );
     for (const type of ['rw', 'ro'] as const)
       expect(pooler(objects, type).spec.pgbouncer.parameters).toMatchObject({
         query_wait_timeout: '30',
@@ -216,7 +216,7 @@ describe('CloudNativePG: options', () => {
   });
 
   it("When the chart's monitoring is on, then PodMonitors select the Cluster's and the Pooler's pods on their metrics port", async () => {
-    const objects = await render({ set: { ...cnpgOn.set, 'metrics.serviceMonitor.enabled': 'true' } });
+    const objects = await render(withCnpg({ 'metrics.serviceMonitor.enabled': 'true' }));
     const monitors = findAll(objects, 'PodMonitor');
     expect(monitors.map((m) => m.spec.selector.matchLabels)).toEqual([
       // CloudNativePG's PgBouncer pods carry cnpg.io/cluster as well: without the role they would be scraped twice.
@@ -225,7 +225,7 @@ describe('CloudNativePG: options', () => {
       { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' },
     ]);
     for (const monitor of monitors) expect(monitor.spec.podMetricsEndpoints[0]?.port).toBe('metrics');
-    const off = await render(cnpgOn);
+    const off = await render(withCnpg({}));
     expect(findAll(off, 'PodMonitor')).toEqual([]);
   });
 });
@@ -250,22 +250,13 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
     ports: tcp(port),
   });
 
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment('prod');
-  });
-
   it('When the prod values are rendered, then PostgreSQL admits only the PgBouncers, the other instances and the operator, the status port only the operator, metrics only monitoring', () => {
-    const policy = findOne(objects, 'NetworkPolicy', 'social-posts-db');
+    const policy = findOne(prod, 'NetworkPolicy', 'social-posts-db');
     expect(policy.spec?.podSelector).toEqual(instances);
     expect(policy.spec?.policyTypes).toEqual(['Ingress', 'Egress']);
     expect(policy.spec?.ingress).toEqual([
       {
-        from: [
-          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
-          { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-ro' } } },
-          { podSelector: instances },
-        ],
+        from: [poolerPods('rw'), poolerPods('ro'), { podSelector: instances }],
         ports: tcp(5432),
       },
       {
@@ -282,7 +273,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
   });
 
   it('When the prod values are rendered, then the instances reach only DNS, the API server, each other and the object store (HTTPS, no private range)', () => {
-    expect(findOne(objects, 'NetworkPolicy', 'social-posts-db').spec?.egress).toEqual([
+    expect(findOne(prod, 'NetworkPolicy', 'social-posts-db').spec?.egress).toEqual([
       dns,
       apiServer,
       toInstances,
@@ -300,7 +291,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
   it.each(['social-posts-db-pooler-rw', 'social-posts-db-pooler-ro'])(
     'When the prod values are rendered, then the PgBouncers of %s admit only the API pods (and monitoring on 9127) and reach only DNS, the API server and the instances',
     (name) => {
-      const policy = findOne(objects, 'NetworkPolicy', name);
+      const policy = findOne(prod, 'NetworkPolicy', name);
       expect(policy.spec?.podSelector).toEqual({ matchLabels: { 'cnpg.io/poolerName': name } });
       expect(policy.spec?.ingress).toEqual([
         { from: [{ podSelector: { matchLabels: apiSelector } }], ports: tcp(5432) },
@@ -389,11 +380,9 @@ describe('CloudNativePG: values that cannot work fail the render with one line',
     ],
   ])('When %s, then helm template fails naming it', async (_case, options, message) => {
     // Free-form parameters are strings (the CRD's type), hence --set-string for them.
-    const error = await renderRefused({
-      set: { ...cnpgOn.set, ...options.set },
-      setString: options.setString,
-    });
-    expect(error).toContain(message);
+    expect(await renderRefused(withCnpg(options.set ?? {}, { setString: options.setString }))).toContain(
+      message,
+    );
   });
 });
 
@@ -434,24 +423,25 @@ describe('The connection budget, checked at render', () => {
     ],
     [
       "without the ro Pooler, the read pools exceed one standby's max_connections",
-      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' } },
+      {
+        values: ['values-prod.yaml'],
+        set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' },
+      },
       'read connection budget: (10 replicas at most + 1 surge) x (read pool 9) = 99 connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 3 superuser-reserved',
     ],
-  ])('When %s, then helm template fails with one line naming the numbers', async (_case, options, message) => {
-    const error = await renderRefused(options);
-    // helm's own hint (--debug) follows on later lines; the template's message is one line.
-    expect(error.split('\n')[0]).toContain(message);
-  });
+  ])(
+    'When %s, then helm template fails with one line naming the numbers',
+    async (_case, options, message) => {
+      const error = await renderRefused(options);
+      // helm's own hint (--debug) follows on later lines; the template's message is one line.
+      expect(error.split('\n')[0]).toContain(message);
+    },
+  );
 });
 
 describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', () => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment('prod');
-  });
-
   it("When the prod values are rendered, then a second Pooler of type ro pools the standbys in transaction mode, sized by the fleet's read pools", () => {
-    const ro = pooler(objects, 'ro');
+    const ro = pooler(prod, 'ro');
     expect(ro.metadata.name).toBe('social-posts-db-pooler-ro');
     expect(ro.spec.cluster.name).toBe('social-posts-db');
     expect(ro.spec.instances).toBe(2);
@@ -466,14 +456,14 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it('When the prod values are rendered, then the pods read from the ro Pooler by a name the server certificate carries, within 1000 ms of the primary', () => {
-    const env = configMapData(objects);
+    const env = configMapData(prod);
     expect(env).toMatchObject({
       DB_READ_HOSTNAME: 'social-posts-db-pooler-ro',
       DB_READ_PORT: '5432',
       DB_READ_POOL_MAX: '10',
       DB_READ_MAX_LAG_MS: '1000',
     });
-    const names = must(findOne(objects, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
+    const names = must(findOne(prod, 'Cluster').spec.certificates, 'certificates').serverAltDNSNames;
     for (const name of ['social-posts-db-pooler-ro', 'social-posts-db-pooler-ro.social-posts-prod.svc'])
       expect(names).toContain(name);
     // The rw Pooler's names stay.
@@ -481,11 +471,16 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it('When the prod values are rendered, then a standby is ready (in the -ro Service) only while streaming within 64Mi of replay', () => {
-    expect(findOne(objects, 'Cluster').spec.probes).toEqual({ readiness: { type: 'streaming', maximumLag: '64Mi' } });
+    expect(findOne(prod, 'Cluster').spec.probes).toEqual({
+      readiness: { type: 'streaming', maximumLag: '64Mi' },
+    });
   });
 
   it('When reads on standbys are off, or there is no standby, then there is no ro Pooler, no read endpoint and no streaming probe', async () => {
-    const cases: Record<string, string>[] = [{ 'cnpg.reads.enabled': 'false' }, { 'cnpg.cluster.instances': '1' }];
+    const cases: Record<string, string>[] = [
+      { 'cnpg.reads.enabled': 'false' },
+      { 'cnpg.cluster.instances': '1' },
+    ];
     for (const set of cases) {
       const rendered = await render({ values: ['values-prod.yaml'], set });
       expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
@@ -501,18 +496,26 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it("When the ro Pooler is off, then the pods read from the Cluster's -ro Service and may reach the instances, which admit them", async () => {
-    const rendered = await render({ values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' } });
+    const rendered = await render({
+      values: ['values-prod.yaml'],
+      set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' },
+    });
     expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
     expect(configMapData(rendered).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
-    const egress = must(findOne(rendered, 'NetworkPolicy', 'social-posts').spec?.egress, 'egress');
-    expect(egress.find((rule) => rule.ports?.some((p) => p.port === 5432))?.to).toEqual([
-      { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
-      // The instances only (the -ro Service's endpoints), not the PgBouncers that share cnpg.io/cluster.
-      { podSelector: { matchLabels: { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' } } },
+    expect(databaseEgress(rendered).map((rule) => rule.to)).toEqual([
+      [
+        poolerPods('rw'),
+        // The instances only (the -ro Service's endpoints), not the PgBouncers that share cnpg.io/cluster.
+        {
+          podSelector: {
+            matchLabels: { 'cnpg.io/cluster': 'social-posts-db', 'cnpg.io/podRole': 'instance' },
+          },
+        },
+      ],
     ]);
     const ingress = must(findOne(rendered, 'NetworkPolicy', 'social-posts-db').spec?.ingress, 'ingress');
     expect(ingress[0]?.from?.slice(0, 2)).toEqual([
-      { podSelector: { matchLabels: { 'cnpg.io/poolerName': 'social-posts-db-pooler-rw' } } },
+      poolerPods('rw'),
       { podSelector: { matchLabels: apiSelector } },
     ]);
   });
@@ -539,7 +542,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
       { set: { 'cnpg.reads.pooler.name': 'social-posts-db-pooler-rw' } },
       "cnpg.reads.pooler.name must differ from the Cluster's name and the rw Pooler's",
     ],
-    ['the read bound is under the service\'s 100 ms', { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
+    ["the read bound is under the service's 100 ms", { set: { 'cnpg.reads.maxLagMs': '50' } }, 'maxLagMs'],
     ['the probe lag is not a quantity', { setString: { 'cnpg.reads.maximumLag': '64 MB' } }, 'maximumLag'],
     [
       "the API server's addresses are not given",

@@ -6,7 +6,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { dashboardOf, grafanaQuery, metricNames, panelQueries, type Dashboard } from '../../tools/harness/promql';
+import {
+  dashboardOf,
+  grafanaQuery,
+  metricNames,
+  panelQueries,
+  type Dashboard,
+} from '../../tools/harness/promql';
 import { chartDir, findAll, must, render, renderEnvironment, type KubeObject } from './helm';
 
 const dashboardConfigMaps = (objects: KubeObject[]) =>

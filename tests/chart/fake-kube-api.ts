@@ -131,7 +131,11 @@ async function beside<T>(
   const api = await startFakeKubeApi(options.namespace ?? 'social-posts-test', existing);
   try {
     // The fake server serves no OpenAPI documents; the schemas are checked by the other tests.
-    return await run({ ...options, env: api.env, extraArgs: ['--dry-run=server', '--disable-openapi-validation'] });
+    return await run({
+      ...options,
+      env: api.env,
+      extraArgs: ['--dry-run=server', '--disable-openapi-validation'],
+    });
   } finally {
     await api.close();
   }

@@ -146,7 +146,10 @@ export const allRenderings: [string, () => Promise<KubeObject[]>][] = [
     () => renderEnvironment(environment),
   ]),
   ["the recovery values (on prod's)", () => render(recoveryOptions)],
-  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [file, () => render({ values: [file] })]),
+  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
+    file,
+    () => render({ values: [file] }),
+  ]),
 ];
 
 /** The API pods' labels: what the chart's Services, policies and budgets select them by. */
@@ -190,7 +193,12 @@ export interface Cluster extends KubeObject {
         localeCType?: string;
         localeCollate?: string;
       };
-      recovery?: { source: string; database: string; owner: string; recoveryTarget?: { targetTime?: string } };
+      recovery?: {
+        source: string;
+        database: string;
+        owner: string;
+        recoveryTarget?: { targetTime?: string };
+      };
     };
     postgresql: {
       parameters: Record<string, string>;
@@ -325,6 +333,13 @@ export function findOne<K extends keyof RenderedKinds>(
     throw new Error(`expected one ${kind}${name ? ` named ${name}` : ''}, found ${matches.length}`);
   }
   return match;
+}
+
+/** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
+export function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
+  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
+  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
+  return must(matches[0], `${type} Pooler`);
 }
 
 /** The API's settings as the pod reads them: the release ConfigMap's data. */

@@ -77,15 +77,31 @@ describe('values.schema.json', () => {
       '/metrics/serviceMonitor/interval',
     ],
     // Metrics must never share the API port.
-    ['a metrics.port equal to containerPort', { 'metrics.port': '8000' }, 'metrics.port must differ from containerPort'],
+    [
+      'a metrics.port equal to containerPort',
+      { 'metrics.port': '8000' },
+      'metrics.port must differ from containerPort',
+    ],
     ['no Gateway name', { 'gateway.enabled': 'true' }, '/gateway/parentRef/name'],
     [
       'an unknown Gateway implementation',
-      { 'gateway.enabled': 'true', 'gateway.parentRef.name': 'gw', 'gateway.rateLimit.implementation': 'traefik' },
+      {
+        'gateway.enabled': 'true',
+        'gateway.parentRef.name': 'gw',
+        'gateway.rateLimit.implementation': 'traefik',
+      },
       '/gateway/rateLimit/implementation',
     ],
-    ['an unknown key inside gateway', { 'gateway.hostnames': 'x' }, "additional properties 'hostnames' not allowed"],
-    ['a zero Gateway read time-out', { 'gateway.timeouts.readSeconds': '0' }, '/gateway/timeouts/readSeconds'],
+    [
+      'an unknown key inside gateway',
+      { 'gateway.hostnames': 'x' },
+      "additional properties 'hostnames' not allowed",
+    ],
+    [
+      'a zero Gateway read time-out',
+      { 'gateway.timeouts.readSeconds': '0' },
+      '/gateway/timeouts/readSeconds',
+    ],
   ])('When the values carry %s, then helm template fails naming the value', async (_case, set, path) => {
     expect(await renderRefused({ values: ['values-dev.yaml'], set })).toContain(path);
   });

@@ -8,13 +8,7 @@
  * (tools/harness/promql.ts), so a misspelt or renamed metric cannot hide in a query.
  */
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
-import {
-  alertRules,
-  dashboardOf,
-  grafanaQuery,
-  metricNames,
-  panelQueries,
-} from '../../tools/harness/promql';
+import { alertRules, dashboardOf, grafanaQuery, metricNames, panelQueries } from '../../tools/harness/promql';
 import { findAll, must, render, type KubeObject } from './helm';
 
 /** Names of other exporters the chart's queries may use; each must also be used (no stale entries). */

@@ -19,20 +19,12 @@ import { treeVersions } from '../../tools/harness/releases';
 
 /** Every pod spec the chart makes: the Deployment's, the dev StatefulSet's and the helm test Pod's. */
 function podSpecs(objects: KubeObject[]): [string, IPodSpec][] {
-  return [
-    ...findAll(objects, 'Deployment').map((d): [string, IPodSpec] => [
-      `Deployment ${d.metadata?.name ?? ''}`,
-      must(d.spec?.template.spec, 'pod spec'),
-    ]),
-    ...findAll(objects, 'StatefulSet').map((s): [string, IPodSpec] => [
-      `StatefulSet ${s.metadata?.name ?? ''}`,
-      must(s.spec?.template.spec, 'pod spec'),
-    ]),
-    ...findAll(objects, 'Pod').map((p): [string, IPodSpec] => [
-      `Pod ${p.metadata?.name ?? ''}`,
-      must(p.spec, 'pod spec'),
-    ]),
+  const specs = [
+    ...findAll(objects, 'Deployment').map((d) => ({ ...d, spec: d.spec?.template.spec })),
+    ...findAll(objects, 'StatefulSet').map((s) => ({ ...s, spec: s.spec?.template.spec })),
+    ...findAll(objects, 'Pod'),
   ];
+  return specs.map((o) => [`${o.kind} ${o.metadata?.name ?? ''}`, must(o.spec, 'pod spec')]);
 }
 
 describe('Renders that GitOps can keep', () => {
@@ -116,26 +108,18 @@ describe('NetworkPolicy: DNS and extra rules', () => {
   });
 
   it('When networkPolicy.dns.to names NodeLocal DNSCache and CoreDNS by another label, then exactly those resolvers are allowed', async () => {
-    const objects = await render({
-      values: ['values-prod.yaml'],
-      setJson: {
-        'networkPolicy.dns.to': [
-          { ipBlock: { cidr: '169.254.20.10/32' } },
-          {
-            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
-            podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } },
-          },
-        ],
-      },
-    });
-    const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
-    expect(policy.spec?.egress?.[0]?.to).toEqual([
+    const resolvers = [
       { ipBlock: { cidr: '169.254.20.10/32' } },
       {
         namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
         podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } },
       },
-    ]);
+    ];
+    const objects = await render({
+      values: ['values-prod.yaml'],
+      setJson: { 'networkPolicy.dns.to': resolvers },
+    });
+    expect(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress?.[0]?.to).toEqual(resolvers);
     expect(schemaProblems(objects.filter((o) => o.kind === 'NetworkPolicy'))).toEqual([]);
   });
 

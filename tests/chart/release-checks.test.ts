@@ -4,7 +4,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
-import { apiContainer, chartDir, configMapData, must, render, renderRefused, type RenderOptions } from './helm';
+import {
+  apiContainer,
+  chartDir,
+  configMapData,
+  must,
+  render,
+  renderRefused,
+  type RenderOptions,
+} from './helm';
 
 const prodAlone: RenderOptions = {
   values: ['values-prod.yaml'],
@@ -23,14 +31,17 @@ describe("prod's placeholders", () => {
   });
 
   it('When prod is rendered without a bucket, then rendering fails naming backup.objectStore.destinationPath', async () => {
-    expect(await renderRefused({ ...prodAlone, set: { 'networkPolicy.cnpg.apiServer.cidrs[0]': '10.0.0.1/32' } })).toContain(
-      'backup.objectStore.destinationPath is required',
-    );
+    expect(
+      await renderRefused({ ...prodAlone, set: { 'networkPolicy.cnpg.apiServer.cidrs[0]': '10.0.0.1/32' } }),
+    ).toContain('backup.objectStore.destinationPath is required');
   });
 
   it("When prod is rendered without the API server's addresses, then rendering fails naming networkPolicy.cnpg.apiServer.cidrs", async () => {
     expect(
-      await renderRefused({ ...prodAlone, set: { 'backup.objectStore.destinationPath': 's3://bucket/prod' } }),
+      await renderRefused({
+        ...prodAlone,
+        set: { 'backup.objectStore.destinationPath': 's3://bucket/prod' },
+      }),
     ).toContain('networkPolicy.cnpg.apiServer.cidrs is required');
   });
 
@@ -50,12 +61,14 @@ describe("prod's placeholders", () => {
 describe("The startup probe's window against the worst start", () => {
   const dev: RenderOptions = { values: ['values-dev.yaml'], namespace: 'social-posts-dev' };
 
-  it("When the defaults are rendered, then the window (5 s x 75 = 375 s) covers the database wait plus the migration budget (120 s + 240 s)", async () => {
+  it('When the defaults are rendered, then the window (5 s x 75 = 375 s) covers the database wait plus the migration budget (120 s + 240 s)', async () => {
     const objects = await render(dev);
     const startup = must(apiContainer(objects).startupProbe, 'startupProbe');
     expect((startup.periodSeconds ?? 0) * (startup.failureThreshold ?? 0)).toBe(375);
     const config = configMapData(objects);
-    expect(Number(config['DB_STARTUP_WAIT_SECONDS']) + Number(config['DB_MIGRATION_TIMEOUT_MS']) / 1000).toBe(360);
+    expect(Number(config['DB_STARTUP_WAIT_SECONDS']) + Number(config['DB_MIGRATION_TIMEOUT_MS']) / 1000).toBe(
+      360,
+    );
   });
 
   it('When the window is one period short of the worst start, then rendering fails saying the threshold that fits', async () => {
@@ -63,7 +76,9 @@ describe("The startup probe's window against the worst start", () => {
     expect(message).toContain('startupProbe allows 355 s');
     expect(message).toContain('= 360 s');
     expect(message).toContain('raise startupProbe.failureThreshold to at least 72');
-    expect((await render({ ...dev, set: { 'startupProbe.failureThreshold': '72' } })).length).toBeGreaterThan(0);
+    expect((await render({ ...dev, set: { 'startupProbe.failureThreshold': '72' } })).length).toBeGreaterThan(
+      0,
+    );
   });
 
   it('When the migration budget grows past the window, then rendering fails; an initial delay counts toward the window', async () => {

@@ -1,5 +1,13 @@
 import { loadSettings } from '../../service/src/settings';
-import { apiContainer, configMapData, findAll, findOne, render, renderRefused, type KubeObject } from './helm';
+import {
+  apiContainer,
+  configMapData,
+  findAll,
+  findOne,
+  render,
+  renderRefused,
+  type KubeObject,
+} from './helm';
 
 const traced = {
   'tracing.enabled': 'true',
@@ -112,8 +120,8 @@ describe('Tracing in the chart', () => {
 
   // Without an endpoint, rendering fails: lint.test.ts's guards.
   it('When the sampling ratio is outside 0 to 1, then the values schema refuses it', async () => {
-    expect(await renderRefused({ ...base, set: traced, setJson: { 'tracing.samplingRatio': 1.5 } })).toContain(
-      'samplingRatio',
-    );
+    expect(
+      await renderRefused({ ...base, set: traced, setJson: { 'tracing.samplingRatio': 1.5 } }),
+    ).toContain('samplingRatio');
   });
 });

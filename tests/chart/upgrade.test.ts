@@ -44,7 +44,8 @@ describe('SECRET_KEY across upgrades', () => {
   });
 
   it('When rendered without a cluster (plain helm template), then each render generates a different key', async () => {
-    const key = async () => decode(findOne(await render({ values: ['values-dev.yaml'], namespace }), 'Secret'), 'SECRET_KEY');
+    const key = async () =>
+      decode(findOne(await render({ values: ['values-dev.yaml'], namespace }), 'Secret'), 'SECRET_KEY');
     expect(await key()).not.toBe(await key());
   });
 });
