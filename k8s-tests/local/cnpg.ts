@@ -129,7 +129,7 @@ export function poolerSettings(pooler: CnpgPooler): Record<string, string> {
 const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
 
 /** What the suite's control reaches (local/control.ts): the database, its standby and its backups. */
-export class CnpgStandIn implements DatabaseControl, StandbyControl, BackupControl {
+export class CnpgStandIn implements DatabaseControl {
   readonly instances: ReplicatedPostgres;
   /** The plugin's part, when the Cluster archives through it. */
   private readonly barman: PluginBackups | undefined;
@@ -164,8 +164,17 @@ export class CnpgStandIn implements DatabaseControl, StandbyControl, BackupContr
     this.dir = join(workDir, 'cnpg');
     mkdirSync(this.dir, { recursive: true });
     this.barman = archiving ? new PluginBackups(archiving) : undefined;
-    this.backups = archiving ? this : undefined;
-    this.standby = readPooler ? this : undefined;
+    // The control server calls these remotely: objects of the interfaces' methods only, not the stand-in.
+    this.backups = archiving
+      ? {
+          base: () => this.base(),
+          mistake: () => this.mistake(),
+          recover: (objects) => this.recover(objects),
+        }
+      : undefined;
+    this.standby = readPooler
+      ? { pauseReplay: (paused) => this.pauseReplay(paused), committed: () => this.committed() }
+      : undefined;
     // The store's credentials reach archive_command through the servers' environment only.
     this.instances = new ReplicatedPostgres(
       this.barman ? { settings: this.barman.primarySettings(), env: this.barman.env } : {},

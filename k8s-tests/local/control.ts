@@ -138,19 +138,10 @@ function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
 
 /** Listens on a free port of 127.0.0.1; a method's failure answers 500 with its message. */
 export function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
-  const { standby, backups } = c.database;
-  // The stand-in is one object behind both: only the control interfaces' methods are reachable.
   const parts: Record<string, object | undefined> = {
     '': ownMethods(c),
-    standby: standby && {
-      pauseReplay: standby.pauseReplay.bind(standby),
-      committed: standby.committed.bind(standby),
-    },
-    backups: backups && {
-      base: backups.base.bind(backups),
-      mistake: backups.mistake.bind(backups),
-      recover: backups.recover.bind(backups),
-    },
+    standby: c.database.standby,
+    backups: c.database.backups,
     brokenEndpoint: brokenEndpointControl(c),
   };
   const server = createServer((req, res) => {
