@@ -5,11 +5,10 @@ import addFormats from 'ajv-formats';
 import type { Express } from 'express';
 import knex from 'knex';
 import request from 'supertest';
-import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
 import { createApp } from '../../service/src/app';
 import { openDatabase, type Database } from '../../service/src/db/connection';
-import { migrateToLatest } from '../../service/src/db/migrator';
+import { migrateToLatest, sourceOf } from '../../service/src/db/migrator';
 import { createLogger, type Logger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
@@ -75,14 +74,7 @@ export async function migratedDatabaseEnv(
 
 /** Migrates `db` to the schema of the first `count` migrations alone, as an older release left it. */
 export async function migrateFirst(db: Database, count: number): Promise<void> {
-  const names = Object.keys(migrations).slice(0, count);
-  await db.knex.migrate.latest({
-    migrationSource: {
-      getMigrations: () => Promise.resolve(names),
-      getMigrationName: (name: string) => name,
-      getMigration: (name: string) => Promise.resolve(migrations[name] as Knex.Migration),
-    },
-  });
+  await db.knex.migrate.latest(sourceOf(Object.keys(migrations).slice(0, count)));
 }
 
 export interface MigratedDatabase {

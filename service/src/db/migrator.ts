@@ -104,7 +104,7 @@ export const runsOutsideTransaction = (name: string): boolean =>
   migrations[name]?.config?.transaction === false;
 
 /** A source of only `names` (of the known migrations): knex then runs no other. */
-const sourceOf = (names: string[]): Knex.MigratorConfig => ({
+export const sourceOf = (names: string[]): Knex.MigratorConfig => ({
   ...migratorConfig,
   migrationSource: { ...migrationSource, getMigrations: () => Promise.resolve(names) },
 });
