@@ -1,3 +1,4 @@
+import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
   call,
@@ -90,14 +91,15 @@ async function heldInFlight(base: string, voters: string[], lockedPost: number) 
       at: Date.now(),
     })),
   );
-  let waiting = 0;
-  for (let i = 0; i < 100 && waiting < IN_FLIGHT; i++) {
-    await sleep(100);
-    waiting = await countOf(
-      database.db,
-      "pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
-    );
-  }
+  const { value: waiting } = await pollUntil(
+    () =>
+      countOf(
+        database.db,
+        "pg_stat_activity WHERE application_name = 'social-posts' AND wait_event_type = 'Lock'",
+      ),
+    (n) => n >= IN_FLIGHT,
+    { withinMs: 10_000, everyMs: 100 },
+  );
   return { lock, inFlight, waiting };
 }
 

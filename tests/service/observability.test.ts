@@ -467,12 +467,15 @@ describe('A connection flooded with pipelined requests', () => {
       await closed;
       const logged = () =>
         log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
-      await pollUntil(logged, (lines) => lines.length >= ids.length, { withinMs: 5000, everyMs: 50 });
-      expect(logged()).toHaveLength(ids.length);
+      const { value: lines } = await pollUntil(logged, (found) => found.length >= ids.length, {
+        withinMs: 5000,
+        everyMs: 50,
+      });
+      expect(lines).toHaveLength(ids.length);
       // Far fewer answers than requests: the flood was cut off, not queued.
       expect((received.match(/HTTP\/1\.1 200/g) ?? []).length).toBeLessThan(10);
       expect(
-        logged().filter((entry) => (entry.res as { status: number }).status === 499).length,
+        lines.filter((entry) => (entry.res as { status: number }).status === 499).length,
       ).toBeGreaterThan(90);
     } finally {
       await close();

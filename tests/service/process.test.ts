@@ -22,8 +22,8 @@ const baseEnv = (overrides: Record<string, string>) =>
   testEnv({ LOG_LEVEL: 'info', PORT: '0', ...overrides });
 const spawnService = (env: NodeJS.ProcessEnv, cwd = ROOT) => spawnScript('service/src/main.ts', env, { cwd });
 /** The messages of the process's fatal (level 60) lines. */
-const fatalMessages = (svc: ReturnType<typeof spawnService>) =>
-  svc.lines.filter((line) => line.level === 60).map((line) => line.msg);
+const fatalLines = (svc: ReturnType<typeof spawnService>) => svc.lines.filter((line) => line.level === 60);
+const fatalMessages = (svc: ReturnType<typeof spawnService>) => fatalLines(svc).map((line) => line.msg);
 
 describe('Start-up settings', () => {
   test.each([
@@ -85,7 +85,7 @@ describe('Start-up failures say, in one line, which setting to change', () => {
     await withPortTaken(async (port) => {
       const svc = spawnService(baseEnv({ PORT: '0', METRICS_PORT: '0', [name]: String(port) }));
       expect(await svc.exited).toBe(1);
-      const fatal = svc.lines.filter((line) => line.level === 60);
+      const fatal = fatalLines(svc);
       expect(fatal.map((line) => line.msg)).toEqual([
         `${name}=${String(port)} is in use, perhaps by another instance of this service: stop it, or set ${name} to a free port; not starting`,
       ]);
@@ -99,7 +99,7 @@ describe('Start-up failures say, in one line, which setting to change', () => {
     await withPortTaken(async (port) => {
       const svc = spawnService(baseEnv({ LOG_LEVEL: 'debug', PORT: String(port), METRICS_PORT: '0' }));
       expect(await svc.exited).toBe(1);
-      const [fatal] = svc.lines.filter((line) => line.level === 60);
+      const [fatal] = fatalLines(svc);
       expect((fatal?.err as { stack?: string } | undefined)?.stack).toMatch(/EADDRINUSE/);
     });
   });
@@ -251,7 +251,7 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
     expect(elapsed).toBeGreaterThanOrEqual(2000);
     expect(elapsed).toBeLessThan(20_000);
     expect(svc.stdout()).toContain('the database is not reachable yet; retrying for ');
-    const fatal = svc.lines.filter((line) => line.level === 60);
+    const fatal = fatalLines(svc);
     expect(fatal.map((line) => line.msg)).toEqual([
       `the PostgreSQL server at DB_HOSTNAME=127.0.0.1 DB_PORT=${String(port)} could not be reached after retrying for DB_STARTUP_WAIT_SECONDS=2 (connect ECONNREFUSED 127.0.0.1:${String(port)}): check that it runs and that DB_HOSTNAME and DB_PORT name it, or raise DB_STARTUP_WAIT_SECONDS; not starting`,
     ]);
