@@ -8,17 +8,14 @@ import {
   apiContainer,
   chartDir,
   configMapData,
+  environmentOptions,
   must,
   render,
   renderRefused,
   type RenderOptions,
 } from './helm';
 
-const prodAlone: RenderOptions = {
-  values: ['values-prod.yaml'],
-  namespace: 'social-posts-prod',
-  withoutSite: true,
-};
+const prodAlone: RenderOptions = { ...environmentOptions('prod'), withoutSite: true };
 
 describe("prod's placeholders", () => {
   it('When values-prod.yaml is read, then the bucket and the API server addresses are empty, not example values', () => {
@@ -59,7 +56,7 @@ describe("prod's placeholders", () => {
 });
 
 describe("The startup probe's window against the worst start", () => {
-  const dev: RenderOptions = { values: ['values-dev.yaml'], namespace: 'social-posts-dev' };
+  const dev = environmentOptions('dev');
 
   it('When the defaults are rendered, then the window (5 s x 75 = 375 s) covers the database wait plus the migration budget (120 s + 240 s)', async () => {
     const objects = await render(dev);

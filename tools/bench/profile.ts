@@ -111,13 +111,13 @@ function busiestProfile(dir: string): { file: string; profile: CpuProfile } {
   };
   const [busiest] = readdirSync(dir)
     .filter((f) => f.endsWith('.cpuprofile'))
-    .map((f) => ({
-      file: path.join(dir, f),
-      profile: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile,
-    }))
-    .sort((a, b) => busySamples(b.profile) - busySamples(a.profile));
+    .map((f) => {
+      const profile = JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as CpuProfile;
+      return { file: path.join(dir, f), profile, busy: busySamples(profile) };
+    })
+    .sort((a, b) => b.busy - a.busy);
   if (!busiest) throw new Error(`no .cpuprofile in ${dir}: the service did not exit cleanly`);
-  return busiest;
+  return { file: busiest.file, profile: busiest.profile };
 }
 
 async function main(): Promise<void> {

@@ -331,7 +331,7 @@ function measureTables(figures: Figures, keys: string[], what: string, suffix: s
         Check: 'the two servers with tracing off, apart by',
         Measured: `${(spread * 100).toFixed(1)} %`,
         Target: `< ${String(TARGET * 100)} %, to resolve the next`,
-        Verdict: resolved ? '✅ met' : '❌ missed: this run cannot tell',
+        Verdict: `${mark(resolved)}${resolved ? '' : ': this run cannot tell'}`,
       },
       {
         Check: '10 % against off, on the list where it costs most',

@@ -1,7 +1,8 @@
 /**
  * The PostgreSQL server the suites share, scratch databases on it, and clusters of a test's own
- * (reliability's database-loss case, k8s-tests/local's stand-in for the chart's PostgreSQL): where the server binaries are, and initdb/pg_ctl run as the postgres
- * user, because initdb refuses to run as root.
+ * (reliability's database-loss case, k8s-tests/local's stand-in for the chart's PostgreSQL): where
+ * the server binaries are, and initdb/pg_ctl run as the postgres user, because initdb refuses to
+ * run as root.
  */
 import { execFileSync, type ExecFileSyncOptions } from 'node:child_process';
 import {
