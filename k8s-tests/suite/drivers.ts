@@ -109,22 +109,32 @@ const cnpg = process.env.K8S_DATABASE === 'cnpg';
 function localDriver(): Driver {
   const base = process.env.K8S_CONTROL_URL;
   if (!base) throw new Error('K8S_CONTROL_URL is not set (the local runner sets it)');
-  /** Every member not in `own` calls the runner's method of that name (after `prefix`). */
-  const remote = <T extends object>(prefix: string, own: Partial<T> = {}): T =>
-    new Proxy(own as T, {
-      get: (target, name) =>
-        typeof name !== 'string' || name in target || name === 'then'
-          ? (target as Record<string | symbol, unknown>)[name]
-          : (...args: unknown[]) => call(base, `${prefix}${name}`, args),
-    });
-  return remote<Driver>('', {
+  /** The named methods, each calling the runner's method of that name (after `prefix`); no other member. */
+  const calls = <K extends string>(prefix: string, names: readonly K[]) =>
+    Object.fromEntries(
+      names.map((name) => [name, (...args: unknown[]) => call(base, `${prefix}${name}`, args)]),
+    ) as Record<K, (...args: unknown[]) => Promise<never>>;
+  return {
     name: 'local',
-    httpOnly: undefined,
-    ...(cnpg ? {} : { failover: undefined }),
-    backups: process.env.K8S_BACKUP === 'plugin' ? remote<BackupControl>('backups.') : undefined,
-    standby: process.env.K8S_STANDBY_READS === '1' ? remote<StandbyControl>('standby.') : undefined,
-    brokenEndpoint: remote<BrokenEndpointControl>('brokenEndpoint.'),
-  });
+    ...calls('', [
+      'stopDatabase',
+      'startDatabase',
+      'rollout',
+      'restarts',
+      'endpointsSettled',
+      'inspectReplica',
+      'imageWithoutDatabase',
+      'upgrade',
+      'rollback',
+      'replicaMetrics',
+    ]),
+    ...(cnpg ? calls('', ['failover']) : {}),
+    backups:
+      process.env.K8S_BACKUP === 'plugin' ? calls('backups.', ['base', 'mistake', 'recover']) : undefined,
+    standby:
+      process.env.K8S_STANDBY_READS === '1' ? calls('standby.', ['pauseReplay', 'committed']) : undefined,
+    brokenEndpoint: calls('brokenEndpoint.', ['open', 'failures', 'close']),
+  };
 }
 
 function kubectl(args: string[]): Promise<string> {
