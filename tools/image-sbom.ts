@@ -13,12 +13,12 @@ import { repoRoot } from './node-release';
 import { intoPlace } from './npm-pack';
 
 /** cdxgen's release and the plugin release it names among its optional dependencies. */
-export const CDXGEN = { version: '12.8.4', plugins: '2.5.1' } as const;
+const CDXGEN = { version: '12.8.4', plugins: '2.5.1' } as const;
 
 const PLUGIN_PLATFORMS: Partial<Record<NodeJS.Architecture, string>> = { x64: 'amd64', arm64: 'arm64' };
 
 /** The cdxgen command, installed with its plugins for this machine if it is not yet. */
-export function ensureCdxgen(): string {
+function ensureCdxgen(): string {
   const platform = PLUGIN_PLATFORMS[process.arch];
   if (process.platform !== 'linux' || !platform)
     throw new Error(`cdxgen's plugin binaries are installed here for linux on x64 or arm64 only`);

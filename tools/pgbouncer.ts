@@ -22,9 +22,9 @@ import {
 import os from 'node:os';
 import path from 'node:path';
 
-export const PGBOUNCER_SOURCE_VERSION = '1.24.1';
+const PGBOUNCER_SOURCE_VERSION = '1.24.1';
 /** Debian 12's package, 1.18. */
-export const DEBIAN_PGBOUNCER = '/usr/sbin/pgbouncer';
+const DEBIAN_PGBOUNCER = '/usr/sbin/pgbouncer';
 
 /**
  * The Debian mirror the machine's apt sources use (a sandbox or a company network may reach only
@@ -81,7 +81,7 @@ function missingBuildPackages(): string[] {
   ];
 }
 
-export const pgbouncerCache = (): string =>
+const pgbouncerCache = (): string =>
   path.join(
     process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'),
     'social-posts',
@@ -102,7 +102,7 @@ export function pgbouncerVersion(binary: string): string {
 }
 
 /** Debian 12's PgBouncer, or an error saying what to install. */
-export function debianPgBouncer(): string {
+function debianPgBouncer(): string {
   if (!existsSync(DEBIAN_PGBOUNCER))
     throw new Error(`${DEBIAN_PGBOUNCER} is missing: apt-get install pgbouncer (Debian 12 ships 1.18)`);
   // Another release's package would be tested under 1.18's name.
@@ -113,7 +113,7 @@ export function debianPgBouncer(): string {
 }
 
 /** PgBouncer 1.24.1 from the cache, built first if it is not there yet. */
-export function builtPgBouncer(): string {
+function builtPgBouncer(): string {
   const binary = path.join(pgbouncerCache(), 'pgbouncer');
   if (existsSync(binary)) return binary;
   const missing = missingBuildPackages();

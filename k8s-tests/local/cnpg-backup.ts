@@ -29,7 +29,7 @@ import {
 import { ObjectStore } from '../../tools/harness/object-store';
 import type { KubeObject } from '../../tools/harness/manifests';
 
-export const BARMAN_PLUGIN = 'barman-cloud.cloudnative-pg.io';
+const BARMAN_PLUGIN = 'barman-cloud.cloudnative-pg.io';
 
 interface SecretKeyRef {
   name: string;
@@ -100,7 +100,7 @@ const compression = (value: string | undefined, what: string): Compression | und
 };
 
 /** The plugin's settings for one serverName of a rendered ObjectStore; what the emulation cannot run is refused. */
-export function barmanSettings(store: ObjectStoreObject, serverName: string): BarmanSettings {
+function barmanSettings(store: ObjectStoreObject, serverName: string): BarmanSettings {
   const { configuration: c } = store.spec;
   const name = `ObjectStore ${store.metadata.name}`;
   if (!c.destinationPath.startsWith('s3://'))

@@ -101,7 +101,7 @@ export function cnpgObjects(
 }
 
 /** PgBouncer's settings as CloudNativePG builds them from the Pooler (buildPgBouncerParameters). */
-export function poolerSettings(pooler: CnpgPooler): Record<string, string> {
+function poolerSettings(pooler: CnpgPooler): Record<string, string> {
   const given = pooler.spec.pgbouncer.parameters ?? {};
   const defaults: Record<string, string> = {
     log_stats: '0',

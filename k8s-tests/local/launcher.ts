@@ -124,7 +124,7 @@ export class ProcessLauncher implements Launcher {
 }
 
 /** Kubernetes quantities the chart uses for memory: plain bytes, Ki/Mi/Gi, k/M/G. */
-export function memoryBytes(quantity: string | number): number {
+function memoryBytes(quantity: string | number): number {
   const match = /^(\d+(?:\.\d+)?)([KMGT]i?|k)?$/.exec(String(quantity));
   if (!match?.[1]) throw new Error(`memory quantity ${String(quantity)} is not modelled`);
   const factors: Record<string, number> = {

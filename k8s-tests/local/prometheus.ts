@@ -18,7 +18,7 @@ import { freePort } from '../../tools/harness/service';
 import { waitFor } from '../../tools/harness/poll';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
-export const SCRAPE_INTERVAL_SECONDS = 1;
+const SCRAPE_INTERVAL_SECONDS = 1;
 
 export interface ApiTarget {
   address: string;
@@ -48,7 +48,7 @@ const label = (value: string) => JSON.stringify(value);
  * cluster the way kube-state-metrics v2 computes them from the API objects. A container that is not
  * waiting has no kube_pod_container_status_waiting_reason series (as in kube-state-metrics v2).
  */
-export function kubeStateMetrics(state: ClusterState): string {
+function kubeStateMetrics(state: ClusterState): string {
   const deployment = `namespace=${label(state.namespace)},deployment=${label(state.deployment)}`;
   const lines = [
     '# TYPE kube_deployment_spec_replicas gauge',

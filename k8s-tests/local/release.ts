@@ -19,7 +19,7 @@ export const repoRoot = resolve(__dirname, '..', '..');
 export const releaseName = 'social-posts';
 export const namespace = 'social-posts-dev';
 /** The same files the kind target installs with. */
-export const valuesFiles = [
+const valuesFiles = [
   resolve(repoRoot, 'chart/values-dev.yaml'),
   resolve(repoRoot, 'k8s-tests/values-e2e.yaml'),
 ];

@@ -7,7 +7,7 @@ export type { Logger };
  * Paths never written to the log. The request log serializes only id, method, path and status,
  * and the start-up line only describeSettings(); these catch a stray object logged by mistake.
  */
-export const REDACTED_PATHS = [
+const REDACTED_PATHS = [
   'password',
   '*.password',
   'authorization',

@@ -10,7 +10,7 @@ import { settledStatus } from './http/pipelining';
 import type { Logger } from './logger';
 
 /** The route label of requests no route matched (unknown paths, preflights): one value, whatever the path. */
-export const UNMATCHED_ROUTE = 'unmatched';
+const UNMATCHED_ROUTE = 'unmatched';
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
@@ -27,7 +27,7 @@ export interface Metrics {
  * would make a new time series per post. Files served under a mounted path (the /docs assets)
  * share one `<mount>/*` label; everything else unmatched shares one label too.
  */
-export function routeLabel(req: Request): string {
+function routeLabel(req: Request): string {
   const route = req.route as { path?: unknown } | undefined;
   const path = Array.isArray(route?.path) ? (route.path as unknown[])[0] : route?.path;
   if (typeof path === 'string') return `${req.baseUrl}${path}`;

@@ -63,7 +63,7 @@ function close(server: Server): Promise<void> {
  * on an upstream after 3 s without a byte (chart/README.md), so these only ever cut off a client
  * that reaches the pod directly and dawdles, and what it holds goes with it.
  */
-export const HTTP_TIMEOUTS = {
+const HTTP_TIMEOUTS = {
   /** An idle keep-alive connection: above nginx's upstream keep-alive (60 s), so nginx closes first. */
   keepAliveMs: 65_000,
   /** From a request's first byte to the end of its headers. */

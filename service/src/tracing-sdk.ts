@@ -53,7 +53,7 @@ import { tracingStarted } from './tracing';
 export type TracingSettings = Settings['tracing'];
 
 /** The sampler OTEL_TRACES_SAMPLER names, as OpenTelemetry's environment specification defines each. */
-export function samplerFor(name: SamplerName, ratio: number): Sampler {
+function samplerFor(name: SamplerName, ratio: number): Sampler {
   const root = (base: string): Sampler => {
     if (base === 'always_on') return new AlwaysOnSampler();
     if (base === 'always_off') return new AlwaysOffSampler();

@@ -8,7 +8,7 @@ import { chromium, type BrowserContext } from 'playwright-core';
 import { serviceEnv } from '../../tools/harness/env';
 import { ROOT, startService as startServiceProcess } from '../../tools/harness/service';
 
-export const ARTIFACTS = path.join(ROOT, 'test-artifacts');
+const ARTIFACTS = path.join(ROOT, 'test-artifacts');
 
 /** Debian's package, installed by .ci/run: never a downloaded browser. */
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -34,7 +34,7 @@ export interface Browser {
 }
 
 /** A fresh profile every time (--user-data-dir, which playwright passes for a persistent context). */
-export async function launchBrowser(): Promise<Browser> {
+async function launchBrowser(): Promise<Browser> {
   const profile = mkdtempSync(path.join(tmpdir(), 'sp-chromium-'));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
@@ -72,7 +72,7 @@ export interface Service {
  * The service as operators run it (tsx on service/src/main.ts), on ephemeral ports and the embedded
  * in-memory database, with the given extra settings.
  */
-export async function startService(settings: Record<string, string>): Promise<Service> {
+async function startService(settings: Record<string, string>): Promise<Service> {
   // Always the embedded database: these tests are about the browser, not about PostgreSQL.
   // Loopback is trusted as a proxy: the test's own calls name their log lines with X-Request-Id.
   const env = serviceEnv(

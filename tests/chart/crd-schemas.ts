@@ -14,7 +14,7 @@ import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 import { must, type KubeObject } from './helm';
 
-export const crdFiles = [
+const crdFiles = [
   // Gateway API v1.5.1, standard channel (kubernetes-sigs/gateway-api,
   // config/crd/standard/, commit e7677b70ae75d14a4448fba94870e7deea6cf0ad).
   'gateway.networking.k8s.io_httproutes.yaml',

@@ -87,7 +87,7 @@ export interface FakeKubeApi {
   close(): Promise<void>;
 }
 
-export async function startFakeKubeApi(namespace: string, existing: KubeObject[]): Promise<FakeKubeApi> {
+async function startFakeKubeApi(namespace: string, existing: KubeObject[]): Promise<FakeKubeApi> {
   const server = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://fake').pathname;
     const [status, body] = request.method === 'GET' ? answer(namespace, existing, path) : [404, notFound];

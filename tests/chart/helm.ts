@@ -29,7 +29,7 @@ export const ciValuesFiles = readdirSync(resolve(chartDir, 'ci'))
   .filter((file) => file.endsWith('-values.yaml'))
   .map((file) => `ci/${file}`);
 
-export { parseManifests, type KubeObject } from '../../tools/harness/manifests';
+export { type KubeObject } from '../../tools/harness/manifests';
 
 export interface HelmResult {
   code: number;
@@ -75,7 +75,7 @@ export interface RenderOptions {
  * The site's own values an operator layers on prod's (its bucket, its API server's addresses), which
  * values-prod.yaml leaves empty so that an install without them fails to render.
  */
-export const prodSiteValues = resolve(__dirname, 'values-prod-site.yaml');
+const prodSiteValues = resolve(__dirname, 'values-prod-site.yaml');
 
 /**
  * The values flags of the options, for `helm lint`, `helm template` and `helm install` alike; prod's
@@ -96,7 +96,7 @@ export function valuesArgs(options: RenderOptions = {}): string[] {
 }
 
 /** Release name (always social-posts, as in chart/README.md and docs/operations.md), chart, namespace and values flags. */
-export function releaseArgs(options: RenderOptions = {}): string[] {
+function releaseArgs(options: RenderOptions = {}): string[] {
   const namespace = options.namespace ?? 'social-posts-test';
   return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];
 }

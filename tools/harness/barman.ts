@@ -61,7 +61,7 @@ export function storedBytes(store: ObjectStore, s: BarmanSettings, what: 'base' 
 const cloud = (): string[] => ['--cloud-provider', 'aws-s3'];
 
 /** barman-cloud-wal-archive's options before the WAL path (BarmanCloudWalArchiveOptions). */
-export function walArchiveArgs(s: BarmanSettings): string[] {
+function walArchiveArgs(s: BarmanSettings): string[] {
   return [
     ...(s.walCompression ? [`--${s.walCompression}`] : []),
     '--endpoint-url',
@@ -73,7 +73,7 @@ export function walArchiveArgs(s: BarmanSettings): string[] {
 }
 
 /** barman-cloud-backup's arguments (GetBarmanCloudBackupOptions); the plugin names backups `backup-<time>`. */
-export function backupArgs(s: BarmanSettings, backupName: string): string[] {
+function backupArgs(s: BarmanSettings, backupName: string): string[] {
   return [
     '--user',
     'postgres',
@@ -91,17 +91,17 @@ export function backupArgs(s: BarmanSettings, backupName: string): string[] {
 }
 
 /** barman-cloud-restore's arguments (restoreDataDir): the backup's id and the new data folder. */
-export function restoreArgs(s: BarmanSettings, backupId: string, dataDir: string): string[] {
+function restoreArgs(s: BarmanSettings, backupId: string, dataDir: string): string[] {
   return [...cloud(), '--endpoint-url', s.endpointUrl, s.destinationPath, s.serverName, backupId, dataDir];
 }
 
 /** barman-cloud-wal-restore's options before the WAL name and destination (CloudWalRestoreOptions). */
-export function walRestoreArgs(s: BarmanSettings): string[] {
+function walRestoreArgs(s: BarmanSettings): string[] {
   return ['--endpoint-url', s.endpointUrl, ...cloud(), s.destinationPath, s.serverName];
 }
 
 /** barman-cloud-backup-list's arguments, as JSON. */
-export const backupListArgs = (s: BarmanSettings): string[] => [
+const backupListArgs = (s: BarmanSettings): string[] => [
   '--format',
   'json',
   '--endpoint-url',
@@ -128,7 +128,7 @@ export function archivingSettings(s: BarmanSettings, archiveTimeout: string): Re
 const postgresTime = (moment: Date): string => moment.toISOString().replace('T', ' ').replace('Z', '+00');
 
 /** The settings of a server recovering from the store: to `targetTime`, or to the end of the archive. */
-export function recoverySettings(s: BarmanSettings, targetTime?: Date): Record<string, string> {
+function recoverySettings(s: BarmanSettings, targetTime?: Date): Record<string, string> {
   return {
     restore_command: ['barman-cloud-wal-restore', ...walRestoreArgs(s)].map(shellWord).join(' ') + ' %f %p',
     // It writes to a destination of its own (another serverName), or, as here, to none.
@@ -143,7 +143,7 @@ export function recoverySettings(s: BarmanSettings, targetTime?: Date): Record<s
  * Runs a command as the postgres account (a barman tool, psql) without blocking this process, with
  * only PATH and `env` in its environment: the store's credentials go nowhere else.
  */
-export function runAsPostgres(command: string, args: string[], env: Record<string, string>): Promise<string> {
+function runAsPostgres(command: string, args: string[], env: Record<string, string>): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(
       command,
@@ -188,7 +188,7 @@ export function durationMs(value: string): number {
 /** CloudNativePG's archive_timeout where a Cluster sets none (5 minutes: cloudnative-pg v1.15.1's release notes). */
 export const CNPG_DEFAULT_ARCHIVE_TIMEOUT = '5min';
 /** The drill's stand-in when the chart sets no archive_timeout: a minute, as prod's values set it. */
-export const FALLBACK_ARCHIVE_TIMEOUT = '60s';
+const FALLBACK_ARCHIVE_TIMEOUT = '60s';
 
 /** prod's archive_timeout: cnpg.cluster.parameters.archive_timeout of chart/values-prod.yaml, or the fallback. */
 export function chartArchiveTimeout(): { value: string; from: string } {

@@ -48,7 +48,7 @@ export interface Dashboard {
 }
 
 /** Parses a query; throws with the position of the first syntax error. */
-export function parse(expr: string): SyntaxNode {
+function parse(expr: string): SyntaxNode {
   const tree = parser.parse(expr);
   let error: number | undefined;
   tree.iterate({

@@ -34,7 +34,7 @@ const RECORD_LINE = /^Chart (\S+) · commit ([0-9a-f]{40}|pending)$/;
 const SUBSECTIONS = ['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security', 'Upgrading'];
 
 /** A SemVer 2.0.0 version written exactly (no leading "v" or "=", no spaces), build metadata allowed. */
-export function isSemVer(version: string): boolean {
+function isSemVer(version: string): boolean {
   const parsed = semver.parse(version);
   if (parsed === null) return false;
   const build = parsed.build.length > 0 ? `+${parsed.build.join('.')}` : '';
@@ -307,7 +307,7 @@ function runtimeLock(lock: LockFile | null): unknown {
 }
 
 /** How the service changed between the commit and the working tree: paths, or the file and part. */
-export function appChanges(commit: string, root: string = ROOT): string[] {
+function appChanges(commit: string, root: string = ROOT): string[] {
   const changes = changedPaths(root, commit, APP_PATHS);
   const pick = (json: PackageJson | null) =>
     Object.fromEntries(APP_PACKAGE_FIELDS.map((field) => [field, json?.[field] ?? null]));
@@ -336,7 +336,7 @@ function chartIdentity(chart: Record<string, unknown> | null): unknown {
 }
 
 /** How the chart changed between the commit and the working tree (its tests, CI values and README aside). */
-export function chartChanges(commit: string, root: string = ROOT): string[] {
+function chartChanges(commit: string, root: string = ROOT): string[] {
   const changes = changedPaths(root, commit, [
     'chart',
     // Where the chart's tests lived up to 1.1.0 (tests/chart/ since): a commit before that has them.

@@ -27,7 +27,7 @@ export interface Traffic {
  * Workers that create posts and read the signed-in list, one request after another each, and a
  * readiness poller, until stopped: the record a failover or lost-node case reads afterwards.
  */
-export function traffic(base: string, token: string, workers: number): Traffic {
+function traffic(base: string, token: string, workers: number): Traffic {
   const answers: Recorded[] = [];
   const failures: Traffic['failures'] = [];
   let running = true;

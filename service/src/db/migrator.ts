@@ -100,8 +100,7 @@ export function migrateToLatest(db: Database, logger: Logger): Promise<string[]>
 }
 
 /** knex's per-migration `config.transaction`: false runs the migration outside the transaction. */
-export const runsOutsideTransaction = (name: string): boolean =>
-  migrations[name]?.config?.transaction === false;
+const runsOutsideTransaction = (name: string): boolean => migrations[name]?.config?.transaction === false;
 
 /** A source of only `names` (of the known migrations): knex then runs no other. */
 export const sourceOf = (names: string[]): Knex.MigratorConfig => ({

@@ -19,7 +19,7 @@ import type { Statement } from './statements';
  */
 
 /** How often the primary's WAL position is read. */
-export const POSITION_INTERVAL_MS = 100;
+const POSITION_INTERVAL_MS = 100;
 /** How often each standby's replay position is read, for the lag gauge and to take skipped ones back. */
 const PROBE_INTERVAL_MS = 250;
 /** How long positions are kept: the lag gauge reads at most this far back. */

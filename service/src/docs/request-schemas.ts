@@ -46,7 +46,7 @@ function tidy(swagger: OpenApiSchema, description: Joi.Description): OpenApiSche
 }
 
 /** The schema of one joi object schema, without a component reference. */
-export function openApiOf(schema: Joi.ObjectSchema): OpenApiSchema {
+function openApiOf(schema: Joi.ObjectSchema): OpenApiSchema {
   const { swagger, components } = joiToSwagger(schema);
   const named = (components?.schemas ?? {}) as Record<string, OpenApiSchema>;
   const ref = typeof swagger.$ref === 'string' ? swagger.$ref.split('/').pop() : undefined;
@@ -54,7 +54,7 @@ export function openApiOf(schema: Joi.ObjectSchema): OpenApiSchema {
 }
 
 /** The component name a body schema is documented under. */
-export function componentName(schema: Joi.ObjectSchema): string {
+function componentName(schema: Joi.ObjectSchema): string {
   const metas = (schema.describe().metas ?? []) as { className?: string }[];
   const name = metas.find((meta) => meta.className)?.className;
   if (!name) throw new Error('a request body schema needs a className meta');

@@ -5,7 +5,7 @@ import express, { type Request, type RequestHandler } from 'express';
 import { ApiError } from './errors';
 
 /** Every body the service reads is at most this many bytes, after any Content-Encoding is undone. */
-export const BODY_LIMIT_BYTES = 100 * 1024;
+const BODY_LIMIT_BYTES = 100 * 1024;
 
 /** The limit as people read it: in the 413 detail and in the OpenAPI document. */
 export const BODY_LIMIT_TEXT = `${BODY_LIMIT_BYTES / 1024} kB`;

@@ -76,7 +76,7 @@ export function rawProblem(problem: Problem): string {
   return `HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${head}\r\n${body}`;
 }
 
-export const databaseUnavailable = new ApiError(
+const databaseUnavailable = new ApiError(
   503,
   'The database is not available right now; try again shortly',
   {},
@@ -84,7 +84,7 @@ export const databaseUnavailable = new ApiError(
 );
 
 /** A race between writers that its tries did not settle within the request (db/races.ts). */
-export const writeRace = new ApiError(
+const writeRace = new ApiError(
   503,
   'The change met a simultaneous change to the same data and did not go through; try again',
   {},

@@ -6,7 +6,7 @@ import type { RequestHandler, Response } from 'express';
  * The status a request is logged and counted with when its client closed the connection before
  * the answer was fully sent: nginx's "client closed request", so the two logs count alike.
  */
-export const CLIENT_CLOSED_REQUEST = 499;
+const CLIENT_CLOSED_REQUEST = 499;
 
 /** The status a request's log line and metrics carry: its own once sent in full, else 499. */
 export const settledStatus = (res: Response): number =>
@@ -17,7 +17,7 @@ export const settledStatus = (res: Response): number =>
  * not pipelining but flooding (browsers and proxies pipeline a few at most), and the connection
  * is closed: each waiting request holds its parsed headers until its turn.
  */
-export const MAX_WAITING_PER_CONNECTION = 32;
+const MAX_WAITING_PER_CONNECTION = 32;
 
 /**
  * Pipelined requests being answered at once in the whole process. The answer before one was
@@ -25,7 +25,7 @@ export const MAX_WAITING_PER_CONNECTION = 32;
  * answer (about 6 MB: docs/security.md), may stay here until its client reads; requests that are
  * not pipelined never wait for them. UNSENT_ANSWER_BYTES bounds what all answers hold together.
  */
-export const PIPELINED_ANSWERS_AT_ONCE = 16;
+const PIPELINED_ANSWERS_AT_ONCE = 16;
 
 /**
  * The bytes of ended answers the process holds, not yet taken by the operating system, beyond
@@ -34,7 +34,7 @@ export const PIPELINED_ANSWERS_AT_ONCE = 16;
  * reads or the connection times out, so without a bound each such connection holds up to the
  * largest answer, and a hundred of them exceed the pod's memory limit.
  */
-export const UNSENT_ANSWER_BYTES = 64 * 2 ** 20;
+const UNSENT_ANSWER_BYTES = 64 * 2 ** 20;
 
 const waiting = new WeakMap<Socket, number>();
 let answering = 0;

@@ -90,7 +90,7 @@ const cursor = Joi.string()
  * The deepest `skip`: an offset is read and thrown away row by row, so its cost grows with it; the
  * cursor pages deeper at the cost of a first page.
  */
-export const SKIP_MAX = 10_000;
+const SKIP_MAX = 10_000;
 
 export const listQuery = Joi.object<ListQuery, true>({
   limit: Joi.number()

@@ -14,7 +14,7 @@ export const bcryptComparable = (value: string): boolean =>
   Buffer.byteLength(value, 'utf8') <= BCRYPT_MAX_BYTES && !hasNul(value);
 
 /** Anything bcrypt would ignore is refused instead. */
-export const password = Joi.string()
+const password = Joi.string()
   .min(8)
   .custom((value: string, helpers) => {
     if (Buffer.byteLength(value, 'utf8') > BCRYPT_MAX_BYTES)
@@ -29,7 +29,7 @@ export interface UserCreate {
 }
 
 /** The e-mail policy (email.ts) first, then the address format on the normalised form. */
-export const email = Joi.string()
+const email = Joi.string()
   .max(254)
   .custom((value: string, helpers) => {
     const result = normaliseEmail(value);
