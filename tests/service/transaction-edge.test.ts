@@ -4,7 +4,9 @@
  * the next requests drawn on it run there (acknowledged, never committed). The post's row is held
  * by another session until the budget's last moments, and deleting it takes a while (a trigger
  * sleeps), so the budget often runs out between the DELETE and its COMMIT; one pooled connection
- * makes every later request draw the connection the conditional DELETE used.
+ * makes every later request draw the connection the conditional DELETE used. A PUT at the same
+ * edge answers with the post as its own statement changed it: its 200 and its 503 each say what
+ * the database holds.
  */
 import type { Knex } from 'knex';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -22,6 +24,7 @@ const BUDGET_MS = 1000;
 /** How long the other session holds the post, round by round: either side of the budget's end. */
 const HOLDS_MS = Array.from({ length: 24 }, (_, i) => 780 + i * 8);
 const DELETE_TAKES_S = 0.08;
+const UPDATE_TAKES_S = 0.08;
 const POSTS_PER_ROUND = 3;
 
 describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 s', () => {
@@ -40,6 +43,11 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
       BEGIN PERFORM pg_sleep(${DELETE_TAKES_S}); RETURN OLD; END $$`);
     await admin.raw(
       'CREATE TRIGGER test_slow_delete BEFORE DELETE ON posts FOR EACH ROW EXECUTE FUNCTION test_slow_delete()',
+    );
+    await admin.raw(`CREATE FUNCTION test_slow_update() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(${UPDATE_TAKES_S}); RETURN NEW; END $$`);
+    await admin.raw(
+      'CREATE TRIGGER test_slow_update BEFORE UPDATE ON posts FOR EACH ROW EXECUTE FUNCTION test_slow_update()',
     );
   });
   afterAll(async () => {
@@ -126,4 +134,52 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     expect(committed.length).toBe(acknowledged.length);
     expect(inTransaction).toEqual([]);
   });
+  test.each([
+    ['without If-Match', false],
+    ['with If-Match', true],
+  ])(
+    'When a PUT (%s) gets its post row only at the end of its budget, round after round, then a 200 carries the change the database holds and a 503 problem leaves the post as it was, so trying again succeeds',
+    async (_label, conditional) => {
+      const statuses: Record<number, number> = {};
+      for (const holdMs of HOLDS_MS) {
+        const created = await call('POST', '/posts/', { body: { title: 'before', content: 'held' } });
+        expect(created.status).toBe(201);
+        const id = created.body.id as number;
+        const etag = (await call('GET', `/posts/${id}`)).headers.get('etag') ?? '';
+        const put = () =>
+          call('PUT', `/posts/${id}`, {
+            body: { title: `after ${String(holdMs)}`, content: 'held' },
+            headers: conditional ? { 'If-Match': etag } : {},
+          });
+
+        const holder = await admin.transaction();
+        await holder.raw('SELECT 1 FROM posts WHERE id = ? FOR UPDATE', [id]);
+        const putting = put();
+        await sleep(holdMs);
+        await holder.rollback();
+        const answer = await putting;
+        statuses[answer.status] = (statuses[answer.status] ?? 0) + 1;
+        const { rows } = await admin.raw<{ rows: { title: string }[] }>(
+          'SELECT title FROM posts WHERE id = ?',
+          [id],
+        );
+        if (answer.status === 200) {
+          expect(answer.body.title).toBe(`after ${String(holdMs)}`);
+          expect(rows[0]?.title).toBe(answer.body.title);
+        } else {
+          expect(
+            problemFaults({
+              status: 503,
+              contentType: answer.headers.get('content-type') ?? '',
+              body: answer.body,
+            }),
+          ).toEqual([]);
+          expect(rows[0]?.title).toBe('before');
+          // What a client told to try again does: the same request, which its own change never stands in the way of.
+          expect((await put()).status).toBe(200);
+        }
+      }
+      console.log(JSON.stringify({ conditional, statuses }));
+    },
+  );
 });

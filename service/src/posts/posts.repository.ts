@@ -383,22 +383,28 @@ export async function conditionalChange<T>(
   );
 }
 
-/** Returns false when the post vanished meanwhile. */
+/**
+ * The post as changed, read by the statement that changes it, so an answer never rests on a read
+ * after the commit that the request's budget could refuse; undefined when it vanished meanwhile.
+ */
 export async function updatePost(
   db: Database | Knex.Transaction,
   id: number,
   input: PostInput,
-): Promise<boolean> {
+): Promise<Post | undefined> {
   const knex = typeof db === 'function' ? db : db.knex;
-  const count = await knex<PostRow>('posts')
+  const changed = knex<PostRow>('posts')
     .where({ id })
-    .update({ title: input.title, content: input.content, published: input.published });
-  return count > 0;
+    .update({ title: input.title, content: input.content, published: input.published })
+    .returning([...POST_COLUMNS]);
+  const [row] = (await withOwnerAndVotes(knex, changed)) as PostWithOwnerRow[];
+  return row && toPost(row);
 }
 
-export async function deletePost(db: Database | Knex.Transaction, id: number): Promise<boolean> {
+/** True, or undefined when the post vanished meanwhile. */
+export async function deletePost(db: Database | Knex.Transaction, id: number): Promise<true | undefined> {
   const knex = typeof db === 'function' ? db : db.knex;
   // RETURNING rather than the affected-row count: knex-pglite reports a delete's count differently.
   const deleted = await knex('posts').where({ id }).delete().returning('id');
-  return deleted.length > 0;
+  return deleted.length > 0 || undefined;
 }

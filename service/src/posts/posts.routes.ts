@@ -59,14 +59,13 @@ async function assertOwnPost(
  * is gone too) for a post the caller cannot see, 403 for another's, 412 when the post is no longer
  * the one the client's tag names.
  */
-async function outcome(
-  id: number,
-  result: ConditionalOutcome<boolean>,
+async function outcome<T>(
+  result: ConditionalOutcome<T | undefined>,
   missing: () => Promise<ApiError>,
-): Promise<void> {
+): Promise<T> {
   if (result.done) {
-    if (!result.result) throw await missing();
-    return;
+    if (result.result === undefined) throw await missing();
+    return result.result;
   }
   if (result.why === 'missing') throw await missing();
   if (result.why === 'not-owner') throw notYourPost();
@@ -108,26 +107,28 @@ const listQueryOf = (rawQuery: Request['query']): ListQuery =>
 const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
 
 /**
- * Runs `change` on the caller's own post: under the request's If-Match, checked and changed under
- * the post's row lock, when it has one; after the ownership check otherwise (the last writer wins).
+ * Runs `change` on the caller's own post and returns what it returned (undefined: the post vanished):
+ * under the request's If-Match, checked and changed under the post's row lock, when it has one;
+ * after the ownership check otherwise (the last writer wins).
  */
-async function changeOwnPost(
+async function changeOwnPost<T>(
   db: Database,
   me: Caller<User>,
   req: Request,
   id: number,
-  change: (on: Database | Knex.Transaction) => Promise<boolean>,
-): Promise<void> {
+  change: (on: Database | Knex.Transaction) => Promise<T | undefined>,
+): Promise<T> {
   const userId = me.user.id;
   const missing = () => vanished(me, id);
   const condition = ifMatch(req);
   if (condition) {
     const result = await conditionalChange(db, id, userId, (post) => conditionHolds(condition, post), change);
-    await outcome(id, result, missing);
-    return;
+    return outcome(result, missing);
   }
   await assertOwnPost(db, id, userId, missing);
-  if (!(await change(db))) throw await missing();
+  const changed = await change(db);
+  if (changed === undefined) throw await missing();
+  return changed;
 }
 
 /** A list page; a search no index serves takes one of the replica's `unindexed` slots, or is 503. */
@@ -217,10 +218,7 @@ function onePostRoutes(router: Router, db: Database, auth: Authentication<User>)
       const { id } = validate(postIdParams, req.params, 'path');
       const input = validate(postInput, req.body, 'body');
       const me = auth.caller(req);
-      await changeOwnPost(db, me, req, id, (on) => updatePost(on, id, input));
-      const post = await getPost(db, id, { userId: me.user.id });
-      if (!post) throw await vanished(me, id);
-      sendJson(res, post);
+      sendJson(res, await changeOwnPost(db, me, req, id, (on) => updatePost(on, id, input)));
     })
     .delete(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
