@@ -27,6 +27,9 @@ export interface DeadlineConnection {
   connection: { stream: { destroy(): void } };
   /** knex reads this to drop the connection instead of lending it again. */
   __knex__disposed?: unknown;
+  /** pg's Client passes on the server's notices and warnings. */
+  on?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
+  off?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
 }
 
 interface CancelConnection {
@@ -49,6 +52,20 @@ export class StatementTimeoutError extends Error {
           : `, what was left of the request's database budget of ${String(bound.budgetMs)} ms (DB_STATEMENT_TIMEOUT_MS)`
       }`,
       { cause },
+    );
+  }
+}
+
+/**
+ * Raised when a cancel ended a commit's wait for the synchronous standby: PostgreSQL then keeps the
+ * commit on the primary alone and answers success with a warning (SQLSTATE 01000), so the change
+ * may be lost in a failover and must not be acknowledged.
+ */
+export class CommitUnconfirmedError extends Error {
+  override name = 'CommitUnconfirmedError';
+  constructor(bound: Bound) {
+    super(
+      `statement cancelled at its ${String(bound.ms)} ms deadline while its commit waited for the synchronous standby: committed on the primary alone`,
     );
   }
 }
@@ -86,8 +103,13 @@ export async function withDeadline<T>(
   bound: Bound,
   graceMs = CANCEL_GRACE_MS,
 ): Promise<T> {
-  // An object, as the timer sets it where the compiler's flow analysis does not look.
-  const state = { expired: false };
+  // An object, as the timer and the listener set it where the compiler's flow analysis does not look.
+  const state = { expired: false, unconfirmed: false };
+  // The only warning a cancel draws from a statement that then succeeds: the ended replication wait.
+  const warned = (notice: { code?: string }) => {
+    if (state.expired && notice.code === '01000') state.unconfirmed = true;
+  };
+  connection.on?.('notice', warned);
   let again: NodeJS.Timeout | undefined;
   let grace: NodeJS.Timeout | undefined;
   const deadline = setTimeout(() => {
@@ -104,8 +126,9 @@ export async function withDeadline<T>(
       connection.connection.stream.destroy();
     }, graceMs);
   }, bound.ms);
+  let result: T;
   try {
-    return await work;
+    result = await work;
   } catch (error) {
     // An answer the server gave anyway (a unique violation that beat the cancel, say) stands.
     const { code } = errorFields(error);
@@ -116,5 +139,8 @@ export async function withDeadline<T>(
     clearTimeout(deadline);
     clearTimeout(again);
     clearTimeout(grace);
+    connection.off?.('notice', warned);
   }
+  if (state.unconfirmed) throw new CommitUnconfirmedError(bound);
+  return result;
 }

@@ -94,7 +94,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
  * tracking what had been prepared on it.
  */
 export function operatorHint(error: unknown): string | undefined {
-  const { code } = errorFields(error);
+  const { code, name } = errorFields(error);
+  if (name === 'CommitUnconfirmedError')
+    return 'no synchronous standby confirmed the commit within DB_STATEMENT_TIMEOUT_MS: writes wait for one, so bring a standby back (or change the synchronous replication settings)';
   if (code === '42P05' || code === '26000')
     return 'a pooler in transaction mode does not track prepared statements: set DB_PREPARED_STATEMENTS=false, or max_prepared_statements above 0 on PgBouncer >= 1.21';
   if (errorFields(error).message === NO_TLS)

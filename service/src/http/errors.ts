@@ -91,8 +91,17 @@ const writeRace = new ApiError(
   { 'Retry-After': '1' },
 );
 
+/** A commit its synchronous standby did not confirm in time (db/deadline.ts): kept on the primary alone. */
+const commitUnconfirmed = new ApiError(
+  503,
+  'The database did not confirm the change in time, so it may or may not last; read it back before trying again',
+  {},
+  { 'Retry-After': '1' },
+);
+
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
+  if (errorFields(error).name === 'CommitUnconfirmedError') return commitUnconfirmed;
   if (errorFields(error).name === 'URIError')
     return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error)) return databaseUnavailable;
