@@ -109,11 +109,13 @@ export function tracedStatement<T>(name: string, work: () => Promise<T>): Promis
 
 /**
  * A statement knex builds and sends itself (an insert, a transaction's BEGIN and COMMIT), named as
- * the conventions' query summary: its operation and first table, `INSERT posts`. knex binds every
- * value as a parameter, so neither word can be one.
+ * the conventions' query summary: its operation and first table, `INSERT posts`; a WITH whose first
+ * part changes rows is named by that change. knex binds every value as a parameter, so neither word
+ * can be one.
  */
 function querySummary(sql: string): string {
-  const operation = /^\s*(\w+)/.exec(sql)?.[1]?.toUpperCase() ?? 'QUERY';
+  const change = /^\s*with\b[^(]*\(\s*(insert|update|delete)\b/i.exec(sql)?.[1];
+  const operation = (change ?? /^\s*(\w+)/.exec(sql)?.[1])?.toUpperCase() ?? 'QUERY';
   const table = /\b(?:into|update|from)\s+"?([\w.]+)/i.exec(sql)?.[1];
   return table === undefined ? operation : `${operation} ${table}`;
 }
