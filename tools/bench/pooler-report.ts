@@ -12,15 +12,15 @@ export interface PoolerResult {
   pgbouncer: string;
   /** Cores of CPU time PgBouncer had to itself and the rest had (`--pooler-cpu`), when split. */
   cpuSplit?: { pooler: number; rest: number };
-  /** Each contender's series (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before), with PgBouncer's CPU per request in each round where it is in the path. */
-  series: (Series & { poolerCpuUs: number[] })[];
+  /** Each contender's series (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before), with PgBouncer's CPU per request (extra[POOLER_CPU]) in each round where it is in the path. */
+  series: Series[];
 }
 
+/** The series' extra figure of PgBouncer's CPU per request, and its columns' name. */
+export const POOLER_CPU = 'pooler CPU µs/req';
+
 /** One table row per list and count, its cells from `cells` given the series of each contender. */
-function rowsOf(
-  r: PoolerResult,
-  cells: (at: (key: string) => PoolerResult['series'][number] | undefined) => Row,
-): Row[] {
+function rowsOf(r: PoolerResult, cells: (at: (key: string) => Series | undefined) => Row): Row[] {
   const shapes = [...new Set(r.series.map((s) => `${s.list}|${String(s.connections)}`))];
   return shapes.map((shape) => {
     const [list = '', c = '0'] = shape.split('|');
@@ -33,7 +33,7 @@ function rowsOf(
 /** The run's section: its own heading when the pooler had CPU of its own (`--pooler-cpu`). */
 export function poolerSection(r: PoolerResult): string[] {
   const keys = [...new Set(r.series.map((s) => s.key))];
-  const poolerKeys = keys.filter((k) => r.series.some((s) => s.key === k && s.poolerCpuUs.length > 0));
+  const poolerKeys = keys.filter((k) => r.series.some((s) => s.key === k && s.extra[POOLER_CPU]));
   const ratio = (at: (key: string) => Series | undefined, a: string, b: string) =>
     ratioText(roundRatio(at(a)?.rps ?? [], at(b)?.rps ?? []));
   const throughput = rowsOf(r, (at) => ({
@@ -53,7 +53,9 @@ export function poolerSection(r: PoolerResult): string[] {
   }));
   const cpu = rowsOf(r, (at) => ({
     ...Object.fromEntries(keys.map((k) => [`${k} service CPU µs/req`, medianText(at(k)?.cpuUs)])),
-    ...Object.fromEntries(poolerKeys.map((k) => [`${k} pooler CPU µs/req`, medianText(at(k)?.poolerCpuUs)])),
+    ...Object.fromEntries(
+      poolerKeys.map((k) => [`${k} ${POOLER_CPU}`, medianText(at(k)?.extra[POOLER_CPU])]),
+    ),
   }));
   const split = r.cpuSplit;
   return [
