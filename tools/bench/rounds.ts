@@ -144,6 +144,17 @@ export async function alternatingRounds(
   return series;
 }
 
+/** The series as table rows, one per list and count in the order measured; `row` gets each contender's series there by key. */
+export function rowsOf<T>(
+  series: Series[],
+  row: (at: (key: string) => Series | undefined, shape: { list: string; connections: number }) => T,
+): T[] {
+  const same = (a: Series, b: Series) => a.list === b.list && a.connections === b.connections;
+  return series
+    .filter((s, i) => series.findIndex((x) => same(x, s)) === i)
+    .map((first) => row((key) => series.find((s) => s.key === key && same(s, first)), first));
+}
+
 /** A ratio taken within each round (the machine's speed drifts between rounds, little within one): its median and range. */
 export interface Ratio {
   median: number;
