@@ -53,8 +53,8 @@ export const mark = (ok: boolean): string => (ok ? '✅ met' : '❌ missed');
 /** One row of a table: its cells by column; a number is printed with fmt (whole), a string as it is. */
 export type Row = Record<string, string | number>;
 
-/** Cells that read as figures: aligned right. */
-const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( ×)?(\*\*)?$|^–$/;
+/** Cells that read as figures, bare or as a ratio (×) or a percentage (%): aligned right. */
+const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( [×%])?(\*\*)?$|^–$/;
 
 /** Rows as a Markdown table, its columns the rows' keys in the order first seen, so each section's rows say what its columns are. */
 export function table(rows: Row[]): string[] {
