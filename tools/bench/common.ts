@@ -93,9 +93,15 @@ export interface Machine {
 
 export const loadAverage = (): number[] => os.loadavg().map((l) => Number(l.toFixed(2)));
 
+/** Load averages as every bench prints them, now's unless given. */
+export const loadAverageText = (l: number[] = loadAverage()): string => l.join(' / ');
+
+/** This machine's CPUs: how many, and which. */
+export const cpusText = (): string => `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`;
+
 /** This machine now, its servers on Node `node`. */
 export const machine = async (node: string): Promise<Machine> => ({
-  cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+  cpus: cpusText(),
   memoryGb: Math.round(os.totalmem() / 2 ** 30),
   node,
   postgres: await postgresSetting('server_version'),
@@ -108,5 +114,5 @@ export const machineRow = (m: Machine): Row => ({
   'Memory GB': m.memoryGb,
   'Servers on Node': m.node,
   PostgreSQL: m.postgres,
-  'Load average at the end': m.loadAverage.join(' / '),
+  'Load average at the end': loadAverageText(m.loadAverage),
 });

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
-import { machineRow, mark, table, type Machine, type Row } from './common';
+import { loadAverageText, machineRow, mark, table, type Machine, type Row } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Ratio, type Series } from './rounds';
 
 /** Every list's service / limit req/s, median of the rounds, at every count. */
@@ -98,7 +98,7 @@ export function limitSection(r: LimitResult): string[] {
         's a round': r.duration,
         Measured: r.measuredAt,
         ...machineRow(r.machine),
-        'Load average at the start': r.loadAverageAtStart.join(' / '),
+        'Load average at the start': loadAverageText(r.loadAverageAtStart),
       },
     ]),
     '',
