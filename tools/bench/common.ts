@@ -6,8 +6,12 @@ import os from 'node:os';
 import knex from 'knex';
 import { pgConnection } from '../harness/seed';
 
+/** The options read through option() so far, the ones onlyKnownOptions accepts. */
+const read = new Set<string>();
+
 /** `--name value` from the command line, or the fallback. */
 export function option(name: string, fallback: string): string {
+  read.add(name);
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
 }
@@ -26,6 +30,22 @@ export function usage(valid: boolean, message: string): void {
   if (valid) return;
   process.stderr.write(`${message}\n`);
   process.exit(2);
+}
+
+/**
+ * Exits (status 2) on an argument that is not `--name value` of an option read so far, naming it and
+ * the accepted ones: a mistyped option would otherwise be ignored and its default run. Call it once
+ * every option is read.
+ */
+export function onlyKnownOptions(): void {
+  const args = process.argv.slice(2);
+  for (let i = 0; i < args.length; i += 2) {
+    const arg = args[i] ?? '';
+    usage(
+      arg.startsWith('--') && read.has(arg.slice(2)),
+      `${arg} is not an option here; the options are ${[...read].map((name) => `--${name}`).join(', ')}`,
+    );
+  }
 }
 
 export const log = (line: string): void => {
