@@ -11,7 +11,6 @@
  * run's row of the table in docs/backups.md.
  */
 import { spawnSync } from 'node:child_process';
-import os from 'node:os';
 import {
   BackupDrill,
   countMismatches,
@@ -26,7 +25,7 @@ import { postgresServer } from '../harness/postgres';
 import { startService, stopAll } from '../harness/service';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { backupTable, type BackupResult } from './backup-report';
-import { mark, option, runMain, table, usage } from './common';
+import { cpusText, loadAverageText, mark, onlyKnownOptions, option, runMain, table, usage } from './common';
 
 const USAGE =
   'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N]';
@@ -60,6 +59,7 @@ if (compressionName === 'snappy' && spawnSync('python3', ['-c', 'import snappy']
   fail('--compression snappy needs python3-snappy installed (apt-get install python3-snappy)');
 const compression = compressionName === 'none' ? undefined : (compressionName as Compression);
 const jobs = wholeNumber('jobs', 2, 1);
+onlyKnownOptions();
 
 const log = (line: string) => {
   process.stdout.write(`[bench:backup ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
@@ -152,7 +152,7 @@ async function run(): Promise<BackupResult> {
         totalSeconds: s(recovered.downloadMs + recovered.replayMs + readyMs),
       },
       countMismatches: mismatches,
-      machine: `${String(os.cpus().length)} cores, load average ${os.loadavg()[0]?.toFixed(1) ?? '?'} at the end`,
+      machine: `${cpusText()}, load average ${loadAverageText()} at the end`,
       date: new Date().toISOString().slice(0, 10),
     };
   } finally {

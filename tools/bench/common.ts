@@ -6,8 +6,12 @@ import os from 'node:os';
 import knex from 'knex';
 import { pgConnection } from '../harness/seed';
 
+/** The options read through option() so far, the ones onlyKnownOptions accepts. */
+const read = new Set<string>();
+
 /** `--name value` from the command line, or the fallback. */
 export function option(name: string, fallback: string): string {
+  read.add(name);
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
 }
@@ -26,6 +30,22 @@ export function usage(valid: boolean, message: string): void {
   if (valid) return;
   process.stderr.write(`${message}\n`);
   process.exit(2);
+}
+
+/**
+ * Exits (status 2) on an argument that is not `--name value` of an option read so far, naming it and
+ * the accepted ones: a mistyped option would otherwise be ignored and its default run. Call it once
+ * every option is read.
+ */
+export function onlyKnownOptions(): void {
+  const args = process.argv.slice(2);
+  for (let i = 0; i < args.length; i += 2) {
+    const arg = args[i] ?? '';
+    usage(
+      arg.startsWith('--') && read.has(arg.slice(2)),
+      `${arg} is not an option here; the options are ${[...read].map((name) => `--${name}`).join(', ')}`,
+    );
+  }
 }
 
 export const log = (line: string): void => {
@@ -53,8 +73,8 @@ export const mark = (ok: boolean): string => (ok ? '✅ met' : '❌ missed');
 /** One row of a table: its cells by column; a number is printed with fmt (whole), a string as it is. */
 export type Row = Record<string, string | number>;
 
-/** Cells that read as figures: aligned right. */
-const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( ×)?(\*\*)?$|^–$/;
+/** Cells that read as figures, bare or as a ratio (×) or a percentage (%): aligned right. */
+const FIGURE = /^(\*\*)?[-+−]?[\d,.]+( [×%])?(\*\*)?$|^–$/;
 
 /** Rows as a Markdown table, its columns the rows' keys in the order first seen, so each section's rows say what its columns are. */
 export function table(rows: Row[]): string[] {
@@ -93,9 +113,15 @@ export interface Machine {
 
 export const loadAverage = (): number[] => os.loadavg().map((l) => Number(l.toFixed(2)));
 
+/** Load averages as every bench prints them, now's unless given. */
+export const loadAverageText = (l: number[] = loadAverage()): string => l.join(' / ');
+
+/** This machine's CPUs: how many, and which. */
+export const cpusText = (): string => `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`;
+
 /** This machine now, its servers on Node `node`. */
 export const machine = async (node: string): Promise<Machine> => ({
-  cpus: `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`,
+  cpus: cpusText(),
   memoryGb: Math.round(os.totalmem() / 2 ** 30),
   node,
   postgres: await postgresSetting('server_version'),
@@ -108,5 +134,5 @@ export const machineRow = (m: Machine): Row => ({
   'Memory GB': m.memoryGb,
   'Servers on Node': m.node,
   PostgreSQL: m.postgres,
-  'Load average at the end': m.loadAverage.join(' / '),
+  'Load average at the end': loadAverageText(m.loadAverage),
 });

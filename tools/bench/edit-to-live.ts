@@ -22,7 +22,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { median } from './measure';
@@ -32,7 +32,7 @@ import { ensureBase } from '../stand-in-base';
 import { pollUntil, probe } from '../harness/poll';
 import { createScratchDatabase, postgresServer } from '../harness/postgres';
 import { freePort } from '../harness/service';
-import { runMain } from './common';
+import { cpusText, loadAverageText, runMain } from './common';
 
 const USAGE = `usage: npm run dev:edit-to-live -- [--edits N] [--rebuild]
   --edits N   edits to time, 1 to 50 (default 5; with --rebuild each one is an image build)
@@ -236,11 +236,7 @@ function summary(what: string, times: number[]): void {
   log(
     `${what}: median ${seconds(median(times))}, max ${seconds(Math.max(...times))} over ${String(times.length)} (${times.map(seconds).join(', ')})`,
   );
-  log(
-    `load average ${loadavg()
-      .map((load) => load.toFixed(1))
-      .join(' ')} on ${String(cpus().length)} cores`,
-  );
+  log(`load average ${loadAverageText()} on ${cpusText()}`);
 }
 
 async function syncLoop(edits: number, context: string, database: string, runId: string): Promise<void> {

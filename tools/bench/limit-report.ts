@@ -1,6 +1,6 @@
 /** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
-import { machineRow, mark, table, type Machine, type Row } from './common';
-import { medianText, ratioText, roundRatio, type Ratio, type Series } from './rounds';
+import { loadAverageText, machineRow, mark, table, type Machine, type Row } from './common';
+import { medianText, ratioText, roundRatio, rowsOf, type Ratio, type Series } from './rounds';
 
 /** Every list's service / limit req/s, median of the rounds, at every count. */
 const LIMIT_RATIO_TARGET = 0.75;
@@ -24,12 +24,7 @@ export interface LimitResult {
 function limitRows(
   r: LimitResult,
 ): { list: string; signedIn: boolean; connections: number; ofLimit?: Ratio; row: Row }[] {
-  const shapes = [...new Set(r.series.map((s) => `${String(s.connections)}|${s.list}`))];
-  return shapes.map((shape) => {
-    const [c = '', list = ''] = shape.split('|');
-    const connections = Number(c);
-    const at = (key: string) =>
-      r.series.find((s) => s.key === key && s.list === list && s.connections === connections);
+  return rowsOf(r.series, (at, { list, connections }) => {
     const [service, reference, limit] = [at('service'), at('reference'), at('limit')];
     const ofLimit = roundRatio(service?.rps ?? [], limit?.rps ?? []);
     const cpuOfLimit = roundRatio(service?.cpuUs ?? [], limit?.cpuUs ?? []);
@@ -103,7 +98,7 @@ export function limitSection(r: LimitResult): string[] {
         's a round': r.duration,
         Measured: r.measuredAt,
         ...machineRow(r.machine),
-        'Load average at the start': r.loadAverageAtStart.join(' / '),
+        'Load average at the start': loadAverageText(r.loadAverageAtStart),
       },
     ]),
     '',

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and the Markdown tables it prints of them. */
-import { table } from './common';
+import { loadAverageText, table } from './common';
 
 /** One round: sequential probes for a while, alone or beside the failed-login clients. */
 export interface LoginRound {
@@ -34,7 +34,7 @@ export function loginSection(r: LoginResult): string[] {
         'Clients sending failed logins': r.attackers,
         Measured: r.measuredAt,
         Node: r.node,
-        'Load average at the end': r.loadAverage.join(' / '),
+        'Load average at the end': loadAverageText(r.loadAverage),
       },
     ]),
     '',

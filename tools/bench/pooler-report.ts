@@ -1,6 +1,6 @@
 /** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and the Markdown tables it prints of them. */
-import { fmt, machineRow, table, type Machine, type Row } from './common';
-import { medianText, ratioText, roundRatio, type Series } from './rounds';
+import { fmt, machineRow, table, type Machine } from './common';
+import { medianText, ratioText, roundRatio, rowsOf, type Series } from './rounds';
 
 export interface PoolerResult {
   measuredAt: string;
@@ -12,31 +12,22 @@ export interface PoolerResult {
   pgbouncer: string;
   /** Cores of CPU time PgBouncer had to itself and the rest had (`--pooler-cpu`), when split. */
   cpuSplit?: { pooler: number; rest: number };
-  /** Each contender's series (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before), with PgBouncer's CPU per request in each round where it is in the path. */
-  series: (Series & { poolerCpuUs: number[] })[];
+  /** Each contender's series (reference, direct, pgbouncer, pgbouncer-unnamed, pgbouncer-wide, before), with PgBouncer's CPU per request (extra[POOLER_CPU]) in each round where it is in the path. */
+  series: Series[];
 }
 
-/** One table row per list and count, its cells from `cells` given the series of each contender. */
-function rowsOf(
-  r: PoolerResult,
-  cells: (at: (key: string) => PoolerResult['series'][number] | undefined) => Row,
-): Row[] {
-  const shapes = [...new Set(r.series.map((s) => `${s.list}|${String(s.connections)}`))];
-  return shapes.map((shape) => {
-    const [list = '', c = '0'] = shape.split('|');
-    const at = (key: string) =>
-      r.series.find((s) => s.key === key && s.list === list && s.connections === Number(c));
-    return { list, connections: Number(c), ...cells(at) };
-  });
-}
+/** The series' extra figure of PgBouncer's CPU per request, and its columns' name. */
+export const POOLER_CPU = 'pooler CPU µs/req';
 
 /** The run's section: its own heading when the pooler had CPU of its own (`--pooler-cpu`). */
 export function poolerSection(r: PoolerResult): string[] {
   const keys = [...new Set(r.series.map((s) => s.key))];
-  const poolerKeys = keys.filter((k) => r.series.some((s) => s.key === k && s.poolerCpuUs.length > 0));
+  const poolerKeys = keys.filter((k) => r.series.some((s) => s.key === k && s.extra[POOLER_CPU]));
   const ratio = (at: (key: string) => Series | undefined, a: string, b: string) =>
     ratioText(roundRatio(at(a)?.rps ?? [], at(b)?.rps ?? []));
-  const throughput = rowsOf(r, (at) => ({
+  const throughput = rowsOf(r.series, (at, { list, connections }) => ({
+    list,
+    connections,
     ...Object.fromEntries(
       keys.map((k) => {
         const s = at(k);
@@ -51,9 +42,13 @@ export function poolerSection(r: PoolerResult): string[] {
     'pgbouncer ÷ direct (target ≥ 0.9)': ratio(at, 'pgbouncer', 'direct'),
     ...(keys.includes('before') ? { 'direct ÷ before': ratio(at, 'direct', 'before') } : {}),
   }));
-  const cpu = rowsOf(r, (at) => ({
+  const cpu = rowsOf(r.series, (at, { list, connections }) => ({
+    list,
+    connections,
     ...Object.fromEntries(keys.map((k) => [`${k} service CPU µs/req`, medianText(at(k)?.cpuUs)])),
-    ...Object.fromEntries(poolerKeys.map((k) => [`${k} pooler CPU µs/req`, medianText(at(k)?.poolerCpuUs)])),
+    ...Object.fromEntries(
+      poolerKeys.map((k) => [`${k} ${POOLER_CPU}`, medianText(at(k)?.extra[POOLER_CPU])]),
+    ),
   }));
   const split = r.cpuSplit;
   return [

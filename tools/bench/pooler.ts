@@ -19,7 +19,7 @@ import { log, machine, numbers, option, postgresSetting, runMain, SIZES, usage }
 import { cpuMsOf, startServer } from './measure';
 import { serverNode } from './node';
 import { CpuSplit } from './cpu-split';
-import { poolerSection, type PoolerResult } from './pooler-report';
+import { POOLER_CPU, poolerSection, type PoolerResult } from './pooler-report';
 import {
   alternatingRounds,
   benchToken as token,
@@ -200,15 +200,11 @@ async function startContenders(
 }
 
 /** The answers compared, then the alternating rounds: each contender's figures on each list at each count. */
-async function measureRounds(
-  contenders: Contender[],
-  bouncer: OwnPgBouncer,
-): Promise<PoolerResult['series']> {
+async function measureRounds(contenders: Contender[], bouncer: OwnPgBouncer): Promise<Series[]> {
   await sameAnswers(contenders, LISTS);
   // The pooler's own CPU over each measured run, where it serves the contender.
   let poolerBefore: number | undefined;
-  const poolerCpu = new Map<Series, number[]>();
-  const series = await alternatingRounds(
+  return alternatingRounds(
     contenders,
     LISTS,
     { rounds, connectionCounts, duration, warmup: WARMUP },
@@ -216,16 +212,13 @@ async function measureRounds(
       beforeRun: (c) => {
         poolerBefore = c.key.startsWith('pgbouncer') ? cpuMsOf(bouncer.pid) : undefined;
       },
-      afterRun: ({ figures: f }, s) => {
+      afterRun: ({ figures: f }): Record<string, number> => {
         const poolerAfter = poolerBefore === undefined ? undefined : cpuMsOf(bouncer.pid);
-        if (poolerBefore === undefined || poolerAfter === undefined || f.requests === 0) return '';
-        const us = Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests);
-        poolerCpu.set(s, [...(poolerCpu.get(s) ?? []), us]);
-        return `  pooler CPU ${String(us)} µs/req`;
+        if (poolerBefore === undefined || poolerAfter === undefined || f.requests === 0) return {};
+        return { [POOLER_CPU]: Math.round(((poolerAfter - poolerBefore) * 1000) / f.requests) };
       },
     },
   );
-  return series.map((s) => ({ ...s, poolerCpuUs: poolerCpu.get(s) ?? [] }));
 }
 
 async function main(): Promise<void> {

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { ROOT } from '../harness/service';
-import { fmt, log, option, runMain, SIZES, usage } from './common';
+import { fmt, log, option, runMain, SIZES, table, usage, type Row } from './common';
 import { load, startServer } from './measure';
 import { serverNode } from './node';
 import { benchToken } from './rounds';
@@ -87,17 +87,19 @@ function selfTimes(profile: CpuProfile, from: number, to: number): Map<string, n
 function topFunctions(self: Map<string, number>, requests: number): string[] {
   const busy = [...self].filter(([key]) => !key.startsWith('(idle)\u0000'));
   const busyUs = busy.reduce((t, [, us]) => t + us, 0);
-  const row = (name: string, where: string, us: number) =>
-    `| ${name} | ${where} | ${fmt((100 * us) / Math.max(busyUs, 1), 1)} % | ${fmt(us / Math.max(requests, 1))} |`;
-  return [
-    '| Function | Where | Self time | CPU µs per request |',
-    '|---|---|---:|---:|',
+  const row = (name: string, where: string, us: number): Row => ({
+    Function: name,
+    Where: where,
+    'Self time': `${fmt((100 * us) / Math.max(busyUs, 1), 1)} %`,
+    'CPU µs per request': us / Math.max(requests, 1),
+  });
+  return table([
     ...busy
       .filter(([, us]) => us >= THRESHOLD * busyUs)
       .sort((a, b) => b[1] - a[1])
       .map(([key, us]) => row(...(key.split('\u0000') as [string, string]), us)),
     row(`**all but (idle)**`, '', busyUs),
-  ];
+  ]);
 }
 
 /**

@@ -74,6 +74,8 @@ export interface Series {
   p50: number[];
   /** The server process's CPU time per request in each round (µs; NaN where /proc tells none). */
   cpuUs: number[];
+  /** Figures the bench's afterRun hook measured beside the run (pooler.ts: PgBouncer's CPU), by name, one per round that had one. */
+  extra: Record<string, number[]>;
   errors: number;
   non2xx: number;
 }
@@ -91,6 +93,7 @@ function addRun(series: Series[], { contender: c, list, connections, figures: f 
       rps: [],
       p50: [],
       cpuUs: [],
+      extra: {},
       errors: 0,
       non2xx: 0,
     };
@@ -109,7 +112,7 @@ export async function alternatingRounds(
   contenders: Contender[],
   lists: MeasuredList[],
   run: { rounds: number; connectionCounts: number[]; duration: number; warmup: number },
-  hooks: { beforeRun?: (c: Contender) => void; afterRun?: (r: RoundRun, s: Series) => string } = {},
+  hooks: { beforeRun?: (c: Contender) => void; afterRun?: (r: RoundRun) => Record<string, number> } = {},
 ): Promise<Series[]> {
   const series: Series[] = [];
   for (let round = 0; round < run.rounds; round++)
@@ -131,13 +134,25 @@ export async function alternatingRounds(
             },
           );
           const r = { round, connections, list, contender, figures };
-          const added = addRun(series, r);
-          const more = hooks.afterRun?.(r, added) ?? '';
+          const s = addRun(series, r);
+          const extra = Object.entries(hooks.afterRun?.(r) ?? {});
+          for (const [name, x] of extra) (s.extra[name] ??= []).push(x);
           const at = `round ${String(round + 1)}  c=${String(connections).padEnd(3)} ${list.list.padEnd(26)} ${contender.key.padEnd(18)}`;
-          log(`${progress(at, figures)}${more}`);
+          log(`${progress(at, figures)}${extra.map(([name, x]) => `  ${name} ${String(x)}`).join('')}`);
         }
       }
   return series;
+}
+
+/** The series as table rows, one per list and count in the order measured; `row` gets each contender's series there by key. */
+export function rowsOf<T>(
+  series: Series[],
+  row: (at: (key: string) => Series | undefined, shape: { list: string; connections: number }) => T,
+): T[] {
+  const same = (a: Series, b: Series) => a.list === b.list && a.connections === b.connections;
+  return series
+    .filter((s, i) => series.findIndex((x) => same(x, s)) === i)
+    .map((first) => row((key) => series.find((s) => s.key === key && same(s, first)), first));
 }
 
 /** A ratio taken within each round (the machine's speed drifts between rounds, little within one): its median and range. */

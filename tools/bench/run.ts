@@ -9,7 +9,6 @@
  * more than one size, it ends with the tables across them: the targets, latency by size and the ladder.
  */
 import { readFileSync } from 'node:fs';
-import os from 'node:os';
 import autocannon from 'autocannon';
 import knex from 'knex';
 import {
@@ -22,7 +21,7 @@ import {
   type LadderStep,
   type SizeResult,
 } from './report';
-import { log, machine, numbers, option, runMain, SIZES, usage } from './common';
+import { loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { serverNode } from './node';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
 import {
@@ -457,12 +456,7 @@ async function main(): Promise<void> {
   );
   const results: SizeResult[] = [];
   for (const posts of sizes) {
-    log(
-      `\n== ${String(posts)} posts (load average ${os
-        .loadavg()
-        .map((l) => l.toFixed(2))
-        .join(' ')})`,
-    );
+    log(`\n== ${String(posts)} posts (load average ${loadAverageText()})`);
     const result = await benchSize(posts);
     results.push(result);
     log(['', ...sizeTables(result)].join('\n'));

@@ -25,7 +25,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { loadAverage, log, mark, option, runMain, SIZES, table, usage, type Row } from './common';
+import { loadAverageText, log, mark, option, runMain, SIZES, table, usage, type Row } from './common';
 import { load, settle, startServer, median, type Server } from './measure';
 import { serverNode } from './node';
 import { alternatingRounds, benchToken, type Contender, type MeasuredList } from './rounds';
@@ -389,7 +389,7 @@ async function main(): Promise<void> {
   const figures: Figures = new Map();
   try {
     for (const setting of settings) contenders.push(await startSetting(setting, env, dumps));
-    const loadAverageAtStart = loadAverage().join(' / ');
+    const loadAverageAtStart = loadAverageText();
     if (instructions)
       await instructionRounds(
         contenders.map((c) => ({ ...c, counted: c.counted as Counted })),
@@ -408,7 +408,7 @@ async function main(): Promise<void> {
           's a round': duration,
           Node: node.version,
           'Load average at the start': loadAverageAtStart,
-          'Load average at the end': loadAverage().join(' / '),
+          'Load average at the end': loadAverageText(),
         };
     const keys = settings.map((s) => s.key).filter((k) => k !== 'off');
     const measures = instructions ? COUNTED_MEASURES : [{ what: 'CPU per request', suffix: '' }];
