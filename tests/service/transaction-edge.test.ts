@@ -76,32 +76,40 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
       body: text ? (JSON.parse(text) as Record<string, unknown>) : {},
     };
   };
+  type Answer = Awaited<ReturnType<typeof call>>;
+
+  /** A new post titled `title`, and its ETag. */
+  const newPost = async (title: string) => {
+    const created = await call('POST', '/posts/', { body: { title, content: 'held at the edge' } });
+    expect(created.status).toBe(201);
+    const id = created.body.id as number;
+    return { id, etag: (await call('GET', `/posts/${id}`)).headers.get('etag') ?? '' };
+  };
+
+  /** `request`'s answer, sent while another session holds post `id`'s row for `holdMs`. */
+  const whileHeld = async (id: number, holdMs: number, request: () => Promise<Answer>) => {
+    const holder = await admin.transaction();
+    await holder.raw('SELECT 1 FROM posts WHERE id = ? FOR UPDATE', [id]);
+    const answering = request();
+    await sleep(holdMs);
+    await holder.rollback();
+    return answering;
+  };
+
+  const problem503Faults = (answer: Answer) =>
+    problemFaults({ status: 503, contentType: answer.headers.get('content-type') ?? '', body: answer.body });
 
   test('When a conditional DELETE gets its post row only at the end of its budget, round after round, then every post acknowledged afterwards is committed, every answer is 204 or a 503 problem, and no connection is left inside a transaction', async () => {
     const acknowledged: number[] = [];
     const deletes: Record<number, number> = {};
     for (const holdMs of HOLDS_MS) {
-      const created = await call('POST', '/posts/', { body: { title: 'held', content: 'held at the edge' } });
-      expect(created.status).toBe(201);
-      const id = created.body.id as number;
-      const etag = (await call('GET', `/posts/${id}`)).headers.get('etag') ?? '';
-
-      const holder = await admin.transaction();
-      await holder.raw('SELECT 1 FROM posts WHERE id = ? FOR UPDATE', [id]);
-      const deleting = call('DELETE', `/posts/${id}`, { headers: { 'If-Match': etag } });
-      await sleep(holdMs);
-      await holder.rollback();
-      const deleted = await deleting;
+      const { id, etag } = await newPost('held');
+      const deleted = await whileHeld(id, holdMs, () =>
+        call('DELETE', `/posts/${id}`, { headers: { 'If-Match': etag } }),
+      );
       deletes[deleted.status] = (deletes[deleted.status] ?? 0) + 1;
       expect([204, 503]).toContain(deleted.status);
-      if (deleted.status === 503)
-        expect(
-          problemFaults({
-            status: 503,
-            contentType: deleted.headers.get('content-type') ?? '',
-            body: deleted.body,
-          }),
-        ).toEqual([]);
+      if (deleted.status === 503) expect(problem503Faults(deleted)).toEqual([]);
       // What the answer said is what the database holds.
       const { rows: left } = await admin.raw<{ rows: unknown[] }>('SELECT 1 FROM posts WHERE id = ?', [id]);
       expect(left.length).toBe(deleted.status === 204 ? 0 : 1);
@@ -120,7 +128,8 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
       [acknowledged],
     );
     const { rows: inTransaction } = await admin.raw<{ rows: { state: string }[] }>(
-      "SELECT state FROM pg_stat_activity WHERE application_name = 'social-posts' AND state LIKE 'idle in transaction%'",
+      // This server's connections: the other suites' servers share PostgreSQL but each has a database of its own.
+      "SELECT state FROM pg_stat_activity WHERE application_name = 'social-posts' AND datname = current_database() AND state LIKE 'idle in transaction%'",
     );
     console.log(
       JSON.stringify({
@@ -142,22 +151,13 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     async (_label, conditional) => {
       const statuses: Record<number, number> = {};
       for (const holdMs of HOLDS_MS) {
-        const created = await call('POST', '/posts/', { body: { title: 'before', content: 'held' } });
-        expect(created.status).toBe(201);
-        const id = created.body.id as number;
-        const etag = (await call('GET', `/posts/${id}`)).headers.get('etag') ?? '';
+        const { id, etag } = await newPost('before');
         const put = () =>
           call('PUT', `/posts/${id}`, {
             body: { title: `after ${String(holdMs)}`, content: 'held' },
             headers: conditional ? { 'If-Match': etag } : {},
           });
-
-        const holder = await admin.transaction();
-        await holder.raw('SELECT 1 FROM posts WHERE id = ? FOR UPDATE', [id]);
-        const putting = put();
-        await sleep(holdMs);
-        await holder.rollback();
-        const answer = await putting;
+        const answer = await whileHeld(id, holdMs, put);
         statuses[answer.status] = (statuses[answer.status] ?? 0) + 1;
         const { rows } = await admin.raw<{ rows: { title: string }[] }>(
           'SELECT title FROM posts WHERE id = ?',
@@ -167,13 +167,7 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
           expect(answer.body.title).toBe(`after ${String(holdMs)}`);
           expect(rows[0]?.title).toBe(answer.body.title);
         } else {
-          expect(
-            problemFaults({
-              status: 503,
-              contentType: answer.headers.get('content-type') ?? '',
-              body: answer.body,
-            }),
-          ).toEqual([]);
+          expect(problem503Faults(answer)).toEqual([]);
           expect(rows[0]?.title).toBe('before');
           // What a client told to try again does: the same request, which its own change never stands in the way of.
           expect((await put()).status).toBe(200);
