@@ -6,6 +6,7 @@ import { isDatabaseUnavailable } from '../../service/src/db/errors';
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
+import { countOf } from '../../tools/harness/postgres';
 import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
 /**
@@ -140,10 +141,12 @@ describeOnPostgres('On PostgreSQL, where a statement is cancelled from the clien
     expect(run.error).toMatchObject({ code: '57014', name: 'StatementTimeoutError' });
     expect((run.error as Error).message).toMatch(/budget of 600 ms/);
     expect(run.ms).toBeLessThan(BUDGET_MS + CANCEL_GRACE_MS + SLACK_MS);
-    const { rows } = await admin.raw<{ rows: { n: number }[] }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%budget test%' AND pid <> pg_backend_pid()",
-    );
-    expect(rows[0]?.n).toBe(0);
+    expect(
+      await countOf(
+        admin,
+        "pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%budget test%' AND pid <> pg_backend_pid()",
+      ),
+    ).toBe(0);
     // Outside a request, the same two statements each keep their own deadline and both complete.
     await db.knex.raw('SELECT pg_sleep(0.35)');
     await db.knex.raw('SELECT pg_sleep(0.4)');

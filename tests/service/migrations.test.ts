@@ -15,6 +15,7 @@ import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
+import { countOf } from '../../tools/harness/postgres';
 import { freshDatabaseEnv, migrateFirst, testEnv, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
@@ -464,10 +465,9 @@ testOnPostgres(
       expect(Math.max(...writeMs)).toBeLessThan(500);
       // Every row, the held one and those written during the build, is in the index.
       await other.knex.raw('SET enable_seqscan = off');
-      const found = await other.knex.raw<{ rows: { n: string }[] }>(
-        "SELECT count(*) AS n FROM posts WHERE content LIKE '%during the build%' OR content = 'held'",
-      );
-      expect(Number(found.rows[0]?.n)).toBe(writeMs.length + 1);
+      expect(
+        await countOf(other.knex, "posts WHERE content LIKE '%during the build%' OR content = 'held'"),
+      ).toBe(writeMs.length + 1);
     }),
 );
 
