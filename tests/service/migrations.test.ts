@@ -10,16 +10,14 @@ import {
   indexState,
 } from '../../service/src/db/concurrent-index';
 import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../../service/src/db/backfill';
-import { openDatabase, type Database } from '../../service/src/db/connection';
+import type { Database } from '../../service/src/db/connection';
 import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
-import { loadSettings } from '../../service/src/settings';
 import { countOf } from '../../tools/harness/postgres';
-import { freshDatabaseEnv, migrateFirst, testEnv, testOnPostgres } from './helpers';
+import { migrateFirst, onFresh, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
-const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
 
 async function tables(db: Database): Promise<string[]> {
   const result = await db.knex.raw<{ rows: { tablename: string }[] }>(
@@ -50,28 +48,6 @@ async function sequences(db: Database): Promise<string[]> {
     "SELECT relname FROM pg_class WHERE relkind = 'S' ORDER BY relname",
   );
   return result.rows.map((r) => r.relname);
-}
-
-/**
- * A fresh, empty database for one case, opened with `overrides`; `another` opens one more
- * connection to it. All are closed, newest first, and the database dropped after the case.
- */
-async function onFresh(
-  overrides: Record<string, string>,
-  work: (db: Database, another: (env?: Record<string, string>) => Promise<Database>) => Promise<void>,
-): Promise<void> {
-  const fresh = await freshDatabaseEnv();
-  const opened: Database[] = [];
-  const another = async (env: Record<string, string> = {}) => {
-    opened.unshift(await open({ ...fresh.env, ...env }));
-    return opened[0] as Database;
-  };
-  try {
-    await work(await another(overrides), another);
-  } finally {
-    for (const db of opened) await db.close();
-    await fresh.drop();
-  }
 }
 
 /** A fresh database at the latest schema for one case, closed and dropped after it. */
