@@ -39,7 +39,7 @@ describe('POST /login', () => {
     const token = (res.body as { access_token: string }).access_token;
     const created = await request(svc.app)
       .post('/posts/')
-      .set('Authorization', `Bearer ${token}`)
+      .set(bearer(token))
       .send({ title: 'Written after an upper-case login', content: 'c' })
       .expect(201);
     expect((created.body as { owner: { id: number; email: string } }).owner).toMatchObject({

@@ -246,7 +246,7 @@ describe('Request log', () => {
     const account = await newAccount(app(), 'logged@example.com');
     await newPost(app(), account);
     await request(app()).get('/posts/').set(bearer(account)).expect(200);
-    await request(app()).get('/posts/').set('Authorization', 'Bearer forged.token.value').expect(401);
+    await request(app()).get('/posts/').set(bearer('forged.token.value')).expect(401);
     expect(requestLines().length - before).toBe(5);
     const text = log.text();
     expect(text).not.toContain(account.password);

@@ -4,6 +4,7 @@ import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
 import { call } from '../../tools/harness/client';
 import {
+  bearer,
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
@@ -59,8 +60,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
     return { cached: of('cached'), verified: of('verified'), refused: of('refused') };
   };
   const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
-  const list = (p: Pod, token: string) =>
-    fetch(`${p.base}/posts/`, { headers: { authorization: `Bearer ${token}` } });
+  const list = (p: Pod, token: string) => fetch(`${p.base}/posts/`, { headers: bearer(token) });
   /** A token as the service signs them, each one distinct by its expiry. */
   const signed = (key: string, options: jwt.SignOptions = {}, userId = account.user.id) =>
     jwt.sign({}, key, {

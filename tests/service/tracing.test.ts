@@ -9,7 +9,7 @@ import { pollUntil } from '../../tools/harness/poll';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
-import { describeOnPostgres, migratedDatabaseEnv, testEnv } from './helpers';
+import { bearer, describeOnPostgres, migratedDatabaseEnv, testEnv } from './helpers';
 
 /**
  * Traces over the wire: the service runs as its own process and exports to a collector made here,
@@ -370,7 +370,7 @@ describe.each([
       method: 'PUT',
       // A conditional change: its check and the update run in one transaction.
       headers: {
-        authorization: `Bearer ${token}`,
+        ...bearer(token),
         'content-type': 'application/json',
         'if-match': created.headers.get('etag') ?? '',
         traceparent: traceparent(updateTrace),

@@ -10,6 +10,7 @@ import type { Knex } from 'knex';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { problemFaults } from '../../tools/harness/problem';
 import {
+  bearer,
   describeOnPostgres,
   newAccount,
   postgresConnection,
@@ -55,7 +56,7 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     const res = await fetch(`${server.base}${path}`, {
       method,
       headers: {
-        Authorization: `Bearer ${owner.token}`,
+        ...bearer(owner),
         'Content-Type': 'application/json',
         ...init.headers,
       },
