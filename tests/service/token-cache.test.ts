@@ -3,6 +3,7 @@ import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
 import { call } from '../../tools/harness/client';
+import { samples } from '../../tools/harness/metrics-text';
 import {
   bearer,
   newAccount,
@@ -40,12 +41,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
       base: `http://127.0.0.1:${String(running.port)}`,
       metric: async (name) => {
         const text = await (await fetch(`http://127.0.0.1:${String(running.metricsPort)}/metrics`)).text();
-        const values = new Map<string, number>();
-        for (const line of text.split('\n')) {
-          const m = /^([a-z_]+)(\{[^}]*\})? (\S+)$/.exec(line);
-          if (m?.[1] === name) values.set(m[2] ?? '', Number(m[3]));
-        }
-        return values;
+        return new Map(samples(text, name).map((s) => [s.labels, s.value]));
       },
       close: async () => {
         running.server.closeAllConnections();
@@ -56,7 +52,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
 
   const checks = async (p: Pod) => {
     const values = await p.metric('auth_token_checks_total');
-    const of = (result: string) => values.get(`{result="${result}"}`) ?? 0;
+    const of = (result: string) => values.get(`result="${result}"`) ?? 0;
     return { cached: of('cached'), verified: of('verified'), refused: of('refused') };
   };
   const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
