@@ -4,6 +4,7 @@ import { knownMigrations, migrateToLatest } from '../../service/src/db/migrator'
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
+import { sleep } from '../../tools/harness/client';
 import { countOf } from '../../tools/harness/postgres';
 import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
@@ -123,7 +124,7 @@ describeOnPostgres('On PostgreSQL', () => {
       const migrated = migrateToLatest(db, logger).finally(() => {
         done = true;
       });
-      await new Promise((resolve) => setTimeout(resolve, 700));
+      await sleep(700);
       expect(done).toBe(false);
       await admin.raw('SELECT pg_terminate_backend(?)', [rows[0]?.pid ?? 0]);
       expect(await migrated).toHaveLength(knownMigrations().length);

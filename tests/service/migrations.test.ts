@@ -14,6 +14,7 @@ import type { Database } from '../../service/src/db/connection';
 import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
+import { sleep } from '../../tools/harness/client';
 import { countOf } from '../../tools/harness/postgres';
 import { migrateFirst, onFresh, testOnPostgres } from './helpers';
 
@@ -208,7 +209,7 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
 
     const first = startBackfills(db, logger);
     // Stopped after its first batch or so: the progress row keeps where it got to.
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await sleep(5);
     await first.stop();
     const [mid] = await k<{ last_id: string; finished_at: Date | null }>('schema_backfills').select(
       'last_id',
@@ -289,14 +290,14 @@ testOnPostgres(
       // A writer holding posts for 1.5 s, as a slow request's transaction would.
       const held = holder.knex.transaction(async (trx) => {
         await trx.raw('LOCK TABLE posts IN ROW EXCLUSIVE MODE');
-        await new Promise((resolve) => setTimeout(resolve, 1500));
+        await sleep(1500);
       });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       const lines: string[] = [];
       const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
       const migrating = migrateToLatest(db, recording);
       // While the migration waits between tries, another write to posts is not queued behind it.
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await sleep(400);
       const started = Date.now();
       await holder.knex.raw('UPDATE posts SET title = title WHERE false');
       expect(Date.now() - started).toBeLessThan(300);
@@ -397,9 +398,9 @@ testOnPostgres(
       // A writer that holds posts for 1.5 s, as a slow request's transaction would.
       const held = other.knex.transaction(async (trx) => {
         await trx('posts').insert({ title: 'held', content: 'held', user_id: userId });
-        await new Promise((resolve) => setTimeout(resolve, 1500));
+        await sleep(1500);
       });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       const lines: string[] = [];
       const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
       const state = { done: false };
@@ -424,7 +425,7 @@ testOnPostgres(
           .insert({ title: 'during', content: 'written during the build', user_id: userId });
         writeMs.push(Date.now() - started);
         seen.add(await indexState(other.knex, index));
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await sleep(50);
       }
       await held;
       expect(await migrating).toEqual(['29990101000010_posts_content_trgm']);

@@ -2,7 +2,7 @@ import jwt from 'jsonwebtoken';
 import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
-import { call } from '../../tools/harness/client';
+import { call, sleep } from '../../tools/harness/client';
 import { samples } from '../../tools/harness/metrics-text';
 import {
   bearer,
@@ -155,7 +155,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
     expect((await list(p, token)).status).toBe(200);
     expect(await checks(p)).toMatchObject({ cached: 1, verified: 1 });
     const { exp } = jwt.decode(token) as { exp: number };
-    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 50));
+    await sleep(exp * 1000 - Date.now() + 50);
     const res = await list(p, token);
     expect(res.status).toBe(401);
     expect(((await res.json()) as { detail: string }).detail).toBe('Could not validate credentials');

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import protobuf from 'protobufjs';
-import { call, login } from '../../tools/harness/client';
+import { call, login, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
@@ -327,7 +327,7 @@ describe.each([
         '',
       ].join('\r\n'),
     );
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
     socket.write(body);
     expect(await answer).toMatch(/^HTTP\/1\.1 403 /);
 

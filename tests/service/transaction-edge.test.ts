@@ -7,7 +7,7 @@
  * makes every later request draw the connection the conditional DELETE used.
  */
 import type { Knex } from 'knex';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { sleep } from '../../tools/harness/client';
 import { problemFaults } from '../../tools/harness/problem';
 import {
   bearer,
