@@ -4,6 +4,7 @@ import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
   call,
+  countOf,
   expectAllStored,
   isProblem,
   pg,
@@ -170,11 +171,11 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
       await sleep(300);
       // Behind the pooler the server sees PgBouncer's connections: any statement of the
       // scratch database still waiting on the lock, other than the locker's own, is left over.
-      const { rows } = await database.db.raw<{ rows: { n: number }[] }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
+      waitingAfter = await countOf(
+        database.db,
+        "pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
         [database.name],
       );
-      waitingAfter = rows[0]?.n ?? -1;
     } finally {
       await lock.rollback();
     }

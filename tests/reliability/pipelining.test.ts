@@ -2,6 +2,8 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parse } from 'yaml';
+import { samples } from '../../tools/harness/metrics-text';
+import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
   call,
@@ -65,12 +67,9 @@ function residentBytes(): number {
 /** The sum of the samples of one of the service's metrics whose labels include every fragment. */
 async function metric(name: string, ...fragments: string[]): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${svc.metricsPort}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter(
-      (l) => l.startsWith(`${name} `) || (l.startsWith(`${name}{`) && fragments.every((f) => l.includes(f))),
-    )
-    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  return samples(text, name)
+    .filter((s) => fragments.every((f) => s.labels.includes(f)))
+    .reduce((sum, s) => sum + s.value, 0);
 }
 
 /** A connection that sends `count` requests for the page at once and never reads a byte. */
@@ -157,11 +156,8 @@ test('When 100 connections each pipeline 10 requests for the largest page (6 MB)
 
   // Every one of those requests has left the in-flight gauge once its connection is gone, and is
   // counted: answered (200) or given up by its client (499).
-  let left = await metric('http_requests_in_flight');
-  for (let i = 0; i < 100 && left !== 0; i++) {
-    await sleep(100);
-    left = await metric('http_requests_in_flight');
-  }
+  const inFlight = () => metric('http_requests_in_flight');
+  const { value: left } = await pollUntil(inFlight, (n) => n === 0, { withinMs: 10_000, everyMs: 100 });
   expect(left).toBe(0);
   // Each request is counted once: answered (200, or 503 when the pool was too busy for it), or
   // given up by its client (499), also the ones that never reached a route before their turn.

@@ -1,3 +1,4 @@
+import { pollUntil } from '../../tools/harness/poll';
 import {
   expectAllStored,
   expectWithinBudget,
@@ -61,12 +62,12 @@ async function theFaults(load: { answers: ReadBackAnswer[] }, moved: ReturnType<
   moved.retarget(synchronous);
   const movedAt = Date.now();
   cluster.follow(asynchronous, synchronous);
-  const deadline = movedAt + WRITES_BACK_WITHIN_MS;
-  while (
-    !load.answers.some((a) => a.kind === 'write' && a.status === 201 && a.at > movedAt + 1000) &&
-    Date.now() < deadline
-  )
-    await sleep(200);
+  // The window runs from the move: the lost standby's restart above already took part of it.
+  await pollUntil(
+    () => load.answers.some((a) => a.kind === 'write' && a.status === 201 && a.at > movedAt + 1000),
+    (back) => back,
+    { withinMs: movedAt + WRITES_BACK_WITHIN_MS - Date.now(), everyMs: 200 },
+  );
   return { standbyLostAt, pausedAt, primaryLostAt, movedAt };
 }
 

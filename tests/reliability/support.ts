@@ -17,7 +17,7 @@ import { serviceEnv } from '../../tools/harness/env';
 
 export { freePort, stopAll as stopAllServices } from '../../tools/harness/service';
 export type { LogLine, ServiceProcess } from '../../tools/harness/service';
-export { OwnPostgres } from '../../tools/harness/postgres';
+export { countOf, OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
 export {
@@ -41,11 +41,6 @@ export function connect(database: string, port = pg.port, host = pg.host): Knex 
     pool: { min: 0, max: 4 },
   });
 }
-
-/** `SELECT count(*) FROM <from>`'s answer. */
-export const countOf = async (db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> =>
-  (await db.raw<{ rows: { n: number }[] }>(`SELECT count(*)::int AS n FROM ${from}`, bindings)).rows[0]?.n ??
-  -1;
 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
 export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);

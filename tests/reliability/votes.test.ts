@@ -1,4 +1,13 @@
-import { account, call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
+import {
+  account,
+  call,
+  author,
+  countOf,
+  report,
+  startService,
+  type ServiceProcess,
+  scratchDatabase,
+} from './support';
 
 const SIMULTANEOUS = 100;
 const ROUNDS = 3;
@@ -13,15 +22,8 @@ beforeAll(async () => {
 const tally = (statuses: number[]) =>
   statuses.reduce<Record<number, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
 
-async function storedVotes(postId: number): Promise<number> {
-  const rows = (
-    await database.db.raw<{ rows: { n: number }[] }>(
-      'SELECT count(*)::int AS n FROM votes WHERE post_id = ?',
-      [postId],
-    )
-  ).rows;
-  return rows[0]?.n ?? -1;
-}
+const storedVotes = (postId: number): Promise<number> =>
+  countOf(database.db, 'votes WHERE post_id = ?', [postId]);
 
 test('When 100 identical votes and then 100 identical withdrawals arrive at once, then one vote gets 201 and 99 get 409, one withdrawal 201 and 99 404, and the post shows the total that follows', async () => {
   const { posts } = await author(svc.base, 'author@example.com', ROUNDS);

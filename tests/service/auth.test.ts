@@ -1,5 +1,6 @@
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
+import { sleep } from '../../tools/harness/client';
 import {
   bearer,
   expectProblem,
@@ -39,7 +40,7 @@ describe('POST /login', () => {
     const token = (res.body as { access_token: string }).access_token;
     const created = await request(svc.app)
       .post('/posts/')
-      .set('Authorization', `Bearer ${token}`)
+      .set(bearer(token))
       .send({ title: 'Written after an upper-case login', content: 'c' })
       .expect(201);
     expect((created.body as { owner: { id: number; email: string } }).owner).toMatchObject({
@@ -197,7 +198,7 @@ describe('Bearer tokens on protected endpoints', () => {
     const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 2 });
     await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
     const { exp } = jwt.decode(token) as { exp: number };
-    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 100));
+    await sleep(exp * 1000 - Date.now() + 100);
     expect((await request(svc.app).get('/posts/').set(bearer(token))).status).toBe(401);
   });
 });

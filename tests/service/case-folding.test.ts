@@ -1,19 +1,17 @@
 import bcrypt from 'bcrypt';
 import request from 'supertest';
 import { createApp } from '../../service/src/app';
-import { openDatabase } from '../../service/src/db/connection';
 import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
-import { loadSettings } from '../../service/src/settings';
+import { countOf } from '../../tools/harness/postgres';
 import {
   bearer,
   expectProblem,
-  freshDatabaseEnv,
   migrateFirst,
   newAccount,
   newPost,
+  onFresh,
   postsFixture,
-  testEnv,
   uniqueToken,
   usingPostgres,
 } from './helpers';
@@ -49,12 +47,12 @@ describe.each(DATABASES)('On a database with $name', ({ ctype }) => {
   test('When an address is taken in another case of a non-ASCII letter, then registration answers 409 and stores nothing', async () => {
     const email = address('élan');
     await request(svc.app).post('/users/').send({ email, password: PASSWORD }).expect(201);
-    const before = await svc.db.knex('users').count<{ n: string }[]>('* as n');
+    const before = await countOf(svc.db.knex, 'users');
     for (const other of [email.replace('é', 'É'), email.toUpperCase()]) {
       const res = await request(svc.app).post('/users/').send({ email: other, password: PASSWORD });
       expect(expectProblem(res, 409).detail).toMatch(/already exists/);
     }
-    expect(await svc.db.knex('users').count<{ n: string }[]>('* as n')).toEqual(before);
+    expect(await countOf(svc.db.knex, 'users')).toEqual(before);
   });
 
   test('When an account logs in with its address in another case of a non-ASCII letter, then it gets its own token', async () => {
@@ -116,64 +114,62 @@ const logger = createLogger('silent');
 describe.each(DATABASES)('Migrating a database with $name', ({ ctype }) => {
   // A new database of its own, migrated in two steps: the embedded one starts from initdb.
   test('When accounts made before the folded index differ only in letter case, then none is lost: the later ones are marked, each logs in with its address as stored, and a new look-alike is refused', async () => {
-    const fresh = await freshDatabaseEnv({ ctype });
-    const settings = loadSettings(testEnv(fresh.env));
-    const db = await openDatabase(settings, logger);
-    try {
-      // The schema before case folding: the first six migrations.
-      await migrateFirst(db, 6);
-      // The final sigma is kept by lower() on every locale, so these two pass the old index anywhere;
-      // É and é only where lower() folds ASCII alone.
-      const sigma = address('σας');
-      const groups = [[sigma, sigma.replace('σας', 'σασ')]];
-      if (ctype === 'C') {
-        const elan = address('élan');
-        groups.push([elan, elan.replace('é', 'É')]);
-      }
-      const hash = await bcrypt.hash(PASSWORD, 4);
-      const ids: number[][] = [];
-      for (const group of groups) {
-        const rows = await db
-          .knex('users')
-          .insert(group.map((email) => ({ email, password: hash })))
-          .returning<{ id: number }[]>('id');
-        ids.push(rows.map((r) => r.id));
-      }
-      const plain = address('plain');
-      await db.knex('users').insert({ email: plain, password: hash });
-
-      await migrateToLatest(db, logger);
-
-      const marked = await db
-        .knex('users')
-        .where('email_lookalike', true)
-        .orderBy('id')
-        .pluck<number[]>('id');
-      expect(marked).toEqual(ids.map((group) => group[1]));
-
-      const app = createApp({ db, settings, logger });
-      for (const [g, group] of groups.entries())
-        for (const [i, email] of group.entries()) {
-          const login = await request(app)
-            .post('/login')
-            .type('form')
-            .send({ username: email, password: PASSWORD })
-            .expect(200);
-          const token = (login.body as { access_token: string }).access_token;
-          const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as {
-            sub: unknown;
-          };
-          expect(String(payload.sub)).toBe(String(ids[g]?.[i]));
+    await onFresh(
+      {},
+      async (db, _another, settings) => {
+        // The schema before case folding: the first six migrations.
+        await migrateFirst(db, 6);
+        // The final sigma is kept by lower() on every locale, so these two pass the old index anywhere;
+        // É and é only where lower() folds ASCII alone.
+        const sigma = address('σας');
+        const groups = [[sigma, sigma.replace('σας', 'σασ')]];
+        if (ctype === 'C') {
+          const elan = address('élan');
+          groups.push([elan, elan.replace('é', 'É')]);
         }
-      const res = await request(app)
-        .post('/users/')
-        .send({ email: sigma.replace('σας', 'ΣΑΣ'), password: PASSWORD });
-      expectProblem(res, 409);
-      const unmarked = await db.knex('users').where({ email: plain }).first<{ email_lookalike: null }>();
-      expect(unmarked.email_lookalike).toBeNull();
-    } finally {
-      await db.close();
-      await fresh.drop();
-    }
+        const hash = await bcrypt.hash(PASSWORD, 4);
+        const ids: number[][] = [];
+        for (const group of groups) {
+          const rows = await db
+            .knex('users')
+            .insert(group.map((email) => ({ email, password: hash })))
+            .returning<{ id: number }[]>('id');
+          ids.push(rows.map((r) => r.id));
+        }
+        const plain = address('plain');
+        await db.knex('users').insert({ email: plain, password: hash });
+
+        await migrateToLatest(db, logger);
+
+        const marked = await db
+          .knex('users')
+          .where('email_lookalike', true)
+          .orderBy('id')
+          .pluck<number[]>('id');
+        expect(marked).toEqual(ids.map((group) => group[1]));
+
+        const app = createApp({ db, settings, logger });
+        for (const [g, group] of groups.entries())
+          for (const [i, email] of group.entries()) {
+            const login = await request(app)
+              .post('/login')
+              .type('form')
+              .send({ username: email, password: PASSWORD })
+              .expect(200);
+            const token = (login.body as { access_token: string }).access_token;
+            const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as {
+              sub: unknown;
+            };
+            expect(String(payload.sub)).toBe(String(ids[g]?.[i]));
+          }
+        const res = await request(app)
+          .post('/users/')
+          .send({ email: sigma.replace('σας', 'ΣΑΣ'), password: PASSWORD });
+        expectProblem(res, 409);
+        const unmarked = await db.knex('users').where({ email: plain }).first<{ email_lookalike: null }>();
+        expect(unmarked.email_lookalike).toBeNull();
+      },
+      { ctype },
+    );
   }, 120_000);
 });

@@ -6,6 +6,8 @@ import { isDatabaseUnavailable } from '../../service/src/db/errors';
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
+import { sleep } from '../../tools/harness/client';
+import { countOf } from '../../tools/harness/postgres';
 import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
 /**
@@ -85,7 +87,7 @@ test.each([
 test('When no request is running, then a wait for a connection is not bounded by a budget', async () => {
   const holder = await db.knex.transaction();
   const waiting = timed(db.run(echo, { n: 3 }));
-  await new Promise((resolve) => setTimeout(resolve, BUDGET_MS + 200));
+  await sleep(BUDGET_MS + 200);
   await holder.commit();
   const waited = await waiting;
   expect(waited.error).toBeUndefined();
@@ -96,7 +98,7 @@ test('When a request spent its budget waiting, then its next ask fails at once, 
   const holder = await db.knex.transaction();
   await holder.raw('SELECT 1');
   // The pool is let go of from outside the request, once the request has given up waiting.
-  const released = new Promise((resolve) => setTimeout(resolve, BUDGET_MS + 100)).then(() => holder.commit());
+  const released = sleep(BUDGET_MS + 100).then(() => holder.commit());
   const { first, second } = await inRequest(async () => {
     const waited = await timed(db.run(echo, { n: 4 }));
     await released;
@@ -114,7 +116,7 @@ test('When a request pauses between its statements for longer than its budget, t
   // A slow upload read after the caller's user was looked up, say: not the database's time.
   const rows = await inRequest(async () => {
     await db.run(echo, { n: 7 });
-    await new Promise((resolve) => setTimeout(resolve, BUDGET_MS + 100));
+    await sleep(BUDGET_MS + 100);
     return db.run(echo, { n: 8 });
   });
   expect(rows).toEqual([{ n: 8 }]);
@@ -140,10 +142,12 @@ describeOnPostgres('On PostgreSQL, where a statement is cancelled from the clien
     expect(run.error).toMatchObject({ code: '57014', name: 'StatementTimeoutError' });
     expect((run.error as Error).message).toMatch(/budget of 600 ms/);
     expect(run.ms).toBeLessThan(BUDGET_MS + CANCEL_GRACE_MS + SLACK_MS);
-    const { rows } = await admin.raw<{ rows: { n: number }[] }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%budget test%' AND pid <> pg_backend_pid()",
-    );
-    expect(rows[0]?.n).toBe(0);
+    expect(
+      await countOf(
+        admin,
+        "pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%budget test%' AND pid <> pg_backend_pid()",
+      ),
+    ).toBe(0);
     // Outside a request, the same two statements each keep their own deadline and both complete.
     await db.knex.raw('SELECT pg_sleep(0.35)');
     await db.knex.raw('SELECT pg_sleep(0.4)');

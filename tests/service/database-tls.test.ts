@@ -16,7 +16,7 @@ import {
   type LogLine,
   type ScriptProcess,
 } from '../../tools/harness/service';
-import { account, ACCOUNT_PASSWORD, call } from '../../tools/harness/client';
+import { account, ACCOUNT_PASSWORD, call, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { describeOnPostgres, testEnv } from './helpers';
 
@@ -290,7 +290,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     reload();
     copyFileSync(renewed.cert, mounted);
     // The service looks at the file at most every 2 s.
-    await new Promise((resolve) => setTimeout(resolve, 2100));
+    await sleep(2100);
     // The pooled connection is held by the transaction, so the next query opens a new one.
     await db.knex.transaction(async (trx) => {
       await trx.raw('SELECT 1');

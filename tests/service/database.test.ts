@@ -4,6 +4,8 @@ import { knownMigrations, migrateToLatest } from '../../service/src/db/migrator'
 import { statement } from '../../service/src/db/statements';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
+import { sleep } from '../../tools/harness/client';
+import { countOf } from '../../tools/harness/postgres';
 import { describeOnPostgres, freshDatabaseEnv, postgresConnection, testEnv } from './helpers';
 
 /**
@@ -37,13 +39,10 @@ describeOnPostgres('On PostgreSQL', () => {
     await fresh.drop();
   });
 
-  const running = async (text: string): Promise<number> => {
-    const { rows } = await admin.raw<{ rows: { n: number }[] }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query = ?",
-      [text],
-    );
-    return rows[0]?.n ?? 0;
-  };
+  const running = (text: string): Promise<number> =>
+    countOf(admin, "pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query = ?", [
+      text,
+    ]);
 
   test('When a statement outlives DB_STATEMENT_TIMEOUT_MS, then the caller gets a 57014 error within the deadline and its grace, and the statement no longer runs on the server', async () => {
     const db = await open({ DB_STATEMENT_TIMEOUT_MS: '300' });
@@ -66,10 +65,12 @@ describeOnPostgres('On PostgreSQL', () => {
     try {
       await holder.raw('LOCK TABLE locked_here IN ACCESS EXCLUSIVE MODE');
       await expect(db.knex('locked_here').select('id')).rejects.toMatchObject({ code: '57014' });
-      const { rows } = await admin.raw<{ rows: { n: number }[] }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-      );
-      expect(rows[0]?.n).toBe(0);
+      expect(
+        await countOf(
+          admin,
+          "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        ),
+      ).toBe(0);
       expect((await holder.raw<{ rows: unknown[] }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     } finally {
       await holder.rollback();
@@ -123,7 +124,7 @@ describeOnPostgres('On PostgreSQL', () => {
       const migrated = migrateToLatest(db, logger).finally(() => {
         done = true;
       });
-      await new Promise((resolve) => setTimeout(resolve, 700));
+      await sleep(700);
       expect(done).toBe(false);
       await admin.raw('SELECT pg_terminate_backend(?)', [rows[0]?.pid ?? 0]);
       expect(await migrated).toHaveLength(knownMigrations().length);

@@ -72,6 +72,37 @@ export async function migratedDatabaseEnv(
   };
 }
 
+/**
+ * A fresh, empty database for one case (with LC_CTYPE `ctype` on PostgreSQL), opened with
+ * `overrides`; `work` gets those settings too, and `another` opens one more connection to it. All
+ * are closed, newest first, and the database dropped after the case.
+ */
+export async function onFresh(
+  overrides: Record<string, string>,
+  work: (
+    db: Database,
+    another: (env?: Record<string, string>) => Promise<Database>,
+    settings: Settings,
+  ) => Promise<void>,
+  database: { ctype?: string } = {},
+): Promise<void> {
+  const fresh = await freshDatabaseEnv(database);
+  const logger = createLogger('silent');
+  const opened: Database[] = [];
+  const settingsWith = (env: Record<string, string>) => loadSettings(testEnv({ ...fresh.env, ...env }));
+  const open = async (settings: Settings) => {
+    opened.unshift(await openDatabase(settings, logger));
+    return opened[0] as Database;
+  };
+  try {
+    const settings = settingsWith(overrides);
+    await work(await open(settings), (env = {}) => open(settingsWith(env)), settings);
+  } finally {
+    for (const db of opened) await db.close();
+    await fresh.drop();
+  }
+}
+
 /** Migrates `db` to the schema of the first `count` migrations alone, as an older release left it. */
 export async function migrateFirst(db: Database, count: number): Promise<void> {
   await db.knex.migrate.latest(sourceOf(Object.keys(migrations).slice(0, count)));

@@ -16,6 +16,7 @@ import {
   uniqueEmail,
   type Account,
 } from './helpers';
+import { countOf } from '../../tools/harness/postgres';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
 /**
@@ -531,8 +532,7 @@ describe("5. Errors Node's HTTP layer produces itself", () => {
 describe('6. Look-alike e-mail addresses', () => {
   const base64 = 'author.lookalike@example.com';
   let users: number;
-  const count = async () =>
-    Number((await db.knex('users').count<{ count: string }[]>('* as count'))[0]?.count);
+  const count = () => countOf(db.knex, 'users');
 
   beforeAll(async () => {
     await api().post('/users/').send({ email: base64, password: PASSWORD }).expect(201);

@@ -5,6 +5,7 @@ import request from 'supertest';
 import { createApp } from '../../service/src/app';
 import { createLogger } from '../../service/src/logger';
 import { describeSettings, keyId, loadSettings, SettingsError } from '../../service/src/settings';
+import { sleep } from '../../tools/harness/client';
 import { startService, stopAll } from '../../tools/harness/service';
 import {
   bearer,
@@ -120,7 +121,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
     const token = signed(K1, { keyid: keyId(K1), expiresIn: 2 });
     await postsOn(phase2, token).expect(200);
     const { exp } = jwt.decode(token) as { exp: number };
-    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 50));
+    await sleep(exp * 1000 - Date.now() + 50);
     await expectRefused(phase2, token);
   });
 

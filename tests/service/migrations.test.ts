@@ -10,15 +10,15 @@ import {
   indexState,
 } from '../../service/src/db/concurrent-index';
 import { BACKFILL_BATCH_IDS, backfillState, startBackfills } from '../../service/src/db/backfill';
-import { openDatabase, type Database } from '../../service/src/db/connection';
+import type { Database } from '../../service/src/db/connection';
 import { migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
-import { loadSettings } from '../../service/src/settings';
-import { freshDatabaseEnv, migrateFirst, testEnv, testOnPostgres } from './helpers';
+import { sleep } from '../../tools/harness/client';
+import { countOf } from '../../tools/harness/postgres';
+import { migrateFirst, onFresh, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
-const open = (env: Record<string, string>) => openDatabase(loadSettings(testEnv(env)), logger);
 
 async function tables(db: Database): Promise<string[]> {
   const result = await db.knex.raw<{ rows: { tablename: string }[] }>(
@@ -49,28 +49,6 @@ async function sequences(db: Database): Promise<string[]> {
     "SELECT relname FROM pg_class WHERE relkind = 'S' ORDER BY relname",
   );
   return result.rows.map((r) => r.relname);
-}
-
-/**
- * A fresh, empty database for one case, opened with `overrides`; `another` opens one more
- * connection to it. All are closed, newest first, and the database dropped after the case.
- */
-async function onFresh(
-  overrides: Record<string, string>,
-  work: (db: Database, another: (env?: Record<string, string>) => Promise<Database>) => Promise<void>,
-): Promise<void> {
-  const fresh = await freshDatabaseEnv();
-  const opened: Database[] = [];
-  const another = async (env: Record<string, string> = {}) => {
-    opened.unshift(await open({ ...fresh.env, ...env }));
-    return opened[0] as Database;
-  };
-  try {
-    await work(await another(overrides), another);
-  } finally {
-    for (const db of opened) await db.close();
-    await fresh.drop();
-  }
 }
 
 /** A fresh database at the latest schema for one case, closed and dropped after it. */
@@ -231,7 +209,7 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
 
     const first = startBackfills(db, logger);
     // Stopped after its first batch or so: the progress row keeps where it got to.
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await sleep(5);
     await first.stop();
     const [mid] = await k<{ last_id: string; finished_at: Date | null }>('schema_backfills').select(
       'last_id',
@@ -312,14 +290,14 @@ testOnPostgres(
       // A writer holding posts for 1.5 s, as a slow request's transaction would.
       const held = holder.knex.transaction(async (trx) => {
         await trx.raw('LOCK TABLE posts IN ROW EXCLUSIVE MODE');
-        await new Promise((resolve) => setTimeout(resolve, 1500));
+        await sleep(1500);
       });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       const lines: string[] = [];
       const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
       const migrating = migrateToLatest(db, recording);
       // While the migration waits between tries, another write to posts is not queued behind it.
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await sleep(400);
       const started = Date.now();
       await holder.knex.raw('UPDATE posts SET title = title WHERE false');
       expect(Date.now() - started).toBeLessThan(300);
@@ -420,9 +398,9 @@ testOnPostgres(
       // A writer that holds posts for 1.5 s, as a slow request's transaction would.
       const held = other.knex.transaction(async (trx) => {
         await trx('posts').insert({ title: 'held', content: 'held', user_id: userId });
-        await new Promise((resolve) => setTimeout(resolve, 1500));
+        await sleep(1500);
       });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       const lines: string[] = [];
       const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
       const state = { done: false };
@@ -447,7 +425,7 @@ testOnPostgres(
           .insert({ title: 'during', content: 'written during the build', user_id: userId });
         writeMs.push(Date.now() - started);
         seen.add(await indexState(other.knex, index));
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await sleep(50);
       }
       await held;
       expect(await migrating).toEqual(['29990101000010_posts_content_trgm']);
@@ -464,10 +442,9 @@ testOnPostgres(
       expect(Math.max(...writeMs)).toBeLessThan(500);
       // Every row, the held one and those written during the build, is in the index.
       await other.knex.raw('SET enable_seqscan = off');
-      const found = await other.knex.raw<{ rows: { n: string }[] }>(
-        "SELECT count(*) AS n FROM posts WHERE content LIKE '%during the build%' OR content = 'held'",
-      );
-      expect(Number(found.rows[0]?.n)).toBe(writeMs.length + 1);
+      expect(
+        await countOf(other.knex, "posts WHERE content LIKE '%during the build%' OR content = 'held'"),
+      ).toBe(writeMs.length + 1);
     }),
 );
 

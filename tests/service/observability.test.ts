@@ -10,6 +10,7 @@ import { knownMigrations, migrateDownTo, migrateToLatest } from '../../service/s
 import { createLogger } from '../../service/src/logger';
 import type { RunningServer } from '../../service/src/server';
 import { describeSettings, loadSettings } from '../../service/src/settings';
+import { sleep } from '../../tools/harness/client';
 import { sample, samples } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
 import { startService } from '../../tools/harness/service';
@@ -246,7 +247,7 @@ describe('Request log', () => {
     const account = await newAccount(app(), 'logged@example.com');
     await newPost(app(), account);
     await request(app()).get('/posts/').set(bearer(account)).expect(200);
-    await request(app()).get('/posts/').set('Authorization', 'Bearer forged.token.value').expect(401);
+    await request(app()).get('/posts/').set(bearer('forged.token.value')).expect(401);
     expect(requestLines().length - before).toBe(5);
     const text = log.text();
     expect(text).not.toContain(account.password);
@@ -357,7 +358,7 @@ describe('Request log edge cases', () => {
       });
       call.on('error', () => undefined);
       call.end();
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       call.destroy();
       await pollUntil(requestLines, (lines) => lines.length > 0, { withinMs: 1000, everyMs: 20 });
       expect(requestLines()).toEqual([

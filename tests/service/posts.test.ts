@@ -10,6 +10,7 @@ import {
   postsFixture,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
+import { countOf } from '../../tools/harness/postgres';
 
 interface OwnerBody {
   id: number;
@@ -334,11 +335,7 @@ describe('DELETE /posts/{id}', () => {
     expect(expectProblem(withdraw, 404).detail).toBe(`post with id: ${created.id} was not found`);
     const revote = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 });
     expect(expectProblem(revote, 404).detail).toBe(`post with id: ${created.id} was not found`);
-    const left = await service.db
-      .knex('votes')
-      .where({ post_id: created.id })
-      .count<{ count: string }[]>('* as count');
-    expect(Number(left[0]?.count)).toBe(0);
+    expect(await countOf(service.db.knex, 'votes WHERE post_id = ?', [created.id])).toBe(0);
   });
 });
 

@@ -3,7 +3,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { call } from '../../tools/harness/client';
+import { call, sleep } from '../../tools/harness/client';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../tools/harness/service';
@@ -215,7 +215,7 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
     const retry = /^the database is not reachable yet; retrying for /;
     while (svc.lines.filter((line) => retry.test(line.msg ?? '')).length < 2) {
       expect(svc.child.exitCode).toBeNull();
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
     }
     const relay = new Relay(postgresServer.port, postgresServer.host);
     await relay.start(port);
@@ -323,9 +323,9 @@ describe('Graceful shutdown', () => {
     const inFlight = call(svc.base, '/login', {
       form: { username: credentials.email, password: credentials.password },
     });
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await sleep(20);
     svc.child.kill('SIGTERM');
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
 
     expect((await call(svc.base, '/healthz/ready')).status).toBe(503);
     expect((await call(svc.base, '/healthz/live')).status).toBe(200);

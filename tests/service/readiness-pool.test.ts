@@ -4,6 +4,7 @@
  * On the embedded database there is one session, which the probe shares: PostgreSQL only.
  */
 import request from 'supertest';
+import { countOf } from '../../tools/harness/postgres';
 import { postsFixture, testOnPostgres } from './helpers';
 
 const { service } = postsFixture([], { DB_POOL_MAX: '1' });
@@ -34,9 +35,11 @@ testOnPostgres(
   async () => {
     await request(service.app).get('/healthz/ready').expect(200);
     await request(service.app).get('/posts/public').expect(200);
-    const { rows } = await service.db.knex.raw<{ rows: { n: number }[] }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'social-posts'`,
-    );
-    expect(rows[0]?.n).toBeLessThanOrEqual(2);
+    expect(
+      await countOf(
+        service.db.knex,
+        "pg_stat_activity WHERE datname = current_database() AND application_name = 'social-posts'",
+      ),
+    ).toBeLessThanOrEqual(2);
   },
 );

@@ -2,8 +2,10 @@ import jwt from 'jsonwebtoken';
 import { createLogger } from '../../service/src/logger';
 import { startServer, type RunningServer } from '../../service/src/server';
 import { keyId, loadSettings } from '../../service/src/settings';
-import { call } from '../../tools/harness/client';
+import { call, sleep } from '../../tools/harness/client';
+import { samples } from '../../tools/harness/metrics-text';
 import {
+  bearer,
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
@@ -39,12 +41,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
       base: `http://127.0.0.1:${String(running.port)}`,
       metric: async (name) => {
         const text = await (await fetch(`http://127.0.0.1:${String(running.metricsPort)}/metrics`)).text();
-        const values = new Map<string, number>();
-        for (const line of text.split('\n')) {
-          const m = /^([a-z_]+)(\{[^}]*\})? (\S+)$/.exec(line);
-          if (m?.[1] === name) values.set(m[2] ?? '', Number(m[3]));
-        }
-        return values;
+        return new Map(samples(text, name).map((s) => [s.labels, s.value]));
       },
       close: async () => {
         running.server.closeAllConnections();
@@ -55,12 +52,11 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
 
   const checks = async (p: Pod) => {
     const values = await p.metric('auth_token_checks_total');
-    const of = (result: string) => values.get(`{result="${result}"}`) ?? 0;
+    const of = (result: string) => values.get(`result="${result}"`) ?? 0;
     return { cached: of('cached'), verified: of('verified'), refused: of('refused') };
   };
   const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
-  const list = (p: Pod, token: string) =>
-    fetch(`${p.base}/posts/`, { headers: { authorization: `Bearer ${token}` } });
+  const list = (p: Pod, token: string) => fetch(`${p.base}/posts/`, { headers: bearer(token) });
   /** A token as the service signs them, each one distinct by its expiry. */
   const signed = (key: string, options: jwt.SignOptions = {}, userId = account.user.id) =>
     jwt.sign({}, key, {
@@ -159,7 +155,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
     expect((await list(p, token)).status).toBe(200);
     expect(await checks(p)).toMatchObject({ cached: 1, verified: 1 });
     const { exp } = jwt.decode(token) as { exp: number };
-    await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 50));
+    await sleep(exp * 1000 - Date.now() + 50);
     const res = await list(p, token);
     expect(res.status).toBe(401);
     expect(((await res.json()) as { detail: string }).detail).toBe('Could not validate credentials');

@@ -4,12 +4,12 @@ import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import protobuf from 'protobufjs';
-import { call, login } from '../../tools/harness/client';
+import { call, login, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
-import { describeOnPostgres, migratedDatabaseEnv, testEnv } from './helpers';
+import { bearer, describeOnPostgres, migratedDatabaseEnv, testEnv } from './helpers';
 
 /**
  * Traces over the wire: the service runs as its own process and exports to a collector made here,
@@ -327,7 +327,7 @@ describe.each([
         '',
       ].join('\r\n'),
     );
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
     socket.write(body);
     expect(await answer).toMatch(/^HTTP\/1\.1 403 /);
 
@@ -370,7 +370,7 @@ describe.each([
       method: 'PUT',
       // A conditional change: its check and the update run in one transaction.
       headers: {
-        authorization: `Bearer ${token}`,
+        ...bearer(token),
         'content-type': 'application/json',
         'if-match': created.headers.get('etag') ?? '',
         traceparent: traceparent(updateTrace),

@@ -9,9 +9,10 @@
  * the database holds.
  */
 import type { Knex } from 'knex';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { sleep } from '../../tools/harness/client';
 import { problemFaults } from '../../tools/harness/problem';
 import {
+  bearer,
   describeOnPostgres,
   newAccount,
   postgresConnection,
@@ -63,7 +64,7 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     const res = await fetch(`${server.base}${path}`, {
       method,
       headers: {
-        Authorization: `Bearer ${owner.token}`,
+        ...bearer(owner),
         'Content-Type': 'application/json',
         ...init.headers,
       },

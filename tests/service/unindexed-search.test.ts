@@ -5,6 +5,7 @@
 import type { Knex } from 'knex';
 import request from 'supertest';
 import { bearer, expectProblem, newPost, postsFixture, testOnPostgres, usingPostgres } from './helpers';
+import { sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 
 const { service, dana } = postsFixture(['dana'], { SEARCH_UNINDEXED_CONCURRENCY: '1' });
@@ -88,11 +89,11 @@ test('When a search has three letters or digits in a row, then the limit does no
       .get('/posts/public?search=%25')
       .then((res) => res);
     // Give the short search time to take the slot before the long one arrives.
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
     indexed = api()
       .get('/posts/public?search=c12')
       .then((res) => res);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
   } finally {
     await held.commit();
   }

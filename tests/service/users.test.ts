@@ -1,4 +1,5 @@
 import request from 'supertest';
+import { countOf } from '../../tools/harness/postgres';
 import { documentedAs, expectProblem, uniqueEmail, postsFixture } from './helpers';
 
 const { service: svc } = postsFixture();
@@ -46,12 +47,12 @@ describe('POST /users/', () => {
     ],
     ['a password with a NUL', { email: 'x@example.com', password: 'pass\u0000word123' }, 'password'],
   ])('When the body has %s, then 422 names the field and nothing is stored', async (_name, body, field) => {
-    const before = await svc.db.knex('users').count<{ count: string | number }[]>('* as count');
+    const before = await countOf(svc.db.knex, 'users');
     const res = await request(svc.app).post('/users/').send(body);
     const problem = expectProblem(res, 422);
     expect(problem.errors?.map((e) => e.field)).toContain(field);
-    const after = await svc.db.knex('users').count<{ count: string | number }[]>('* as count');
-    expect(after[0]?.count).toEqual(before[0]?.count);
+    const after = await countOf(svc.db.knex, 'users');
+    expect(after).toEqual(before);
   });
 
   test('When the password is exactly 72 bytes, then it is accepted and works for login', async () => {

@@ -6,6 +6,7 @@
  */
 import request from 'supertest';
 import { pollUntil } from '../../tools/harness/poll';
+import { countOf } from '../../tools/harness/postgres';
 import {
   bearer,
   expectProblem,
@@ -162,12 +163,7 @@ async function deletedWhileWaiting(doomed: Account, write: () => request.Test): 
     // Awaiting a supertest request is what sends it.
     answer = Promise.resolve(write());
     const waiting = await pollUntil(
-      async () =>
-        (
-          await knex.raw<{ rows: { n: number }[] }>(
-            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-          )
-        ).rows[0]?.n ?? 0,
+      () => countOf(knex, "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"),
       (n) => n > 0,
       { withinMs: 1500, everyMs: 10 },
     );

@@ -16,7 +16,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import knex from 'knex';
+import knex, { type Knex } from 'knex';
 import { Client } from 'pg';
 import { loadSettings } from '../../service/src/settings';
 import { freePort } from './service';
@@ -38,6 +38,11 @@ export const postgresServer = {
 
 /** The database to connect to for CREATE and DROP DATABASE. */
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
+
+/** `SELECT count(*) FROM <from>`'s answer; `from` may go on with a WHERE, its values in `bindings`. */
+export const countOf = async (db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> =>
+  (await db.raw<{ rows: { n: number }[] }>(`SELECT count(*)::int AS n FROM ${from}`, bindings)).rows[0]?.n ??
+  -1;
 
 /**
  * A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it.

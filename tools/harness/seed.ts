@@ -5,7 +5,7 @@ import { RECOUNT_VOTES } from '../../migrations/20261125000005_post_vote_counts'
 import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { postgresServer } from './postgres';
+import { countOf, postgresServer } from './postgres';
 
 export const BENCH_PASSWORD = 'bench-password-123';
 /** In about one title in ten thousand, and in about one in ten. */
@@ -225,11 +225,9 @@ export async function seed(
   const db = await openDatabase(settings, createLogger('warn'));
   await migrateToLatest(db, createLogger('warn'));
   const k: Knex = db.knex;
-  const count = async (table: string) =>
-    Number((await k.raw<{ rows: { n: string }[] }>('SELECT count(*) AS n FROM ??', [table])).rows[0]?.n);
   const started = Date.now();
   let seededNow = false;
-  if ((await count('posts')) !== posts || (await count('users')) !== users) {
+  if ((await countOf(k, 'posts')) !== posts || (await countOf(k, 'users')) !== users) {
     seededNow = true;
     log(`seeding ${database}: ${String(users)} users, ${String(posts)} posts, ~${String(2 * posts)} votes`);
     // CASCADE: the vote counts hang on posts.
@@ -239,7 +237,7 @@ export async function seed(
     await insertRows(k, { users, posts, votes: 2 * posts, passwordHash, voteCounts: true });
     await vacuumAnalyze(k);
   }
-  const votes = await count('votes');
+  const votes = await countOf(k, 'votes');
   await db.close();
   return { database, posts, users, votes, seededNow, seedSeconds: (Date.now() - started) / 1000 };
 }

@@ -15,7 +15,7 @@ import path from 'node:path';
 import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
 import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
-import { createScratchDatabase, postgresServer } from './postgres';
+import { countOf, createScratchDatabase, postgresServer } from './postgres';
 import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
@@ -193,11 +193,7 @@ export interface UpgradeResult {
 }
 
 /** Posts without a stored count: not counted yet. */
-const UNCOUNTED =
-  'SELECT count(*) AS n FROM posts p WHERE NOT EXISTS (SELECT 1 FROM post_vote_counts c WHERE c.post_id = p.id)';
-
-const count = async (k: Knex, sql: string, bindings: readonly Knex.Value[] = []): Promise<number> =>
-  Number((await k.raw<{ rows: { n: string }[] }>(sql, bindings)).rows[0]?.n ?? 0);
+const UNCOUNTED = 'posts p WHERE NOT EXISTS (SELECT 1 FROM post_vote_counts c WHERE c.post_id = p.id)';
 
 /** Metrics series named db_backfill_pending, with their values ([] when the release has none). */
 async function pendingGauges(svc: ServiceProcess): Promise<number[]> {
@@ -227,13 +223,13 @@ async function backfillEnd(
     svc.lines.some((l) => /backfill/.test(l.msg ?? '')) || (await pendingGauges(svc)).length > 0;
   await sleep(Math.max(0, readyAt + 5000 - Date.now()));
   if (!finished() && !(await backgrounded())) {
-    const nulls = await count(k, UNCOUNTED);
+    const nulls = await countOf(k, UNCOUNTED);
     return nulls === 0 ? { how: 'in migration' } : { how: 'not finished', pendingNullCounts: nulls };
   }
   try {
     await svc.waitForLog(/^backfill finished$/, withinMs);
   } catch {
-    const nulls = await count(k, UNCOUNTED);
+    const nulls = await countOf(k, UNCOUNTED);
     return { how: 'not finished', pendingNullCounts: nulls };
   }
   const line = finished() as LogLine;
@@ -519,7 +515,7 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       const old = seeded.old.svc;
       started.push(old);
       expectOwnMigrations(dir, release, seeded.migrations);
-      const seededVotes = await count(k, 'SELECT count(*) AS n FROM votes');
+      const seededVotes = await countOf(k, 'votes');
       log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
 
       const signedIn = await signIn(old.base, options.signedIn ?? 10);
