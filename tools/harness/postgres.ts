@@ -40,9 +40,15 @@ export const postgresServer = {
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 
 /** `SELECT count(*) FROM <from>`'s answer; `from` may go on with a WHERE, its values in `bindings`. */
-export const countOf = async (db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> =>
-  (await db.raw<{ rows: { n: number }[] }>(`SELECT count(*)::int AS n FROM ${from}`, bindings)).rows[0]?.n ??
-  -1;
+export async function countOf(db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> {
+  const { rows } = await db.raw<{ rows: { n: number }[] }>(
+    `SELECT count(*)::int AS n FROM ${from}`,
+    bindings,
+  );
+  const n = rows[0]?.n;
+  if (n === undefined) throw new Error(`SELECT count(*) FROM ${from} answered no row`);
+  return n;
+}
 
 /**
  * A new empty database on that server, named `<prefix>_<pid>_<counter>_<time>`, and how to drop it.
@@ -99,7 +105,7 @@ export async function queryServer<Row>(
 const DEBIAN_ROOT = '/usr/lib/postgresql';
 
 /** The folder of the server binaries: PG_BIN, or the newest /usr/lib/postgresql/<major>/bin with an initdb. */
-export function postgresBinDir(): string {
+function postgresBinDir(): string {
   if (process.env.PG_BIN) return process.env.PG_BIN;
   const majors = existsSync(DEBIAN_ROOT)
     ? readdirSync(DEBIAN_ROOT)
