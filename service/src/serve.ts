@@ -10,6 +10,7 @@ import { checkPorts, databaseProblem, listenProblem, StartupError } from './star
  * Ports → database → migrations → listen (API and metrics); any failure before serving exits 1
  * with one line naming what to change. Loaded by main.ts only after tracing has started, as it
  * loads pg.
+ * @public main.ts loads it with require(), which knip does not follow.
  */
 export async function serve(settings: Settings, logger: Logger): Promise<void> {
   // The stack only for whoever asked for detail: otherwise the one line says what to change.

@@ -89,6 +89,7 @@ function sampledAtTheDoor(sampler: Sampler): (req: IncomingMessage) => Context |
 /**
  * Starts OpenTelemetry's SDK: the exporter, the sampler at the door, and the middleware that make the
  * request's and the route's spans (the statements' are tracing.ts's). Nothing is patched.
+ * @public main.ts loads it with require(), which knip does not follow.
  */
 export function startTracing(settings: TracingSettings, logger: Logger): void {
   const { endpoint } = settings;

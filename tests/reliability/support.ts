@@ -15,7 +15,7 @@ import {
 
 import { serviceEnv } from '../../tools/harness/env';
 
-export { freePort, stopAll as stopAllServices } from '../../tools/harness/service';
+export { stopAll as stopAllServices } from '../../tools/harness/service';
 export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 export { countOf, OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';

@@ -80,7 +80,7 @@ export async function load(
   });
 }
 
-export const figures = (r: autocannon.Result, cpuMs: number | undefined): EndpointFigures => ({
+const figures = (r: autocannon.Result, cpuMs: number | undefined): EndpointFigures => ({
   rps: Math.round(r.requests.average),
   p50: r.latency.p50,
   p99: r.latency.p99,

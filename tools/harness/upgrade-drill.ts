@@ -32,7 +32,7 @@ import { call, login, sleep, type Answer } from './client';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
-export const STATEMENT_BUDGET_MS = 2000;
+const STATEMENT_BUDGET_MS = 2000;
 export const ANSWER_BUDGET_MS = STATEMENT_BUDGET_MS + 500;
 /** A surge replica must be ready well within a probe's patience. */
 export const READY_BUDGET_MS = 30_000;

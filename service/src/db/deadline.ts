@@ -41,7 +41,7 @@ interface CancelConnection {
 }
 
 /** Raised when a statement outlives its deadline; SQLSTATE 57014 (query_canceled) classifies it. */
-export class StatementTimeoutError extends Error {
+class StatementTimeoutError extends Error {
   override name = 'StatementTimeoutError';
   readonly code = '57014';
   constructor(bound: Bound, cause: unknown) {
@@ -61,7 +61,7 @@ export class StatementTimeoutError extends Error {
  * commit on the primary alone and answers success with a warning (SQLSTATE 01000), so the change
  * may be lost in a failover and must not be acknowledged.
  */
-export class CommitUnconfirmedError extends Error {
+class CommitUnconfirmedError extends Error {
   override name = 'CommitUnconfirmedError';
   constructor(bound: Bound) {
     super(
