@@ -1,6 +1,7 @@
 import { migrations } from '../../migrations';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { pollUntil } from '../../tools/harness/poll';
+import { Relay } from '../../tools/harness/relay';
 import {
   account,
   call,
@@ -229,5 +230,64 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
     for (const a of failed) expect(isProblem(a)).toBe(true);
     expect(logged.length).toBe(failed.length);
     for (const line of logged) expect(String(line.hint)).toMatch(/set DB_PREPARED_STATEMENTS=false/);
+  });
+});
+
+describe('Behind PgBouncer 1.24 whose server connection breaks just after PostgreSQL acted', () => {
+  const database = scratchDatabase('pgb124_lost');
+  const relay = new Relay(pg.port, pg.host);
+  let bouncer: OwnPgBouncer | undefined;
+  beforeAll(async () => {
+    await relay.start();
+    bouncer = new OwnPgBouncer({
+      version: '1.24',
+      target: { host: '127.0.0.1', port: relay.port },
+      poolSize: SERVER_POOL,
+    });
+    await bouncer.start();
+  });
+  afterAll(async () => {
+    await stopAllServices();
+    await bouncer?.destroy();
+    await relay.close();
+  });
+
+  test("When the server connection breaks after a new post's INSERT or a DELETE's COMMIT reached PostgreSQL, then PgBouncer's error is answered as a change that may or may not stand (not \"try again\"), and the change is stored", async () => {
+    const svc = await startService({
+      DB_HOSTNAME: '127.0.0.1',
+      DB_PORT: String(bouncer?.port),
+      DB_NAME: database.name,
+      DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
+    });
+    const token = await account(svc.base, 'pgb-lost@example.com');
+    const detail = (a: Answer) => `${String(a.status)} ${String((a.body as { detail?: string }).detail)}`;
+
+    relay.loseAnswerTo('insert into "posts"', { close: true });
+    const created = await call(svc.base, '/posts/', { token, json: { title: 'lost-insert', content: 'c' } });
+    const stored = await countOf(database.db, "posts WHERE title = 'lost-insert'");
+
+    const kept = await call(svc.base, '/posts/', { token, json: { title: 'kept', content: 'c' } });
+    const id = (kept.body as { id: number }).id;
+    const etag = (await call(svc.base, `/posts/${String(id)}`, { token })).headers.get('etag') ?? '';
+    relay.loseAnswerTo('COMMIT', { close: true });
+    const deleted = await call(svc.base, `/posts/${String(id)}`, {
+      method: 'DELETE',
+      token,
+      headers: { 'If-Match': etag },
+    });
+    const left = await countOf(database.db, 'posts WHERE id = ?', [id]);
+    report('pgbouncer 1.24 server connection broken after the change', {
+      insert: detail(created),
+      commit: detail(deleted),
+    });
+
+    for (const answer of [created, deleted]) {
+      expect(answer.status).toBe(503);
+      expect(isProblem(answer)).toBe(true);
+      expect((answer.body as { detail?: string }).detail).toContain('may or may not stand');
+    }
+    expect(stored).toBe(1);
+    expect(kept.status).toBe(201);
+    expect(left).toBe(0);
   });
 });

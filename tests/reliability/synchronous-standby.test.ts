@@ -1,4 +1,5 @@
 import { account, call } from '../../tools/harness/client';
+import { pollUntil } from '../../tools/harness/poll';
 import { startUnderTraffic } from '../../tools/harness/traffic';
 import {
   expectAllStored,
@@ -14,7 +15,8 @@ import {
  * The synchronous standby lost under write load, then the primary: every commit waits for the
  * standby, the statement deadline cancels that wait, and PostgreSQL then keeps the commit on the
  * primary alone, answering success with a warning. Such a write must not be acknowledged, or the
- * failover that follows loses it.
+ * failover that follows loses it; nor may one whose backend is terminated in that wait be answered
+ * "try again", as its commit stands on the primary.
  */
 const STATEMENT_TIMEOUT_MS = 1000;
 /** A write's wait for the standby, its cancel and the slack of a busy machine. */
@@ -23,7 +25,7 @@ const LOST_FOR_MS = 4000;
 
 const { pair, start } = replicatedBehindRelay();
 
-test('When the synchronous standby is lost under write load, then no write is acknowledged while it is away (each a 503 problem within budget that says the change may or may not last), and after the primary is lost too and the standby promoted, every acknowledged write is on it', async () => {
+test('When the synchronous standby is lost under write load, then no write is acknowledged while it is away (each a 503 problem within budget that says the change may or may not stand, as does one whose backend is terminated in that wait, though it stands on the primary), and after the primary is lost too and the standby promoted, every acknowledged write is on it', async () => {
   const { svc, load } = await startUnderTraffic(
     () => start(STATEMENT_TIMEOUT_MS),
     'sync-loss@example.com',
@@ -36,6 +38,25 @@ test('When the synchronous standby is lost under write load, then no write is ac
   await sleep(LOST_FOR_MS);
   const direct = await call(svc.base, '/posts/', { token, json: { title: 'unconfirmed', content: 'c' } });
   await load.stop();
+  // A write whose backend is terminated while it waits for the standby: its commit stands on the primary.
+  const terminating = call(svc.base, '/posts/', { token, json: { title: 'terminated', content: 'c' } });
+  const waiting = await pollUntil(
+    () =>
+      pair.query<{ pid: number }>(
+        pair.primaryPort,
+        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+      ),
+    (rows) => rows.length > 0,
+    { withinMs: STATEMENT_TIMEOUT_MS / 2, everyMs: 20 },
+  );
+  await pair.query(pair.primaryPort, 'SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid', [
+    waiting.value.map((row) => row.pid),
+  ]);
+  const terminated = await terminating;
+  const terminatedOnPrimary = await pair.query(
+    pair.primaryPort,
+    "SELECT 1 FROM posts WHERE title = 'terminated'",
+  );
 
   // The primary lost too; the standby back and promoted, as CloudNativePG fails over to it.
   pair.killPrimary();
@@ -50,6 +71,7 @@ test('When the synchronous standby is lost under write load, then no write is ac
     writesWhileLost: statusCounts(writesWhileLost),
     slowestWhileLostMs: Math.round(Math.max(...writesWhileLost.map((a) => a.ms))),
     direct: `${String(direct.status)} ${JSON.stringify((direct.body as { detail?: string }).detail)}`,
+    terminated: `${String(terminated.status)} ${JSON.stringify((terminated.body as { detail?: string }).detail)}`,
   });
 
   expect(load.failures).toEqual([]);
@@ -58,6 +80,10 @@ test('When the synchronous standby is lost under write load, then no write is ac
   expect(writesWhileLost.every((a) => a.status === 503)).toBe(true);
   expectWithinBudget(writesWhileLost, BUDGET_MS);
   expect(direct.status).toBe(503);
-  expect((direct.body as { detail?: string }).detail).toContain('may or may not last');
+  expect((direct.body as { detail?: string }).detail).toContain('may or may not stand');
+  expect(waiting.held).toBe(true);
+  expect(terminated.status).toBe(503);
+  expect((terminated.body as { detail?: string }).detail).toContain('may or may not stand');
+  expect(terminatedOnPrimary.length).toBe(1);
   expectAllStored(stored, acknowledged);
 });

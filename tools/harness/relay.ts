@@ -3,7 +3,8 @@
  * Service, say): it forwards to a target that can move (`retarget`, as the Service's endpoint
  * moves to a promoted standby), and it can `stall`: from then on nothing it holds forwards a byte
  * either way and nothing is closed, the way connections behave when a node vanishes from the
- * network (no FIN, no RST, no answer). A connection closed by the target is closed to the client.
+ * network (no FIN, no RST, no answer); and it can lose the answer to one statement
+ * (`loseAnswerTo`). A connection closed by the target is closed to the client.
  */
 import net from 'node:net';
 import { freePort } from './service';
@@ -12,6 +13,10 @@ interface Pair {
   client: net.Socket;
   upstream?: net.Socket;
   stalled: boolean;
+  /** Forwards to the target but no longer back: the answer to what it sent last is lost. */
+  deaf?: boolean;
+  /** Once deaf, closed when the target's answer comes, rather than left open. */
+  closeOnAnswer?: boolean;
 }
 
 export class Relay {
@@ -19,6 +24,7 @@ export class Relay {
   private server: net.Server | undefined;
   private readonly pairs = new Set<Pair>();
   private stalled = false;
+  private loseAnswerAfter: { marker: string; close: boolean } | undefined;
 
   constructor(
     private targetPort: number,
@@ -58,11 +64,20 @@ export class Relay {
     pair.upstream = upstream;
     upstream.on('error', () => undefined);
     upstream.on('close', drop);
-    client.on('data', (chunk) => {
-      if (!pair.stalled) upstream.write(chunk);
+    client.on('data', (chunk: Buffer) => {
+      if (pair.stalled) return;
+      const loss = this.loseAnswerAfter;
+      if (loss && chunk.includes(loss.marker)) {
+        this.loseAnswerAfter = undefined;
+        pair.deaf = true;
+        pair.closeOnAnswer = loss.close;
+      }
+      upstream.write(chunk);
     });
     upstream.on('data', (chunk) => {
-      if (!pair.stalled) client.write(chunk);
+      if (pair.stalled) return;
+      if (!pair.deaf) client.write(chunk);
+      else if (pair.closeOnAnswer) drop();
     });
   }
 
@@ -70,6 +85,16 @@ export class Relay {
   stall(): void {
     this.stalled = true;
     for (const pair of this.pairs) pair.stalled = true;
+  }
+
+  /**
+   * The next message sent with `marker` in it (a statement's text or prepared name, a COMMIT) reaches
+   * the target, but nothing on its connection comes back: the target acts on it and its answer is
+   * lost, as when a node goes after taking a statement. The connection stays open, or with `close`
+   * is closed both ways once the answer comes (a connection broken just after the target acted).
+   */
+  loseAnswerTo(marker: string, { close = false }: { close?: boolean } = {}): void {
+    this.loseAnswerAfter = { marker, close };
   }
 
   /** New connections go to `port` and forward again; the stalled ones stay stalled. */

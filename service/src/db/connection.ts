@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { Settings } from '../settings';
 import { tracedPoolWait, tracedQuery, tracedStatement } from '../tracing';
 import { RequestBudgetError, withinBudget, type Bound } from './budget';
-import { CANCEL_GRACE_MS, withDeadline, type DeadlineConnection } from './deadline';
+import { CANCEL_GRACE_MS, decidesAChange, withDeadline, type DeadlineConnection } from './deadline';
 import { openPGlite } from './embedded';
 import { retryingRaces } from './races';
 import { readRouter, type ReadRouter } from './standbys';
@@ -80,8 +80,8 @@ const postgresSend =
 const pgliteSend: Send = (connection, _name, text, values) =>
   (connection as { query(text: string, values: unknown[]): Promise<Rows> }).query(text, values);
 
-/** Runs `send`, a statement on `connection`, under the deadline the database kind gives it. */
-type Deadline = <T>(connection: DriverConnection, send: () => Promise<T>) => Promise<T>;
+/** Runs `send`, statement `sql` on `connection`, under the deadline the database kind gives it. */
+type Deadline = <T>(connection: DriverConnection, send: () => Promise<T>, sql: string) => Promise<T>;
 
 /** The longest anything waits for a pooled connection; within a request, less when its budget says so. */
 const ACQUIRE_TIMEOUT_MS = 2500;
@@ -172,7 +172,7 @@ function statementRunner(instance: Knex, send: Send, deadline: Deadline): Databa
       const connection = await client.acquireConnection();
       try {
         const result = await tracedStatement(statement.name, () =>
-          deadline(connection, () => send(connection, statement.name, text, values(params))),
+          deadline(connection, () => send(connection, statement.name, text, values(params)), text),
         );
         return result.rows as Row[];
       } finally {
@@ -183,28 +183,24 @@ function statementRunner(instance: Knex, send: Send, deadline: Deadline): Databa
 }
 
 /**
- * Sends a statement under a deadline of `timeoutMs` or, within a request, what is left of its budget
+ * Sends `sql` under a deadline of `timeoutMs` or, within a request, what is left of its budget
  * when shorter. A statement the request has no time left for is never sent.
  */
 function budgetedStatement<T>(
   connection: DeadlineConnection,
   timeoutMs: number,
+  sql: string,
   send: () => Promise<T>,
   graceMs = CANCEL_GRACE_MS,
 ): Promise<T> {
-  return withinBudget(timeoutMs, 'statement not sent', (bound) =>
-    withDeadline(connection, send(), bound, graceMs),
-  );
+  return withinBudget(timeoutMs, 'statement not sent', (bound) => {
+    const decides = decidesAChange(sql, connection);
+    return withDeadline(connection, send(), bound, { graceMs, decides });
+  });
 }
 
 /** A statement that ends a transaction: COMMIT, ROLLBACK (or ROLLBACK TO SAVEPOINT), END, ABORT. */
 const ENDS_TRANSACTION = /^\s*(commit|rollback|end|abort)\b/i;
-
-/** pg's Client as far as its release to the pool needs: where its session stands. */
-interface TransactionStatus {
-  /** The last ReadyForQuery's status: 'I' idle, 'T' inside a transaction, 'E' inside a failed one. */
-  getTransactionStatus?(): string | null;
-}
 
 /**
  * knex's PostgreSQL client with every statement it runs (queries, transactions' BEGIN and COMMIT,
@@ -219,18 +215,22 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
   };
   class PostgresWithDeadlines extends KnexPostgres {
     override query(connection: DeadlineConnection, obj: KnexQuery): Promise<unknown> {
+      const sql = sqlOf(obj);
       // An end refused for want of budget would leave its connection inside the transaction, for
       // the next request to run in: it is always sent, under the statement time-out alone.
-      if (ENDS_TRANSACTION.test(sqlOf(obj)))
+      if (ENDS_TRANSACTION.test(sql)) {
+        const options = { graceMs, decides: decidesAChange(sql, connection) };
         return withDeadline(
           connection,
           super.query(connection, obj) as Promise<unknown>,
           { ms: timeoutMs },
-          graceMs,
+          options,
         );
+      }
       return budgetedStatement(
         connection,
         timeoutMs,
+        sql,
         () => super.query(connection, obj) as Promise<unknown>,
         graceMs,
       );
@@ -238,7 +238,7 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
 
     // A connection handed back inside a transaction (its end failed or never came) is closed,
     // which rolls it back, instead of lending the next request its locks and its writes.
-    override releaseConnection(connection: DeadlineConnection & TransactionStatus): Promise<unknown> {
+    override releaseConnection(connection: DeadlineConnection): Promise<unknown> {
       const status = connection.getTransactionStatus?.();
       if (status === 'T' || status === 'E')
         connection.__knex__disposed ??= new Error('returned to the pool inside a transaction');
@@ -247,7 +247,7 @@ function postgresClient(timeoutMs: number, graceMs: number): typeof knex.Client 
 
     // Sent while a connection is made for the pool, not for one request: no budget applies.
     override checkVersion(connection: DeadlineConnection): Promise<string> {
-      return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs }, graceMs);
+      return withDeadline(connection, super.checkVersion(connection), { ms: timeoutMs }, { graceMs });
     }
   }
   return requestClient(PostgresWithDeadlines as unknown as typeof knex.Client);
@@ -358,8 +358,8 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
   // without a reset) is dropped at once and the second try opens a new one, in time to answer.
   const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
   const runner = (pool: Knex) =>
-    statementRunner(pool, postgresSend(db.preparedStatements), (connection, send) =>
-      budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, send),
+    statementRunner(pool, postgresSend(db.preparedStatements), (connection, send, sql) =>
+      budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, sql, send),
     );
   const run = runner(instance);
   const reads = readRouter({

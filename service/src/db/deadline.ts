@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Bound } from './budget';
-import { errorFields } from './errors';
+import { answerLost, errorFields } from './errors';
 
 /**
  * The statement time-out, kept on the client side. PostgreSQL's own `statement_timeout` would
@@ -27,6 +27,8 @@ export interface DeadlineConnection {
   connection: { stream: { destroy(): void } };
   /** knex reads this to drop the connection instead of lending it again. */
   __knex__disposed?: unknown;
+  /** The last ReadyForQuery's status: 'I' idle, 'T' inside a transaction, 'E' inside a failed one. */
+  getTransactionStatus?(): string | null;
   /** pg's Client passes on the server's notices and warnings. */
   on?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
   off?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
@@ -71,6 +73,35 @@ class CommitUnconfirmedError extends Error {
 }
 
 /**
+ * Raised when the answer to a statement that decides a change (decidesAChange) never came: the
+ * server may have made the change before the connection broke, so a retry could make it twice.
+ */
+class ChangeInDoubtError extends Error {
+  override name = 'ChangeInDoubtError';
+  constructor(cause: unknown) {
+    super(
+      'no answer came to a statement that makes a change stand (its connection broke or went silent): the change may or may not have been made',
+      { cause },
+    );
+  }
+}
+
+/** COMMIT, or END, its synonym: the statement that makes a transaction's changes stand. */
+const COMMITS = /^\s*(commit|end)\b/i;
+/** A change in the statements knex builds: a row inserted, updated or deleted, in a CTE or not. */
+const CHANGES = /\b(insert\s+into|delete\s+from|merge\s+into)\b|\bupdate\s+\S+\s+set\b/i;
+
+/**
+ * True when `sql`, about to be sent on `connection`, makes a change stand once the server has run
+ * it: a COMMIT, or a change outside a transaction. A change inside a transaction is undone when
+ * its connection breaks before the COMMIT, so losing its answer loses nothing.
+ */
+export function decidesAChange(sql: string, connection: DeadlineConnection): boolean {
+  if (COMMITS.test(sql)) return true;
+  return connection.getTransactionStatus?.() === 'I' && CHANGES.test(sql);
+}
+
+/**
  * Sends a CancelRequest for the connection's current statement over a connection of its own.
  * Sent in the clear, as libpq before PostgreSQL 17 does: the server and PgBouncer accept a cancel
  * before any TLS or authentication. Given up after `graceMs`, so a vanished host holds nothing.
@@ -95,13 +126,15 @@ function sendCancel(target: DeadlineConnection, graceMs: number): void {
  * Settles like `work`, a statement running on `connection`, but by `bound.ms + graceMs` at the
  * latest: at `bound.ms` the statement is cancelled on the server; if it has not answered `graceMs`
  * later, the connection is destroyed, which fails the statement. A connection whose deadline fired
- * is never lent again: a late cancel could otherwise stop the next statement run on it.
+ * is never lent again: a late cancel could otherwise stop the next statement run on it. When the
+ * statement `decides` a change (decidesAChange) and its answer is lost, the error says the change
+ * is in doubt rather than that the database is away.
  */
 export async function withDeadline<T>(
   connection: DeadlineConnection,
   work: Promise<T>,
   bound: Bound,
-  graceMs = CANCEL_GRACE_MS,
+  { graceMs = CANCEL_GRACE_MS, decides = false }: { graceMs?: number; decides?: boolean } = {},
 ): Promise<T> {
   // An object, as the timer and the listener set it where the compiler's flow analysis does not look.
   const state = { expired: false, unconfirmed: false };
@@ -132,6 +165,9 @@ export async function withDeadline<T>(
   } catch (error) {
     // An answer the server gave anyway (a unique violation that beat the cancel, say) stands.
     const { code } = errorFields(error);
+    // Without an answer (the grace ran out, the connection broke) the server may have acted on it.
+    if (decides && ((state.expired && code === undefined) || answerLost(error)))
+      throw new ChangeInDoubtError(error);
     throw state.expired && (code === undefined || code === '57014')
       ? new StatementTimeoutError(bound, error)
       : error;

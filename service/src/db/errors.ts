@@ -37,6 +37,21 @@ const UNAVAILABLE_ERRNO = new Set([
 ]);
 
 /**
+ * True when a statement's answer was lost rather than given: the connection broke, or the server
+ * shut down, while the statement ran, so what it asked may or may not have been done. pg's "not
+ * queryable" errors are not among them: those statements were never sent.
+ */
+export function answerLost(error: unknown): boolean {
+  const { code, message } = errorFields(error);
+  // An administrator's or a crash's shutdown ends a backend even after its commit is written; a
+  // pooler reports its server connection broken as a connection exception (PgBouncer: 08P01).
+  if (code === '57P01' || code === '57P02' || code?.startsWith('08')) return true;
+  if (code !== undefined) return UNAVAILABLE_ERRNO.has(code);
+  // knex puts the statement before pg's message.
+  return message.includes('Connection terminated');
+}
+
+/**
  * Node's codes for a server certificate refused during the TLS handshake: its chain (not to
  * DB_SSL_CA_FILE, or the public roots without it), its dates, or its names (not DB_HOSTNAME).
  * A running service meets them when the server's certificate changes under it, e.g. a CA renewed
@@ -65,6 +80,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   const { name, code, message } = errorFields(error);
   // No pooled connection in time (the pool's own wait, or the request's database budget).
   if (name === 'KnexTimeoutError' || name === 'RequestBudgetError') return true;
+  // A connection lost mid-change (deadline.ts): the client is told more, a retried migration is safe.
+  if (name === 'ChangeInDoubtError') return true;
   if (code !== undefined) {
     if (UNAVAILABLE_ERRNO.has(code)) return true;
     // No database this process may trust: the client can only retry; the operator is told (operatorHint).

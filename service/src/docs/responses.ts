@@ -123,7 +123,7 @@ export const SHARED_RESPONSES = {
       'Sent by the proxy, not the service: over 10 requests a minute from one address to `/login` and `/users/` together.',
   },
   ServiceUnavailable: response(
-    'The database did not answer, or (lists) too many searches no index serves are running on this replica; retry after `Retry-After` seconds. A write answered so did not happen, unless `detail` says the change may or may not last (a synchronous standby did not confirm its commit in time): read it back before retrying.',
+    'The database did not answer, or (lists) too many searches no index serves are running on this replica; retry after `Retry-After` seconds. A write answered so did not happen, unless `detail` says the change may or may not stand (the database took it but its answer was lost, or a synchronous standby did not confirm its commit in time): read it back before retrying.',
     503,
     'Service Unavailable',
     'The database is not available right now; try again shortly',

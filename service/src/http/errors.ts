@@ -91,17 +91,22 @@ const writeRace = new ApiError(
   { 'Retry-After': '1' },
 );
 
-/** A commit its synchronous standby did not confirm in time (db/deadline.ts): kept on the primary alone. */
-const commitUnconfirmed = new ApiError(
+/**
+ * A change whose fate the service cannot know (db/deadline.ts): its answer was lost after the
+ * server took it, or its commit is on the primary alone, its synchronous standby silent.
+ */
+const changeUnconfirmed = new ApiError(
   503,
-  'The database did not confirm the change in time, so it may or may not last; read it back before trying again',
+  'The database did not confirm the change, so it may or may not stand; read it back before trying again',
   {},
   { 'Retry-After': '1' },
 );
 
+const UNCONFIRMED = new Set(['CommitUnconfirmedError', 'ChangeInDoubtError']);
+
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
-  if (errorFields(error).name === 'CommitUnconfirmedError') return commitUnconfirmed;
+  if (UNCONFIRMED.has(errorFields(error).name)) return changeUnconfirmed;
   if (errorFields(error).name === 'URIError')
     return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error)) return databaseUnavailable;
