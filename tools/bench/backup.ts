@@ -25,7 +25,7 @@ import { postgresServer } from '../harness/postgres';
 import { startService, stopAll } from '../harness/service';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { backupTable, type BackupResult } from './backup-report';
-import { cpusText, loadAverageText, mark, onlyKnownOptions, option, runMain, table, usage } from './common';
+import { cpusText, loadAverageText, mark, option, runMain, table, usage } from './common';
 
 const USAGE =
   'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N]';
@@ -59,7 +59,6 @@ if (compressionName === 'snappy' && spawnSync('python3', ['-c', 'import snappy']
   fail('--compression snappy needs python3-snappy installed (apt-get install python3-snappy)');
 const compression = compressionName === 'none' ? undefined : (compressionName as Compression);
 const jobs = wholeNumber('jobs', 2, 1);
-onlyKnownOptions();
 
 const log = (line: string) => {
   process.stdout.write(`[bench:backup ${new Date().toISOString().slice(11, 19)}] ${line}\n`);

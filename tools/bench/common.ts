@@ -3,17 +3,24 @@
  * tables), what the figures were measured on, and how they end on an error.
  */
 import os from 'node:os';
+import { parseArgs } from 'node:util';
 import knex from 'knex';
 import { pgConnection } from '../harness/seed';
 
-/** The options read through option() so far, the ones onlyKnownOptions accepts. */
-const read = new Set<string>();
+/** The options read through option() and flag() so far, the ones onlyKnownOptions accepts. */
+const read = new Map<string, 'string' | 'boolean'>();
 
 /** `--name value` from the command line, or the fallback. */
 export function option(name: string, fallback: string): string {
-  read.add(name);
+  read.set(name, 'string');
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+
+/** Whether `--name`, an option without a value, is on the command line. */
+export function flag(name: string): boolean {
+  read.set(name, 'boolean');
+  return process.argv.slice(2).includes(`--${name}`);
 }
 
 /** A comma-separated option's numbers. */
@@ -33,19 +40,27 @@ export function usage(valid: boolean, message: string): void {
 }
 
 /**
- * Exits (status 2) on an argument that is not `--name value` of an option read so far, naming it and
- * the accepted ones: a mistyped option would otherwise be ignored and its default run. Call it once
- * every option is read.
+ * Exits (status 2) on an argument that is not an option read so far, an option without its value,
+ * or a value written `--name=value` (option() reads `--name value`), naming the accepted options: a
+ * mistyped option would otherwise be ignored and its default run. runMain calls it, once the bench's
+ * options are read.
  */
-export function onlyKnownOptions(): void {
-  const args = process.argv.slice(2);
-  for (let i = 0; i < args.length; i += 2) {
-    const arg = args[i] ?? '';
-    usage(
-      arg.startsWith('--') && read.has(arg.slice(2)),
-      `${arg} is not an option here; the options are ${[...read].map((name) => `--${name}`).join(', ')}`,
-    );
+function onlyKnownOptions(): void {
+  const known = [...read.keys()].map((name) => `--${name}`).join(', ');
+  let inline: string | undefined;
+  try {
+    const { tokens } = parseArgs({
+      args: process.argv.slice(2),
+      options: Object.fromEntries([...read].map(([name, type]) => [name, { type }])),
+      strict: true,
+      allowPositionals: false,
+      tokens: true,
+    });
+    for (const token of tokens) if (token.kind === 'option' && token.inlineValue) inline = token.rawName;
+  } catch (error) {
+    usage(false, `${(error as Error).message}\nthe options are ${known}`);
   }
+  usage(inline === undefined, `write ${String(inline)} and its value apart: ${String(inline)} <value>`);
 }
 
 export const log = (line: string): void => {
@@ -54,6 +69,7 @@ export const log = (line: string): void => {
 
 /** Runs a bench's main, then `after`; on an error, exits with `failCode` after printing its cause too (where a server that did not start says why). */
 export function runMain(main: () => Promise<void>, { after = async () => {}, failCode = 1 } = {}): void {
+  onlyKnownOptions();
   void main().then(after, async (error: unknown) => {
     process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
     const cause = error instanceof Error ? error.cause : undefined;

@@ -21,7 +21,7 @@ import {
   type LadderStep,
   type SizeResult,
 } from './report';
-import { loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
+import { flag, loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { serverNode } from './node';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
 import {
@@ -39,7 +39,7 @@ const duration = Number(option('duration', '10'));
 const connectionCounts = numbers('connections', '10,64');
 /** The ladder and the deep pages run at this count only. */
 const firstCount = connectionCounts[0] ?? 10;
-const reseed = process.argv.includes('--reseed');
+const reseed = flag('reseed');
 /** Free text on the conditions (other load on the machine, say), printed with the figures. */
 const note = option('note', '');
 /** The Node the servers run on (tools/bench/node.ts): the image's release unless told otherwise. */
