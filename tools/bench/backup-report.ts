@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:backup` (tools/bench/backup.ts) and the Markdown table it prints of them. */
-import { table } from './common';
+import { fmt, table } from './common';
 
 export interface BackupResult {
   posts: number;
@@ -27,7 +27,7 @@ export function backupTable(r: BackupResult): string[] {
       Posts: r.posts,
       archive_timeout: r.archiveTimeout,
       'Writes lost': `${String(r.rpo.lostWrites)} of ${String(r.rpo.acknowledged)}`,
-      'RPO (s)': String(r.rpo.seconds),
+      'RPO (s)': fmt(r.rpo.seconds, 1),
       'Lost before last replayed': r.rpo.lostBeforeLastReplayed,
       'Download (s)': String(r.rto.downloadSeconds),
       'WAL replay (s)': String(r.rto.replaySeconds),

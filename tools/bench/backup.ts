@@ -25,7 +25,7 @@ import { postgresServer } from '../harness/postgres';
 import { startService, stopAll } from '../harness/service';
 import { benchServiceEnv, seed } from '../harness/seed';
 import { backupTable, type BackupResult } from './backup-report';
-import { cpusText, loadAverageText, mark, option, runMain, table, usage } from './common';
+import { cpusText, fmt, loadAverageText, mark, option, runMain, table, usage } from './common';
 
 const USAGE =
   'usage: npm run bench:backup -- [--posts N ≥ 1000] [--archive-timeout 60s|5min|…] [--load SECONDS] [--workers N] [--compression gzip|bzip2|snappy|none] [--jobs N]';
@@ -174,7 +174,7 @@ async function main(): Promise<void> {
     ['vote counts off', result.countMismatches, '0', result.countMismatches === 0],
     [
       'RPO (s)',
-      result.rpo.seconds,
+      fmt(result.rpo.seconds, 1),
       `≤ ${String(archiveTimeoutMs / 1000 + 30)} (archive_timeout + 30)`,
       result.rpo.seconds <= archiveTimeoutMs / 1000 + 30,
     ],
