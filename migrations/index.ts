@@ -8,6 +8,8 @@ import * as backfillProgress from './20261126000006_backfills';
 import * as foldCase from './20261128000007_fold_case';
 import * as emailFoldedUnique from './20261128000008_email_folded_unique';
 import * as titleFoldedTrgm from './20261128000009_title_folded_trgm';
+import * as postIdempotencyKey from './20261129000010_post_idempotency_key';
+import * as postIdempotencyKeyUnique from './20261129000011_post_idempotency_key_unique';
 
 /**
  * A migration's data change, run in the background once the release serves (service/src/db/
@@ -46,4 +48,6 @@ export const migrations: Record<string, Migration> = {
   '20261128000007_fold_case': foldCase,
   '20261128000008_email_folded_unique': emailFoldedUnique,
   '20261128000009_title_folded_trgm': titleFoldedTrgm,
+  '20261129000010_post_idempotency_key': postIdempotencyKey,
+  '20261129000011_post_idempotency_key_unique': postIdempotencyKeyUnique,
 };

@@ -81,6 +81,23 @@ describeOnPostgres('On PostgreSQL, behind a link that can lose an answer', () =>
     expect(await countOf(admin, 'posts WHERE title = ?', [title])).toBe(1);
   });
 
+  test("When the answer to a new post's INSERT sent with an Idempotency-Key is lost, then the retry with that key answers 201 with the post the first try made, and no second post is stored", async () => {
+    const title = `lost-keyed-${String(process.pid)}`;
+    const send = () =>
+      call(server.base, '/posts/', {
+        token: owner.token,
+        headers: { 'Idempotency-Key': title },
+        json: { title, content: 'c' },
+      });
+    const lost = await losing('insert into "posts"', send);
+    const retried = await send();
+
+    expect(detailOf(lost)).toContain(IN_DOUBT);
+    expect(retried.status).toBe(201);
+    expect((retried.body as { title: string }).title).toBe(title);
+    expect(await countOf(admin, 'posts WHERE title = ?', [title])).toBe(1);
+  });
+
   test("When the answer to a vote's INSERT (a prepared statement) is lost, then the client is told the change may or may not stand, and the vote is stored", async () => {
     const { id } = await newPost();
     const answer = await losing('vote_insert', () =>

@@ -80,6 +80,7 @@ describeOnPostgres('Migration lint', () => {
     expect(result.files.outside).toEqual([
       '20261128000008_email_folded_unique.outside-transaction.sql',
       '20261128000009_title_folded_trgm.outside-transaction.sql',
+      '20261129000011_post_idempotency_key_unique.outside-transaction.sql',
     ]);
     expect(result.runs[1]).toMatchObject({ status: 0, files: result.files.outside });
     expect(rulesByFile(result.runs[1]?.output ?? '')).toEqual({});

@@ -16,11 +16,11 @@ export function errorFields(error: unknown): { name: string; code: string | unde
 }
 
 /**
- * The foreign key a statement broke (SQLSTATE 23503), by the constraint's name, which pg and
- * PGlite both report; undefined for any other error.
+ * The constraint or index a statement broke, by the name pg and PGlite both report: a foreign key
+ * for `23503`, a unique index for `23505`; undefined for any other error.
  */
-export function brokenForeignKey(error: unknown): string | undefined {
-  if (errorFields(error).code !== '23503') return undefined;
+export function brokenConstraint(error: unknown, code: '23503' | '23505'): string | undefined {
+  if (errorFields(error).code !== code) return undefined;
   const { constraint } = error as { constraint?: unknown };
   return typeof constraint === 'string' ? constraint : undefined;
 }

@@ -102,6 +102,14 @@ function components(parts: readonly DocsPart[]) {
           'Change only the version of the post this names: the `ETag` of a GET of it (weak tags are compared as such, `W/` or not), several separated by commas, or `*` for any. A post changed since (an edit, a vote) no longer matches: 412, and nothing changes. Without it the last writer wins.',
         schema: { type: 'string', example: 'W/"1c4-Qk0xFAqHqgYb4G2jL0J0kNNpmu8"' },
       },
+      idempotencyKey: {
+        in: 'header',
+        name: 'Idempotency-Key',
+        required: false,
+        description:
+          'Makes a retry safe: a second request of the same user with the same key makes no new post but answers 201 with the post the first one made (as it is now), however the first one ended (a lost answer, a 503 saying the change may or may not stand). The same key with another title, content or `published`: 422. A key is freed when its post is deleted. 1 to 255 visible ASCII characters or spaces, no quote, backslash or comma inside; an sf-string (`"…"`) has its quotes taken off.',
+        schema: { type: 'string', example: '"8e03978e-40d5-43e8-bc93-6894a57f9324"' },
+      },
     },
     schemas: merged([
       requests.schemas,

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
-import { brokenForeignKey } from '../db/errors';
+import { brokenConstraint } from '../db/errors';
 import { retryingRaces } from '../db/races';
 import { statement, type Param, type Statement } from '../db/statements';
 import type { User } from '../users/user';
@@ -325,20 +325,66 @@ export async function visiblePostOwner(
   return rows[0]?.user_id;
 }
 
-/** The new post, or undefined when its owner's user was deleted after the caller was looked up. */
-export async function createPost(db: Database, owner: User, input: PostInput): Promise<Post | undefined> {
+/** A request's `Idempotency-Key`, and the digest of what it asked, which a retry must repeat. */
+export interface IdempotencyKey {
+  key: string;
+  digest: string;
+}
+
+/** The unique index on a post's user and key (migration 20261129000011). */
+const IDEMPOTENCY_INDEX = 'posts_user_id_idempotency_key_unique';
+
+/**
+ * The new post, or undefined when its owner's user was deleted after the caller was looked up.
+ * With an `idempotency` key the owner used before, no post is made: the answer is the post that key
+ * made (as it is now), or `key-reused` when that request asked for another post.
+ */
+export async function createPost(
+  db: Database,
+  owner: User,
+  input: PostInput,
+  idempotency?: IdempotencyKey,
+): Promise<Post | 'key-reused' | undefined> {
   let row: PostRow | undefined;
   try {
     [row] = await db
       .knex<PostRow>('posts')
-      .insert({ title: input.title, content: input.content, published: input.published, user_id: owner.id })
+      .insert({
+        title: input.title,
+        content: input.content,
+        published: input.published,
+        user_id: owner.id,
+        ...(idempotency && { idempotency_key: idempotency.key, idempotency_digest: idempotency.digest }),
+      })
       .returning<PostRow[]>([...POST_COLUMNS]);
   } catch (error) {
-    if (brokenForeignKey(error) === 'posts_user_id_foreign') return undefined;
+    if (brokenConstraint(error, '23503') === 'posts_user_id_foreign') return undefined;
+    if (idempotency && brokenConstraint(error, '23505') === IDEMPOTENCY_INDEX) {
+      const earlier = await postMadeWith(db, owner.id, idempotency.key);
+      // Deleted since the insert met it: the key is free again, and this request makes the post.
+      if (!earlier) return createPost(db, owner, input, idempotency);
+      return earlier.idempotency_digest === idempotency.digest ? toPost(earlier) : 'key-reused';
+    }
     throw error;
   }
   if (!row) throw new Error('insert returned no row');
   return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
+}
+
+/** The post `userId` made with `key`, with the digest of the request that made it. */
+async function postMadeWith(
+  db: Database,
+  userId: number,
+  key: string,
+): Promise<(PostWithOwnerRow & { idempotency_digest: string }) | undefined> {
+  const rows = (await withOwnerAndVotes(
+    db.knex,
+    db
+      .knex('posts')
+      .select(...POST_COLUMNS, 'idempotency_digest')
+      .where({ user_id: userId, idempotency_key: key }),
+  )) as (PostWithOwnerRow & { idempotency_digest: string })[];
+  return rows[0];
 }
 
 /** What a change asked under a condition on the post (conditionalChange) came to. */

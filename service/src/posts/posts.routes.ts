@@ -5,6 +5,7 @@ import { unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { conditionHolds, ifMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
+import { idempotencyKey, keyReused, requestDigest } from '../http/idempotency';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
 import { Slots } from '../concurrency';
@@ -177,8 +178,14 @@ function collectionRoutes(router: Router, db: Database, auth: Authentication<Use
   };
   const create: RequestHandler = async (req, res) => {
     const input = validate(postInput, req.body, 'body');
-    const post = await createPost(db, auth.caller(req).user, input);
+    const key = idempotencyKey(req);
+    const idempotency =
+      key === undefined
+        ? undefined
+        : { key, digest: requestDigest([input.title, input.content, input.published]) };
+    const post = await createPost(db, auth.caller(req).user, input, idempotency);
     if (!post) throw unknownCaller();
+    if (post === 'key-reused') throw keyReused();
     sendJson(res.status(201), post);
   };
   // Both spellings answer alike (the contract's list path is /posts/).
@@ -311,7 +318,12 @@ export const postsDocs = {
  *   post:
  *     tags: [Posts]
  *     summary: Create a post
+ *     description: >
+ *       Send an `Idempotency-Key` to retry safely: a retry with the same key answers with the post
+ *       the first request made, and makes no second one.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
+ *     parameters:
+ *       - $ref: '#/components/parameters/idempotencyKey'
  *     requestBody:
  *       required: true
  *       content:

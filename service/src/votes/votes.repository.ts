@@ -1,5 +1,5 @@
 import type { Database } from '../db/connection';
-import { brokenForeignKey } from '../db/errors';
+import { brokenConstraint } from '../db/errors';
 import { statement } from '../db/statements';
 
 type VoteKey = { userId: number; postId: number };
@@ -41,7 +41,7 @@ export async function addVote(
     return inserted.length > 0 ? 'added' : 'exists';
   } catch (error) {
     // The post, or the voter's own user, was deleted between the checks and the insert.
-    const key = brokenForeignKey(error);
+    const key = brokenConstraint(error, '23503');
     if (key === 'votes_post_id_foreign') return 'no-post';
     if (key === 'votes_user_id_foreign') return 'no-user';
     throw error;
