@@ -24,7 +24,6 @@ import { randomBytes } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { median } from './measure';
 import { build, engine, run, runLimits } from '../container';
 import { repoRoot } from '../node-release';
@@ -32,38 +31,30 @@ import { ensureBase } from '../stand-in-base';
 import { pollUntil, probe } from '../harness/poll';
 import { createScratchDatabase, postgresServer } from '../harness/postgres';
 import { freePort } from '../harness/service';
-import { cpusText, loadAverageText, runMain } from './common';
+import { cpusText, flag, loadAverageText, option, runMain, usage } from './common';
 
 const USAGE = `usage: npm run dev:edit-to-live -- [--edits N] [--rebuild]
   --edits N   edits to time, 1 to 50 (default 5; with --rebuild each one is an image build)
   --rebuild   time the production image's rebuild and restart per edit instead of the dev stage's sync
 `;
 
-function usage(message: string): never {
-  process.stderr.write(`${message}\n${USAGE}`);
-  process.exit(2);
-}
-
+/** The options, read at load so runMain refuses any other (exit 2); --help prints the usage. */
 function options(): { edits: number; rebuild: boolean } {
-  let values: { edits?: string; rebuild?: boolean; help?: boolean };
-  try {
-    ({ values } = parseArgs({
-      options: { edits: { type: 'string' }, rebuild: { type: 'boolean' }, help: { type: 'boolean' } },
-      strict: true,
-      allowPositionals: false,
-    }));
-  } catch (error) {
-    usage(error instanceof Error ? error.message : String(error));
-  }
-  if (values.help) {
+  const editsText = option('edits', '5');
+  const rebuild = flag('rebuild');
+  if (flag('help')) {
     process.stdout.write(USAGE);
     process.exit(0);
   }
-  const edits = values.edits === undefined ? 5 : Number(values.edits);
-  if (!Number.isInteger(edits) || edits < 1 || edits > 50)
-    usage(`--edits takes a whole number from 1 to 50, not ${values.edits ?? ''}`);
-  return { edits, rebuild: values.rebuild ?? false };
+  const edits = Number(editsText);
+  usage(
+    Number.isInteger(edits) && edits >= 1 && edits <= 50,
+    `--edits takes a whole number from 1 to 50, not ${editsText}\n${USAGE}`,
+  );
+  return { edits, rebuild };
 }
+
+const { edits, rebuild } = options();
 
 const log = (line: string) => {
   process.stdout.write(`[edit-to-live] ${line}\n`);
@@ -309,7 +300,6 @@ async function rebuildLoop(edits: number, context: string, database: string, run
 }
 
 async function main(): Promise<void> {
-  const { edits, rebuild } = options();
   log(`engine: ${engine().name}; base: ${ensureBase(log)}`);
   const runId = `${Date.now().toString(36)}${randomBytes(2).toString('hex')}`;
   const context = scratchContext();
