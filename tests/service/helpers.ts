@@ -3,7 +3,7 @@ import type { Writable } from 'node:stream';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import type { Express } from 'express';
-import knex from 'knex';
+import knex, { type Knex } from 'knex';
 import request from 'supertest';
 import { migrations } from '../../migrations';
 import { createApp } from '../../service/src/app';
@@ -39,6 +39,12 @@ export const describeOnEmbedded = usingPostgres() ? describe.skip : describe;
 /** A direct connection to the test PostgreSQL server (DB_* variables), for set-up and clean-up. */
 export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
+}
+
+/** A direct connection to the database `db` works on, past any relay or pooler in front of it. */
+export async function connectionBeside(db: Database): Promise<Knex> {
+  const { rows } = await db.knex.raw<{ rows: { name: string }[] }>('SELECT current_database() AS name');
+  return postgresConnection(rows[0]?.name);
 }
 
 /**

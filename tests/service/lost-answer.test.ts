@@ -13,7 +13,7 @@ import { countOf, postgresServer } from '../../tools/harness/postgres';
 import {
   describeOnPostgres,
   newAccount,
-  postgresConnection,
+  connectionBeside,
   startTestServer,
   type Account,
   type TestServer,
@@ -36,10 +36,7 @@ describeOnPostgres('On PostgreSQL, behind a link that can lose an answer', () =>
       DB_PORT: String(relay.port),
       DB_STATEMENT_TIMEOUT_MS: String(BUDGET_MS),
     });
-    const { rows } = await server.db.knex.raw<{ rows: { name: string }[] }>(
-      'SELECT current_database() AS name',
-    );
-    admin = postgresConnection(rows[0]?.name);
+    admin = await connectionBeside(server.db);
     owner = await newAccount(server.base);
   });
   afterAll(async () => {

@@ -15,7 +15,7 @@ import {
   bearer,
   describeOnPostgres,
   newAccount,
-  postgresConnection,
+  connectionBeside,
   startTestServer,
   type Account,
   type TestServer,
@@ -35,10 +35,7 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
 
   beforeAll(async () => {
     server = await startTestServer({ DB_POOL_MAX: '1', DB_STATEMENT_TIMEOUT_MS: String(BUDGET_MS) });
-    const { rows } = await server.db.knex.raw<{ rows: { name: string }[] }>(
-      'SELECT current_database() AS name',
-    );
-    admin = postgresConnection(rows[0]?.name);
+    admin = await connectionBeside(server.db);
     owner = await newAccount(server.base);
     await admin.raw(`CREATE FUNCTION test_slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_sleep(${DELETE_TAKES_S}); RETURN OLD; END $$`);
