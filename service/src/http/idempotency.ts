@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { ApiError } from './errors';
 
-/** The longest key taken: a UUID is 36 characters, and a key is stored with its post. */
+/** The longest key taken: room for a UUID or any such token, kept short as each is stored with its post. */
 const MAX_KEY_LENGTH = 255;
 /** Visible ASCII and space, without the quote, backslash and comma a list or an sf-string would need. */
 const KEY = /^[\x20\x21\x23-\x2b\x2d-\x5b\x5d-\x7e]+$/;
