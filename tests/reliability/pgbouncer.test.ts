@@ -1,6 +1,7 @@
 import { migrations } from '../../migrations';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { pollUntil } from '../../tools/harness/poll';
+import { detailOf } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
 import {
   account,
@@ -260,7 +261,7 @@ describe('Behind PgBouncer 1.24 whose server connection breaks just after Postgr
       DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
     });
     const token = await account(svc.base, 'pgb-lost@example.com');
-    const detail = (a: Answer) => `${String(a.status)} ${String((a.body as { detail?: string }).detail)}`;
+    const detail = (a: Answer) => `${String(a.status)} ${detailOf(a)}`;
 
     relay.loseAnswerTo('insert into "posts"', { close: true });
     const created = await call(svc.base, '/posts/', { token, json: { title: 'lost-insert', content: 'c' } });
@@ -284,7 +285,7 @@ describe('Behind PgBouncer 1.24 whose server connection breaks just after Postgr
     for (const answer of [created, deleted]) {
       expect(answer.status).toBe(503);
       expect(isProblem(answer)).toBe(true);
-      expect((answer.body as { detail?: string }).detail).toContain('may or may not stand');
+      expect(detailOf(answer)).toContain('may or may not stand');
     }
     expect(stored).toBe(1);
     expect(kept.status).toBe(201);

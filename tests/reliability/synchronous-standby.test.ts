@@ -1,5 +1,6 @@
 import { account, call } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
+import { detailOf } from '../../tools/harness/problem';
 import { startUnderTraffic } from '../../tools/harness/traffic';
 import {
   expectAllStored,
@@ -70,8 +71,8 @@ test('When the synchronous standby is lost under write load, then no write is ac
     onPromotedStandby: stored.length,
     writesWhileLost: statusCounts(writesWhileLost),
     slowestWhileLostMs: Math.round(Math.max(...writesWhileLost.map((a) => a.ms))),
-    direct: `${String(direct.status)} ${JSON.stringify((direct.body as { detail?: string }).detail)}`,
-    terminated: `${String(terminated.status)} ${JSON.stringify((terminated.body as { detail?: string }).detail)}`,
+    direct: `${String(direct.status)} ${JSON.stringify(detailOf(direct))}`,
+    terminated: `${String(terminated.status)} ${JSON.stringify(detailOf(terminated))}`,
   });
 
   expect(load.failures).toEqual([]);
@@ -80,10 +81,10 @@ test('When the synchronous standby is lost under write load, then no write is ac
   expect(writesWhileLost.every((a) => a.status === 503)).toBe(true);
   expectWithinBudget(writesWhileLost, BUDGET_MS);
   expect(direct.status).toBe(503);
-  expect((direct.body as { detail?: string }).detail).toContain('may or may not stand');
+  expect(detailOf(direct)).toContain('may or may not stand');
   expect(waiting.held).toBe(true);
   expect(terminated.status).toBe(503);
-  expect((terminated.body as { detail?: string }).detail).toContain('may or may not stand');
+  expect(detailOf(terminated)).toContain('may or may not stand');
   expect(terminatedOnPrimary.length).toBe(1);
   expectAllStored(stored, acknowledged);
 });

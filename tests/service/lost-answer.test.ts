@@ -7,7 +7,7 @@
  */
 import type { Knex } from 'knex';
 import { call, type Answer } from '../../tools/harness/client';
-import { problemFaults } from '../../tools/harness/problem';
+import { detailOf, problemFaults } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
 import { countOf, postgresServer } from '../../tools/harness/postgres';
 import {
@@ -57,7 +57,6 @@ describeOnPostgres('On PostgreSQL, behind a link that can lose an answer', () =>
       etag: (await call(server.base, `/posts/${id}`, { token: owner.token })).headers.get('etag') ?? '',
     };
   };
-  const detailOf = (answer: Answer) => (answer.body as { detail?: string }).detail ?? '';
 
   /** `request`'s answer when the answer to the statement holding `marker` is lost. */
   const losing = async (marker: string, request: () => Promise<Answer>) => {

@@ -30,6 +30,12 @@ export function problemFaults(answer: ProblemAnswer): string[] {
 
 export const isProblem = (answer: ProblemAnswer): boolean => problemFaults(answer).length === 0;
 
+/** An answer's problem `detail`, or '' when its body has none. */
+export const detailOf = (answer: { body: unknown }): string => {
+  const detail = (answer.body as { detail?: unknown } | null)?.detail;
+  return typeof detail === 'string' ? detail : '';
+};
+
 /** A body as JSON when it parses, else the text itself (for answers read as text). */
 export function parsedBody(text: string): unknown {
   try {
