@@ -10,6 +10,7 @@
  * case is skipped.
  */
 import { readFileSync } from 'node:fs';
+import { sumOf } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
 import { closeConnections, fromAddress, postJson, run, send, signedIn } from './client';
 import { driverFromEnv, type ReplicaMetrics } from './drivers';
@@ -29,17 +30,6 @@ afterAll(() => {
 });
 
 const options = fromAddress(CLIENT_ADDRESS);
-
-/** Sum of a counter's samples on one metrics page whose labels include `label` (e.g. target="standby"). */
-function counter(page: string, name: string, label = ''): number {
-  let sum = 0;
-  for (const line of page.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (label && !line.includes(label)) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
-}
 
 async function pages(): Promise<ReplicaMetrics[]> {
   if (!driver.replicaMetrics) throw new Error('no replica metrics');
@@ -78,7 +68,7 @@ standbyCase(
     }
     const after = await pages();
     const standbyReads = (list: ReplicaMetrics[]) =>
-      list.map((p) => ({ name: p.name, reads: counter(p.metrics, 'db_reads_total', 'target="standby"') }));
+      list.map((p) => ({ name: p.name, reads: sumOf(p.metrics, 'db_reads_total', 'target="standby"') }));
     const grown = standbyReads(after).map(({ name, reads }) => ({
       name,
       reads: reads - (standbyReads(before).find((b) => b.name === name)?.reads ?? 0),
@@ -106,7 +96,7 @@ standbyCase(
     // Replay paused: the standby falls behind while writes go on.
     const bound = maxLagMs();
     const fallbacksBefore = (await pages()).reduce(
-      (s, p) => s + counter(p.metrics, 'db_read_fallbacks_total'),
+      (s, p) => s + sumOf(p.metrics, 'db_read_fallbacks_total'),
       0,
     );
     await standby.pauseReplay(true);
@@ -132,10 +122,7 @@ standbyCase(
       }
       expect(misses).toEqual([]);
       expect(stale).toEqual([]);
-      const fallbacks = (await pages()).reduce(
-        (s, p) => s + counter(p.metrics, 'db_read_fallbacks_total'),
-        0,
-      );
+      const fallbacks = (await pages()).reduce((s, p) => s + sumOf(p.metrics, 'db_read_fallbacks_total'), 0);
       expect(fallbacks).toBeGreaterThan(fallbacksBefore);
     } finally {
       await standby.pauseReplay(false);

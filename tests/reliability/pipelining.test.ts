@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { parse } from 'yaml';
-import { samples } from '../../tools/harness/metrics-text';
+import { scrape, sumOf } from '../../tools/harness/metrics-text';
 import { pollUntil } from '../../tools/harness/poll';
 import {
   account,
@@ -65,12 +65,8 @@ function residentBytes(): number {
 }
 
 /** The sum of the samples of one of the service's metrics whose labels include every fragment. */
-async function metric(name: string, ...fragments: string[]): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${svc.metricsPort}/metrics`)).text();
-  return samples(text, name)
-    .filter((s) => fragments.every((f) => s.labels.includes(f)))
-    .reduce((sum, s) => sum + s.value, 0);
-}
+const metric = async (name: string, ...fragments: string[]): Promise<number> =>
+  sumOf(await scrape(svc.metricsPort), name, ...fragments);
 
 /** A connection that sends `count` requests for the page at once and never reads a byte. */
 function neverReading(port: number, count: number): Promise<net.Socket> {

@@ -1,6 +1,6 @@
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
-import { sample } from '../../tools/harness/metrics-text';
+import { sample, scrape } from '../../tools/harness/metrics-text';
 import type { ReadBackAnswer } from './support';
 import {
   readBackTraffic,
@@ -81,7 +81,7 @@ async function resetStatements(): Promise<void> {
 
 /** What a process's metrics say of its reads. */
 async function readsOf(svc: ServiceProcess): Promise<Record<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${String(svc.metricsPort)}/metrics`)).text();
+  const text = await scrape(svc.metricsPort);
   return {
     primary: sample(text, 'db_reads_total', 'target="primary"') ?? 0,
     standby: sample(text, 'db_reads_total', 'target="standby"') ?? 0,

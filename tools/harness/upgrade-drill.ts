@@ -16,6 +16,7 @@ import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
 import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
 import { countOf, createScratchDatabase, postgresServer } from './postgres';
+import { samples, scrape } from './metrics-text';
 import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
@@ -197,13 +198,7 @@ const UNCOUNTED = 'posts p WHERE NOT EXISTS (SELECT 1 FROM post_vote_counts c WH
 
 /** Metrics series named db_backfill_pending, with their values ([] when the release has none). */
 async function pendingGauges(svc: ServiceProcess): Promise<number[]> {
-  const text = await fetch(`http://127.0.0.1:${String(svc.metricsPort)}/metrics`, {
-    signal: AbortSignal.timeout(5000),
-  }).then((r) => r.text());
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith('db_backfill_pending'))
-    .map((l) => Number(l.split(' ').pop()));
+  return samples(await scrape(svc.metricsPort), 'db_backfill_pending').map((s) => s.value);
 }
 
 /**
