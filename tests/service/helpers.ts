@@ -237,21 +237,17 @@ export interface Account {
 /** Where supertest sends a request: an app it serves itself, or a listening server's base URL. */
 export type Target = Express | string;
 
+/** Logs in through the API's form, which must answer 200; returns the access token. */
+export async function logIn(app: Target, username: string, password: string): Promise<string> {
+  const login = await request(app).post('/login').type('form').send({ username, password }).expect(200);
+  return (login.body as { access_token: string }).access_token;
+}
+
 /** Registers and logs in a new user through the API, as a client would. */
 export async function newAccount(app: Target, email = uniqueEmail()): Promise<Account> {
   const password = 'correct horse battery';
   const created = await request(app).post('/users/').send({ email, password }).expect(201);
-  const login = await request(app)
-    .post('/login')
-    .type('form')
-    .send({ username: email, password })
-    .expect(200);
-  return {
-    user: created.body as User,
-    token: (login.body as { access_token: string }).access_token,
-    email,
-    password,
-  };
+  return { user: created.body as User, token: await logIn(app, email, password), email, password };
 }
 
 /**
