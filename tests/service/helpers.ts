@@ -293,17 +293,39 @@ export const bearer = (account: Account | string): { Authorization: string } => 
   Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
 });
 
-export async function newPost(
-  app: Target,
-  account: Account,
-  fields: Partial<{ title: string; content: string; published: boolean }> = {},
-): Promise<Post> {
+type PostFields = Partial<{ title: string; content: string; published: boolean }>;
+
+export async function newPost(app: Target, account: Account, fields: PostFields = {}): Promise<Post> {
   const res = await request(app)
     .post('/posts/')
     .set(bearer(account))
     .send({ title: 'A title', content: 'Some content', ...fields })
     .expect(201);
   return res.body as Post;
+}
+
+/** `count` posts by `account`, made one after another with the fields `fieldsOf(i)`; their ids, oldest first. */
+export async function newPosts(
+  app: Target,
+  account: Account,
+  count: number,
+  fieldsOf: (i: number) => PostFields,
+): Promise<number[]> {
+  const ids: number[] = [];
+  for (let i = 0; i < count; i += 1) ids.push((await newPost(app, account, fieldsOf(i))).id);
+  return ids;
+}
+
+/** A post as an answer carries it: its times are ISO strings in JSON. */
+export interface PostBody {
+  id: number;
+  title: string;
+  content: string;
+  published: boolean;
+  created_at: string;
+  user_id: number;
+  owner: { id: number; email: string; created_at: string };
+  votes: number;
 }
 
 /** The rows a request could change (users, posts, votes), to show that a refused one changed nothing. */
