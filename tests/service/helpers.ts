@@ -41,10 +41,19 @@ export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
 
+/** The rows `sql` answers on `db`. */
+export async function rowsOf<Row>(db: Knex, sql: string, bindings: Knex.RawBinding[] = []): Promise<Row[]> {
+  return (await db.raw<{ rows: Row[] }>(sql, bindings)).rows;
+}
+
+/** The plan PostgreSQL chooses for `sql` on `db`, as EXPLAIN prints it. */
+export const planOf = async (db: Knex, sql: string): Promise<string> =>
+  (await rowsOf<{ 'QUERY PLAN': string }>(db, `EXPLAIN ${sql}`)).map((r) => r['QUERY PLAN']).join('\n');
+
 /** A direct connection to the database `db` works on, past any relay or pooler in front of it. */
 export async function connectionBeside(db: Database): Promise<Knex> {
-  const { rows } = await db.knex.raw<{ rows: { name: string }[] }>('SELECT current_database() AS name');
-  return postgresConnection(rows[0]?.name);
+  const [row] = await rowsOf<{ name: string }>(db.knex, 'SELECT current_database() AS name');
+  return postgresConnection(row?.name);
 }
 
 /**
