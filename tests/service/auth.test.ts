@@ -4,7 +4,9 @@ import { sleep } from '../../tools/harness/client';
 import {
   bearer,
   expectProblem,
+  logIn,
   newAccount,
+  newPost,
   nextWholeSecond,
   TEST_SECRET,
   uniqueEmail,
@@ -13,12 +15,12 @@ import {
 
 const { service: svc, user: account } = postsFixture(['user']);
 
-const login = (body: Record<string, string>) => request(svc.app).post('/login').type('form').send(body);
+const api = () => request(svc.app);
+const login = (body: Record<string, string>) => api().post('/login').type('form').send(body);
 
 describe('POST /login', () => {
   test('When the form credentials are right, then 200 with a bearer token', async () => {
-    const res = await login({ username: account.email, password: account.password });
-    expect(res.status).toBe(200);
+    const res = await login({ username: account.email, password: account.password }).expect(200);
     expect(Object.keys(res.body as object).sort()).toEqual(['access_token', 'token_type']);
     expect((res.body as { token_type: string }).token_type).toBe('bearer');
   });
@@ -34,16 +36,13 @@ describe('POST /login', () => {
   });
 
   test('When the username differs only in letter case, then login succeeds, and the token acts as that same account', async () => {
-    const res = await login({ username: account.email.toUpperCase(), password: account.password }).expect(
-      200,
+    const token = await logIn(svc.app, account.email.toUpperCase(), account.password);
+    const created = await newPost(
+      svc.app,
+      { ...account, token },
+      { title: 'Written after an upper-case login', content: 'c' },
     );
-    const token = (res.body as { access_token: string }).access_token;
-    const created = await request(svc.app)
-      .post('/posts/')
-      .set(bearer(token))
-      .send({ title: 'Written after an upper-case login', content: 'c' })
-      .expect(201);
-    expect((created.body as { owner: { id: number; email: string } }).owner).toMatchObject({
+    expect(created.owner).toMatchObject({
       id: account.user.id,
       email: account.email,
     });
@@ -60,7 +59,7 @@ describe('POST /login', () => {
   test('When the password only shares its first 72 bytes with the real one, then 403', async () => {
     const email = uniqueEmail();
     const password = 'x'.repeat(72);
-    await request(svc.app).post('/users/').send({ email, password }).expect(201);
+    await api().post('/users/').send({ email, password }).expect(201);
     expect((await login({ username: email, password: `${password}tail` })).status).toBe(403);
   });
 
@@ -73,16 +72,14 @@ describe('POST /login', () => {
   });
 
   test('When the login is sent as JSON instead of a form, then 415', async () => {
-    const res = await request(svc.app)
-      .post('/login')
-      .send({ username: account.email, password: account.password });
+    const res = await api().post('/login').send({ username: account.email, password: account.password });
     expectProblem(res, 415);
   });
 
   test.each(['/login/', '/Login', '/LOGIN', '//login', '/%6Cogin', '/login;x'])(
     'When logging in at %s, then 404',
     async (path) => {
-      const res = await request(svc.app)
+      const res = await api()
         .post(path)
         .type('form')
         .send({ username: account.email, password: account.password });
@@ -96,13 +93,13 @@ describe('Bearer tokens on protected endpoints', () => {
     jwt.sign(payload, secret, { algorithm: 'HS256', expiresIn: 600, ...options });
 
   test('When no token is sent, then 401 Not authenticated with WWW-Authenticate: Bearer', async () => {
-    const res = await request(svc.app).get('/posts/');
+    const res = await api().get('/posts/');
     expect(expectProblem(res, 401).detail).toBe('Not authenticated');
     expect(res.headers['www-authenticate']).toBe('Bearer');
   });
 
   test('When the header is not a bearer token, then 401 Not authenticated', async () => {
-    const res = await request(svc.app)
+    const res = await api()
       .get('/posts/')
       .set('Authorization', `Basic ${Buffer.from('a:b').toString('base64')}`);
     expect(expectProblem(res, 401).detail).toBe('Not authenticated');
@@ -143,7 +140,7 @@ describe('Bearer tokens on protected endpoints', () => {
   test.each(invalid)(
     'When the token is %s, then 401 Could not validate credentials',
     async (_name, token) => {
-      const res = await request(svc.app).get('/posts/').set(bearer(token()));
+      const res = await api().get('/posts/').set(bearer(token()));
       expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
       expect(res.headers['www-authenticate']).toBe('Bearer');
     },
@@ -151,33 +148,28 @@ describe('Bearer tokens on protected endpoints', () => {
 
   test('When the token belongs to a deleted user, then every authenticated route answers 401 Could not validate credentials', async () => {
     const doomed = await newAccount(svc.app);
-    await request(svc.app).get('/posts/').set(bearer(doomed)).expect(200);
-    const post = await request(svc.app)
-      .post('/posts/')
-      .set(bearer(account))
-      .send({ title: 't', content: 'c' })
-      .expect(201);
-    const postId = (post.body as { id: number }).id;
+    await api().get('/posts/').set(bearer(doomed)).expect(200);
+    const postId = (await newPost(svc.app, account, { title: 't', content: 'c' })).id;
     await svc.db.knex('users').where({ id: doomed.user.id }).delete();
     const requests = [
-      request(svc.app).get('/posts/'),
-      request(svc.app).get('/posts'),
-      request(svc.app).get('/posts/?search=nothing-matches-this&limit=3'),
+      api().get('/posts/'),
+      api().get('/posts'),
+      api().get('/posts/?search=nothing-matches-this&limit=3'),
       // 401 before 422 (the specification), also for a query the list would refuse.
-      request(svc.app).get('/posts/?limit=0'),
-      request(svc.app).post('/posts/').send({ title: 't', content: 'c' }),
-      request(svc.app).get(`/posts/${String(postId)}`),
-      request(svc.app)
+      api().get('/posts/?limit=0'),
+      api().post('/posts/').send({ title: 't', content: 'c' }),
+      api().get(`/posts/${String(postId)}`),
+      api()
         .put(`/posts/${String(postId)}`)
         .send({ title: 't', content: 'c' }),
-      request(svc.app).delete(`/posts/${String(postId)}`),
-      request(svc.app).post('/votes/').send({ post_id: postId, dir: 1 }),
+      api().delete(`/posts/${String(postId)}`),
+      api().post('/votes/').send({ post_id: postId, dir: 1 }),
     ];
     for (const res of await Promise.all(requests.map((r) => r.set(bearer(doomed))))) {
       expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
       expect(res.headers['www-authenticate']).toBe('Bearer');
     }
-    await request(svc.app)
+    await api()
       .get(`/posts/${String(postId)}`)
       .set(bearer(account))
       .expect(200);
@@ -185,10 +177,7 @@ describe('Bearer tokens on protected endpoints', () => {
 
   test('When a signed-in caller has nothing to see on a page, then 200 with an empty list, not 401', async () => {
     const fresh = await newAccount(svc.app);
-    const res = await request(svc.app)
-      .get('/posts/?search=nothing-matches-this-search')
-      .set(bearer(fresh))
-      .expect(200);
+    const res = await api().get('/posts/?search=nothing-matches-this-search').set(bearer(fresh)).expect(200);
     expect(res.body).toEqual([]);
     expect(res.headers.link).toBeUndefined();
   });
@@ -196,9 +185,9 @@ describe('Bearer tokens on protected endpoints', () => {
   test('When the token lifetime passes, then the same token is refused', async () => {
     await nextWholeSecond();
     const token = sign({ sub: String(account.user.id) }, TEST_SECRET, { expiresIn: 2 });
-    await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
+    await api().get('/posts/').set(bearer(token)).expect(200);
     const { exp } = jwt.decode(token) as { exp: number };
     await sleep(exp * 1000 - Date.now() + 100);
-    expect((await request(svc.app).get('/posts/').set(bearer(token))).status).toBe(401);
+    expect((await api().get('/posts/').set(bearer(token))).status).toBe(401);
   });
 });

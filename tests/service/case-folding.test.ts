@@ -7,10 +7,12 @@ import { countOf } from '../../tools/harness/postgres';
 import {
   bearer,
   expectProblem,
+  logIn,
   migrateFirst,
   newAccount,
   newPost,
   onFresh,
+  planOf,
   postsFixture,
   uniqueToken,
   usingPostgres,
@@ -58,12 +60,7 @@ describe.each(DATABASES)('On a database with $name', ({ ctype }) => {
   test('When an account logs in with its address in another case of a non-ASCII letter, then it gets its own token', async () => {
     const email = address('øyvind');
     const account = await newAccount(svc.app, email);
-    const login = await request(svc.app)
-      .post('/login')
-      .type('form')
-      .send({ username: email.toUpperCase(), password: PASSWORD })
-      .expect(200);
-    const token = (login.body as { access_token: string }).access_token;
+    const token = await logIn(svc.app, email.toUpperCase(), PASSWORD);
     const me = await request(svc.app).get('/posts/').set(bearer(token)).expect(200);
     expect(me.status).toBe(200);
     // The token is the account's: its draft is on the list it sees.
@@ -101,10 +98,11 @@ describe.each(DATABASES)('On a database with $name', ({ ctype }) => {
   test('When the search runs, then it is served by the trigram index on the folded title', async () => {
     await svc.db.knex.transaction(async (trx) => {
       await trx.raw('SET LOCAL enable_seqscan = off');
-      const plan = await trx.raw<{ rows: { 'QUERY PLAN': string }[] }>(
-        "EXPLAIN SELECT id FROM posts WHERE fold_case(title) LIKE fold_case('%Needle%')",
+      const plan = await planOf(
+        trx,
+        "SELECT id FROM posts WHERE fold_case(title) LIKE fold_case('%Needle%')",
       );
-      expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('posts_title_folded_trgm');
+      expect(plan).toContain('posts_title_folded_trgm');
     });
   });
 });
@@ -151,12 +149,7 @@ describe.each(DATABASES)('Migrating a database with $name', ({ ctype }) => {
         const app = createApp({ db, settings, logger });
         for (const [g, group] of groups.entries())
           for (const [i, email] of group.entries()) {
-            const login = await request(app)
-              .post('/login')
-              .type('form')
-              .send({ username: email, password: PASSWORD })
-              .expect(200);
-            const token = (login.body as { access_token: string }).access_token;
+            const token = await logIn(app, email, PASSWORD);
             const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as {
               sub: unknown;
             };

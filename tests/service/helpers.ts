@@ -41,10 +41,19 @@ export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
 
+/** The rows `sql` answers on `db`. */
+export async function rowsOf<Row>(db: Knex, sql: string, bindings: Knex.RawBinding[] = []): Promise<Row[]> {
+  return (await db.raw<{ rows: Row[] }>(sql, bindings)).rows;
+}
+
+/** The plan PostgreSQL chooses for `sql` on `db`, as EXPLAIN prints it. */
+export const planOf = async (db: Knex, sql: string): Promise<string> =>
+  (await rowsOf<{ 'QUERY PLAN': string }>(db, `EXPLAIN ${sql}`)).map((r) => r['QUERY PLAN']).join('\n');
+
 /** A direct connection to the database `db` works on, past any relay or pooler in front of it. */
 export async function connectionBeside(db: Database): Promise<Knex> {
-  const { rows } = await db.knex.raw<{ rows: { name: string }[] }>('SELECT current_database() AS name');
-  return postgresConnection(rows[0]?.name);
+  const [row] = await rowsOf<{ name: string }>(db.knex, 'SELECT current_database() AS name');
+  return postgresConnection(row?.name);
 }
 
 /**
@@ -237,21 +246,17 @@ export interface Account {
 /** Where supertest sends a request: an app it serves itself, or a listening server's base URL. */
 export type Target = Express | string;
 
+/** Logs in through the API's form, which must answer 200; returns the access token. */
+export async function logIn(app: Target, username: string, password: string): Promise<string> {
+  const login = await request(app).post('/login').type('form').send({ username, password }).expect(200);
+  return (login.body as { access_token: string }).access_token;
+}
+
 /** Registers and logs in a new user through the API, as a client would. */
 export async function newAccount(app: Target, email = uniqueEmail()): Promise<Account> {
   const password = 'correct horse battery';
   const created = await request(app).post('/users/').send({ email, password }).expect(201);
-  const login = await request(app)
-    .post('/login')
-    .type('form')
-    .send({ username: email, password })
-    .expect(200);
-  return {
-    user: created.body as User,
-    token: (login.body as { access_token: string }).access_token,
-    email,
-    password,
-  };
+  return { user: created.body as User, token: await logIn(app, email, password), email, password };
 }
 
 /**
@@ -297,17 +302,39 @@ export const bearer = (account: Account | string): { Authorization: string } => 
   Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
 });
 
-export async function newPost(
-  app: Target,
-  account: Account,
-  fields: Partial<{ title: string; content: string; published: boolean }> = {},
-): Promise<Post> {
+type PostFields = Partial<{ title: string; content: string; published: boolean }>;
+
+export async function newPost(app: Target, account: Account, fields: PostFields = {}): Promise<Post> {
   const res = await request(app)
     .post('/posts/')
     .set(bearer(account))
     .send({ title: 'A title', content: 'Some content', ...fields })
     .expect(201);
   return res.body as Post;
+}
+
+/** `count` posts by `account`, made one after another with the fields `fieldsOf(i)`; their ids, oldest first. */
+export async function newPosts(
+  app: Target,
+  account: Account,
+  count: number,
+  fieldsOf: (i: number) => PostFields,
+): Promise<number[]> {
+  const ids: number[] = [];
+  for (let i = 0; i < count; i += 1) ids.push((await newPost(app, account, fieldsOf(i))).id);
+  return ids;
+}
+
+/** A post as an answer carries it: its times are ISO strings in JSON. */
+export interface PostBody {
+  id: number;
+  title: string;
+  content: string;
+  published: boolean;
+  created_at: string;
+  user_id: number;
+  owner: { id: number; email: string; created_at: string };
+  votes: number;
 }
 
 /** The rows a request could change (users, posts, votes), to show that a refused one changed nothing. */

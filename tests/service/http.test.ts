@@ -11,8 +11,10 @@ const { service: svc, user: account } = postsFixture(['user'], {
   CORS_ALLOWED_ORIGINS: `${ALLOWED}, http://localhost:5173`,
 });
 
+const api = () => request(svc.app);
+
 const preflight = (path: string, origin: string, method = 'POST', headers = 'authorization,content-type') =>
-  request(svc.app)
+  api()
     .options(path)
     .set('Origin', origin)
     .set('Access-Control-Request-Method', method)
@@ -22,8 +24,7 @@ describe('Cross-origin requests', () => {
   test.each(['/posts/', '/users/', '/login', '/votes/', '/posts/1', '/no/such/path'])(
     'When an allowed origin sends a preflight to %s, then 200 allows it with every method and the requested headers',
     async (path) => {
-      const res = await preflight(path, ALLOWED, 'PUT', 'authorization,content-type,x-custom');
-      expect(res.status).toBe(200);
+      const res = await preflight(path, ALLOWED, 'PUT', 'authorization,content-type,x-custom').expect(200);
       expect(res.headers['access-control-allow-origin']).toBe(ALLOWED);
       expect(res.headers.vary).toMatch(/Origin/);
       const methods = String(res.headers['access-control-allow-methods']).split(',');
@@ -34,39 +35,34 @@ describe('Cross-origin requests', () => {
   );
 
   test('When an allowed origin makes the actual call, then its origin is echoed (never *)', async () => {
-    const res = await request(svc.app).get('/posts/').set(bearer(account)).set('Origin', ALLOWED);
-    expect(res.status).toBe(200);
+    const res = await api().get('/posts/').set(bearer(account)).set('Origin', ALLOWED).expect(200);
     expect(res.headers['access-control-allow-origin']).toBe(ALLOWED);
     expect(res.headers.vary).toMatch(/Origin/);
   });
 
   test('When an allowed origin reads a list page, then Link is exposed to it with the other headers a client reads', async () => {
-    const res = await request(svc.app).get('/posts/public?limit=1').set('Origin', ALLOWED);
-    expect(res.status).toBe(200);
+    const res = await api().get('/posts/public?limit=1').set('Origin', ALLOWED).expect(200);
     const exposed = String(res.headers['access-control-expose-headers']).split(',');
     expect(exposed).toEqual(['X-Request-Id', 'WWW-Authenticate', 'Retry-After', 'Link']);
   });
 
   test('When the second listed origin calls, then it is allowed too', async () => {
-    const res = await request(svc.app).get('/posts/public').set('Origin', 'http://localhost:5173');
+    const res = await api().get('/posts/public').set('Origin', 'http://localhost:5173');
     expect(res.headers['access-control-allow-origin']).toBe('http://localhost:5173');
   });
 
   test('When a foreign origin sends a preflight, then 200 but no Access-Control-Allow-Origin', async () => {
-    const res = await preflight('/posts/', FOREIGN);
-    expect(res.status).toBe(200);
+    const res = await preflight('/posts/', FOREIGN).expect(200);
     expect(res.headers['access-control-allow-origin']).toBeUndefined();
   });
 
   test('When a foreign origin makes the actual call, then the server answers without Access-Control-Allow-Origin', async () => {
-    const res = await request(svc.app).get('/posts/').set(bearer(account)).set('Origin', FOREIGN);
-    expect(res.status).toBe(200);
+    const res = await api().get('/posts/').set(bearer(account)).set('Origin', FOREIGN).expect(200);
     expect(res.headers['access-control-allow-origin']).toBeUndefined();
   });
 
   test('When a call carries no Origin, then it gets Vary: Origin and no Access-Control-* headers', async () => {
-    const res = await request(svc.app).get('/posts/public');
-    expect(res.status).toBe(200);
+    const res = await api().get('/posts/public').expect(200);
     expect(res.headers.vary).toBe('Origin');
     expect(Object.keys(res.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
   });
@@ -104,18 +100,17 @@ const API_SET = {
 
 describe('Security headers by kind of answer', () => {
   test.each([
-    ['a JSON list', () => request(svc.app).get('/posts/public'), 200],
-    ["the caller's list", () => request(svc.app).get('/posts/').set(bearer(account)), 200],
-    ['a 401', () => request(svc.app).get('/posts/'), 401],
-    ['a 404 problem', () => request(svc.app).get('/no/such/path'), 404],
-    ['a 422 problem', () => request(svc.app).get('/posts/public?limit=0'), 422],
+    ['a JSON list', () => api().get('/posts/public'), 200],
+    ["the caller's list", () => api().get('/posts/').set(bearer(account)), 200],
+    ['a 401', () => api().get('/posts/'), 401],
+    ['a 404 problem', () => api().get('/no/such/path'), 404],
+    ['a 422 problem', () => api().get('/posts/public?limit=0'), 422],
     [
       'a 403 from the login',
-      () =>
-        request(svc.app).post('/login').type('form').send({ username: account.email, password: 'wrong-one' }),
+      () => api().post('/login').type('form').send({ username: account.email, password: 'wrong-one' }),
       403,
     ],
-    ['the OpenAPI document', () => request(svc.app).get('/openapi.json'), 200],
+    ['the OpenAPI document', () => api().get('/openapi.json'), 200],
     ['a preflight', () => preflight('/posts/', ALLOWED), 200],
   ])(
     'When %s is answered, then it carries the API set and none of the page-only headers',
@@ -130,8 +125,7 @@ describe('Security headers by kind of answer', () => {
   test.each(['/docs', '/docs/', '/docs/swagger-ui.css'])(
     "When the docs page or an asset (%s) is answered, then it carries helmet's full set with its page policy",
     async (path) => {
-      const res = await request(svc.app).get(path);
-      expect(res.status).toBe(200);
+      const res = await api().get(path).expect(200);
       for (const name of PAGE_ONLY.filter((n) => n !== 'x-xss-protection'))
         expect(res.headers[name]).toBeDefined();
       expect(res.headers['x-xss-protection']).toBe('0');
@@ -143,8 +137,7 @@ describe('Security headers by kind of answer', () => {
 
   test('When a probe answers, then it carries none of them (the kubelet is no browser)', async () => {
     for (const path of ['/healthz/live', '/healthz/ready']) {
-      const res = await request(svc.app).get(path);
-      expect(res.status).toBe(200);
+      const res = await api().get(path).expect(200);
       for (const name of [...PAGE_ONLY, ...Object.keys(API_SET)]) expect(res.headers[name]).toBeUndefined();
     }
   });
@@ -152,19 +145,16 @@ describe('Security headers by kind of answer', () => {
 
 describe('Conditional GET', () => {
   test('When a list is asked again with its ETag, then 304 without a body until the list changes', async () => {
-    const first = await request(svc.app).get('/posts/public?limit=3');
-    expect(first.status).toBe(200);
+    const first = await api().get('/posts/public?limit=3').expect(200);
     const etag = String(first.headers.etag);
     expect(etag).toMatch(/^W\/"[0-9a-f]+-/);
 
-    const again = await request(svc.app).get('/posts/public?limit=3').set('If-None-Match', etag);
-    expect(again.status).toBe(304);
+    const again = await api().get('/posts/public?limit=3').set('If-None-Match', etag).expect(304);
     expect(again.text).toBe('');
     expect(again.headers.etag).toBe(etag);
 
     await newPost(svc.app, account, { title: 'A newer post changes the first page' });
-    const changed = await request(svc.app).get('/posts/public?limit=3').set('If-None-Match', etag);
-    expect(changed.status).toBe(200);
+    const changed = await api().get('/posts/public?limit=3').set('If-None-Match', etag).expect(200);
     expect(changed.headers.etag).not.toBe(etag);
     expect((changed.body as { title: string }[])[0]?.title).toBe('A newer post changes the first page');
   });
@@ -173,15 +163,12 @@ describe('Conditional GET', () => {
 describe('Headers every answer carries or never carries', () => {
   test('When any endpoint answers, then there is no Set-Cookie and no X-Powered-By', async () => {
     const answers = await Promise.all([
-      request(svc.app)
-        .post('/login')
-        .type('form')
-        .send({ username: account.email, password: account.password }),
-      request(svc.app).post('/login').type('form').send({ username: account.email, password: 'wrong-one' }),
-      request(svc.app).get('/posts/').set(bearer(account)),
-      request(svc.app).get('/posts/public'),
-      request(svc.app).get('/docs'),
-      request(svc.app).get('/nowhere'),
+      api().post('/login').type('form').send({ username: account.email, password: account.password }),
+      api().post('/login').type('form').send({ username: account.email, password: 'wrong-one' }),
+      api().get('/posts/').set(bearer(account)),
+      api().get('/posts/public'),
+      api().get('/docs'),
+      api().get('/nowhere'),
       preflight('/users/', ALLOWED),
     ]);
     for (const res of answers) {
@@ -194,55 +181,53 @@ describe('Headers every answer carries or never carries', () => {
 
 describe('Errors', () => {
   test('When the path is unknown, then 404 problem+json', async () => {
-    expectProblem(await request(svc.app).get('/nope'), 404);
-    expectProblem(await request(svc.app).get('/Posts/public'), 404);
+    expectProblem(await api().get('/nope'), 404);
+    expectProblem(await api().get('/Posts/public'), 404);
   });
 
   test('When a known path gets an unsupported method, then 405 with Allow', async () => {
-    const res = await request(svc.app).patch('/posts/1').set(bearer(account)).send({});
+    const res = await api().patch('/posts/1').set(bearer(account)).send({});
     expectProblem(res, 405);
     expect(res.headers.allow).toBe('GET, PUT, DELETE');
   });
 
   test('When a path under /docs ends in package.json, then the usual 404 problem+json', async () => {
-    expectProblem(await request(svc.app).get('/docs/package.json'), 404);
-    expectProblem(await request(svc.app).post('/docs/../x/package.json'), 404);
+    expectProblem(await api().get('/docs/package.json'), 404);
+    expectProblem(await api().post('/docs/../x/package.json'), 404);
   });
 
   test('When the path is badly percent-encoded, then 400', async () => {
-    expectProblem(await request(svc.app).get('/posts/%E0%A4%A').set(bearer(account)), 400);
+    expectProblem(await api().get('/posts/%E0%A4%A').set(bearer(account)), 400);
   });
 
   test('When a body is deeply nested JSON, then a clear 4xx and the process carries on', async () => {
     const deep = `${'['.repeat(50_000)}${']'.repeat(50_000)}`;
-    const res = await request(svc.app)
+    const res = await api()
       .post('/posts/')
       .set(bearer(account))
       .set('Content-Type', 'application/json')
       .send(deep);
     expect(res.status).toBeGreaterThanOrEqual(400);
     expect(res.status).toBeLessThan(500);
-    await request(svc.app).get('/posts/public').expect(200);
+    await api().get('/posts/public').expect(200);
   });
 });
 
 describe('Documentation', () => {
   test('When /docs is opened, then 200 with Swagger UI whose assets load', async () => {
-    const res = await request(svc.app).get('/docs');
-    expect(res.status).toBe(200);
+    const res = await api().get('/docs').expect(200);
     expect(res.headers['content-type']).toMatch(/text\/html/);
     expect(res.text).toContain('swagger-ui');
     for (const asset of ['/docs/swagger-ui.css', '/docs/swagger-ui-bundle.js', '/docs/swagger-ui-init.js']) {
       expect(res.text).toContain(asset);
-      expect((await request(svc.app).get(asset)).status).toBe(200);
+      expect((await api().get(asset)).status).toBe(200);
     }
-    const init = await request(svc.app).get('/docs/swagger-ui-init.js');
+    const init = await api().get('/docs/swagger-ui-init.js');
     expect(init.text).toContain('"tokenUrl": "/login"');
   });
 
   test('When /openapi.json is read, then it documents every operation of the contract with a password flow at /login', async () => {
-    const res = await request(svc.app).get('/openapi.json');
-    expect(res.status).toBe(200);
+    const res = await api().get('/openapi.json').expect(200);
     const doc = res.body as {
       openapi: string;
       paths: Record<string, Record<string, { responses: Record<string, unknown>; security?: unknown[] }>>;
@@ -269,7 +254,7 @@ describe('Documentation', () => {
     const { version } = JSON.parse(readFileSync(resolve(__dirname, '../../package.json'), 'utf8')) as {
       version: string;
     };
-    const doc = (await request(svc.app).get('/openapi.json').expect(200)).body as {
+    const doc = (await api().get('/openapi.json').expect(200)).body as {
       info: { version: string };
     };
     expect(doc.info.version).toBe(version);
@@ -277,7 +262,7 @@ describe('Documentation', () => {
   });
 
   test("When docs/api.md's status table is read, then each call lists exactly the statuses /openapi.json gives it", async () => {
-    const doc = (await request(svc.app).get('/openapi.json').expect(200)).body as {
+    const doc = (await api().get('/openapi.json').expect(200)).body as {
       paths: Record<string, Record<string, { responses?: Record<string, unknown> }>>;
     };
     const table = readFileSync(resolve(__dirname, '../../docs/api.md'), 'utf8')

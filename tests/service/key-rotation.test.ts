@@ -12,6 +12,7 @@ import {
   captureLog,
   expectProblem,
   freshDatabaseEnv,
+  logIn,
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
@@ -57,14 +58,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
 
   afterAll(() => database.close());
 
-  const loginOn = async (pod: Express): Promise<string> => {
-    const res = await request(pod)
-      .post('/login')
-      .type('form')
-      .send({ username: account.email, password: account.password })
-      .expect(200);
-    return (res.body as { access_token: string }).access_token;
-  };
+  const loginOn = (pod: Express): Promise<string> => logIn(pod, account.email, account.password);
   const postsOn = (pod: Express, token: string) => request(pod).get('/posts/').set(bearer(token));
   const expectRefused = async (pod: Express, token: string) => {
     const res = await postsOn(pod, token);

@@ -16,23 +16,19 @@ import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { sleep } from '../../tools/harness/client';
 import { countOf } from '../../tools/harness/postgres';
-import { migrateFirst, onFresh, testOnPostgres } from './helpers';
+import { migrateFirst, onFresh, planOf, rowsOf, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 
-async function tables(db: Database): Promise<string[]> {
-  const result = await db.knex.raw<{ rows: { tablename: string }[] }>(
-    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
-  );
-  return result.rows.map((r) => r.tablename);
-}
-
-async function indexes(db: Database): Promise<string[]> {
-  const result = await db.knex.raw<{ rows: { indexname: string }[] }>(
-    "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexname",
-  );
-  return result.rows.map((r) => r.indexname);
-}
+/** The `name` column of a catalogue query's rows, in its order. */
+const names = async (db: Database, sql: string): Promise<string[]> =>
+  (await rowsOf<{ name: string }>(db.knex, sql)).map((r) => r.name);
+const tables = (db: Database) =>
+  names(db, "SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename");
+const indexes = (db: Database) =>
+  names(db, "SELECT indexname AS name FROM pg_indexes WHERE schemaname = 'public' ORDER BY indexname");
+const sequences = (db: Database) =>
+  names(db, "SELECT relname AS name FROM pg_class WHERE relkind = 'S' ORDER BY relname");
 
 const SCHEMA_TABLES = [
   'knex_migrations',
@@ -43,13 +39,6 @@ const SCHEMA_TABLES = [
   'users',
   'votes',
 ];
-
-async function sequences(db: Database): Promise<string[]> {
-  const result = await db.knex.raw<{ rows: { relname: string }[] }>(
-    "SELECT relname FROM pg_class WHERE relkind = 'S' ORDER BY relname",
-  );
-  return result.rows.map((r) => r.relname);
-}
 
 /** A fresh database at the latest schema for one case, closed and dropped after it. */
 const onMigrated = (work: (db: Database) => Promise<void>): Promise<void> =>
@@ -104,10 +93,7 @@ test('When migrated, then the schema has the indexes the queries rely on', async
     );
     // On a table of any size, a search uses the folded title's trigram index; a login, the address's.
     await db.knex.raw('SET enable_seqscan = off');
-    const plan = async (sql: string) =>
-      (await db.knex.raw<{ rows: { 'QUERY PLAN': string }[] }>(`EXPLAIN ${sql}`)).rows
-        .map((r) => r['QUERY PLAN'])
-        .join('\n');
+    const plan = (sql: string) => planOf(db.knex, sql);
     expect(await plan("SELECT id FROM posts WHERE fold_case(title) LIKE fold_case('%Needle%')")).toContain(
       'posts_title_folded_trgm',
     );
@@ -116,6 +102,10 @@ test('When migrated, then the schema has the indexes the queries rely on', async
     ).toContain('users_email_folded_unique');
   });
 });
+
+/** Inserts `rows` into `table`; the ids they were given, in order. */
+const insertIds = async (k: Knex, table: string, rows: object | object[]): Promise<number[]> =>
+  (await k(table).insert(rows).returning<{ id: number }[]>('id')).map((r) => r.id);
 
 /** Each post's stored count, or null where the post has none yet (not counted). */
 async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
@@ -136,17 +126,15 @@ test("When the vote-count migration meets votes cast before it, then it writes n
   await onMigrated(async (db) => {
     const k = db.knex;
     await asPreviousRelease(k);
-    const [one, two, three] = await k('users')
-      .insert([1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' })))
-      .returning<{ id: number }[]>('id');
-    const [a, b] = await k('posts')
-      .insert(['a', 'b'].map((title) => ({ title, content: 'c', published: true, user_id: one?.id })))
-      .returning<{ id: number }[]>('id');
+    const voters = [1, 2, 3].map((n) => ({ email: `voter${String(n)}@example.com`, password: 'x' }));
+    const [one, two, three] = await insertIds(k, 'users', voters);
+    const posts = ['a', 'b'].map((title) => ({ title, content: 'c', published: true, user_id: one }));
+    const [a, b] = await insertIds(k, 'posts', posts);
     await k('votes').insert([
-      { user_id: one?.id, post_id: a?.id },
-      { user_id: two?.id, post_id: a?.id },
-      { user_id: three?.id, post_id: a?.id },
-      { user_id: one?.id, post_id: b?.id },
+      { user_id: one, post_id: a },
+      { user_id: two, post_id: a },
+      { user_id: three, post_id: a },
+      { user_id: one, post_id: b },
     ]);
     const columnsBefore = await k('posts').columnInfo();
     await postVoteCounts.up(k);
@@ -154,45 +142,41 @@ test("When the vote-count migration meets votes cast before it, then it writes n
     // The posts' row type is untouched: the previous release's prepared statements keep theirs.
     expect(await k('posts').columnInfo()).toEqual(columnsBefore);
     // The existing posts wait for the backfill; a new one starts at 0.
-    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: null, [String(b?.id)]: null });
-    const [c] = await k('posts')
-      .insert({ title: 'c', content: 'c', published: true, user_id: one?.id })
-      .returning<{ id: number }[]>('id');
+    expect(await storedCounts(k)).toEqual({ [String(a)]: null, [String(b)]: null });
+    const [c] = await insertIds(k, 'posts', { title: 'c', content: 'c', published: true, user_id: one });
     // A vote before the backfill leaves "not counted" as it is; what a reader sees is still right.
-    await k('votes').insert({ user_id: two?.id, post_id: b?.id });
+    await k('votes').insert({ user_id: two, post_id: b });
     expect(await storedCounts(k)).toEqual({
-      [String(a?.id)]: null,
-      [String(b?.id)]: null,
-      [String(c?.id)]: 0,
+      [String(a)]: null,
+      [String(b)]: null,
+      [String(c)]: 0,
     });
-    const shown = await getPost(db, Number(b?.id), 'public');
+    const shown = await getPost(db, Number(b), 'public');
     expect(shown?.votes).toBe(2);
     expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
 
     await startBackfills(db, logger).done;
-    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 3, [String(b?.id)]: 2, [String(c?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({ [String(a)]: 3, [String(b)]: 2, [String(c)]: 0 });
     expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: false, rowsDone: 2 }]);
-    await k('votes').insert({ user_id: two?.id, post_id: c?.id });
-    await k('votes').where({ user_id: one?.id, post_id: a?.id }).delete();
-    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 2, [String(b?.id)]: 2, [String(c?.id)]: 1 });
+    await k('votes').insert({ user_id: two, post_id: c });
+    await k('votes').where({ user_id: one, post_id: a }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a)]: 2, [String(b)]: 2, [String(c)]: 1 });
     // A user's removal takes their votes (the cascade fires the trigger); a post's takes its own.
-    await k('users').where({ id: two?.id }).delete();
-    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(b?.id)]: 1, [String(c?.id)]: 0 });
-    await k('posts').where({ id: b?.id }).delete();
-    expect(await storedCounts(k)).toEqual({ [String(a?.id)]: 1, [String(c?.id)]: 0 });
+    await k('users').where({ id: two }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a)]: 1, [String(b)]: 1, [String(c)]: 0 });
+    await k('posts').where({ id: b }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(a)]: 1, [String(c)]: 0 });
   });
 });
 
 test('When the backfill runs in batches, stops half-way and starts again, then it carries on where it stopped and counts every post once', async () => {
   await onMigrated(async (db) => {
     const k = db.knex;
-    const [user] = await k('users')
-      .insert({ email: 'many@example.com', password: 'x' })
-      .returning<{ id: number }[]>('id');
+    const [user] = await insertIds(k, 'users', { email: 'many@example.com', password: 'x' });
     // Enough posts for several batches, each with as many votes as its id modulo 3.
     const posts = 2 * BACKFILL_BATCH_IDS + 10;
     await k.raw(`INSERT INTO posts (title, content, user_id) SELECT 't', 'c', ? FROM generate_series(1, ?)`, [
-      Number(user?.id),
+      Number(user),
       posts,
     ]);
     await k.raw(
@@ -220,11 +204,12 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
     expect(mid?.finished_at).toBeNull();
     await startBackfills(db, logger).done;
 
-    const wrong = await k.raw<{ rows: unknown[] }>(
+    const wrong = await rowsOf(
+      k,
       `SELECT p.id FROM posts p LEFT JOIN post_vote_counts c ON c.post_id = p.id
        WHERE c.votes IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
     );
-    expect(wrong.rows).toEqual([]);
+    expect(wrong).toEqual([]);
     const [done] = await k<{ rows_done: string; finished_at: Date | null }>('schema_backfills').select(
       'rows_done',
       'finished_at',
@@ -250,19 +235,15 @@ test('When a database applied the first form of the vote-count migration (a post
     await k.raw(
       'CREATE TRIGGER votes_count AFTER INSERT OR DELETE ON votes FOR EACH ROW EXECUTE FUNCTION posts_vote_count()',
     );
-    const [user] = await k('users')
-      .insert({ email: 'first@example.com', password: 'x' })
-      .returning<{ id: number }[]>('id');
-    const [post] = await k('posts')
-      .insert({ title: 't', content: 'c', user_id: user?.id })
-      .returning<{ id: number }[]>('id');
-    await k('votes').insert({ user_id: user?.id, post_id: post?.id });
+    const [user] = await insertIds(k, 'users', { email: 'first@example.com', password: 'x' });
+    const [post] = await insertIds(k, 'posts', { title: 't', content: 'c', user_id: user });
+    await k('votes').insert({ user_id: user, post_id: post });
     await backfillProgress.up(k);
     expect(await backfillState(db)).toEqual([{ name: 'posts.vote_count', pending: true, rowsDone: 0 }]);
     await startBackfills(db, logger).done;
-    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 1 });
-    await k('votes').where({ user_id: user?.id }).delete();
-    expect(await storedCounts(k)).toEqual({ [String(post?.id)]: 0 });
+    expect(await storedCounts(k)).toEqual({ [String(post)]: 1 });
+    await k('votes').where({ user_id: user }).delete();
+    expect(await storedCounts(k)).toEqual({ [String(post)]: 0 });
     expect(await k('posts').select('vote_count')).toEqual([{ vote_count: 0 }]);
   });
 });
@@ -383,11 +364,8 @@ testOnPostgres(
       const other = await another({ DB_STATEMENT_TIMEOUT_MS: '60000' });
       const index = 'posts_content_trgm_scratch';
       await migrateToLatest(db, logger);
-      const [user] = await other
-        .knex('users')
-        .insert({ email: 'builder@example.com', password: 'x' })
-        .returning<{ id: number }[]>('id');
-      const userId = Number(user?.id);
+      const [user] = await insertIds(other.knex, 'users', { email: 'builder@example.com', password: 'x' });
+      const userId = Number(user);
       // Enough rows that the trigram index takes a second or two to build, as a larger table does.
       await other.knex.raw(
         `INSERT INTO posts (title, content, user_id)
@@ -430,10 +408,9 @@ testOnPostgres(
       await held;
       expect(await migrating).toEqual(['29990101000010_posts_content_trgm']);
       expect(await indexState(other.knex, index)).toBe('valid');
-      const invalid = await other.knex.raw<{ rows: unknown[] }>(
-        'SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid',
-      );
-      expect(invalid.rows).toEqual([]);
+      expect(
+        await rowsOf(other.knex, 'SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid'),
+      ).toEqual([]);
       // A try failed at the lock time-out and left the index INVALID; a later one replaced it.
       expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
       expect(seen).toContain('invalid');
@@ -461,12 +438,11 @@ test('When migrations are rolled back and applied again, then the schema comes b
 
 test("When the migrations run, then the app's session keeps its own time-outs (on the embedded database it is the one session the migrations ran on)", async () => {
   await onFresh({}, async (db) => {
-    const timeouts = async () =>
-      (
-        await db.knex.raw<{ rows: { lock: string; statement: string }[] }>(
-          "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
-        )
-      ).rows[0];
+    const timeouts = () =>
+      rowsOf(
+        db.knex,
+        "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
+      );
     const before = await timeouts();
     // Down and up again, so that those run outside a transaction set their own time-outs both ways.
     await migrateToLatest(db, logger);

@@ -1,17 +1,19 @@
 import request from 'supertest';
-import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
+import {
+  bearer,
+  expectProblem,
+  newPost,
+  newPosts,
+  uniqueToken,
+  type Account,
+  type PostBody,
+  postsFixture,
+} from './helpers';
 
 /**
  * Keyset paging of both lists: `Link: <…>; rel="next"` on every page that has more after it, and
  * `cursor` pages that neither skip nor repeat a post, at microsecond precision, as posts are added.
  */
-
-interface PostBody {
-  id: number;
-  title: string;
-  published: boolean;
-  user_id: number;
-}
 
 const { service, alice, bob } = postsFixture(['alice', 'bob']);
 
@@ -19,11 +21,8 @@ const api = () => request(service.app);
 
 const token = (): string => uniqueToken('p');
 
-async function get(path: string, account?: Account): Promise<request.Response> {
-  const req = api().get(path);
-  if (account) void req.set(bearer(account));
-  return req;
-}
+const get = (path: string, account?: Account) =>
+  account ? api().get(path).set(bearer(account)) : api().get(path);
 
 const idsOf = (res: request.Response): number[] => (res.body as PostBody[]).map((p) => p.id);
 
@@ -49,8 +48,7 @@ async function walk(
   const links: string[] = [];
   let next: string | undefined = path;
   while (next !== undefined) {
-    const res = await get(next, account);
-    expect(res.status).toBe(200);
+    const res = await get(next, account).expect(200);
     pages.push(idsOf(res));
     next = nextLink(res);
     if (next !== undefined) {
@@ -199,8 +197,7 @@ describe('Walking a list by its Link header while posts are added', () => {
 describe('Cursor precision', () => {
   test('When posts share a millisecond or their whole created_at, then cursor pages of any size neither skip nor repeat one', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 7; i += 1) ids.push((await newPost(service.app, alice, { title: `${t} ${i}` })).id);
+    const ids = await newPosts(service.app, alice, 7, (i) => ({ title: `${t} ${i}` }));
     const [p0, p1, p2, p3, p4, p5, p6] = ids as [number, number, number, number, number, number, number];
     // All in one millisecond but p6; p2-p4 identical, and p0 and p5 identical (ties go by id).
     await setCreatedAt(p0, '2035-01-01T00:00:00.000100Z');
@@ -226,8 +223,7 @@ describe('Cursor precision', () => {
 describe('Cursor pages and changes between them', () => {
   test('When the post a cursor points after is deleted before the next page, then the walk continues after it', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 7; i += 1) ids.push((await newPost(service.app, alice, { title: `${t} ${i}` })).id);
+    const ids = await newPosts(service.app, alice, 7, (i) => ({ title: `${t} ${i}` }));
     const newest = [...ids].reverse();
 
     const first = await get(`/posts/public?search=${t}&limit=3`);
@@ -241,9 +237,7 @@ describe('Cursor pages and changes between them', () => {
 
   test('When a cursor from the authenticated list is used on the public list, then it pages the public list from there', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 5; i += 1)
-      ids.push((await newPost(service.app, alice, { title: `${t} ${i}`, published: i !== 1 })).id);
+    const ids = await newPosts(service.app, alice, 5, (i) => ({ title: `${t} ${i}`, published: i !== 1 }));
     const first = await get(`/posts/?search=${t}&limit=2`, alice);
     expect(idsOf(first)).toEqual([ids[4], ids[3]]);
     const cursor = new URLSearchParams((nextLink(first) ?? '').split('?')[1]).get('cursor');
@@ -262,9 +256,7 @@ describe('The Link header', () => {
 
   beforeAll(async () => {
     t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 5; i += 1) ids.push((await newPost(service.app, bob, { title: `${t} ${i}` })).id);
-    newest = ids.reverse();
+    newest = (await newPosts(service.app, bob, 5, (i) => ({ title: `${t} ${i}` }))).reverse();
   });
 
   test('When a page holds the last posts, then it has no Link, also when it is exactly full', async () => {
@@ -284,8 +276,7 @@ describe('The Link header', () => {
       [`/posts/?search=${token()}`, alice],
       [`/posts/public?search=${t}&skip=5`, undefined],
     ] as const) {
-      const res = await get(path, account);
-      expect(res.status).toBe(200);
+      const res = await get(path, account).expect(200);
       expect(res.body).toEqual([]);
       expect(res.headers.link).toBeUndefined();
     }

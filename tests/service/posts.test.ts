@@ -5,29 +5,14 @@ import {
   expectProblem,
   newAccount,
   newPost,
+  newPosts,
   uniqueToken,
   type Account,
+  type PostBody,
   postsFixture,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
 import { countOf } from '../../tools/harness/postgres';
-
-interface OwnerBody {
-  id: number;
-  email: string;
-  created_at: string;
-}
-
-interface PostBody {
-  id: number;
-  title: string;
-  content: string;
-  published: boolean;
-  created_at: string;
-  user_id: number;
-  owner: OwnerBody;
-  votes: number;
-}
 
 const POST_KEYS = ['content', 'created_at', 'id', 'owner', 'published', 'title', 'user_id', 'votes'];
 const OWNER_KEYS = ['created_at', 'email', 'id'];
@@ -41,18 +26,17 @@ const { service, alice, bob } = postsFixture(['alice', 'bob']);
 
 const api = () => request(service.app);
 
-async function getPost(account: Account, id: number): Promise<request.Response> {
-  return api().get(`/posts/${id}`).set(bearer(account));
-}
+const getPost = (account: Account, id: number) => api().get(`/posts/${id}`).set(bearer(account));
+/** A POST of `body` to the collection (at `path`) as `account`. */
+const create = (body: object, account = alice, path = '/posts/') =>
+  api().post(path).set(bearer(account)).send(body);
+const replace = (id: number, body: object, account = alice) =>
+  api().put(`/posts/${id}`).set(bearer(account)).send(body);
+const titleOf = async (id: number) => ((await getPost(alice, id)).body as PostBody).title;
 
 /** The posts a list answers 200 with, asked as `account` when given. */
-async function list(path: string, account?: Account): Promise<PostBody[]> {
-  const req = api().get(path);
-  if (account) void req.set(bearer(account));
-  const res = await req;
-  expect(res.status).toBe(200);
-  return res.body as PostBody[];
-}
+const list = async (path: string, account?: Account): Promise<PostBody[]> =>
+  (await (account ? api().get(path).set(bearer(account)) : api().get(path)).expect(200)).body as PostBody[];
 
 const listIds = async (path: string, account?: Account): Promise<number[]> =>
   (await list(path, account)).map((p) => p.id);
@@ -88,20 +72,14 @@ describe('POST /posts/', () => {
   test('When an authenticated user creates a post, then 201 returns exactly the post with its owner and 0 votes', async () => {
     const title = `Created ${token()}`;
     const before = Date.now();
-    const res = await api()
-      .post('/posts/')
-      .set(bearer(alice))
-      .send({ title, content: 'Body text', published: false });
-    expect(res.status).toBe(201);
+    const res = await create({ title, content: 'Body text', published: false }).expect(201);
     expect(res.headers['content-type']).toMatch(/^application\/json/);
     const body = res.body as PostBody;
     expectPostShape(body, alice);
     expect(body).toMatchObject({ title, content: 'Body text', published: false, votes: 0 });
     expect(Math.abs(new Date(body.created_at).getTime() - before)).toBeLessThan(60_000);
 
-    const fetched = await getPost(alice, body.id);
-    expect(fetched.status).toBe(200);
-    expect(fetched.body).toEqual(body);
+    expect((await getPost(alice, body.id).expect(200)).body).toEqual(body);
   });
 
   test('When published is omitted on create, then the post is published and appears in the public list', async () => {
@@ -112,20 +90,13 @@ describe('POST /posts/', () => {
   });
 
   test('When the collection is addressed without the trailing slash, then the post is created too', async () => {
-    const res = await api()
-      .post('/posts')
-      .set(bearer(alice))
-      .send({ title: `No slash ${token()}`, content: 'x' });
-    expect(res.status).toBe(201);
+    const res = await create({ title: `No slash ${token()}`, content: 'x' }, alice, '/posts').expect(201);
     expectPostShape(res.body as PostBody, alice);
   });
 
   test('When unknown fields are sent on create, then they are ignored', async () => {
-    const res = await api()
-      .post('/posts/')
-      .set(bearer(alice))
-      .send({ id: 999_999, votes: 42, user_id: bob.user.id, title: `Extra ${token()}`, content: 'x' });
-    expect(res.status).toBe(201);
+    const extra = { id: 999_999, votes: 42, user_id: bob.user.id, title: `Extra ${token()}`, content: 'x' };
+    const res = await create(extra).expect(201);
     const body = res.body as PostBody;
     expectPostShape(body, alice);
     expect(body.id).not.toBe(999_999);
@@ -141,7 +112,7 @@ describe('POST /posts/', () => {
   });
 
   test('When the content has a control character, then the 422 says which characters are refused', async () => {
-    const res = await api().post('/posts/').set(bearer(alice)).send({ title: 'x', content: 'a\u0001b' });
+    const res = await create({ title: 'x', content: 'a\u0001b' });
     expect(expectProblem(res, 422).errors).toEqual([
       {
         field: 'content',
@@ -183,7 +154,7 @@ describe('POST /posts/', () => {
     'When %s, then 422 names the field and nothing is created',
     async (_label, payload, field) => {
       const newestBefore = await listIds('/posts/?limit=1', alice);
-      const res = await api().post('/posts/').set(bearer(alice)).send(payload);
+      const res = await create(payload);
       const problem = expectProblem(res, 422);
       expect(problem.errors?.map((e) => e.field)).toContain(field);
       expect(await listIds('/posts/?limit=1', alice)).toEqual(newestBefore);
@@ -191,29 +162,21 @@ describe('POST /posts/', () => {
   );
 
   test('When the body is a JSON array, then 422', async () => {
-    const res = await api()
-      .post('/posts/')
-      .set(bearer(alice))
-      .send([{ title: 'x', content: 'y' }]);
-    expectProblem(res, 422);
+    expectProblem(await create([{ title: 'x', content: 'y' }]), 422);
   });
 });
 
 describe('GET /posts/{id}', () => {
   test('When the post exists, then 200 returns the post in the one flat shape', async () => {
     const created = await newPost(service.app, alice, { title: `Get ${token()}` });
-    const res = await getPost(bob, created.id);
-    expect(res.status).toBe(200);
-    const body = res.body as PostBody;
+    const body = (await getPost(bob, created.id).expect(200)).body as PostBody;
     expectPostShape(body, alice);
     expect(body).toMatchObject({ id: created.id, title: created.title, published: true, votes: 0 });
   });
 
   test('When the caller asks for their own draft, then 200', async () => {
     const draft = await newPost(service.app, alice, { title: `Own draft ${token()}`, published: false });
-    const res = await getPost(alice, draft.id);
-    expect(res.status).toBe(200);
-    expect((res.body as PostBody).published).toBe(false);
+    expect(((await getPost(alice, draft.id).expect(200)).body as PostBody).published).toBe(false);
   });
 
   test('When no token is sent, then 401', async () => {
@@ -238,11 +201,7 @@ describe('PUT /posts/{id}', () => {
   test('When the owner updates a post, then 200 returns the updated post and GET shows the change', async () => {
     const created = await newPost(service.app, alice, { title: `Before ${token()}` });
     const title = `After ${token()}`;
-    const res = await api()
-      .put(`/posts/${created.id}`)
-      .set(bearer(alice))
-      .send({ title, content: 'New content', published: false });
-    expect(res.status).toBe(200);
+    const res = await replace(created.id, { title, content: 'New content', published: false }).expect(200);
     const body = res.body as PostBody;
     expectPostShape(body, alice);
     expect(body).toMatchObject({
@@ -260,8 +219,7 @@ describe('PUT /posts/{id}', () => {
   test('When published is omitted on update, then it becomes true again', async () => {
     const draft = await newPost(service.app, alice, { title: `Draft ${token()}`, published: false });
     const title = `Republished ${token()}`;
-    const res = await api().put(`/posts/${draft.id}`).set(bearer(alice)).send({ title, content: 'x' });
-    expect(res.status).toBe(200);
+    const res = await replace(draft.id, { title, content: 'x' }).expect(200);
     expect((res.body as PostBody).published).toBe(true);
     expect(await listIds(searchPath('/posts/public', title))).toEqual([draft.id]);
   });
@@ -269,22 +227,16 @@ describe('PUT /posts/{id}', () => {
   test('When the body carries an id (and other unknown fields), then they are ignored', async () => {
     const target = await newPost(service.app, alice, { title: `Target ${token()}` });
     const other = await newPost(service.app, alice, { title: `Other ${token()}` });
-    const res = await api()
-      .put(`/posts/${target.id}`)
-      .set(bearer(alice))
-      .send({ id: other.id, user_id: bob.user.id, votes: 9, title: 'Renamed', content: 'x' });
-    expect(res.status).toBe(200);
-    const body = res.body as PostBody;
-    expect(body).toMatchObject({ id: target.id, user_id: alice.user.id, votes: 0, title: 'Renamed' });
-    const untouched = await getPost(alice, other.id);
-    expect((untouched.body as PostBody).title).toBe(other.title);
+    const extra = { id: other.id, user_id: bob.user.id, votes: 9, title: 'Renamed', content: 'x' };
+    const res = await replace(target.id, extra).expect(200);
+    expect(res.body).toMatchObject({ id: target.id, user_id: alice.user.id, votes: 0, title: 'Renamed' });
+    expect(await titleOf(other.id)).toBe(other.title);
   });
 
   test('When the post keeps its votes through an update, then the total is still returned', async () => {
     const created = await newPost(service.app, alice, { title: `Voted ${token()}` });
     await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
-    const res = await api().put(`/posts/${created.id}`).set(bearer(alice)).send({ title: 'x', content: 'y' });
-    expect(res.status).toBe(200);
+    const res = await replace(created.id, { title: 'x', content: 'y' }).expect(200);
     expect((res.body as PostBody).votes).toBe(1);
   });
 
@@ -302,9 +254,8 @@ describe('PUT /posts/{id}', () => {
   ])('When %s on update, then 422 and the post is unchanged', async (_label, payload) => {
     const title = `Stable ${token()}`;
     const created = await newPost(service.app, alice, { title });
-    const res = await api().put(`/posts/${created.id}`).set(bearer(alice)).send(payload);
-    expectProblem(res, 422);
-    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+    expectProblem(await replace(created.id, payload), 422);
+    expect(await titleOf(created.id)).toBe(title);
   });
 });
 
@@ -312,8 +263,7 @@ describe('DELETE /posts/{id}', () => {
   test('When the owner deletes a post, then 204 with an empty body and the post is gone', async () => {
     const title = `Doomed ${token()}`;
     const created = await newPost(service.app, alice, { title });
-    const res = await api().delete(`/posts/${created.id}`).set(bearer(alice));
-    expect(res.status).toBe(204);
+    const res = await api().delete(`/posts/${created.id}`).set(bearer(alice)).expect(204);
     expect(res.text).toBeFalsy();
     expect(res.headers['content-type']).toBeUndefined();
     expectProblem(await getPost(alice, created.id), 404);
@@ -328,8 +278,7 @@ describe('DELETE /posts/{id}', () => {
     await api().post('/votes/').set(bearer(alice)).send({ post_id: created.id, dir: 1 }).expect(201);
     expect(((await getPost(alice, created.id)).body as PostBody).votes).toBe(2);
 
-    const res = await api().delete(`/posts/${created.id}`).set(bearer(alice));
-    expect(res.status).toBe(204);
+    await api().delete(`/posts/${created.id}`).set(bearer(alice)).expect(204);
 
     const withdraw = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 0 });
     expect(expectProblem(withdraw, 404).detail).toBe(`post with id: ${created.id} was not found`);
@@ -346,7 +295,6 @@ describe.each(['PUT', 'DELETE'] as const)('%s /posts/{id} refused', (method) => 
     if (account) void req.set(bearer(account));
     return method === 'PUT' ? req.send({ title: 'x', content: 'y' }) : req;
   };
-  const titleOf = async (id: number) => ((await getPost(alice, id)).body as PostBody).title;
 
   test('When no token is sent, then 401, before the id is read, and the post is unchanged', async () => {
     const title = `Kept ${token()}`;
@@ -561,9 +509,7 @@ describe('Pagination and order', () => {
 
   test('When posts share created_at, then they are ordered by id descending, across pages too', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 4; i += 1)
-      ids.push((await newPost(service.app, alice, { title: `${t} tie ${i}` })).id);
+    const ids = await newPosts(service.app, alice, 4, (i) => ({ title: `${t} tie ${i}` }));
     // Force the tie the ordering rule is about (sequential inserts rarely share a timestamp).
     await service.db
       .knex('posts')
@@ -621,9 +567,7 @@ describe('Search', () => {
 
   test('When search is combined with limit and skip, then the page is taken from the matches', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 5; i += 1)
-      ids.push((await newPost(service.app, bob, { title: `${t} combo ${i}` })).id);
+    const ids = await newPosts(service.app, bob, 5, (i) => ({ title: `${t} combo ${i}` }));
     await newPost(service.app, bob, { title: `unrelated ${token()}` });
     const newestFirst = [...ids].reverse();
     expect(await listIds(searchPath('/posts/', t, '&limit=2&skip=1'), alice)).toEqual(
@@ -655,8 +599,7 @@ describe('Search', () => {
 
   test('When a short search is paged by skip and by cursor, then the pages are its matches, newest first, without overlap', async () => {
     const t = token();
-    const ids: number[] = [];
-    for (let i = 0; i < 5; i += 1) ids.push((await newPost(service.app, bob, { title: `${t} qj${i}` })).id);
+    const ids = await newPosts(service.app, bob, 5, (i) => ({ title: `${t} qj${i}` }));
     const newestFirst = [...ids].reverse();
     expect(await listIds(searchPath('/posts/public', 'qj', '&limit=2&skip=1'))).toEqual(
       newestFirst.slice(1, 3),
@@ -680,8 +623,7 @@ describe('Search', () => {
 
 describe('If-Match on PUT and DELETE /posts/{id}', () => {
   const etagOf = async (account: Account, id: number): Promise<string> => {
-    const res = await getPost(account, id);
-    expect(res.status).toBe(200);
+    const res = await getPost(account, id).expect(200);
     return res.headers.etag as string;
   };
   const update = (id: number, ifMatch: string | undefined, title: string) => {
@@ -717,7 +659,7 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
     await update(created.id, stale, 'Someone else won').expect(200);
     const res = await update(created.id, stale, 'Lost update');
     expectProblem(res, 412);
-    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Someone else won');
+    expect(await titleOf(created.id)).toBe('Someone else won');
   });
 
   test("When a vote changed the post after it was read, then its old ETag no longer matches (the tag is the GET answer's)", async () => {
@@ -733,7 +675,7 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
       const title = `Odd ${token()}`;
       const created = await newPost(service.app, alice, { title });
       expectProblem(await update(created.id, value, 'x'), 412);
-      expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(title);
+      expect(await titleOf(created.id)).toBe(title);
     },
   );
 
@@ -742,7 +684,7 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
     const stale = await etagOf(alice, created.id);
     await update(created.id, undefined, 'Changed meanwhile').expect(200);
     expectProblem(await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', stale), 412);
-    expect((await getPost(alice, created.id)).status).toBe(200);
+    await getPost(alice, created.id).expect(200);
     const current = await etagOf(alice, created.id);
     await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-Match', current).expect(204);
     expectProblem(await getPost(alice, created.id), 404);
@@ -767,14 +709,14 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
     const statuses = results.map((res) => res.status).sort();
     expect(statuses).toEqual([200, 412, 412, 412, 412, 412]);
     const winner = results.find((res) => res.status === 200)?.body as PostBody;
-    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe(winner.title);
+    expect(await titleOf(created.id)).toBe(winner.title);
   });
 
   test('When no If-Match is sent, then the last writer wins as before', async () => {
     const created = await newPost(service.app, alice, { title: `No tag ${token()}` });
     await update(created.id, undefined, 'One').expect(200);
     await update(created.id, undefined, 'Two').expect(200);
-    expect(((await getPost(alice, created.id)).body as PostBody).title).toBe('Two');
+    expect(await titleOf(created.id)).toBe('Two');
   });
 });
 
@@ -786,13 +728,7 @@ describe('The largest answer', () => {
   test('When 100 posts of the longest title and content in the widest characters allowed are listed, then the page stays under 6.2 MB, and wider ones are refused', async () => {
     // Six bytes each in JSON (\u0001, \ud800): refused, so they never widen a page.
     for (const wider of ['\u0001', '\u001f', '\ud800'])
-      expectProblem(
-        await api()
-          .post('/posts/')
-          .set(bearer(alice))
-          .send({ title: 'x', content: wider.repeat(16_000) }),
-        422,
-      );
+      expectProblem(await create({ title: 'x', content: wider.repeat(16_000) }), 422);
     // The longest address the e-mail rule accepts (254 characters), which the signed-in list carries.
     const address = `${'w'.repeat(64)}@${'d'.repeat(60)}.${'e'.repeat(60)}.${'f'.repeat(59)}.example`;
     const wide = await newAccount(service.app, address);
@@ -816,14 +752,10 @@ describe('The answers and /openapi.json', () => {
     const post = await documentedAs(service.app, 'Post');
     const publicPost = await documentedAs(service.app, 'PublicPost');
     const title = `Documented ${token()}`;
-    const created = await api().post('/posts/').set(bearer(alice)).send({ title, content: 'x' }).expect(201);
+    const created = await create({ title, content: 'x' }).expect(201);
     const { id } = created.body as PostBody;
     const read = await getPost(alice, id);
-    const replaced = await api()
-      .put(`/posts/${id}`)
-      .set(bearer(alice))
-      .send({ title, content: 'y' })
-      .expect(200);
+    const replaced = await replace(id, { title, content: 'y' }).expect(200);
     const listed = await api().get(searchPath('/posts/', title)).set(bearer(alice)).expect(200);
     const feed = await api().get(searchPath('/posts/public', title)).expect(200);
     expect(read.status).toBe(200);

@@ -57,8 +57,7 @@ test('When as many unindexed searches run as the limit allows, then one more is 
   expect(first.status).toBe(200);
   expect((first.body as { id: number }[]).map((p) => p.id)).toEqual([post.id]);
   // The slot is free again: a short search on either list is served.
-  const again = await api().get('/posts/?search=Qx').set(bearer(dana));
-  expect(again.status).toBe(200);
+  const again = await api().get('/posts/?search=Qx').set(bearer(dana)).expect(200);
   expect((again.body as { id: number }[]).map((p) => p.id)).toEqual([post.id]);
 });
 

@@ -7,8 +7,7 @@ const { service: svc } = postsFixture();
 describe('POST /users/', () => {
   test('When a new e-mail registers, then 201 returns the user without any password', async () => {
     const email = uniqueEmail();
-    const res = await request(svc.app).post('/users/').send({ email, password: 'password123' });
-    expect(res.status).toBe(201);
+    const res = await request(svc.app).post('/users/').send({ email, password: 'password123' }).expect(201);
     expect(res.headers['content-type']).toMatch(/^application\/json/);
     expect(Object.keys(res.body as object).sort()).toEqual(['created_at', 'email', 'id']);
     const user = res.body as { id: number; email: string; created_at: string };
@@ -65,8 +64,8 @@ describe('POST /users/', () => {
   test('When unknown fields are sent, then they are ignored', async () => {
     const res = await request(svc.app)
       .post('/users/')
-      .send({ email: uniqueEmail(), password: 'password123', id: 999, admin: true });
-    expect(res.status).toBe(201);
+      .send({ email: uniqueEmail(), password: 'password123', id: 999, admin: true })
+      .expect(201);
     expect(res.body).not.toHaveProperty('admin');
   });
 

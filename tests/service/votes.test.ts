@@ -1,17 +1,14 @@
 import request from 'supertest';
-import { bearer, expectProblem, newPost, uniqueToken, type Account, postsFixture } from './helpers';
+import {
+  bearer,
+  expectProblem,
+  newPost,
+  uniqueToken,
+  type Account,
+  type PostBody,
+  postsFixture,
+} from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
-
-interface PostBody {
-  id: number;
-  title: string;
-  published: boolean;
-  votes: number;
-}
-
-interface MessageBody {
-  message: string;
-}
 
 const ADDED = { message: 'successfully added vote' };
 const DELETED = { message: 'successfully deleted vote' };
@@ -29,19 +26,16 @@ const vote = (account: Account, postId: unknown, dir: unknown) =>
 
 /** The total as a client sees it: GET by id, the authenticated list and the public list all agree. */
 async function totalOf(post: { id: number; title: string }, viewer: Account = carol): Promise<number> {
-  const one = await api().get(`/posts/${post.id}`).set(bearer(viewer));
-  expect(one.status).toBe(200);
+  const one = await api().get(`/posts/${post.id}`).set(bearer(viewer)).expect(200);
   const fromGet = (one.body as PostBody).votes;
 
   const search = `?search=${encodeURIComponent(post.title)}`;
-  const list = await api().get(`/posts/${search}`).set(bearer(viewer));
-  expect(list.status).toBe(200);
+  const list = await api().get(`/posts/${search}`).set(bearer(viewer)).expect(200);
   const listed = (list.body as PostBody[]).find((p) => p.id === post.id);
   expect(listed?.votes).toBe(fromGet);
 
   if ((one.body as PostBody).published) {
-    const pub = await api().get(`/posts/public${search}`);
-    expect(pub.status).toBe(200);
+    const pub = await api().get(`/posts/public${search}`).expect(200);
     expect((pub.body as PostBody[]).find((p) => p.id === post.id)?.votes).toBe(fromGet);
   }
   return fromGet;
@@ -54,10 +48,9 @@ describe('Vote state machine', () => {
   test('When there is no vote and dir 1 arrives, then 201 "successfully added vote" and the total goes 0 → 1', async () => {
     const post = await freshPost();
     expect(await totalOf(post)).toBe(0);
-    const res = await vote(bob, post.id, 1);
-    expect(res.status).toBe(201);
+    const res = await vote(bob, post.id, 1).expect(201);
     expect(res.headers['content-type']).toMatch(/^application\/json/);
-    expect(res.body as MessageBody).toEqual(ADDED);
+    expect(res.body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
   });
 
@@ -65,9 +58,7 @@ describe('Vote state machine', () => {
     const post = await freshPost();
     await vote(bob, post.id, 1).expect(201);
     expect(await totalOf(post)).toBe(1);
-    const res = await vote(bob, post.id, 0);
-    expect(res.status).toBe(201);
-    expect(res.body as MessageBody).toEqual(DELETED);
+    expect((await vote(bob, post.id, 0).expect(201)).body).toEqual(DELETED);
     expect(await totalOf(post)).toBe(0);
   });
 
@@ -87,15 +78,13 @@ describe('Vote state machine', () => {
 
   test('When a vote is added, withdrawn and added again, then every step follows the state machine', async () => {
     const post = await freshPost();
-    expect((await vote(bob, post.id, 1)).body as MessageBody).toEqual(ADDED);
+    expect((await vote(bob, post.id, 1)).body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
-    expect((await vote(bob, post.id, 0)).body as MessageBody).toEqual(DELETED);
+    expect((await vote(bob, post.id, 0)).body).toEqual(DELETED);
     expect(await totalOf(post)).toBe(0);
     expectProblem(await vote(bob, post.id, 0), 404);
     expect(await totalOf(post)).toBe(0);
-    const again = await vote(bob, post.id, 1);
-    expect(again.status).toBe(201);
-    expect(again.body as MessageBody).toEqual(ADDED);
+    expect((await vote(bob, post.id, 1).expect(201)).body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
     expectProblem(await vote(bob, post.id, 1), 409);
     expect(await totalOf(post)).toBe(1);
@@ -120,8 +109,7 @@ describe('Vote state machine', () => {
 
   test('When the owner votes on their own draft, then 201 (the post is visible to them)', async () => {
     const draft = await freshPost(alice, false);
-    const res = await vote(alice, draft.id, 1);
-    expect(res.status).toBe(201);
+    await vote(alice, draft.id, 1).expect(201);
     expect(await totalOf(draft, alice)).toBe(1);
   });
 });
@@ -195,7 +183,7 @@ describe('Concurrency', () => {
     expect(addStatuses.filter((s) => s >= 500)).toEqual([]);
     expect(addStatuses.filter((s) => s === 201)).toHaveLength(1);
     expect(addStatuses.filter((s) => s === 409)).toHaveLength(n - 1);
-    expect(adds.find((r) => r.status === 201)?.body as MessageBody).toEqual(ADDED);
+    expect(adds.find((r) => r.status === 201)?.body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
 
     const removes = await Promise.all(Array.from({ length: n }, () => vote(bob, post.id, 0)));
@@ -203,7 +191,7 @@ describe('Concurrency', () => {
     expect(removeStatuses.filter((s) => s >= 500)).toEqual([]);
     expect(removeStatuses.filter((s) => s === 201)).toHaveLength(1);
     expect(removeStatuses.filter((s) => s === 404)).toHaveLength(n - 1);
-    expect(removes.find((r) => r.status === 201)?.body as MessageBody).toEqual(DELETED);
+    expect(removes.find((r) => r.status === 201)?.body).toEqual(DELETED);
     expect(await totalOf(post)).toBe(0);
   });
 
