@@ -189,13 +189,7 @@ describe('Backups: options', () => {
     expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
   });
 
-  it.each<
-    [
-      string,
-      Record<string, string>,
-      ObjectStore['spec']['configuration'] extends infer C ? Partial<C> : never,
-    ]
-  >([
+  it.each<[string, Record<string, string>, Partial<ObjectStore['spec']['configuration']>]>([
     ['IRSA (s3.inheritFromIAMRole)', irsa, { s3Credentials: { inheritFromIAMRole: true } }],
     ['Azure AD workload identity', azureIdentity, { azureCredentials: { inheritFromAzureAD: true } }],
     ['GKE workload identity', gkeIdentity, { googleCredentials: { gkeEnvironment: true } }],

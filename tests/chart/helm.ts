@@ -206,7 +206,6 @@ export interface Cluster extends KubeObject {
     };
     certificates?: { serverAltDNSNames: string[] };
     probes?: { readiness?: { type: string; maximumLag?: string } };
-    storage: { size: string };
     inheritedMetadata?: { labels?: Record<string, string> };
     serviceAccountTemplate?: {
       metadata: { annotations?: Record<string, string>; labels?: Record<string, string> };
@@ -247,14 +246,7 @@ export interface ObjectStore extends KubeObject {
 }
 
 interface ScheduledBackup extends KubeObject {
-  spec: {
-    cluster: { name: string };
-    schedule: string;
-    immediate: boolean;
-    backupOwnerReference: string;
-    method: string;
-    pluginConfiguration: { name: string };
-  };
+  spec: { cluster: { name: string } };
 }
 
 interface PodMonitor extends KubeObject {
@@ -262,11 +254,7 @@ interface PodMonitor extends KubeObject {
 }
 
 interface ServiceMonitor extends KubeObject {
-  spec: {
-    selector: { matchLabels: Record<string, string> };
-    namespaceSelector: { matchNames: string[] };
-    endpoints: { port: string; path: string; interval: string; scrapeTimeout: string }[];
-  };
+  spec: unknown;
 }
 
 export interface HTTPRoute extends KubeObject {
