@@ -18,6 +18,7 @@ import {
   pooler,
   recoveryOptions,
   render,
+  renderedBeforeAll,
   renderEnvironment,
   renderRefused,
   template,
@@ -68,10 +69,7 @@ const mapKey = (path: string, key: string) => `${path}.${key.replaceAll('.', '\\
 const SA_ANNOTATIONS = 'cnpg.cluster.serviceAccount.annotations';
 
 describe('Backups: what prod renders', () => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment('prod');
-  });
+  const objects = renderedBeforeAll(() => renderEnvironment('prod'));
 
   it('When the prod values are rendered, then an ObjectStore archives to the bucket with credentials from the Secret, gzip, 30 days kept', () => {
     const store = findOne(objects, 'ObjectStore');
@@ -280,12 +278,8 @@ describe('Backups: options', () => {
 });
 
 describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () => {
-  let prod: KubeObject[];
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    prod = await renderEnvironment('prod');
-    objects = await render(recoveryOptions);
-  });
+  const prod = renderedBeforeAll(() => renderEnvironment('prod'));
+  const objects = renderedBeforeAll(() => render(recoveryOptions));
 
   it("When the recovery values are rendered, then a NEW Cluster bootstraps from an externalClusters entry that reads prod's folder through the plugin, up to the target time", () => {
     const cluster = findOne(objects, 'Cluster');

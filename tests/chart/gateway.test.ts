@@ -4,15 +4,14 @@
  * against the Gateway API models and the implementation's own CRD schema (tests/chart/schemas/).
  */
 import {
-  chartDir,
   environmentOptions,
   environments,
   findAll,
   findOne,
   hosts,
+  lint,
   render,
-  runHelm,
-  valuesArgs,
+  renderedBeforeAll,
   type Environment,
   type HTTPRoute,
   type KubeObject,
@@ -46,26 +45,12 @@ function paths(r: HTTPRoute): string[] {
   return r.spec.rules.flatMap((rule) => rule.matches.map((m) => `${m.path.type} ${m.path.value}`));
 }
 
-const renderings = new Map<string, Promise<KubeObject[]>>();
-function renderGateway(environment: Environment, implementation: Implementation): Promise<KubeObject[]> {
-  const key = `${environment}/${implementation}`;
-  let rendered = renderings.get(key);
-  if (!rendered) {
-    rendered = render(gatewayOptions(environment, implementation));
-    renderings.set(key, rendered);
-  }
-  return rendered;
-}
-
 const cases = environments.flatMap((environment) =>
   implementations.map((implementation): [Environment, Implementation] => [environment, implementation]),
 );
 
 describe.each(cases)('Gateway API objects of %s with %s', (environment, implementation) => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderGateway(environment, implementation);
-  });
+  const objects = renderedBeforeAll(() => render(gatewayOptions(environment, implementation)));
 
   it('When gateway.enabled is true, then no Ingress is rendered and two HTTPRoutes attach to the given Gateway on the environment host', () => {
     expect(findAll(objects, 'Ingress')).toEqual([]);
@@ -105,12 +90,7 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
   });
 
   it('When gateway.enabled is true, then helm lint --strict reports no warning or error', async () => {
-    const result = await runHelm([
-      'lint',
-      '--strict',
-      chartDir,
-      ...valuesArgs(gatewayOptions(environment, implementation)),
-    ]);
+    const result = await lint(gatewayOptions(environment, implementation));
     expect(result.stdout + result.stderr).toContain('0 chart(s) failed');
     expect(result.code).toBe(0);
   });

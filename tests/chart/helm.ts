@@ -40,7 +40,7 @@ export interface HelmResult {
 const helmBin = ensureTools().helm;
 
 /** Runs helm asynchronously (a fake API server in this process must keep answering meanwhile). */
-export function runHelm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<HelmResult> {
+function runHelm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<HelmResult> {
   return new Promise((resolvePromise) => {
     execFile(
       helmBin,
@@ -81,7 +81,7 @@ const prodSiteValues = resolve(__dirname, 'values-prod-site.yaml');
  * The values flags of the options, for `helm lint`, `helm template` and `helm install` alike; prod's
  * file is followed by the site's values unless `withoutSite` asks for prod's file alone.
  */
-export function valuesArgs(options: RenderOptions = {}): string[] {
+function valuesArgs(options: RenderOptions = {}): string[] {
   const args: string[] = [];
   for (const file of options.values ?? []) {
     args.push('--values', resolve(chartDir, file));
@@ -99,6 +99,11 @@ export function valuesArgs(options: RenderOptions = {}): string[] {
 function releaseArgs(options: RenderOptions = {}): string[] {
   const namespace = options.namespace ?? 'social-posts-test';
   return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];
+}
+
+/** `helm lint --strict` of the chart with the options' values. */
+export function lint(options: RenderOptions): Promise<HelmResult> {
+  return runHelm(['lint', '--strict', chartDir, ...valuesArgs(options)]);
 }
 
 /** helm's own answer, unparsed and without blocking (a fake API server in this process answers its lookups). */
@@ -127,29 +132,46 @@ export const recoveryOptions: RenderOptions = {
   namespace: 'social-posts-prod',
 };
 
+/**
+ * An environment's values file with `set` (and `more`) on top, in the test namespace: unlike
+ * environmentOptions, which is the file as an operator installs it.
+ */
+export function valuesOf(
+  environment: Environment,
+  set?: Record<string, string>,
+  more: RenderOptions = {},
+): RenderOptions {
+  return { values: [`values-${environment}.yaml`], set, ...more };
+}
+
 const renderedEnvironments = new Map<Environment, Promise<KubeObject[]>>();
 
 /** Renders an environment once per test file. */
 export function renderEnvironment(environment: Environment): Promise<KubeObject[]> {
-  let rendered = renderedEnvironments.get(environment);
-  if (!rendered) {
-    rendered = render(environmentOptions(environment));
-    renderedEnvironments.set(environment, rendered);
-  }
+  const rendered = renderedEnvironments.get(environment) ?? render(environmentOptions(environment));
+  renderedEnvironments.set(environment, rendered);
   return rendered;
 }
 
+/** The objects `load` renders, there once the enclosing block's beforeAll has run. */
+export function renderedBeforeAll(load: () => Promise<KubeObject[]>): KubeObject[] {
+  const objects: KubeObject[] = [];
+  beforeAll(async () => {
+    objects.push(...(await load()));
+  });
+  return objects;
+}
+
+type Rendering = [string, () => Promise<KubeObject[]>];
+
 /** Every rendering the schema tests check: the environments, recovery on prod and chart-testing's files. */
-export const allRenderings: [string, () => Promise<KubeObject[]>][] = [
-  ...environments.map((environment): [string, () => Promise<KubeObject[]>] => [
+export const allRenderings: Rendering[] = [
+  ...environments.map((environment): Rendering => [
     `the ${environment} values`,
     () => renderEnvironment(environment),
   ]),
   ["the recovery values (on prod's)", () => render(recoveryOptions)],
-  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
-    file,
-    () => render({ values: [file] }),
-  ]),
+  ...ciValuesFiles.map((file): Rendering => [file, () => render({ values: [file] })]),
 ];
 
 /** The API pods' labels: what the chart's Services, policies and budgets select them by. */
@@ -158,6 +180,11 @@ export const apiSelector = {
   'app.kubernetes.io/instance': 'social-posts',
   'app.kubernetes.io/component': 'api',
 };
+
+/** A NetworkPolicy peer: the pods of the namespace `name` (by the label Kubernetes gives every namespace). */
+export const namespaced = (name: string) => ({
+  namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } },
+});
 
 /** The host each environment's values serve the API on. */
 export const hosts: Record<Environment, string> = {
@@ -345,6 +372,11 @@ export async function renderRefused(options: RenderOptions): Promise<string> {
 /** The API pods' spec: the Deployment's pod template. */
 export function podSpec(objects: KubeObject[]): IPodSpec {
   return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+}
+
+/** The annotations of the API pods' template (the checksums that roll them among them). */
+export function podAnnotations(objects: KubeObject[]): Record<string, string> {
+  return findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
 }
 
 /** The API container of the Deployment's pods. */
