@@ -24,17 +24,20 @@ type Implementation = (typeof implementations)[number];
 
 const parentRef = { name: 'shared', namespace: 'gateway-system', sectionName: 'https' };
 
-function gatewayOptions(environment: Environment, implementation: Implementation): RenderOptions {
-  const options = environmentOptions(environment);
+function gatewayOptions(
+  environment: Environment,
+  implementation: Implementation,
+  set: Record<string, string> = {},
+): RenderOptions {
   return {
-    ...options,
+    ...environmentOptions(environment),
     set: {
-      ...options.set,
       'gateway.enabled': 'true',
       'gateway.parentRef.name': parentRef.name,
       'gateway.parentRef.namespace': parentRef.namespace,
       'gateway.parentRef.sectionName': parentRef.sectionName,
       'gateway.rateLimit.implementation': implementation,
+      ...set,
     },
   };
 }
@@ -133,18 +136,16 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
           'BackendTrafficPolicy social-posts',
           'BackendTrafficPolicy social-posts-auth',
         ]);
-        const auth = policies.find((p) => p.metadata.name === 'social-posts-auth');
-        const general = policies.find((p) => p.metadata.name === 'social-posts');
         const perAddress = (value: string) => ({
           clientSelectors: [{ sourceCIDR: { type: 'Distinct', value } }],
           limit: { requests: 10, unit: 'Minute' },
         });
-        expect(auth?.spec).toEqual({
+        expect(findOne(objects, 'BackendTrafficPolicy', 'social-posts-auth').spec).toEqual({
           targetRefs: [target('social-posts-auth')],
           rateLimit: { local: { rules: [perAddress('0.0.0.0/0'), perAddress('::/0')] } },
           timeout: { tcp: { connectTimeout: '5s' } },
         });
-        expect(general?.spec).toEqual({
+        expect(findOne(objects, 'BackendTrafficPolicy', 'social-posts').spec).toEqual({
           targetRefs: [target('social-posts')],
           timeout: { tcp: { connectTimeout: '5s' } },
         });
@@ -170,15 +171,11 @@ describe('Gateway switches and refusals', () => {
   });
 
   it('When envoyMode is Global, then the auth policy uses the global (Redis-backed) limit shared by both paths and stays schema-valid', async () => {
-    const options = gatewayOptions('prod', 'envoy-gateway');
-    const objects = await render({
-      ...options,
-      set: { ...options.set, 'gateway.rateLimit.envoyMode': 'Global' },
-    });
-    const auth = findAll(objects, 'BackendTrafficPolicy').find(
-      (p) => p.metadata.name === 'social-posts-auth',
+    const objects = await render(
+      gatewayOptions('prod', 'envoy-gateway', { 'gateway.rateLimit.envoyMode': 'Global' }),
     );
-    const rateLimit = auth?.spec.rateLimit as { global?: { rules: { shared?: boolean }[] }; local?: unknown };
+    const auth = findOne(objects, 'BackendTrafficPolicy', 'social-posts-auth');
+    const rateLimit = auth.spec.rateLimit as { global?: { rules: { shared?: boolean }[] }; local?: unknown };
     expect(rateLimit.local).toBeUndefined();
     expect(rateLimit.global?.rules.map((rule) => rule.shared)).toEqual([true, true]);
     expect(schemaProblems(objects)).toEqual([]);

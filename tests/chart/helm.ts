@@ -334,28 +334,27 @@ export function findAll<K extends keyof RenderedKinds>(objects: KubeObject[], ki
   return objects.filter((object) => object.kind === kind) as unknown as RenderedKinds[K][];
 }
 
-/** The one object of a kind (and name, when given); fails loudly when it is missing or ambiguous. */
+/** The one object of a kind (and name, or test, when given); fails loudly when it is missing or ambiguous. */
 export function findOne<K extends keyof RenderedKinds>(
   objects: KubeObject[],
   kind: K,
-  name?: string,
+  which?: string | ((object: RenderedKinds[K]) => boolean),
 ): RenderedKinds[K] {
-  const matches = findAll(objects, kind).filter(
-    (object) => name === undefined || object.metadata?.name === name,
+  const matches = findAll(objects, kind).filter((object) =>
+    typeof which === 'string' ? object.metadata?.name === which : (which?.(object) ?? true),
   );
   const [match] = matches;
   if (matches.length !== 1 || match === undefined) {
-    throw new Error(`expected one ${kind}${name ? ` named ${name}` : ''}, found ${matches.length}`);
+    throw new Error(
+      `expected one ${kind}${typeof which === 'string' ? ` named ${which}` : ''}, found ${matches.length}`,
+    );
   }
   return match;
 }
 
 /** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
-export function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
-  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
-  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
-  return must(matches[0], `${type} Pooler`);
-}
+export const pooler = (objects: KubeObject[], type: 'rw' | 'ro'): Pooler =>
+  findOne(objects, 'Pooler', (candidate) => candidate.spec.type === type);
 
 /** The API's settings as the pod reads them: the release ConfigMap's data. */
 export function configMapData(objects: KubeObject[]): Record<string, string> {
