@@ -22,27 +22,16 @@ const corsAllowLists: Record<Environment, string> = {
   prod: 'https://social-posts.example.com,https://www.social-posts.example.com',
 };
 
+/** Every environment's database, port and owner. */
+const database = { DB_PORT: '5432', DB_NAME: 'social_posts', DB_USERNAME: 'social_posts' };
+
 const databases: Record<Environment, Record<string, string>> = {
-  dev: {
-    DB_HOSTNAME: 'social-posts-postgresql',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
-    DB_SSL: 'false',
-  },
-  staging: {
-    DB_HOSTNAME: 'social-posts-staging.postgres.example.internal',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
-    DB_SSL: 'true',
-  },
+  dev: { ...database, DB_HOSTNAME: 'social-posts-postgresql', DB_SSL: 'false' },
+  staging: { ...database, DB_HOSTNAME: 'social-posts-staging.postgres.example.internal', DB_SSL: 'true' },
   // CloudNativePG's Pooler, TLS verified against the cluster's CA.
   prod: {
+    ...database,
     DB_HOSTNAME: 'social-posts-db-pooler-rw',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
     DB_SSL: 'true',
     DB_SSL_CA_FILE: '/etc/social-posts/db-ca/ca.crt',
   },
@@ -62,10 +51,7 @@ describe.each(environments)('Settings of %s', (environment) => {
   });
 
   it(`When the ${environment} values are rendered, then the pod reads every non-secret setting from the ConfigMap`, () => {
-    const deployment = findOne(objects, 'Deployment');
-    expect(deployment.spec?.template.spec?.containers[0]?.envFrom).toEqual([
-      { configMapRef: { name: 'social-posts' } },
-    ]);
+    expect(apiContainer(objects).envFrom).toEqual([{ configMapRef: { name: 'social-posts' } }]);
     expect(configMapData(objects)).toMatchObject({
       NODE_ENV: 'production',
       PORT: '8000',
