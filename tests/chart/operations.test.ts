@@ -1,5 +1,5 @@
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
-import { renderBeside } from './fake-kube-api';
+import { liveSecret, renderBeside } from './fake-kube-api';
 import {
   apiContainer,
   environmentOptions,
@@ -52,17 +52,9 @@ describe('Renders that GitOps can keep', () => {
 
 describe('Pods restart when your existing Secret changes (helm upgrade reads it)', () => {
   const namespace = 'social-posts-staging';
-  const yourSecret = (key: string) => ({
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'social-posts-staging-secrets', namespace },
-    type: 'Opaque',
-    data: {
-      SECRET_KEY: Buffer.from(key).toString('base64'),
-      DB_PASSWORD: Buffer.from('pw').toString('base64'),
-    },
-  });
-  async function secretChecksum(secret: ReturnType<typeof yourSecret>): Promise<string | undefined> {
+  const yourSecret = (key: string) =>
+    liveSecret({ name: 'social-posts-staging-secrets', namespace }, { SECRET_KEY: key, DB_PASSWORD: 'pw' });
+  async function secretChecksum(secret: KubeObject): Promise<string | undefined> {
     return podAnnotations(await renderBeside([secret], environmentOptions('staging')))['checksum/secret'];
   }
 
