@@ -18,6 +18,7 @@ import {
   pooler,
   recoveryOptions,
   render,
+  renderedBeforeAll,
   renderEnvironment,
   renderRefused,
   template,
@@ -42,6 +43,13 @@ const backupOn: RenderOptions = {
 const withBackup = (set: Record<string, string>): RenderOptions => ({
   set: { ...backupOn.set, ...set },
 });
+
+/** The ObjectStore rendered with backups on and `set`. */
+const storeWith = async (set: Record<string, string>) =>
+  findOne(await render(withBackup(set)), 'ObjectStore');
+
+/** The recovery values with `set` on top. */
+const recoveryWith = (set: Record<string, string>): RenderOptions => ({ ...recoveryOptions, set });
 
 /** Each cloud's workload identity in place of the Secret's keys. */
 const irsa = { 'backup.objectStore.existingSecret': '', 'backup.objectStore.s3.inheritFromIAMRole': 'true' };
@@ -68,10 +76,7 @@ const mapKey = (path: string, key: string) => `${path}.${key.replaceAll('.', '\\
 const SA_ANNOTATIONS = 'cnpg.cluster.serviceAccount.annotations';
 
 describe('Backups: what prod renders', () => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment('prod');
-  });
+  const objects = renderedBeforeAll(() => renderEnvironment('prod'));
 
   it('When the prod values are rendered, then an ObjectStore archives to the bucket with credentials from the Secret, gzip, 30 days kept', () => {
     const store = findOne(objects, 'ObjectStore');
@@ -189,13 +194,7 @@ describe('Backups: options', () => {
     expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
   });
 
-  it.each<
-    [
-      string,
-      Record<string, string>,
-      ObjectStore['spec']['configuration'] extends infer C ? Partial<C> : never,
-    ]
-  >([
+  it.each<[string, Record<string, string>, Partial<ObjectStore['spec']['configuration']>]>([
     ['IRSA (s3.inheritFromIAMRole)', irsa, { s3Credentials: { inheritFromIAMRole: true } }],
     ['Azure AD workload identity', azureIdentity, { azureCredentials: { inheritFromAzureAD: true } }],
     ['GKE workload identity', gkeIdentity, { googleCredentials: { gkeEnvironment: true } }],
@@ -237,7 +236,7 @@ describe('Backups: options', () => {
   ])(
     'When the store is reached with %s, then the ObjectStore carries exactly that and validates',
     async (_case, set, expected) => {
-      const store = findOne(await render(withBackup(set)), 'ObjectStore');
+      const store = await storeWith(set);
       expect(store.spec.configuration).toMatchObject(expected);
       for (const key of ['s3Credentials', 'azureCredentials', 'googleCredentials'] as const)
         if (!(key in expected)) expect(store.spec.configuration[key]).toBeUndefined();
@@ -246,10 +245,7 @@ describe('Backups: options', () => {
   );
 
   it('When backup.data.immediateCheckpoint is true, then the ObjectStore starts each base backup with an immediate checkpoint', async () => {
-    const store = findOne(
-      await render(withBackup({ 'backup.data.immediateCheckpoint': 'true' })),
-      'ObjectStore',
-    );
+    const store = await storeWith({ 'backup.data.immediateCheckpoint': 'true' });
     expectCrdValid(store);
     expect(store.spec.configuration.data).toEqual({
       compression: 'gzip',
@@ -286,12 +282,8 @@ describe('Backups: options', () => {
 });
 
 describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () => {
-  let prod: KubeObject[];
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    prod = await renderEnvironment('prod');
-    objects = await render(recoveryOptions);
-  });
+  const prod = renderedBeforeAll(() => renderEnvironment('prod'));
+  const objects = renderedBeforeAll(() => render(recoveryOptions));
 
   it("When the recovery values are rendered, then a NEW Cluster bootstraps from an externalClusters entry that reads prod's folder through the plugin, up to the target time", () => {
     const cluster = findOne(objects, 'Cluster');
@@ -344,10 +336,7 @@ describe('Recovery to a point in time (chart/values-recovery.yaml on prod)', () 
   });
 
   it('When no target time is given, then the Cluster recovers to the end of the archive (a lost cluster)', async () => {
-    const cluster = findOne(
-      await render({ ...recoveryOptions, set: { 'backup.recovery.targetTime': '' } }),
-      'Cluster',
-    );
+    const cluster = findOne(await render(recoveryWith({ 'backup.recovery.targetTime': '' })), 'Cluster');
     expect(cluster.spec.bootstrap.recovery?.recoveryTarget).toBeUndefined();
     expectCrdValid(cluster);
   });
@@ -467,22 +456,22 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
     ],
     [
       'recovery is on without backup',
-      { ...recoveryOptions, set: { 'backup.enabled': 'false' } },
+      recoveryWith({ 'backup.enabled': 'false' }),
       'backup.recovery.enabled needs backup.enabled',
     ],
     [
       'recovery names no source',
-      { ...recoveryOptions, set: { 'backup.recovery.sourceServerName': '' } },
+      recoveryWith({ 'backup.recovery.sourceServerName': '' }),
       'backup.recovery.sourceServerName is required',
     ],
     [
       'recovery would happen in place (the Cluster keeps its name)',
-      { ...recoveryOptions, set: { 'cnpg.cluster.name': 'social-posts-db' } },
+      recoveryWith({ 'cnpg.cluster.name': 'social-posts-db' }),
       'CloudNativePG recovers only into a new Cluster',
     ],
     [
       'the new Cluster would archive into the folder it recovers from',
-      { ...recoveryOptions, set: { 'backup.serverName': 'social-posts-db' } },
+      recoveryWith({ 'backup.serverName': 'social-posts-db' }),
       'is also the folder the recovered Cluster would archive to',
     ],
     [
@@ -493,7 +482,7 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
     ['a five-field cron schedule', withBackup({ 'backup.schedule': '0 3 * * *' }), '/backup/schedule'],
     [
       'a target time without a zone',
-      { ...recoveryOptions, set: { 'backup.recovery.targetTime': '2026-11-26 03:14' } },
+      recoveryWith({ 'backup.recovery.targetTime': '2026-11-26 03:14' }),
       '/backup/recovery/targetTime',
     ],
     [

@@ -14,12 +14,15 @@ import {
   findAll,
   findOne,
   must,
+  namespaced,
   podSpec,
   pooler,
   render,
+  renderedBeforeAll,
   renderEnvironment,
   renderRefused,
   repoRoot,
+  valuesOf,
   type KubeObject,
   type RenderOptions,
 } from './helm';
@@ -41,10 +44,16 @@ const databaseEgress = (objects: KubeObject[]) =>
     rule.ports?.some((port) => port.port === 5432),
   );
 
-let prod: KubeObject[];
-beforeAll(async () => {
-  prod = await renderEnvironment('prod');
-});
+const prod = renderedBeforeAll(() => renderEnvironment('prod'));
+
+/** Each Pooler's PgBouncer settings in prod: 3 replicas at least x a pool of 10, over 2 PgBouncers. */
+const prodPgBouncer = {
+  max_client_conn: '1000',
+  default_pool_size: '15',
+  max_prepared_statements: '200',
+  // PgBouncer's default would keep writes down that long after a failover.
+  server_login_retry: '2',
+};
 
 describe('CloudNativePG: what prod renders', () => {
   it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
@@ -84,14 +93,7 @@ describe('CloudNativePG: what prod renders', () => {
     expect(rw.spec.cluster.name).toBe(cluster.metadata.name);
     expect(rw.spec.instances).toBe(2);
     expect(rw.spec.pgbouncer.poolMode).toBe('transaction');
-    // 3 replicas at least x poolMax 10, over 2 PgBouncers.
-    expect(rw.spec.pgbouncer.parameters).toEqual({
-      max_client_conn: '1000',
-      default_pool_size: '15',
-      max_prepared_statements: '200',
-      // PgBouncer's default would keep writes down that long after a failover.
-      server_login_retry: '2',
-    });
+    expect(rw.spec.pgbouncer.parameters).toEqual(prodPgBouncer);
     expect(configMapData(prod).DB_PREPARED_STATEMENTS).toBe('true');
   });
 
@@ -245,10 +247,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
   };
   const apiServer = { to: [{ ipBlock: { cidr: '192.0.2.10/32' } }], ports: tcp(443, 6443) };
   const toInstances = { to: [{ podSelector: instances }], ports: tcp(5432) };
-  const monitoring = (port: number) => ({
-    from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }],
-    ports: tcp(port),
-  });
+  const monitoring = (port: number) => ({ from: [namespaced('monitoring')], ports: tcp(port) });
 
   it('When the prod values are rendered, then PostgreSQL admits only the PgBouncers, the other instances and the operator, the status port only the operator, metrics only monitoring', () => {
     const policy = findOne(prod, 'NetworkPolicy', 'social-posts-db');
@@ -262,7 +261,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       {
         from: [
           {
-            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'cnpg-system' } },
+            ...namespaced('cnpg-system'),
             podSelector: { matchLabels: { 'app.kubernetes.io/name': 'cloudnative-pg' } },
           },
         ],
@@ -302,15 +301,14 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
   );
 
   it('When the Pooler and backups are off, then the API pods reach PostgreSQL directly and nothing reaches the object store', async () => {
-    const rendered = await render({
-      values: ['values-prod.yaml'],
-      set: {
+    const rendered = await render(
+      valuesOf('prod', {
         'cnpg.pooler.enabled': 'false',
         'cnpg.reads.pooler.enabled': 'false',
         'backup.enabled': 'false',
         'autoscaling.maxReplicas': '5',
-      },
-    });
+      }),
+    );
     const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
     expect(policy.spec?.ingress?.[0]?.from).toEqual([
       { podSelector: { matchLabels: apiSelector } },
@@ -329,20 +327,15 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       values: ['values-prod.yaml'],
       set: { 'networkPolicy.cnpg.operatorNamespace': 'postgres-operator' },
       setJson: {
-        'networkPolicy.cnpg.objectStore.to': [
-          { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } },
-        ],
+        'networkPolicy.cnpg.objectStore.to': [namespaced('minio')],
         'networkPolicy.cnpg.objectStore.ports': [9000],
       },
     });
     const policy = findOne(rendered, 'NetworkPolicy', 'social-posts-db');
-    expect(policy.spec?.ingress?.[1]?.from?.[0]?.namespaceSelector).toEqual({
-      matchLabels: { 'kubernetes.io/metadata.name': 'postgres-operator' },
-    });
-    expect(policy.spec?.egress?.[3]).toEqual({
-      to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'minio' } } }],
-      ports: tcp(9000),
-    });
+    expect(policy.spec?.ingress?.[1]?.from?.[0]?.namespaceSelector).toEqual(
+      namespaced('postgres-operator').namespaceSelector,
+    );
+    expect(policy.spec?.egress?.[3]).toEqual({ to: [namespaced('minio')], ports: tcp(9000) });
   });
 });
 
@@ -390,43 +383,37 @@ describe('The connection budget, checked at render', () => {
   it.each<[string, RenderOptions, string]>([
     [
       'the pods could open more connections than one PgBouncer takes',
-      { values: ['values-prod.yaml'], set: { 'autoscaling.maxReplicas': '100' } },
+      valuesOf('prod', { 'autoscaling.maxReplicas': '100' }),
       'connection budget: (100 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 1111 connections exceed cnpg.pooler.maxClientConn 1000',
     ],
     [
       "the Pooler's server pools exceed the cluster's max_connections",
-      { values: ['values-prod.yaml'], set: { 'cnpg.pooler.defaultPoolSize': '60' } },
+      valuesOf('prod', { 'cnpg.pooler.defaultPoolSize': '60' }),
       'connection budget: cnpg.pooler.instances 2 x default_pool_size 60 = 120 server connections exceed cnpg.cluster.maxConnections 100',
     ],
     [
       'an external server without a pooler gets more than its max_connections',
-      {
-        values: ['values-staging.yaml'],
-        set: { 'secret.dbPassword': 'x', replicaCount: '9' },
-      },
+      valuesOf('staging', { 'secret.dbPassword': 'x', replicaCount: '9' }),
       'connection budget: (9 replicas at most + 1 surge) x (database.poolMax 10 + 1 migration connection) = 110 connections exceed database.maxConnections 100 less 3 superuser-reserved',
     ],
     [
       'the in-chart PostgreSQL gets more than its max_connections',
-      { values: ['values-dev.yaml'], set: { 'database.poolMax': '60' } },
+      valuesOf('dev', { 'database.poolMax': '60' }),
       'connection budget: (1 replicas at most + 1 surge) x (database.poolMax 60 + 1 migration connection) = 122 connections exceed database.maxConnections 100',
     ],
     [
       'the pods could open more read connections than one ro PgBouncer takes',
-      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.maxClientConn': '100' } },
+      valuesOf('prod', { 'cnpg.reads.pooler.maxClientConn': '100' }),
       'read connection budget: (10 replicas at most + 1 surge) x (read pool 10) = 110 connections exceed cnpg.reads.pooler.maxClientConn 100',
     ],
     [
       "the ro Pooler's server pools exceed one standby's max_connections",
-      { values: ['values-prod.yaml'], set: { 'cnpg.reads.pooler.defaultPoolSize': '50' } },
+      valuesOf('prod', { 'cnpg.reads.pooler.defaultPoolSize': '50' }),
       'read connection budget: cnpg.reads.pooler.instances 2 x default_pool_size 50 = 100 server connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 10',
     ],
     [
       "without the ro Pooler, the read pools exceed one standby's max_connections",
-      {
-        values: ['values-prod.yaml'],
-        set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' },
-      },
+      valuesOf('prod', { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '9' }),
       'read connection budget: (10 replicas at most + 1 surge) x (read pool 9) = 99 connections, which may all reach one standby, exceed cnpg.cluster.maxConnections 100 less 3 superuser-reserved',
     ],
   ])(
@@ -446,13 +433,8 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
     expect(ro.spec.cluster.name).toBe('social-posts-db');
     expect(ro.spec.instances).toBe(2);
     expect(ro.spec.pgbouncer.poolMode).toBe('transaction');
-    // 3 replicas at least x read pool 10 (database.poolMax), over 2 PgBouncers.
-    expect(ro.spec.pgbouncer.parameters).toEqual({
-      max_client_conn: '1000',
-      default_pool_size: '15',
-      max_prepared_statements: '200',
-      server_login_retry: '2',
-    });
+    // The read pool is database.poolMax as well.
+    expect(ro.spec.pgbouncer.parameters).toEqual(prodPgBouncer);
   });
 
   it('When the prod values are rendered, then the pods read from the ro Pooler by a name the server certificate carries, within 1000 ms of the primary', () => {
@@ -482,7 +464,7 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
       { 'cnpg.cluster.instances': '1' },
     ];
     for (const set of cases) {
-      const rendered = await render({ values: ['values-prod.yaml'], set });
+      const rendered = await render(valuesOf('prod', set));
       expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
       expect(Object.keys(configMapData(rendered)).filter((key) => key.startsWith('DB_READ_'))).toEqual([]);
       expect(findOne(rendered, 'Cluster').spec.probes).toBeUndefined();
@@ -496,10 +478,9 @@ describe('Reads on standbys (cnpg.reads): the ro Pooler and the read endpoint', 
   });
 
   it("When the ro Pooler is off, then the pods read from the Cluster's -ro Service and may reach the instances, which admit them", async () => {
-    const rendered = await render({
-      values: ['values-prod.yaml'],
-      set: { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' },
-    });
+    const rendered = await render(
+      valuesOf('prod', { 'cnpg.reads.pooler.enabled': 'false', 'cnpg.reads.poolMax': '8' }),
+    );
     expect(findAll(rendered, 'Pooler').map((p) => p.spec.type)).toEqual(['rw']);
     expect(configMapData(rendered).DB_READ_HOSTNAME).toBe('social-posts-db-ro');
     expect(databaseEgress(rendered).map((rule) => rule.to)).toEqual([

@@ -5,6 +5,7 @@
  * metric-names.test.ts checks the names against the service, k8s:local runs them in Prometheus.
  */
 import { readFileSync } from 'node:fs';
+import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { resolve } from 'node:path';
 import {
   dashboardOf,
@@ -13,10 +14,9 @@ import {
   panelQueries,
   type Dashboard,
 } from '../../tools/harness/promql';
-import { chartDir, findAll, must, render, renderEnvironment, type KubeObject } from './helm';
+import { chartDir, findAll, findOne, must, render, renderEnvironment } from './helm';
 
-const dashboardConfigMaps = (objects: KubeObject[]) =>
-  findAll(objects, 'ConfigMap').filter((configMap) => configMap.metadata?.name?.endsWith('-dashboard'));
+const isDashboard = (configMap: IConfigMap) => configMap.metadata?.name?.endsWith('-dashboard') ?? false;
 
 const file = JSON.parse(
   readFileSync(resolve(chartDir, 'dashboards', 'social-posts.json'), 'utf8'),
@@ -24,7 +24,7 @@ const file = JSON.parse(
 
 describe('Grafana dashboard', () => {
   it('When the prod values are rendered, then one ConfigMap carries the sidecar label and the dashboard of the file, named for the release', async () => {
-    const configMaps = dashboardConfigMaps(await renderEnvironment('prod'));
+    const configMaps = findAll(await renderEnvironment('prod'), 'ConfigMap').filter(isDashboard);
     expect(configMaps).toHaveLength(1);
     const configMap = must(configMaps[0], 'dashboard ConfigMap');
     expect(configMap.metadata?.labels).toMatchObject({ grafana_dashboard: '1' });
@@ -47,10 +47,7 @@ describe('Grafana dashboard', () => {
   it('When two releases render the dashboard, then their uids differ (one Grafana holds both)', async () => {
     const uid = async (namespace: string) =>
       dashboardOf(
-        must(
-          dashboardConfigMaps(await render({ values: ['values-prod.yaml'], namespace }))[0],
-          'dashboard ConfigMap',
-        ),
+        findOne(await render({ values: ['values-prod.yaml'], namespace }), 'ConfigMap', isDashboard),
       ).uid;
     expect(await uid('posts-a')).not.toBe(await uid('posts-b'));
   });
@@ -66,7 +63,7 @@ describe('Grafana dashboard', () => {
         'metrics.dashboard.folderAnnotation': 'k8s-sidecar-target-directory',
       },
     });
-    const configMap = must(dashboardConfigMaps(objects)[0], 'dashboard ConfigMap');
+    const configMap = findOne(objects, 'ConfigMap', isDashboard);
     expect(configMap.metadata?.labels).toMatchObject({ dashboards: 'social' });
     expect(configMap.metadata?.labels?.grafana_dashboard).toBeUndefined();
     expect(configMap.metadata?.annotations).toEqual({ 'k8s-sidecar-target-directory': 'Applications' });

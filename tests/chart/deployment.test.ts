@@ -4,18 +4,17 @@ import {
   environments,
   findOne,
   must,
+  podAnnotations,
   podSpec,
   render,
+  renderedBeforeAll,
   renderEnvironment,
-  type KubeObject,
+  valuesOf,
 } from './helm';
 import { treeVersions } from '../../tools/harness/releases';
 
 describe.each(environments)('The API Deployment of %s', (environment) => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment(environment);
-  });
+  const objects = renderedBeforeAll(() => renderEnvironment(environment));
 
   it(`When the ${environment} values are rendered, then the container exposes port 8000 named http (and 9464 named metrics) and the Service targets them by name`, () => {
     expect(apiContainer(objects).ports).toEqual([
@@ -131,52 +130,43 @@ describe('Image reference', () => {
 
   it('When skaffold passes repository, tag and digest, then the image is pinned by digest', async () => {
     const digest = `sha256:${'a'.repeat(64)}`;
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: {
+    const objects = await render(
+      valuesOf('dev', {
         'image.repository': 'registry.local/social-posts',
         'image.tag': 'abc123',
         'image.digest': digest,
-      },
-    });
+      }),
+    );
     expect(apiContainer(objects).image).toBe(`registry.local/social-posts:abc123@${digest}`);
   });
 
   it('When skaffold passes an empty digest (image loaded into kind), then the reference is repository:tag', async () => {
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: { 'image.repository': 'social-posts', 'image.tag': '3f2a9c', 'image.digest': '' },
-    });
+    const objects = await render(
+      valuesOf('dev', { 'image.repository': 'social-posts', 'image.tag': '3f2a9c', 'image.digest': '' }),
+    );
     expect(apiContainer(objects).image).toBe('social-posts:3f2a9c');
   });
 });
 
 describe('Rolling on configuration changes', () => {
-  function checksums(objects: KubeObject[]): Record<string, string> {
-    const annotations = findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
+  /** The pods' checksum annotations, rendered from dev's values with a fixed key and `set`. */
+  async function checksums(set: Record<string, string> = {}): Promise<Record<string, string>> {
+    const fixedSecret = { 'secret.secretKey': 'a-fixed-signing-key-for-this-test-0123456789' };
+    const annotations = podAnnotations(await render(valuesOf('dev', { ...fixedSecret, ...set })));
     return Object.fromEntries(Object.entries(annotations).filter(([key]) => key.startsWith('checksum/')));
   }
-  const fixedSecret = { 'secret.secretKey': 'a-fixed-signing-key-for-this-test-0123456789' };
 
   it('When a setting changes, then checksum/config changes and so the pods roll', async () => {
-    const before = checksums(await render({ values: ['values-dev.yaml'], set: fixedSecret }));
-    const after = checksums(
-      await render({ values: ['values-dev.yaml'], set: { ...fixedSecret, 'config.logLevel': 'warn' } }),
-    );
+    const before = await checksums();
+    const after = await checksums({ 'config.logLevel': 'warn' });
     expect(before['checksum/config']).toMatch(/^[a-f0-9]{64}$/);
     expect(after['checksum/config']).not.toBe(before['checksum/config']);
   });
 
   it('When the secret changes, then checksum/secret changes; when nothing changes, neither does', async () => {
-    const first = checksums(
-      await render({ values: ['values-dev.yaml'], set: { ...fixedSecret, 'secret.dbPassword': 'one' } }),
-    );
-    const same = checksums(
-      await render({ values: ['values-dev.yaml'], set: { ...fixedSecret, 'secret.dbPassword': 'one' } }),
-    );
-    const changed = checksums(
-      await render({ values: ['values-dev.yaml'], set: { ...fixedSecret, 'secret.dbPassword': 'two' } }),
-    );
+    const first = await checksums({ 'secret.dbPassword': 'one' });
+    const same = await checksums({ 'secret.dbPassword': 'one' });
+    const changed = await checksums({ 'secret.dbPassword': 'two' });
     expect(same).toEqual(first);
     expect(changed['checksum/secret']).not.toBe(first['checksum/secret']);
   });

@@ -4,15 +4,14 @@
  * against the Gateway API models and the implementation's own CRD schema (tests/chart/schemas/).
  */
 import {
-  chartDir,
   environmentOptions,
   environments,
   findAll,
   findOne,
   hosts,
+  lint,
   render,
-  runHelm,
-  valuesArgs,
+  renderedBeforeAll,
   type Environment,
   type HTTPRoute,
   type KubeObject,
@@ -25,17 +24,20 @@ type Implementation = (typeof implementations)[number];
 
 const parentRef = { name: 'shared', namespace: 'gateway-system', sectionName: 'https' };
 
-function gatewayOptions(environment: Environment, implementation: Implementation): RenderOptions {
-  const options = environmentOptions(environment);
+function gatewayOptions(
+  environment: Environment,
+  implementation: Implementation,
+  set: Record<string, string> = {},
+): RenderOptions {
   return {
-    ...options,
+    ...environmentOptions(environment),
     set: {
-      ...options.set,
       'gateway.enabled': 'true',
       'gateway.parentRef.name': parentRef.name,
       'gateway.parentRef.namespace': parentRef.namespace,
       'gateway.parentRef.sectionName': parentRef.sectionName,
       'gateway.rateLimit.implementation': implementation,
+      ...set,
     },
   };
 }
@@ -46,26 +48,12 @@ function paths(r: HTTPRoute): string[] {
   return r.spec.rules.flatMap((rule) => rule.matches.map((m) => `${m.path.type} ${m.path.value}`));
 }
 
-const renderings = new Map<string, Promise<KubeObject[]>>();
-function renderGateway(environment: Environment, implementation: Implementation): Promise<KubeObject[]> {
-  const key = `${environment}/${implementation}`;
-  let rendered = renderings.get(key);
-  if (!rendered) {
-    rendered = render(gatewayOptions(environment, implementation));
-    renderings.set(key, rendered);
-  }
-  return rendered;
-}
-
 const cases = environments.flatMap((environment) =>
   implementations.map((implementation): [Environment, Implementation] => [environment, implementation]),
 );
 
 describe.each(cases)('Gateway API objects of %s with %s', (environment, implementation) => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderGateway(environment, implementation);
-  });
+  const objects = renderedBeforeAll(() => render(gatewayOptions(environment, implementation)));
 
   it('When gateway.enabled is true, then no Ingress is rendered and two HTTPRoutes attach to the given Gateway on the environment host', () => {
     expect(findAll(objects, 'Ingress')).toEqual([]);
@@ -105,12 +93,7 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
   });
 
   it('When gateway.enabled is true, then helm lint --strict reports no warning or error', async () => {
-    const result = await runHelm([
-      'lint',
-      '--strict',
-      chartDir,
-      ...valuesArgs(gatewayOptions(environment, implementation)),
-    ]);
+    const result = await lint(gatewayOptions(environment, implementation));
     expect(result.stdout + result.stderr).toContain('0 chart(s) failed');
     expect(result.code).toBe(0);
   });
@@ -153,18 +136,16 @@ describe.each(cases)('Gateway API objects of %s with %s', (environment, implemen
           'BackendTrafficPolicy social-posts',
           'BackendTrafficPolicy social-posts-auth',
         ]);
-        const auth = policies.find((p) => p.metadata.name === 'social-posts-auth');
-        const general = policies.find((p) => p.metadata.name === 'social-posts');
         const perAddress = (value: string) => ({
           clientSelectors: [{ sourceCIDR: { type: 'Distinct', value } }],
           limit: { requests: 10, unit: 'Minute' },
         });
-        expect(auth?.spec).toEqual({
+        expect(findOne(objects, 'BackendTrafficPolicy', 'social-posts-auth').spec).toEqual({
           targetRefs: [target('social-posts-auth')],
           rateLimit: { local: { rules: [perAddress('0.0.0.0/0'), perAddress('::/0')] } },
           timeout: { tcp: { connectTimeout: '5s' } },
         });
-        expect(general?.spec).toEqual({
+        expect(findOne(objects, 'BackendTrafficPolicy', 'social-posts').spec).toEqual({
           targetRefs: [target('social-posts')],
           timeout: { tcp: { connectTimeout: '5s' } },
         });
@@ -190,15 +171,11 @@ describe('Gateway switches and refusals', () => {
   });
 
   it('When envoyMode is Global, then the auth policy uses the global (Redis-backed) limit shared by both paths and stays schema-valid', async () => {
-    const options = gatewayOptions('prod', 'envoy-gateway');
-    const objects = await render({
-      ...options,
-      set: { ...options.set, 'gateway.rateLimit.envoyMode': 'Global' },
-    });
-    const auth = findAll(objects, 'BackendTrafficPolicy').find(
-      (p) => p.metadata.name === 'social-posts-auth',
+    const objects = await render(
+      gatewayOptions('prod', 'envoy-gateway', { 'gateway.rateLimit.envoyMode': 'Global' }),
     );
-    const rateLimit = auth?.spec.rateLimit as { global?: { rules: { shared?: boolean }[] }; local?: unknown };
+    const auth = findOne(objects, 'BackendTrafficPolicy', 'social-posts-auth');
+    const rateLimit = auth.spec.rateLimit as { global?: { rules: { shared?: boolean }[] }; local?: unknown };
     expect(rateLimit.local).toBeUndefined();
     expect(rateLimit.global?.rules.map((rule) => rule.shared)).toEqual([true, true]);
     expect(schemaProblems(objects)).toEqual([]);

@@ -40,7 +40,7 @@ export interface HelmResult {
 const helmBin = ensureTools().helm;
 
 /** Runs helm asynchronously (a fake API server in this process must keep answering meanwhile). */
-export function runHelm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<HelmResult> {
+function runHelm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<HelmResult> {
   return new Promise((resolvePromise) => {
     execFile(
       helmBin,
@@ -81,7 +81,7 @@ const prodSiteValues = resolve(__dirname, 'values-prod-site.yaml');
  * The values flags of the options, for `helm lint`, `helm template` and `helm install` alike; prod's
  * file is followed by the site's values unless `withoutSite` asks for prod's file alone.
  */
-export function valuesArgs(options: RenderOptions = {}): string[] {
+function valuesArgs(options: RenderOptions = {}): string[] {
   const args: string[] = [];
   for (const file of options.values ?? []) {
     args.push('--values', resolve(chartDir, file));
@@ -99,6 +99,11 @@ export function valuesArgs(options: RenderOptions = {}): string[] {
 function releaseArgs(options: RenderOptions = {}): string[] {
   const namespace = options.namespace ?? 'social-posts-test';
   return ['social-posts', chartDir, '--namespace', namespace, ...valuesArgs(options)];
+}
+
+/** `helm lint --strict` of the chart with the options' values. */
+export function lint(options: RenderOptions): Promise<HelmResult> {
+  return runHelm(['lint', '--strict', chartDir, ...valuesArgs(options)]);
 }
 
 /** helm's own answer, unparsed and without blocking (a fake API server in this process answers its lookups). */
@@ -127,29 +132,46 @@ export const recoveryOptions: RenderOptions = {
   namespace: 'social-posts-prod',
 };
 
+/**
+ * An environment's values file with `set` (and `more`) on top, in the test namespace: unlike
+ * environmentOptions, which is the file as an operator installs it.
+ */
+export function valuesOf(
+  environment: Environment,
+  set?: Record<string, string>,
+  more: RenderOptions = {},
+): RenderOptions {
+  return { values: [`values-${environment}.yaml`], set, ...more };
+}
+
 const renderedEnvironments = new Map<Environment, Promise<KubeObject[]>>();
 
 /** Renders an environment once per test file. */
 export function renderEnvironment(environment: Environment): Promise<KubeObject[]> {
-  let rendered = renderedEnvironments.get(environment);
-  if (!rendered) {
-    rendered = render(environmentOptions(environment));
-    renderedEnvironments.set(environment, rendered);
-  }
+  const rendered = renderedEnvironments.get(environment) ?? render(environmentOptions(environment));
+  renderedEnvironments.set(environment, rendered);
   return rendered;
 }
 
+/** The objects `load` renders, there once the enclosing block's beforeAll has run. */
+export function renderedBeforeAll(load: () => Promise<KubeObject[]>): KubeObject[] {
+  const objects: KubeObject[] = [];
+  beforeAll(async () => {
+    objects.push(...(await load()));
+  });
+  return objects;
+}
+
+type Rendering = [string, () => Promise<KubeObject[]>];
+
 /** Every rendering the schema tests check: the environments, recovery on prod and chart-testing's files. */
-export const allRenderings: [string, () => Promise<KubeObject[]>][] = [
-  ...environments.map((environment): [string, () => Promise<KubeObject[]>] => [
+export const allRenderings: Rendering[] = [
+  ...environments.map((environment): Rendering => [
     `the ${environment} values`,
     () => renderEnvironment(environment),
   ]),
   ["the recovery values (on prod's)", () => render(recoveryOptions)],
-  ...ciValuesFiles.map((file): [string, () => Promise<KubeObject[]>] => [
-    file,
-    () => render({ values: [file] }),
-  ]),
+  ...ciValuesFiles.map((file): Rendering => [file, () => render({ values: [file] })]),
 ];
 
 /** The API pods' labels: what the chart's Services, policies and budgets select them by. */
@@ -158,6 +180,11 @@ export const apiSelector = {
   'app.kubernetes.io/instance': 'social-posts',
   'app.kubernetes.io/component': 'api',
 };
+
+/** A NetworkPolicy peer: the pods of the namespace `name` (by the label Kubernetes gives every namespace). */
+export const namespaced = (name: string) => ({
+  namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } },
+});
 
 /** The host each environment's values serve the API on. */
 export const hosts: Record<Environment, string> = {
@@ -206,7 +233,6 @@ export interface Cluster extends KubeObject {
     };
     certificates?: { serverAltDNSNames: string[] };
     probes?: { readiness?: { type: string; maximumLag?: string } };
-    storage: { size: string };
     inheritedMetadata?: { labels?: Record<string, string> };
     serviceAccountTemplate?: {
       metadata: { annotations?: Record<string, string>; labels?: Record<string, string> };
@@ -247,14 +273,7 @@ export interface ObjectStore extends KubeObject {
 }
 
 interface ScheduledBackup extends KubeObject {
-  spec: {
-    cluster: { name: string };
-    schedule: string;
-    immediate: boolean;
-    backupOwnerReference: string;
-    method: string;
-    pluginConfiguration: { name: string };
-  };
+  spec: { cluster: { name: string } };
 }
 
 interface PodMonitor extends KubeObject {
@@ -262,11 +281,7 @@ interface PodMonitor extends KubeObject {
 }
 
 interface ServiceMonitor extends KubeObject {
-  spec: {
-    selector: { matchLabels: Record<string, string> };
-    namespaceSelector: { matchNames: string[] };
-    endpoints: { port: string; path: string; interval: string; scrapeTimeout: string }[];
-  };
+  spec: unknown;
 }
 
 export interface HTTPRoute extends KubeObject {
@@ -319,28 +334,27 @@ export function findAll<K extends keyof RenderedKinds>(objects: KubeObject[], ki
   return objects.filter((object) => object.kind === kind) as unknown as RenderedKinds[K][];
 }
 
-/** The one object of a kind (and name, when given); fails loudly when it is missing or ambiguous. */
+/** The one object of a kind (and name, or test, when given); fails loudly when it is missing or ambiguous. */
 export function findOne<K extends keyof RenderedKinds>(
   objects: KubeObject[],
   kind: K,
-  name?: string,
+  which?: string | ((object: RenderedKinds[K]) => boolean),
 ): RenderedKinds[K] {
-  const matches = findAll(objects, kind).filter(
-    (object) => name === undefined || object.metadata?.name === name,
+  const matches = findAll(objects, kind).filter((object) =>
+    typeof which === 'string' ? object.metadata?.name === which : (which?.(object) ?? true),
   );
   const [match] = matches;
   if (matches.length !== 1 || match === undefined) {
-    throw new Error(`expected one ${kind}${name ? ` named ${name}` : ''}, found ${matches.length}`);
+    throw new Error(
+      `expected one ${kind}${typeof which === 'string' ? ` named ${which}` : ''}, found ${matches.length}`,
+    );
   }
   return match;
 }
 
 /** The Pooler of one type: rw (the primary) or ro (the standbys, cnpg.reads). */
-export function pooler(objects: KubeObject[], type: 'rw' | 'ro'): Pooler {
-  const matches = findAll(objects, 'Pooler').filter((o) => o.spec.type === type);
-  if (matches.length !== 1) throw new Error(`expected one ${type} Pooler, found ${matches.length}`);
-  return must(matches[0], `${type} Pooler`);
-}
+export const pooler = (objects: KubeObject[], type: 'rw' | 'ro'): Pooler =>
+  findOne(objects, 'Pooler', (candidate) => candidate.spec.type === type);
 
 /** The API's settings as the pod reads them: the release ConfigMap's data. */
 export function configMapData(objects: KubeObject[]): Record<string, string> {
@@ -357,6 +371,11 @@ export async function renderRefused(options: RenderOptions): Promise<string> {
 /** The API pods' spec: the Deployment's pod template. */
 export function podSpec(objects: KubeObject[]): IPodSpec {
   return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');
+}
+
+/** The annotations of the API pods' template (the checksums that roll them among them). */
+export function podAnnotations(objects: KubeObject[]): Record<string, string> {
+  return findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
 }
 
 /** The API container of the Deployment's pods. */

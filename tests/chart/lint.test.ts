@@ -1,19 +1,12 @@
 import {
-  chartDir,
   ciValuesFiles,
   environmentOptions,
   environments,
+  lint,
   renderRefused,
-  runHelm,
   template,
-  valuesArgs,
-  type HelmResult,
   type RenderOptions,
 } from './helm';
-
-function lint(options: RenderOptions): Promise<HelmResult> {
-  return runHelm(['lint', '--strict', chartDir, ...valuesArgs(options)]);
-}
 
 describe('helm lint --strict', () => {
   it.each(environments)(

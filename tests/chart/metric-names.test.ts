@@ -55,12 +55,7 @@ function declaredNames(text: string): Set<string> {
 
 /** Sample names of the Prometheus text format (histograms as their _bucket, _sum and _count). */
 function exportedNames(text: string): Set<string> {
-  const names = new Set<string>();
-  for (const line of text.split('\n')) {
-    const name = /^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]/.exec(line)?.[1];
-    if (name) names.add(name);
-  }
-  return names;
+  return new Set([...text.matchAll(/^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]/gm)].map((m) => m[1] ?? ''));
 }
 
 describe('Metric names of the alerts and the dashboard', () => {

@@ -1,27 +1,24 @@
 import {
   apiContainer,
   apiSelector,
+  configMapData,
   environments,
   findAll,
   findOne,
-  must,
+  namespaced,
+  podAnnotations,
   render,
+  renderedBeforeAll,
   renderEnvironment,
-  type KubeObject,
+  valuesOf,
 } from './helm';
 
-const podAnnotations = (objects: KubeObject[]) =>
-  findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
-
 describe.each(environments)('Metrics wiring of %s', (environment) => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment(environment);
-  });
+  const objects = renderedBeforeAll(() => renderEnvironment(environment));
 
   // The container's and the Service's ports named metrics are deployment.test.ts's.
   it(`When the ${environment} values are rendered, then METRICS_PORT is 9464, apart from PORT`, () => {
-    const data = must(findOne(objects, 'ConfigMap', 'social-posts').data, 'ConfigMap data');
+    const data = configMapData(objects);
     expect(data.METRICS_PORT).toBe('9464');
     expect(data.METRICS_PORT).not.toBe(data.PORT);
   });
@@ -79,10 +76,7 @@ describe('ServiceMonitor', () => {
 
 describe('Scrape annotations', () => {
   it('When metrics.scrapeAnnotations is on, then the API pods carry prometheus.io scrape, port and path', async () => {
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: { 'metrics.scrapeAnnotations': 'true' },
-    });
+    const objects = await render(valuesOf('dev', { 'metrics.scrapeAnnotations': 'true' }));
     expect(podAnnotations(objects)).toMatchObject({
       'prometheus.io/scrape': 'true',
       'prometheus.io/port': '9464',
@@ -91,11 +85,10 @@ describe('Scrape annotations', () => {
   });
 
   it('When metrics.port is changed, then the ConfigMap, container, Service and annotations follow it', async () => {
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: { 'metrics.port': '9100', 'metrics.scrapeAnnotations': 'true' },
-    });
-    expect(findOne(objects, 'ConfigMap', 'social-posts').data?.METRICS_PORT).toBe('9100');
+    const objects = await render(
+      valuesOf('dev', { 'metrics.port': '9100', 'metrics.scrapeAnnotations': 'true' }),
+    );
+    expect(configMapData(objects).METRICS_PORT).toBe('9100');
     expect(apiContainer(objects).ports).toContainEqual({
       name: 'metrics',
       containerPort: 9100,
@@ -113,8 +106,8 @@ describe('Scrape annotations', () => {
 
 describe('NetworkPolicy and metrics', () => {
   const metricsRule = async (set: Record<string, string>) => {
-    const objects = await render({ values: ['values-prod.yaml'], set });
-    const rules = findOne(objects, 'NetworkPolicy', 'social-posts').spec?.ingress ?? [];
+    const rules =
+      findOne(await render(valuesOf('prod', set)), 'NetworkPolicy', 'social-posts').spec?.ingress ?? [];
     return rules.filter((rule) => rule.ports?.some((port) => port.port === 'metrics'));
   };
 
@@ -127,7 +120,7 @@ describe('NetworkPolicy and metrics', () => {
         from: [
           {
             // One peer with both selectors: the pods must match both (AND), not either.
-            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+            ...namespaced('monitoring'),
             podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
           },
         ],
@@ -138,16 +131,11 @@ describe('NetworkPolicy and metrics', () => {
 
   it('When metricsNamespace names another namespace, then the rule follows it', async () => {
     const rules = await metricsRule({ 'networkPolicy.metricsNamespace': 'observability' });
-    expect(rules[0]?.from).toEqual([
-      { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } } },
-    ]);
+    expect(rules[0]?.from).toEqual([namespaced('observability')]);
   });
 
   it('When metricsNamespace is empty, then no rule admits scrapes and the ingress controller still reaches only http', async () => {
-    const objects = await render({
-      values: ['values-prod.yaml'],
-      set: { 'networkPolicy.metricsNamespace': '' },
-    });
+    const objects = await render(valuesOf('prod', { 'networkPolicy.metricsNamespace': '' }));
     const rules = findOne(objects, 'NetworkPolicy', 'social-posts').spec?.ingress ?? [];
     expect(rules).toHaveLength(1);
     expect(rules[0]?.ports).toEqual([{ port: 'http', protocol: 'TCP' }]);

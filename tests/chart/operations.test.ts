@@ -1,5 +1,5 @@
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
-import { renderBeside } from './fake-kube-api';
+import { liveSecret, renderBeside } from './fake-kube-api';
 import {
   apiContainer,
   environmentOptions,
@@ -7,10 +7,13 @@ import {
   findAll,
   findOne,
   must,
+  namespaced,
+  podAnnotations,
   render,
   renderEnvironment,
   renderRefused,
   template,
+  valuesOf,
   type KubeObject,
   type RenderOptions,
 } from './helm';
@@ -39,7 +42,7 @@ describe('Renders that GitOps can keep', () => {
   );
 
   it('When no key is given, none is kept and generation is off, then rendering fails with one line saying why instead of making a key that changes every render', async () => {
-    const stderr = await renderRefused({ values: ['values-dev.yaml'], set: { 'secret.generate': 'false' } });
+    const stderr = await renderRefused(valuesOf('dev', { 'secret.generate': 'false' }));
     expect(stderr).toContain(
       'secret.secretKey is empty and the release has no Secret to keep one from: set secret.secretKey or secret.existingSecret, or secret.generate=true with helm install/upgrade',
     );
@@ -49,19 +52,10 @@ describe('Renders that GitOps can keep', () => {
 
 describe('Pods restart when your existing Secret changes (helm upgrade reads it)', () => {
   const namespace = 'social-posts-staging';
-  const yourSecret = (key: string) => ({
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'social-posts-staging-secrets', namespace },
-    type: 'Opaque',
-    data: {
-      SECRET_KEY: Buffer.from(key).toString('base64'),
-      DB_PASSWORD: Buffer.from('pw').toString('base64'),
-    },
-  });
-  async function secretChecksum(secret: ReturnType<typeof yourSecret>): Promise<string | undefined> {
-    const objects = await renderBeside([secret], environmentOptions('staging'));
-    return findOne(objects, 'Deployment').spec?.template.metadata?.annotations?.['checksum/secret'];
+  const yourSecret = (key: string) =>
+    liveSecret({ name: 'social-posts-staging-secrets', namespace }, { SECRET_KEY: key, DB_PASSWORD: 'pw' });
+  async function secretChecksum(secret: KubeObject): Promise<string | undefined> {
+    return podAnnotations(await renderBeside([secret], environmentOptions('staging')))['checksum/secret'];
   }
 
   it('When the Secret is unchanged, then the checksum is too; when its key changes, then the checksum changes and so the pods roll', async () => {
@@ -74,9 +68,7 @@ describe('Pods restart when your existing Secret changes (helm upgrade reads it)
   });
 
   it('When rendered without a cluster, then no checksum of your Secret is written (nothing to read; the render stays stable)', async () => {
-    const annotations = findOne(await renderEnvironment('staging'), 'Deployment').spec?.template.metadata
-      ?.annotations;
-    expect(annotations?.['checksum/secret']).toBeUndefined();
+    expect(podAnnotations(await renderEnvironment('staging'))['checksum/secret']).toBeUndefined();
   });
 
   it('When deploymentAnnotations names Reloader, then the Deployment carries it (GitOps: Reloader rolls the pods on a Secret change)', async () => {
@@ -110,10 +102,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
   it('When networkPolicy.dns.to names NodeLocal DNSCache and CoreDNS by another label, then exactly those resolvers are allowed', async () => {
     const resolvers = [
       { ipBlock: { cidr: '169.254.20.10/32' } },
-      {
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
-        podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } },
-      },
+      { ...namespaced('kube-system'), podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } } },
     ];
     const objects = await render({
       values: ['values-prod.yaml'],
@@ -124,14 +113,8 @@ describe('NetworkPolicy: DNS and extra rules', () => {
   });
 
   it('When extra ingress and egress rules are given, then they follow the chart rules and nothing else opens', async () => {
-    const collector = {
-      to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'otel' } } }],
-      ports: [{ port: 4318, protocol: 'TCP' }],
-    };
-    const mesh = {
-      from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'mesh' } } }],
-      ports: [{ port: 'http', protocol: 'TCP' }],
-    };
+    const collector = { to: [namespaced('otel')], ports: [{ port: 4318, protocol: 'TCP' }] };
+    const mesh = { from: [namespaced('mesh')], ports: [{ port: 'http', protocol: 'TCP' }] };
     const objects = await render({
       values: ['values-prod.yaml'],
       setJson: { 'networkPolicy.extraEgress': [collector], 'networkPolicy.extraIngress': [mesh] },
@@ -178,10 +161,7 @@ describe('HorizontalPodAutoscaler behavior and memory', () => {
   });
 
   it('When a memory target is set, then the autoscaler watches memory as well as CPU', async () => {
-    const objects = await render({
-      values: ['values-prod.yaml'],
-      set: { 'autoscaling.targetMemoryUtilizationPercentage': '80' },
-    });
+    const objects = await render(valuesOf('prod', { 'autoscaling.targetMemoryUtilizationPercentage': '80' }));
     const hpa = findOne(objects, 'HorizontalPodAutoscaler');
     expect(hpa.spec?.metrics?.[1]).toEqual({
       type: 'Resource',
@@ -191,7 +171,7 @@ describe('HorizontalPodAutoscaler behavior and memory', () => {
   });
 
   it('When behavior is null, then Kubernetes keeps its own defaults (no behavior field)', async () => {
-    const objects = await render({ values: ['values-prod.yaml'], set: { 'autoscaling.behavior': 'null' } });
+    const objects = await render(valuesOf('prod', { 'autoscaling.behavior': 'null' }));
     expect(findOne(objects, 'HorizontalPodAutoscaler').spec?.behavior).toBeUndefined();
   });
 });
@@ -273,14 +253,13 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
   const digest = `sha256:${'a'.repeat(64)}`;
 
   it('When global.imageRegistry is set, then every image the chart runs comes from it (Docker Hub images under library/), digests kept', async () => {
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: {
+    const objects = await render(
+      valuesOf('dev', {
         'global.imageRegistry': 'mirror.example.internal:5000/proxy',
         'image.digest': digest,
         'postgresql.image.digest': digest,
-      },
-    });
+      }),
+    );
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `mirror.example.internal:5000/proxy/social-posts/social-posts:${treeVersions().app}@${digest}`,
       `mirror.example.internal:5000/proxy/library/postgres:18.3-trixie@${digest}`,
@@ -289,7 +268,7 @@ describe('Images: digests, a global registry and pull secrets on every pod', () 
   });
 
   it('When no registry is set, then images are as given, pinned by digest where one is given', async () => {
-    const objects = await render({ values: ['values-dev.yaml'], set: { 'tests.image.digest': digest } });
+    const objects = await render(valuesOf('dev', { 'tests.image.digest': digest }));
     expect(podSpecs(objects).map(([, spec]) => spec.containers[0]?.image)).toEqual([
       `ghcr.io/social-posts/social-posts:${treeVersions().app}`,
       'postgres:18.3-trixie',

@@ -1,4 +1,4 @@
-import { apiSelector, findAll, findOne, must, render, renderEnvironment } from './helm';
+import { apiSelector, findAll, findOne, must, namespaced, render, renderEnvironment, valuesOf } from './helm';
 
 describe('Defaults of optional objects', () => {
   it('When values.yaml alone is rendered, then no autoscaler, disruption budget, network policy, topology spread or PostgreSQL is created', async () => {
@@ -53,15 +53,12 @@ describe('NetworkPolicy', () => {
     expect(policy.spec?.ingress).toEqual([
       {
         from: [
-          { namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'ingress-nginx' } } },
+          namespaced('ingress-nginx'),
           { podSelector: { matchLabels: { 'social-posts-client': 'true' } } },
         ],
         ports: [{ port: 'http', protocol: 'TCP' }],
       },
-      {
-        from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } } }],
-        ports: [{ port: 'metrics', protocol: 'TCP' }],
-      },
+      { from: [namespaced('monitoring')], ports: [{ port: 'metrics', protocol: 'TCP' }] },
     ]);
   });
 
@@ -79,7 +76,7 @@ describe('NetworkPolicy', () => {
   });
 
   it('When the in-chart PostgreSQL and network policies are on, then only the API pods reach the database pod', async () => {
-    const objects = await render({ values: ['values-dev.yaml'], set: { 'networkPolicy.enabled': 'true' } });
+    const objects = await render(valuesOf('dev', { 'networkPolicy.enabled': 'true' }));
     const api = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(api.spec?.egress?.[1]?.to).toEqual([
       { podSelector: { matchLabels: { ...apiSelector, 'app.kubernetes.io/component': 'database' } } },

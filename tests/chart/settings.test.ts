@@ -7,8 +7,11 @@ import {
   findAll,
   findOne,
   must,
+  podAnnotations,
   render,
+  renderedBeforeAll,
   renderEnvironment,
+  valuesOf,
   type Environment,
   type KubeObject,
 } from './helm';
@@ -19,27 +22,16 @@ const corsAllowLists: Record<Environment, string> = {
   prod: 'https://social-posts.example.com,https://www.social-posts.example.com',
 };
 
+/** Every environment's database, port and owner. */
+const database = { DB_PORT: '5432', DB_NAME: 'social_posts', DB_USERNAME: 'social_posts' };
+
 const databases: Record<Environment, Record<string, string>> = {
-  dev: {
-    DB_HOSTNAME: 'social-posts-postgresql',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
-    DB_SSL: 'false',
-  },
-  staging: {
-    DB_HOSTNAME: 'social-posts-staging.postgres.example.internal',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
-    DB_SSL: 'true',
-  },
+  dev: { ...database, DB_HOSTNAME: 'social-posts-postgresql', DB_SSL: 'false' },
+  staging: { ...database, DB_HOSTNAME: 'social-posts-staging.postgres.example.internal', DB_SSL: 'true' },
   // CloudNativePG's Pooler, TLS verified against the cluster's CA.
   prod: {
+    ...database,
     DB_HOSTNAME: 'social-posts-db-pooler-rw',
-    DB_PORT: '5432',
-    DB_NAME: 'social_posts',
-    DB_USERNAME: 'social_posts',
     DB_SSL: 'true',
     DB_SSL_CA_FILE: '/etc/social-posts/db-ca/ca.crt',
   },
@@ -50,10 +42,7 @@ function containerEnv(objects: KubeObject[]): IEnvVar[] {
 }
 
 describe.each(environments)('Settings of %s', (environment) => {
-  let objects: KubeObject[];
-  beforeAll(async () => {
-    objects = await renderEnvironment(environment);
-  });
+  const objects = renderedBeforeAll(() => renderEnvironment(environment));
 
   it(`When the ${environment} values are rendered, then CORS_ALLOWED_ORIGINS is the environment's own allow-list, without a wildcard`, () => {
     const origins = configMapData(objects).CORS_ALLOWED_ORIGINS;
@@ -62,10 +51,7 @@ describe.each(environments)('Settings of %s', (environment) => {
   });
 
   it(`When the ${environment} values are rendered, then the pod reads every non-secret setting from the ConfigMap`, () => {
-    const deployment = findOne(objects, 'Deployment');
-    expect(deployment.spec?.template.spec?.containers[0]?.envFrom).toEqual([
-      { configMapRef: { name: 'social-posts' } },
-    ]);
+    expect(apiContainer(objects).envFrom).toEqual([{ configMapRef: { name: 'social-posts' } }]);
     expect(configMapData(objects)).toMatchObject({
       NODE_ENV: 'production',
       PORT: '8000',
@@ -141,13 +127,12 @@ describe('Secrets', () => {
   it('When a key is being rotated (secret.acceptedKeys), then the Secret holds SECRET_KEYS_ACCEPTED comma-separated and the pods read it', async () => {
     const next = 'the-next-signing-key-being-rolled-out-0123456789';
     const previous = 'the-previous-signing-key-still-accepted-012345';
-    const objects = await render({
-      values: ['values-dev.yaml'],
-      set: {
+    const objects = await render(
+      valuesOf('dev', {
         'secret.secretKey': 'the-current-signing-key-0123456789abcdef',
         'secret.acceptedKeys': `{${next},${previous}}`,
-      },
-    });
+      }),
+    );
     expect(decode(findOne(objects, 'Secret'), 'SECRET_KEYS_ACCEPTED')).toBe(`${next},${previous}`);
     expect(containerEnv(objects)).toContainEqual({
       name: 'SECRET_KEYS_ACCEPTED',
@@ -158,13 +143,12 @@ describe('Secrets', () => {
   it('When prod names an existing Secret, then the chart creates no Secret and skips the secret checksum', async () => {
     const objects = await renderEnvironment('prod');
     expect(findAll(objects, 'Secret')).toEqual([]);
-    const annotations = findOne(objects, 'Deployment').spec?.template.metadata?.annotations ?? {};
-    expect(Object.keys(annotations)).toEqual(['checksum/config']);
+    expect(Object.keys(podAnnotations(objects))).toEqual(['checksum/config']);
   });
 
   it('When SECRET_KEY is given in values, then the Secret holds exactly that key', async () => {
     const key = 'an-operator-chosen-signing-key-0123456789';
-    const objects = await render({ values: ['values-dev.yaml'], set: { 'secret.secretKey': key } });
+    const objects = await render(valuesOf('dev', { 'secret.secretKey': key }));
     expect(decode(findOne(objects, 'Secret'), 'SECRET_KEY')).toBe(key);
   });
 

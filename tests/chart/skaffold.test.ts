@@ -20,13 +20,6 @@ interface HelmRelease {
   setValues?: Record<string, string>;
   setValueTemplates?: Record<string, string>;
 }
-interface PortForward {
-  resourceType: string;
-  resourceName: string;
-  namespace?: string;
-  port: number;
-  localPort?: number;
-}
 interface SyncRule {
   src: string;
   dest: string;
@@ -57,7 +50,8 @@ interface SkaffoldConfig {
   apiVersion: string;
   build: { artifacts: Artifact[] };
   deploy: { helm: { releases: HelmRelease[] } };
-  portForward: PortForward[];
+  // Compared whole, never read field by field.
+  portForward: unknown[];
   verify?: VerifyTestCase[];
   profiles: Profile[];
 }

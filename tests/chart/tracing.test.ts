@@ -5,8 +5,8 @@ import {
   findAll,
   findOne,
   render,
+  renderedBeforeAll,
   renderRefused,
-  type KubeObject,
 } from './helm';
 
 const traced = {
@@ -20,23 +20,19 @@ const traced = {
 const base = { values: ['values-dev.yaml'], set: { 'networkPolicy.enabled': 'true' } };
 
 describe('Tracing in the chart', () => {
-  let off: KubeObject[];
-  let on: KubeObject[];
-  beforeAll(async () => {
-    [off, on] = await Promise.all([
-      render(base),
-      render({
-        ...base,
-        set: traced,
-        setJson: {
-          // --set leaves a fraction a string; the schema wants a number.
-          'tracing.samplingRatio': 0.25,
-          'tracing.resourceAttributes': { 'deployment.environment.name': 'prod eu,1' },
-          'tracing.collector.podLabels': { 'app.kubernetes.io/name': 'otel-collector' },
-        },
-      }),
-    ]);
-  });
+  const off = renderedBeforeAll(() => render(base));
+  const on = renderedBeforeAll(() =>
+    render({
+      ...base,
+      set: traced,
+      setJson: {
+        // --set leaves a fraction a string; the schema wants a number.
+        'tracing.samplingRatio': 0.25,
+        'tracing.resourceAttributes': { 'deployment.environment.name': 'prod eu,1' },
+        'tracing.collector.podLabels': { 'app.kubernetes.io/name': 'otel-collector' },
+      },
+    }),
+  );
 
   it('When tracing is off (the default), then no OTEL_* setting, no pod-name variable and no proxy span annotation are rendered', () => {
     expect(Object.keys(configMapData(off)).filter((key) => key.startsWith('OTEL_'))).toEqual([]);

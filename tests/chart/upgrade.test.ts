@@ -1,4 +1,4 @@
-import { renderBeside } from './fake-kube-api';
+import { liveSecret, renderBeside } from './fake-kube-api';
 import { decode, findOne, render, type KubeObject } from './helm';
 
 const namespace = 'social-posts-dev';
@@ -6,21 +6,15 @@ const keptKey = 'the-key-generated-at-first-install-0123456789abcdef0123';
 const keptPassword = 'the-password-generated-at-first-install';
 
 /** The Secret as the first install left it in the cluster, owned by the release. */
-const installedSecret = {
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: {
+const installedSecret = liveSecret(
+  {
     name: 'social-posts',
     namespace,
     labels: { 'app.kubernetes.io/managed-by': 'Helm' },
     annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
   },
-  type: 'Opaque',
-  data: {
-    SECRET_KEY: Buffer.from(keptKey).toString('base64'),
-    DB_PASSWORD: Buffer.from(keptPassword).toString('base64'),
-  },
-};
+  { SECRET_KEY: keptKey, DB_PASSWORD: keptPassword },
+);
 
 /**
  * `helm template --dry-run=server` renders with `lookup` answered by a (fake) API server, as
