@@ -187,7 +187,7 @@ describe('Backups: which values files render them, and the CRD check', () => {
 });
 
 describe('Backups: options', () => {
-  it('When backup is off (dev, staging, the defaults), then there is no ObjectStore, ScheduledBackup or plugin entry', async () => {
+  it('When backup is off on a CloudNativePG database, then there is no ObjectStore, ScheduledBackup or plugin entry', async () => {
     const objects = await render(withBackup({ 'backup.enabled': 'false' }));
     expect(findAll(objects, 'ObjectStore')).toEqual([]);
     expect(findAll(objects, 'ScheduledBackup')).toEqual([]);
