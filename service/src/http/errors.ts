@@ -106,9 +106,9 @@ const UNCONFIRMED = new Set(['CommitUnconfirmedError', 'ChangeInDoubtError']);
 
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
-  if (UNCONFIRMED.has(errorFields(error).name)) return changeUnconfirmed;
-  if (errorFields(error).name === 'URIError')
-    return new ApiError(400, 'The request path is not validly percent-encoded');
+  const { name } = errorFields(error);
+  if (UNCONFIRMED.has(name)) return changeUnconfirmed;
+  if (name === 'URIError') return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error)) return databaseUnavailable;
   if (isWriteRace(error)) return writeRace;
   return undefined;
