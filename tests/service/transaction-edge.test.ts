@@ -9,10 +9,9 @@
  * the database holds.
  */
 import type { Knex } from 'knex';
-import { sleep } from '../../tools/harness/client';
+import { call, sleep, type Answer } from '../../tools/harness/client';
 import { problemFaults } from '../../tools/harness/problem';
 import {
-  bearer,
   describeOnPostgres,
   newAccount,
   connectionBeside,
@@ -53,35 +52,22 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     await server.close();
   });
 
-  const call = async (
+  /** A request as the owner, its body sent as JSON, through the harness's client. */
+  const send = (
     method: string,
     path: string,
     init: { body?: object; headers?: Record<string, string> } = {},
-  ) => {
-    const res = await fetch(`${server.base}${path}`, {
-      method,
-      headers: {
-        ...bearer(owner),
-        'Content-Type': 'application/json',
-        ...init.headers,
-      },
-      body: init.body ? JSON.stringify(init.body) : undefined,
-    });
-    const text = await res.text();
-    return {
-      status: res.status,
-      headers: res.headers,
-      body: text ? (JSON.parse(text) as Record<string, unknown>) : {},
-    };
-  };
-  type Answer = Awaited<ReturnType<typeof call>>;
+  ): Promise<Answer> =>
+    call(server.base, path, { method, token: owner.token, json: init.body, headers: init.headers });
+  /** The post an answer carries. */
+  const postOf = (answer: Answer) => answer.body as { id: number; title: string };
 
   /** A new post titled `title`, and its ETag. */
   const newPost = async (title: string) => {
-    const created = await call('POST', '/posts/', { body: { title, content: 'held at the edge' } });
+    const created = await send('POST', '/posts/', { body: { title, content: 'held at the edge' } });
     expect(created.status).toBe(201);
-    const id = created.body.id as number;
-    return { id, etag: (await call('GET', `/posts/${id}`)).headers.get('etag') ?? '' };
+    const { id } = postOf(created);
+    return { id, etag: (await send('GET', `/posts/${id}`)).headers.get('etag') ?? '' };
   };
 
   /** `request`'s answer, sent while another session holds post `id`'s row for `holdMs`. */
@@ -94,30 +80,27 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
     return answering;
   };
 
-  const problem503Faults = (answer: Answer) =>
-    problemFaults({ status: 503, contentType: answer.headers.get('content-type') ?? '', body: answer.body });
-
   test('When a conditional DELETE gets its post row only at the end of its budget, round after round, then every post acknowledged afterwards is committed, every answer is 204 or a 503 problem, and no connection is left inside a transaction', async () => {
     const acknowledged: number[] = [];
     const deletes: Record<number, number> = {};
     for (const holdMs of HOLDS_MS) {
       const { id, etag } = await newPost('held');
       const deleted = await whileHeld(id, holdMs, () =>
-        call('DELETE', `/posts/${id}`, { headers: { 'If-Match': etag } }),
+        send('DELETE', `/posts/${id}`, { headers: { 'If-Match': etag } }),
       );
       deletes[deleted.status] = (deletes[deleted.status] ?? 0) + 1;
       expect([204, 503]).toContain(deleted.status);
-      if (deleted.status === 503) expect(problem503Faults(deleted)).toEqual([]);
+      if (deleted.status === 503) expect(problemFaults(deleted)).toEqual([]);
       // What the answer said is what the database holds.
       const { rows: left } = await admin.raw<{ rows: unknown[] }>('SELECT 1 FROM posts WHERE id = ?', [id]);
       expect(left.length).toBe(deleted.status === 204 ? 0 : 1);
 
       for (let n = 0; n < POSTS_PER_ROUND; n++) {
-        const after = await call('POST', '/posts/', {
+        const after = await send('POST', '/posts/', {
           body: { title: 'after', content: `after ${holdMs} ms` },
         });
         expect([201, 503]).toContain(after.status);
-        if (after.status === 201) acknowledged.push(after.body.id as number);
+        if (after.status === 201) acknowledged.push(postOf(after).id);
       }
     }
 
@@ -152,7 +135,7 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
       for (const holdMs of HOLDS_MS) {
         const { id, etag } = await newPost('before');
         const put = () =>
-          call('PUT', `/posts/${id}`, {
+          send('PUT', `/posts/${id}`, {
             body: { title: `after ${String(holdMs)}`, content: 'held' },
             headers: conditional ? { 'If-Match': etag } : {},
           });
@@ -164,10 +147,10 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
           [id],
         );
         if (answer.status === 200) {
-          expect(answer.body.title).toBe(`after ${String(holdMs)}`);
-          expect(rows[0]?.title).toBe(answer.body.title);
+          expect(postOf(answer).title).toBe(`after ${String(holdMs)}`);
+          expect(rows[0]?.title).toBe(postOf(answer).title);
         } else {
-          expect(problem503Faults(answer)).toEqual([]);
+          expect(problemFaults(answer)).toEqual([]);
           expect(rows[0]?.title).toBe('before');
           // What a client told to try again does: the same request, which its own change never stands in the way of.
           expect((await put()).status).toBe(200);
