@@ -10,17 +10,22 @@ import { pgConnection } from '../harness/seed';
 /** The options read through option() and flag() so far, the ones onlyKnownOptions accepts. */
 const read = new Map<string, 'string' | 'boolean'>();
 
+/** Option `name` as parseArgs reads the command line; the strict check of every option is runMain's. */
+function given(name: string, type: 'string' | 'boolean'): string | boolean | undefined {
+  read.set(name, type);
+  const { values } = parseArgs({ args: process.argv.slice(2), options: { [name]: { type } }, strict: false });
+  return values[name];
+}
+
 /** `--name value` from the command line, or the fallback. */
 export function option(name: string, fallback: string): string {
-  read.set(name, 'string');
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+  const value = given(name, 'string');
+  return typeof value === 'string' ? value : fallback;
 }
 
 /** Whether `--name`, an option without a value, is on the command line. */
 export function flag(name: string): boolean {
-  read.set(name, 'boolean');
-  return process.argv.slice(2).includes(`--${name}`);
+  return given(name, 'boolean') === true;
 }
 
 /** A comma-separated option's numbers. */
