@@ -3,6 +3,7 @@ import type { Writable } from 'node:stream';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import type { Express } from 'express';
+import jwt from 'jsonwebtoken';
 import knex, { type Knex } from 'knex';
 import request from 'supertest';
 import { migrations } from '../../migrations';
@@ -14,7 +15,7 @@ import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
 import type { Post } from '../../service/src/posts/post';
 import type { User } from '../../service/src/users/user';
-import { serviceEnv } from '../../tools/harness/env';
+import { serviceEnv, TEST_SECRET } from '../../tools/harness/env';
 import { copyTemplate } from '../../tools/harness/pglite-template';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import { problemFaults } from '../../tools/harness/problem';
@@ -235,6 +236,19 @@ export const uniqueEmail = (prefix = 'user'): string =>
 
 /** Letters and digits no other title holds, so a search finds exactly the posts a test made. */
 export const uniqueToken = (prefix = 't'): string => `${prefix}${randomBytes(6).toString('hex')}`;
+
+/**
+ * A token jsonwebtoken signs: HS256 with TEST_SECRET, living ten minutes, unless `options` name
+ * another key, algorithm or lifetime; the claims are the ones given, and jsonwebtoken adds iat.
+ */
+export function signToken(
+  claims: Record<string, unknown>,
+  { key = TEST_SECRET, ...options }: jwt.SignOptions & { key?: string } = {},
+): string {
+  // Claims that carry their own exp take no lifetime: jsonwebtoken refuses a token given both.
+  const lifetime = 'exp' in claims ? {} : { expiresIn: 600 };
+  return jwt.sign(claims, key, { algorithm: 'HS256', ...lifetime, ...options });
+}
 
 export interface Account {
   user: User;

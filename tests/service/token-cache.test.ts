@@ -9,6 +9,7 @@ import {
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
+  signToken,
   TEST_SECRET,
   testEnv,
   type Account,
@@ -58,17 +59,12 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
   const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
   const list = (p: Pod, token: string) => fetch(`${p.base}/posts/`, { headers: bearer(token) });
   /** A token as the service signs them, each one distinct by its expiry. */
-  const signed = (key: string, options: jwt.SignOptions = {}, userId = account.user.id) =>
-    jwt.sign({}, key, {
-      algorithm: 'HS256',
-      keyid: keyId(key),
-      subject: String(userId),
+  const signed = (key: string, options: jwt.SignOptions = {}) =>
+    signToken(
       // The default TOKEN_ISSUER: a token naming no issuer is never kept (tokens.ts, legacy window).
-      issuer: 'social-posts',
-      audience: 'social-posts',
-      expiresIn: 600,
-      ...options,
-    });
+      { sub: String(account.user.id), iss: 'social-posts', aud: 'social-posts' },
+      { key, keyid: keyId(key), ...options },
+    );
 
   beforeAll(async () => {
     database = await openMigratedDatabase();
@@ -117,10 +113,10 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
       ),
       // Signed with our key, but already expired or with no expiry at all.
       ...Array.from({ length: 20 }, (_, i) =>
-        jwt.sign({ sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i }, TEST_SECRET, {
-          algorithm: 'HS256',
-          keyid: keyId(TEST_SECRET),
-        }),
+        signToken(
+          { sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i },
+          { keyid: keyId(TEST_SECRET) },
+        ),
       ),
     ];
     for (const token of forged) {
