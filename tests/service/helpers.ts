@@ -316,6 +316,10 @@ export const bearer = (account: Account | string): { Authorization: string } => 
   Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
 });
 
+/** `account`'s vote on a post, as a client casts it: dir 1 adds it, 0 withdraws it. */
+export const vote = (app: Target, account: Account, postId: number, dir: number): request.Test =>
+  request(app).post('/votes/').set(bearer(account)).send({ post_id: postId, dir });
+
 type PostFields = Partial<{ title: string; content: string; published: boolean }>;
 
 export async function newPost(app: Target, account: Account, fields: PostFields = {}): Promise<Post> {
