@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { Server } from 'node:http';
 import type { Writable } from 'node:stream';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
@@ -190,6 +191,18 @@ export async function startTestService(
   };
 }
 
+/** Stops `server` at once: its open connections are cut, so no client's keep-alive holds it open. */
+export async function stopServer(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+}
+
+/** terminus traps these for the lifetime of a server; this test process must not keep them. */
+export function releaseShutdownSignals(): void {
+  process.removeAllListeners('SIGTERM');
+  process.removeAllListeners('SIGINT');
+}
+
 export interface TestServer {
   running: RunningServer;
   db: Database;
@@ -213,12 +226,9 @@ export async function startTestServer(
     db: database.db,
     base: `http://127.0.0.1:${running.port}`,
     close: async () => {
-      running.server.closeAllConnections();
-      await new Promise((resolve) => running.server.close(resolve));
+      await stopServer(running.server);
       await database.close();
-      // terminus traps these for the lifetime of the server; this test process must not keep them.
-      process.removeAllListeners('SIGTERM');
-      process.removeAllListeners('SIGINT');
+      releaseShutdownSignals();
     },
   };
 }

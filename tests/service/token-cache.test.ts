@@ -9,7 +9,9 @@ import {
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
+  releaseShutdownSignals,
   signToken,
+  stopServer,
   TEST_SECRET,
   testEnv,
   type Account,
@@ -44,10 +46,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
         const text = await (await fetch(`http://127.0.0.1:${String(running.metricsPort)}/metrics`)).text();
         return new Map(samples(text, name).map((s) => [s.labels, s.value]));
       },
-      close: async () => {
-        running.server.closeAllConnections();
-        await new Promise((resolve) => running.server.close(resolve));
-      },
+      close: () => stopServer(running.server),
     };
   }
 
@@ -74,13 +73,8 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
   });
 
   afterAll(async () => {
-    for (const running of pods) {
-      running.server.closeAllConnections();
-      await new Promise((resolve) => running.server.close(resolve));
-    }
-    // terminus traps these for the lifetime of each server; this test process must not keep them.
-    process.removeAllListeners('SIGTERM');
-    process.removeAllListeners('SIGINT');
+    for (const running of pods) await stopServer(running.server);
+    releaseShutdownSignals();
     await database.close();
   });
 
