@@ -105,12 +105,19 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
         { length: 40 },
         (_, i) => `${head}.${body}.${Buffer.from(`x${String(i)}`).toString('base64url')}`,
       ),
-      // Signed with our key, but already expired or with no expiry at all.
+      // Signed with our key, but already expired.
       ...Array.from({ length: 20 }, (_, i) =>
         signToken(
           { sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i },
           { keyid: keyId(TEST_SECRET) },
         ),
+      ),
+      // Signed with our key, with no expiry at all (jsonwebtoken adds none when given no lifetime).
+      ...Array.from({ length: 20 }, (_, i) =>
+        jwt.sign({ sub: String(account.user.id), iat: Math.floor(Date.now() / 1000) - i }, TEST_SECRET, {
+          algorithm: 'HS256',
+          keyid: keyId(TEST_SECRET),
+        }),
       ),
     ];
     for (const token of forged) {
