@@ -9,6 +9,7 @@ import {
   newAccount,
   newPost,
   postsFixture,
+  signToken,
   startTestService,
   TEST_SECRET,
 } from './helpers';
@@ -164,14 +165,7 @@ describe('Documentation files', () => {
 describe('Token issuer and audience', () => {
   const secondsNow = () => Math.floor(Date.now() / 1000);
   const sign = (claims: Record<string, unknown>) =>
-    jwt.sign(
-      { sub: String(owner.user.id), iat: secondsNow(), exp: secondsNow() + 600, ...claims },
-      tokenKey(TEST_SECRET).key,
-      {
-        algorithm: 'HS256',
-        keyid: tokenKey(TEST_SECRET).kid,
-      },
-    );
+    signToken({ sub: String(owner.user.id), ...claims }, { keyid: tokenKey(TEST_SECRET).kid });
 
   test('When a user logs in, then the token carries iss and aud, both the release issuer', () => {
     const claims = jwt.decode(owner.token) as Record<string, unknown>;
@@ -247,10 +241,10 @@ describe('Token issuer and audience', () => {
           .expect(201);
         const sub = String((created.body as { id: number }).id);
         const signed = (claims: Record<string, unknown> = {}) =>
-          jwt.sign({ sub, iat: secondsNow(), exp: secondsNow() + 60, ...claims }, tokenKey(TEST_SECRET).key, {
-            algorithm: 'HS256',
-            keyid: tokenKey(TEST_SECRET).kid,
-          });
+          signToken(
+            { sub, iat: secondsNow(), exp: secondsNow() + 60, ...claims },
+            { keyid: tokenKey(TEST_SECRET).kid },
+          );
         // Stamped a little ahead (within the clock skew allowed), so it outlives the window.
         const early = signed({ iat: secondsNow() + 25, exp: secondsNow() + 85 });
         await request(short.app).get('/posts/').set(bearer(early)).expect(200);

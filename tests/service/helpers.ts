@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import type { Server } from 'node:http';
 import type { Writable } from 'node:stream';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import type { Express } from 'express';
+import jwt from 'jsonwebtoken';
 import knex, { type Knex } from 'knex';
 import request from 'supertest';
 import { migrations } from '../../migrations';
@@ -14,7 +16,7 @@ import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
 import type { Post } from '../../service/src/posts/post';
 import type { User } from '../../service/src/users/user';
-import { serviceEnv } from '../../tools/harness/env';
+import { serviceEnv, TEST_SECRET } from '../../tools/harness/env';
 import { copyTemplate } from '../../tools/harness/pglite-template';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import { problemFaults } from '../../tools/harness/problem';
@@ -189,6 +191,18 @@ export async function startTestService(
   };
 }
 
+/** Stops `server` at once: its open connections are cut, so no client's keep-alive holds it open. */
+export async function stopServer(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+}
+
+/** terminus traps these for the lifetime of a server; this test process must not keep them. */
+export function releaseShutdownSignals(): void {
+  process.removeAllListeners('SIGTERM');
+  process.removeAllListeners('SIGINT');
+}
+
 export interface TestServer {
   running: RunningServer;
   db: Database;
@@ -212,12 +226,9 @@ export async function startTestServer(
     db: database.db,
     base: `http://127.0.0.1:${running.port}`,
     close: async () => {
-      running.server.closeAllConnections();
-      await new Promise((resolve) => running.server.close(resolve));
+      await stopServer(running.server);
       await database.close();
-      // terminus traps these for the lifetime of the server; this test process must not keep them.
-      process.removeAllListeners('SIGTERM');
-      process.removeAllListeners('SIGINT');
+      releaseShutdownSignals();
     },
   };
 }
@@ -235,6 +246,19 @@ export const uniqueEmail = (prefix = 'user'): string =>
 
 /** Letters and digits no other title holds, so a search finds exactly the posts a test made. */
 export const uniqueToken = (prefix = 't'): string => `${prefix}${randomBytes(6).toString('hex')}`;
+
+/**
+ * A token jsonwebtoken signs: HS256 with TEST_SECRET, living ten minutes, unless `options` name
+ * another key, algorithm or lifetime; the claims are the ones given, and jsonwebtoken adds iat.
+ */
+export function signToken(
+  claims: Record<string, unknown>,
+  { key = TEST_SECRET, ...options }: jwt.SignOptions & { key?: string } = {},
+): string {
+  // Claims that carry their own exp take no lifetime: jsonwebtoken refuses a token given both.
+  const lifetime = 'exp' in claims ? {} : { expiresIn: 600 };
+  return jwt.sign(claims, key, { algorithm: 'HS256', ...lifetime, ...options });
+}
 
 export interface Account {
   user: User;
@@ -301,6 +325,10 @@ export async function documentedAs(app: Target, component: string): Promise<(bod
 export const bearer = (account: Account | string): { Authorization: string } => ({
   Authorization: `Bearer ${typeof account === 'string' ? account : account.token}`,
 });
+
+/** `account`'s vote on a post, as a client casts it: dir 1 adds it, 0 withdraws it. */
+export const vote = (app: Target, account: Account, postId: number, dir: number): request.Test =>
+  request(app).post('/votes/').set(bearer(account)).send({ post_id: postId, dir });
 
 type PostFields = Partial<{ title: string; content: string; published: boolean }>;
 

@@ -16,6 +16,7 @@ import {
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
+  signToken,
   testEnv,
   type Account,
   type MigratedDatabase,
@@ -65,7 +66,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
     expect(expectProblem(res, 401).detail).toBe('Could not validate credentials');
   };
   const signed = (key: string, options: jwt.SignOptions = {}) =>
-    jwt.sign({}, key, { algorithm: 'HS256', subject: String(account.user.id), expiresIn: 600, ...options });
+    signToken({}, { key, subject: String(account.user.id), ...options });
 
   test('When a pod logs in, then the token header names the signing key by its id and the key verifies it', async () => {
     for (const [pod, key] of [

@@ -22,6 +22,7 @@ import {
   newPost,
   postsFixture,
   startTestServer,
+  stopServer,
   testEnv,
   usingPostgres,
 } from './helpers';
@@ -189,8 +190,7 @@ describe('Metrics', () => {
   });
 
   test('When the API listener closes, then the metrics listener closes with it', async () => {
-    running.server.closeAllConnections();
-    await new Promise((resolve) => running.server.close(resolve));
+    await stopServer(running.server);
     await pollUntil(
       () => running.metricsServer.listening,
       (listening) => !listening,
@@ -374,8 +374,7 @@ describe('Request log edge cases', () => {
         }),
       ]);
     } finally {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
+      await stopServer(server);
     }
   });
 });

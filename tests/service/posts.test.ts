@@ -10,6 +10,7 @@ import {
   type Account,
   type PostBody,
   postsFixture,
+  vote,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
 import { countOf } from '../../tools/harness/postgres';
@@ -235,7 +236,7 @@ describe('PUT /posts/{id}', () => {
 
   test('When the post keeps its votes through an update, then the total is still returned', async () => {
     const created = await newPost(service.app, alice, { title: `Voted ${token()}` });
-    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    await vote(service.app, bob, created.id, 1).expect(201);
     const res = await replace(created.id, { title: 'x', content: 'y' }).expect(200);
     expect((res.body as PostBody).votes).toBe(1);
   });
@@ -274,15 +275,15 @@ describe('DELETE /posts/{id}', () => {
 
   test('When a voted post is deleted, then its votes go with it and voting on its id is 404', async () => {
     const created = await newPost(service.app, alice, { title: `Voted doomed ${token()}` });
-    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
-    await api().post('/votes/').set(bearer(alice)).send({ post_id: created.id, dir: 1 }).expect(201);
+    await vote(service.app, bob, created.id, 1).expect(201);
+    await vote(service.app, alice, created.id, 1).expect(201);
     expect(((await getPost(alice, created.id)).body as PostBody).votes).toBe(2);
 
     await api().delete(`/posts/${created.id}`).set(bearer(alice)).expect(204);
 
-    const withdraw = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 0 });
+    const withdraw = await vote(service.app, bob, created.id, 0);
     expect(expectProblem(withdraw, 404).detail).toBe(`post with id: ${created.id} was not found`);
-    const revote = await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 });
+    const revote = await vote(service.app, bob, created.id, 1);
     expect(expectProblem(revote, 404).detail).toBe(`post with id: ${created.id} was not found`);
     expect(await countOf(service.db.knex, 'votes WHERE post_id = ?', [created.id])).toBe(0);
   });
@@ -371,7 +372,7 @@ describe('Visibility of the lists', () => {
   test('When the lists are fetched, then each post carries its owner and vote total', async () => {
     const tok = token();
     const created = await newPost(service.app, bob, { title: `${tok} shaped` });
-    await api().post('/votes/').set(bearer(alice)).send({ post_id: created.id, dir: 1 }).expect(201);
+    await vote(service.app, alice, created.id, 1).expect(201);
     for (const [path, account] of [
       ['/posts/', alice],
       ['/posts', bob],
@@ -665,7 +666,7 @@ describe('If-Match on PUT and DELETE /posts/{id}', () => {
   test("When a vote changed the post after it was read, then its old ETag no longer matches (the tag is the GET answer's)", async () => {
     const created = await newPost(service.app, alice, { title: `Voted tag ${token()}` });
     const before = await etagOf(alice, created.id);
-    await api().post('/votes/').set(bearer(bob)).send({ post_id: created.id, dir: 1 }).expect(201);
+    await vote(service.app, bob, created.id, 1).expect(201);
     expectProblem(await update(created.id, before, 'x'), 412);
   });
 

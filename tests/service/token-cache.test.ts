@@ -9,6 +9,9 @@ import {
   newAccount,
   nextWholeSecond,
   openMigratedDatabase,
+  releaseShutdownSignals,
+  signToken,
+  stopServer,
   TEST_SECRET,
   testEnv,
   type Account,
@@ -43,10 +46,7 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
         const text = await (await fetch(`http://127.0.0.1:${String(running.metricsPort)}/metrics`)).text();
         return new Map(samples(text, name).map((s) => [s.labels, s.value]));
       },
-      close: async () => {
-        running.server.closeAllConnections();
-        await new Promise((resolve) => running.server.close(resolve));
-      },
+      close: () => stopServer(running.server),
     };
   }
 
@@ -58,17 +58,12 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
   const held = async (p: Pod) => (await p.metric('auth_token_cache_entries')).get('') ?? Number.NaN;
   const list = (p: Pod, token: string) => fetch(`${p.base}/posts/`, { headers: bearer(token) });
   /** A token as the service signs them, each one distinct by its expiry. */
-  const signed = (key: string, options: jwt.SignOptions = {}, userId = account.user.id) =>
-    jwt.sign({}, key, {
-      algorithm: 'HS256',
-      keyid: keyId(key),
-      subject: String(userId),
+  const signed = (key: string, options: jwt.SignOptions = {}) =>
+    signToken(
       // The default TOKEN_ISSUER: a token naming no issuer is never kept (tokens.ts, legacy window).
-      issuer: 'social-posts',
-      audience: 'social-posts',
-      expiresIn: 600,
-      ...options,
-    });
+      { sub: String(account.user.id), iss: 'social-posts', aud: 'social-posts' },
+      { key, keyid: keyId(key), ...options },
+    );
 
   beforeAll(async () => {
     database = await openMigratedDatabase();
@@ -78,13 +73,8 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
   });
 
   afterAll(async () => {
-    for (const running of pods) {
-      running.server.closeAllConnections();
-      await new Promise((resolve) => running.server.close(resolve));
-    }
-    // terminus traps these for the lifetime of each server; this test process must not keep them.
-    process.removeAllListeners('SIGTERM');
-    process.removeAllListeners('SIGINT');
+    for (const running of pods) await stopServer(running.server);
+    releaseShutdownSignals();
     await database.close();
   });
 
@@ -115,9 +105,16 @@ describe('The cache of verified tokens, through the API and its metrics', () => 
         { length: 40 },
         (_, i) => `${head}.${body}.${Buffer.from(`x${String(i)}`).toString('base64url')}`,
       ),
-      // Signed with our key, but already expired or with no expiry at all.
+      // Signed with our key, but already expired.
       ...Array.from({ length: 20 }, (_, i) =>
-        jwt.sign({ sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i }, TEST_SECRET, {
+        signToken(
+          { sub: String(account.user.id), exp: Math.floor(Date.now() / 1000) - 10 - i },
+          { keyid: keyId(TEST_SECRET) },
+        ),
+      ),
+      // Signed with our key, with no expiry at all (jsonwebtoken adds none when given no lifetime).
+      ...Array.from({ length: 20 }, (_, i) =>
+        jwt.sign({ sub: String(account.user.id), iat: Math.floor(Date.now() / 1000) - i }, TEST_SECRET, {
           algorithm: 'HS256',
           keyid: keyId(TEST_SECRET),
         }),

@@ -15,6 +15,7 @@ import {
   postsFixture,
   testOnPostgres,
   type Account,
+  vote,
 } from './helpers';
 
 const { service, owner } = postsFixture(['owner']);
@@ -80,7 +81,7 @@ test('When the caller is deleted just before their vote is inserted, then 401, n
   const post = await newPost(service.app, owner);
   const doomed = await newAccount(service.app);
   const res = await deleteBefore('votes', 'INSERT', { skip: false }, () =>
-    api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 }),
+    vote(service.app, doomed, post.id, 1),
   );
   expectUnknownCaller(res);
   const read = await api().get(`/posts/${post.id}`).set(bearer(owner)).expect(200);
@@ -90,9 +91,9 @@ test('When the caller is deleted just before their vote is inserted, then 401, n
 test('When the caller is deleted (their votes with them) just before their vote is withdrawn, then 401, not 404', async () => {
   const post = await newPost(service.app, owner);
   const doomed = await newAccount(service.app);
-  await api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 1 }).expect(201);
+  await vote(service.app, doomed, post.id, 1).expect(201);
   const res = await deleteBefore('votes', 'DELETE', { skip: true }, () =>
-    api().post('/votes/').set(bearer(doomed)).send({ post_id: post.id, dir: 0 }),
+    vote(service.app, doomed, post.id, 0),
   );
   expectUnknownCaller(res);
   expect(await userExists(doomed)).toBe(false);
@@ -195,9 +196,9 @@ testOnPostgres.each([
       const as = bearer(doomed);
       switch (write) {
         case 'vote-draft':
-          return api().post('/votes/').set(as).send({ post_id: own.id, dir: 1 });
+          return vote(service.app, doomed, own.id, 1);
         case 'withdraw':
-          return api().post('/votes/').set(as).send({ post_id: others.id, dir: 0 });
+          return vote(service.app, doomed, others.id, 0);
         case 'put':
           return api().put(`/posts/${own.id}`).set(as).send(edit);
         case 'delete':

@@ -7,6 +7,7 @@ import {
   type Account,
   type PostBody,
   postsFixture,
+  vote,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
 
@@ -20,9 +21,6 @@ const token = (): string => uniqueToken('v');
 const { service, alice, bob, carol } = postsFixture(['alice', 'bob', 'carol']);
 
 const api = () => request(service.app);
-
-const vote = (account: Account, postId: unknown, dir: unknown) =>
-  api().post('/votes/').set(bearer(account)).send({ post_id: postId, dir });
 
 /** The total as a client sees it: GET by id, the authenticated list and the public list all agree. */
 async function totalOf(post: { id: number; title: string }, viewer: Account = carol): Promise<number> {
@@ -48,7 +46,7 @@ describe('Vote state machine', () => {
   test('When there is no vote and dir 1 arrives, then 201 "successfully added vote" and the total goes 0 → 1', async () => {
     const post = await freshPost();
     expect(await totalOf(post)).toBe(0);
-    const res = await vote(bob, post.id, 1).expect(201);
+    const res = await vote(service.app, bob, post.id, 1).expect(201);
     expect(res.headers['content-type']).toMatch(/^application\/json/);
     expect(res.body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
@@ -56,60 +54,60 @@ describe('Vote state machine', () => {
 
   test('When a vote exists and dir 0 arrives, then 201 "successfully deleted vote" and the total goes 1 → 0', async () => {
     const post = await freshPost();
-    await vote(bob, post.id, 1).expect(201);
+    await vote(service.app, bob, post.id, 1).expect(201);
     expect(await totalOf(post)).toBe(1);
-    expect((await vote(bob, post.id, 0).expect(201)).body).toEqual(DELETED);
+    expect((await vote(service.app, bob, post.id, 0).expect(201)).body).toEqual(DELETED);
     expect(await totalOf(post)).toBe(0);
   });
 
   test('When there is no vote and dir 0 arrives, then 404 and the total stays 0', async () => {
     const post = await freshPost();
-    const res = await vote(bob, post.id, 0);
+    const res = await vote(service.app, bob, post.id, 0);
     expectProblem(res, 404);
     expect(await totalOf(post)).toBe(0);
   });
 
   test("When another user's vote exists and the caller withdraws, then 404 and the other vote stays", async () => {
     const post = await freshPost();
-    await vote(bob, post.id, 1).expect(201);
-    expectProblem(await vote(carol, post.id, 0), 404);
+    await vote(service.app, bob, post.id, 1).expect(201);
+    expectProblem(await vote(service.app, carol, post.id, 0), 404);
     expect(await totalOf(post)).toBe(1);
   });
 
   test('When a vote is added, withdrawn and added again, then every step follows the state machine', async () => {
     const post = await freshPost();
-    expect((await vote(bob, post.id, 1)).body).toEqual(ADDED);
+    expect((await vote(service.app, bob, post.id, 1)).body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
-    expect((await vote(bob, post.id, 0)).body).toEqual(DELETED);
+    expect((await vote(service.app, bob, post.id, 0)).body).toEqual(DELETED);
     expect(await totalOf(post)).toBe(0);
-    expectProblem(await vote(bob, post.id, 0), 404);
+    expectProblem(await vote(service.app, bob, post.id, 0), 404);
     expect(await totalOf(post)).toBe(0);
-    expect((await vote(bob, post.id, 1).expect(201)).body).toEqual(ADDED);
+    expect((await vote(service.app, bob, post.id, 1).expect(201)).body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
-    expectProblem(await vote(bob, post.id, 1), 409);
+    expectProblem(await vote(service.app, bob, post.id, 1), 409);
     expect(await totalOf(post)).toBe(1);
   });
 
   test('When two users vote on one post, then the total is 2, and one withdrawal leaves 1', async () => {
     const post = await freshPost();
-    expect((await vote(bob, post.id, 1)).status).toBe(201);
-    expect((await vote(carol, post.id, 1)).status).toBe(201);
+    expect((await vote(service.app, bob, post.id, 1)).status).toBe(201);
+    expect((await vote(service.app, carol, post.id, 1)).status).toBe(201);
     expect(await totalOf(post, alice)).toBe(2);
-    expect((await vote(bob, post.id, 0)).status).toBe(201);
+    expect((await vote(service.app, bob, post.id, 0)).status).toBe(201);
     expect(await totalOf(post, alice)).toBe(1);
   });
 
   test('When a user votes on one post, then other posts keep their totals', async () => {
     const voted = await freshPost();
     const other = await freshPost();
-    await vote(bob, voted.id, 1).expect(201);
+    await vote(service.app, bob, voted.id, 1).expect(201);
     expect(await totalOf(voted)).toBe(1);
     expect(await totalOf(other)).toBe(0);
   });
 
   test('When the owner votes on their own draft, then 201 (the post is visible to them)', async () => {
     const draft = await freshPost(alice, false);
-    await vote(alice, draft.id, 1).expect(201);
+    await vote(service.app, alice, draft.id, 1).expect(201);
     expect(await totalOf(draft, alice)).toBe(1);
   });
 });
@@ -118,7 +116,7 @@ describe('Missing and invisible posts', () => {
   test.each([[1], [0]])(
     'When dir %i targets a post that does not exist, then 404 naming the post (checked first)',
     async (dir) => {
-      const res = await vote(bob, MISSING_ID, dir);
+      const res = await vote(service.app, bob, MISSING_ID, dir);
       expect(expectProblem(res, 404).detail).toBe(`post with id: ${MISSING_ID} was not found`);
     },
   );
@@ -126,8 +124,8 @@ describe('Missing and invisible posts', () => {
   test('When a post that has votes is deleted, then the deletion answers 204, the post is gone and votes elsewhere keep their totals', async () => {
     const doomed = await freshPost();
     const kept = await freshPost();
-    for (const voter of [bob, carol]) expect((await vote(voter, doomed.id, 1)).status).toBe(201);
-    expect((await vote(bob, kept.id, 1)).status).toBe(201);
+    for (const voter of [bob, carol]) expect((await vote(service.app, voter, doomed.id, 1)).status).toBe(201);
+    expect((await vote(service.app, bob, kept.id, 1)).status).toBe(201);
     expect((await api().delete(`/posts/${doomed.id}`).set(bearer(alice))).status).toBe(204);
     expect((await api().get(`/posts/${doomed.id}`).set(bearer(alice))).status).toBe(404);
     expect(await totalOf(kept)).toBe(1);
@@ -137,7 +135,7 @@ describe('Missing and invisible posts', () => {
     "When dir %i targets another user's draft, then 404 as if it did not exist, and no vote is recorded",
     async (dir) => {
       const draft = await freshPost(alice, false);
-      const res = await vote(bob, draft.id, dir);
+      const res = await vote(service.app, bob, draft.id, dir);
       expect(expectProblem(res, 404).detail).toBe(`post with id: ${draft.id} was not found`);
       expect(await totalOf(draft, alice)).toBe(0);
     },
@@ -178,7 +176,7 @@ describe('Concurrency', () => {
     const post = await freshPost();
     const n = 50;
 
-    const adds = await Promise.all(Array.from({ length: n }, () => vote(bob, post.id, 1)));
+    const adds = await Promise.all(Array.from({ length: n }, () => vote(service.app, bob, post.id, 1)));
     const addStatuses = adds.map((r) => r.status);
     expect(addStatuses.filter((s) => s >= 500)).toEqual([]);
     expect(addStatuses.filter((s) => s === 201)).toHaveLength(1);
@@ -186,7 +184,7 @@ describe('Concurrency', () => {
     expect(adds.find((r) => r.status === 201)?.body).toEqual(ADDED);
     expect(await totalOf(post)).toBe(1);
 
-    const removes = await Promise.all(Array.from({ length: n }, () => vote(bob, post.id, 0)));
+    const removes = await Promise.all(Array.from({ length: n }, () => vote(service.app, bob, post.id, 0)));
     const removeStatuses = removes.map((r) => r.status);
     expect(removeStatuses.filter((s) => s >= 500)).toEqual([]);
     expect(removeStatuses.filter((s) => s === 201)).toHaveLength(1);
@@ -198,7 +196,7 @@ describe('Concurrency', () => {
   test('When several users vote on one post at once, then every vote counts', async () => {
     const post = await freshPost();
     const voters = [alice, bob, carol];
-    const results = await Promise.all(voters.map((v) => vote(v, post.id, 1)));
+    const results = await Promise.all(voters.map((v) => vote(service.app, v, post.id, 1)));
     expect(results.map((r) => r.status)).toEqual([201, 201, 201]);
     expect(await totalOf(post)).toBe(3);
   });

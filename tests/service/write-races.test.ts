@@ -6,7 +6,7 @@
  */
 import request from 'supertest';
 import { countOf } from '../../tools/harness/postgres';
-import { bearer, expectProblem, newPost, postsFixture, testOnPostgres, type Account } from './helpers';
+import { bearer, expectProblem, newPost, postsFixture, testOnPostgres, type Account, vote } from './helpers';
 
 const ROUNDS = 150;
 
@@ -23,16 +23,13 @@ testOnPostgres(
     };
     for (let round = 0; round < ROUNDS; round++) {
       const post = await newPost(service.app, owner);
-      for (const voter of voters())
-        await api().post('/votes/').set(bearer(voter)).send({ post_id: post.id, dir: 1 }).expect(201);
+      for (const voter of voters()) await vote(service.app, voter, post.id, 1).expect(201);
       const etag = (await api().get(`/posts/${post.id}`).set(bearer(owner)).expect(200)).headers
         .etag as string;
 
       const [deleted, ...withdrawn] = await Promise.all([
         api().delete(`/posts/${post.id}`).set(bearer(owner)).set('If-Match', etag),
-        ...voters().map((voter) =>
-          api().post('/votes/').set(bearer(voter)).send({ post_id: post.id, dir: 0 }),
-        ),
+        ...voters().map((voter) => vote(service.app, voter, post.id, 0)),
       ]);
       count('DELETE', deleted.status);
       // 412: a withdrawal came first and changed the post's votes, so its ETag.
