@@ -1,7 +1,7 @@
 import { gzipSync } from 'node:zlib';
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
-import { tokenKey } from '../../service/src/http/tokens';
+import { keyId } from '../../service/src/settings';
 import {
   bearer,
   databaseSnapshot,
@@ -165,7 +165,7 @@ describe('Documentation files', () => {
 describe('Token issuer and audience', () => {
   const secondsNow = () => Math.floor(Date.now() / 1000);
   const sign = (claims: Record<string, unknown>) =>
-    signToken({ sub: String(owner.user.id), ...claims }, { keyid: tokenKey(TEST_SECRET).kid });
+    signToken({ sub: String(owner.user.id), ...claims }, { keyid: keyId(TEST_SECRET) });
 
   test('When a user logs in, then the token carries iss and aud, both the release issuer', () => {
     const claims = jwt.decode(owner.token) as Record<string, unknown>;
@@ -243,7 +243,7 @@ describe('Token issuer and audience', () => {
         const signed = (claims: Record<string, unknown> = {}) =>
           signToken(
             { sub, iat: secondsNow(), exp: secondsNow() + 60, ...claims },
-            { keyid: tokenKey(TEST_SECRET).kid },
+            { keyid: keyId(TEST_SECRET) },
           );
         // Stamped a little ahead (within the clock skew allowed), so it outlives the window.
         const early = signed({ iat: secondsNow() + 25, exp: secondsNow() + 85 });

@@ -14,7 +14,7 @@ export interface TokenKey {
  * The HMAC key, built once: handed a string, jsonwebtoken would first try (and fail) to read it
  * as a PEM key on every sign and verify.
  */
-export function tokenKey(secretKey: string): TokenKey {
+function tokenKey(secretKey: string): TokenKey {
   return { kid: keyId(secretKey), key: createSecretKey(Buffer.from(secretKey, 'utf8')) };
 }
 
