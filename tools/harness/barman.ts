@@ -58,58 +58,40 @@ export function storedBytes(store: ObjectStore, s: BarmanSettings, what: 'base' 
 }
 
 /** With `credentials.aws` (the only provider the drill's store speaks), every command gets `--cloud-provider aws-s3`. */
-const cloud = (): string[] => ['--cloud-provider', 'aws-s3'];
+const CLOUD = ['--cloud-provider', 'aws-s3'];
+
+/** How every tool but barman-cloud-restore ends: the store's endpoint, provider, destinationPath and serverName. */
+const storeArgs = (s: BarmanSettings): string[] => [
+  '--endpoint-url',
+  s.endpointUrl,
+  ...CLOUD,
+  s.destinationPath,
+  s.serverName,
+];
 
 /** barman-cloud-wal-archive's options before the WAL path (BarmanCloudWalArchiveOptions). */
 function walArchiveArgs(s: BarmanSettings): string[] {
-  return [
-    ...(s.walCompression ? [`--${s.walCompression}`] : []),
-    '--endpoint-url',
-    s.endpointUrl,
-    ...cloud(),
-    s.destinationPath,
-    s.serverName,
-  ];
+  return [...(s.walCompression ? [`--${s.walCompression}`] : []), ...storeArgs(s)];
 }
 
 /** barman-cloud-backup's arguments (GetBarmanCloudBackupOptions); the plugin names backups `backup-<time>`. */
 function backupArgs(s: BarmanSettings, backupName: string): string[] {
   return [
-    '--user',
-    'postgres',
-    '--name',
-    backupName,
+    ...['--user', 'postgres', '--name', backupName],
     ...(s.dataCompression ? [`--${s.dataCompression}`] : []),
     ...(s.immediateCheckpoint ? ['--immediate-checkpoint'] : []),
     ...(s.jobs === undefined ? [] : ['--jobs', String(s.jobs)]),
-    '--endpoint-url',
-    s.endpointUrl,
-    ...cloud(),
-    s.destinationPath,
-    s.serverName,
+    ...storeArgs(s),
   ];
 }
 
 /** barman-cloud-restore's arguments (restoreDataDir): the backup's id and the new data folder. */
 function restoreArgs(s: BarmanSettings, backupId: string, dataDir: string): string[] {
-  return [...cloud(), '--endpoint-url', s.endpointUrl, s.destinationPath, s.serverName, backupId, dataDir];
-}
-
-/** barman-cloud-wal-restore's options before the WAL name and destination (CloudWalRestoreOptions). */
-function walRestoreArgs(s: BarmanSettings): string[] {
-  return ['--endpoint-url', s.endpointUrl, ...cloud(), s.destinationPath, s.serverName];
+  return [...CLOUD, '--endpoint-url', s.endpointUrl, s.destinationPath, s.serverName, backupId, dataDir];
 }
 
 /** barman-cloud-backup-list's arguments, as JSON. */
-const backupListArgs = (s: BarmanSettings): string[] => [
-  '--format',
-  'json',
-  '--endpoint-url',
-  s.endpointUrl,
-  ...cloud(),
-  s.destinationPath,
-  s.serverName,
-];
+const backupListArgs = (s: BarmanSettings): string[] => ['--format', 'json', ...storeArgs(s)];
 
 /** One word for a shell (archive_command and restore_command are run by /bin/sh). */
 const shellWord = (word: string): string => `'${word.replaceAll("'", `'\\''`)}'`;
@@ -130,7 +112,8 @@ const postgresTime = (moment: Date): string => moment.toISOString().replace('T',
 /** The settings of a server recovering from the store: to `targetTime`, or to the end of the archive. */
 function recoverySettings(s: BarmanSettings, targetTime?: Date): Record<string, string> {
   return {
-    restore_command: ['barman-cloud-wal-restore', ...walRestoreArgs(s)].map(shellWord).join(' ') + ' %f %p',
+    // barman-cloud-wal-restore's options before the WAL name and destination (CloudWalRestoreOptions).
+    restore_command: ['barman-cloud-wal-restore', ...storeArgs(s)].map(shellWord).join(' ') + ' %f %p',
     // It writes to a destination of its own (another serverName), or, as here, to none.
     archive_mode: 'off',
     ...(targetTime
