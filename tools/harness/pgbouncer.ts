@@ -12,6 +12,7 @@ import path from 'node:path';
 import { Client } from 'pg';
 import { pgbouncerBinary, pgbouncerVersion } from '../pgbouncer';
 import { ownForPostgres, postgresAccount, postgresServer } from './postgres';
+import { sleep } from './client';
 import { freePort } from './service';
 
 export interface PgBouncerOptions {
@@ -155,7 +156,7 @@ export class OwnPgBouncer {
           child.kill('SIGKILL');
           throw new Error(`PgBouncer did not start: ${stderr}${this.log}`, { cause: error });
         }
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await sleep(100);
       }
     }
   }

@@ -5,9 +5,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { sleep } from './client';
+import { freePort } from './service';
 
 export interface Registry {
   /** host:port */
@@ -15,20 +16,6 @@ export interface Registry {
   /** The folder the registry stores blobs and manifests in (a test alters them there). */
   storage: string;
   stop(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => {
-        if (typeof address === 'object' && address) resolve(address.port);
-        else reject(new Error('no port'));
-      });
-    });
-  });
 }
 
 export async function startRegistry(
@@ -68,7 +55,7 @@ export async function startRegistry(
       // not listening yet
     }
     if (Date.now() > deadline) throw new Error(`docker-registry did not answer on ${host}: ${errors}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sleep(200);
   }
   return {
     host,

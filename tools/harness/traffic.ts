@@ -63,7 +63,7 @@ function traffic(base: string, token: string, workers: number): Traffic {
   const poller = async () => {
     while (running) {
       await record('ready', () => call(base, '/healthz/ready', { timeoutMs: 30_000 }));
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
     }
   };
   const all = Promise.all([poller(), ...Array.from({ length: workers }, (_, n) => worker(n))]);
