@@ -681,28 +681,8 @@ function bodyFor(op: Operation, postIds: number[]): fc.Arbitrary<Body | undefine
 const sometimes = <T>(weight: number, arbitrary: fc.Arbitrary<T>, share = 1): fc.Arbitrary<T | undefined> =>
   fc.oneof({ weight, arbitrary: fc.constant(undefined) }, { weight: share, arbitrary });
 
-/** What is drawn for one documented operation, before it becomes a request. */
-interface Draw {
-  op: Operation;
-  method: string;
-  id: string;
-  query: string;
-  oddity: (p: string) => string;
-  auth: string | undefined;
-  body: Body | undefined;
-  contentType: string | undefined;
-  chunked: boolean;
-  claim: string | undefined;
-  coding: Coding | undefined;
-  params: { params: string; refused: boolean } | undefined;
-  length: number | undefined;
-  expect: string | undefined;
-  jose: { token: string; family: 'crit' | 'b64' } | undefined;
-  ifMatch: string | undefined;
-}
-
 /** One documented operation's draw: its method mostly, its parameters and body, and the attack families on a share each. */
-const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefined>): fc.Arbitrary<Draw> =>
+const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefined>) =>
   fc.record({
     op: fc.constant(op),
     method: fc.oneof(
@@ -728,6 +708,9 @@ const drawFor = (op: Operation, cast: Cast, auth: fc.Arbitrary<string | undefine
     jose: sometimes(12, fc.constantFrom(...joseHeaderTokens(cast.authorId))),
     ifMatch: sometimes(4, staleIfMatch),
   });
+
+/** What is drawn for one documented operation, before it becomes a request. */
+type Draw = ReturnType<typeof drawFor> extends fc.Arbitrary<infer D> ? D : never;
 
 /** The credentials and preconditions a draw carries, as headers; why the request must be refused, if it must. */
 function credentials(d: Draw, headers: Record<string, string>, families: string[]): string | undefined {
