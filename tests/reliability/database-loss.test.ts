@@ -8,6 +8,7 @@ import {
   stopAllServices,
   waitForStatus,
   type Answer,
+  vote,
 } from './support';
 
 /** Longest a call may take while the database is away: connect (2 s) or acquire (2.5 s) time-out, plus slack. */
@@ -35,7 +36,7 @@ function everyKindOfCall(
     ['public list', () => call(base, '/posts/public', { timeoutMs: 20_000 })],
     ['list', () => call(base, '/posts/', { token, timeoutMs: 20_000 })],
     ['get', () => call(base, `/posts/${String(postId)}`, { token, timeoutMs: 20_000 })],
-    ['vote', () => call(base, '/votes/', { token, json: { post_id: postId, dir: 1 }, timeoutMs: 20_000 })],
+    ['vote', () => vote(base, token, postId, 1, 20_000)],
     ['create', () => call(base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs: 20_000 })],
     [
       'login',

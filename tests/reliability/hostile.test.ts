@@ -3,7 +3,7 @@ import net from 'node:net';
 import fc from 'fast-check';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 import { statusCounts } from '../../tools/harness/client';
-import { call, author, report, startService, type ServiceProcess, scratchDatabase } from './support';
+import { call, author, report, startService, type ServiceProcess, scratchDatabase, vote } from './support';
 import { hostileRequests, operationsOf, type HostileRequest } from './hostile-inputs';
 import { normaliseEmail } from '../../service/src/users/email';
 
@@ -184,7 +184,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
   const { token: other, posts: othersPosts } = await author(svc.base, 'other@example.com', 2);
   const postIds = [...written, ...othersPosts];
   await call(svc.base, '/posts/', { token: other, json: { title: 'draft', content: 'c', published: false } });
-  await call(svc.base, '/votes/', { token: other, json: { post_id: postIds[0], dir: 1 } });
+  await vote(svc.base, other, postIds[0], 1);
   const authorId = (
     (await call(svc.base, `/posts/${String(postIds[0])}`, { token: writer })).body as { user_id: number }
   ).user_id;

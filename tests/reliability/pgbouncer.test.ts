@@ -19,6 +19,7 @@ import {
   whileRunning,
   type Answer,
   type ServiceProcess,
+  vote,
 } from './support';
 
 /**
@@ -131,7 +132,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
             answers.push(await call(base, `/posts/${String(mine ?? 1)}`, { token }));
             break;
           default:
-            answers.push(await call(base, '/votes/', { token, json: { post_id: mine ?? 1, dir: i % 2 } }));
+            answers.push(await vote(base, token, mine ?? 1, i % 2));
         }
       };
     };

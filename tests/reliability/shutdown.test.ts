@@ -11,6 +11,7 @@ import {
   type ServiceProcess,
   scratchDatabase,
   untilStopped,
+  vote,
 } from './support';
 
 const DELAY_S = 3;
@@ -86,7 +87,7 @@ async function heldInFlight(base: string, voters: string[], lockedPost: number) 
   const lock = await database.db.transaction();
   await lock.raw('SELECT id FROM posts WHERE id = ? FOR UPDATE', [lockedPost]);
   const inFlight = voters.map((token) =>
-    call(base, '/votes/', { token, json: { post_id: lockedPost, dir: 1 }, timeoutMs: 60_000 }).then((a) => ({
+    vote(base, token, lockedPost, 1, 60_000).then((a) => ({
       ...a,
       at: Date.now(),
     })),

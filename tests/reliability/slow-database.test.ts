@@ -9,6 +9,7 @@ import {
   statusCounts,
   type Answer,
   scratchDatabase,
+  vote,
 } from './support';
 import { CANCEL_GRACE_MS } from '../../service/src/db/deadline';
 
@@ -51,7 +52,7 @@ test('When the database is slow (a query past the statement time-out, more reque
       case 2:
         return call(svc.base, `/posts/${String(postId)}`, options);
       default:
-        return call(svc.base, '/votes/', { ...options, json: { post_id: postId, dir: 1 } });
+        return vote(svc.base, token, postId, 1, options.timeoutMs);
     }
   };
 

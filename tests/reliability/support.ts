@@ -27,6 +27,7 @@ export {
   p50,
   sleep,
   statusCounts,
+  vote,
   waitForStatus,
   type Answer,
 } from '../../tools/harness/client';

@@ -5,7 +5,7 @@
  * large enough that a migration holding a lock for its whole length shows.
  */
 import { appliedMigrations } from '../../service/src/db/migrator';
-import { account, call, login } from '../../tools/harness/client';
+import { account, call, login, vote } from '../../tools/harness/client';
 import { serviceEnv } from '../../tools/harness/env';
 import {
   migrationsAt,
@@ -167,9 +167,7 @@ describe(`a rollback to ${oldest.version}, which does not know this release's mi
         json: { title: 'written by this release', content: 'kept' },
       });
       const postId = (post.body as { id: number }).id;
-      expect(
-        (await call(current.svc.base, '/votes/', { token, json: { post_id: postId, dir: 1 } })).status,
-      ).toBe(201);
+      expect((await vote(current.svc.base, token, postId, 1)).status).toBe(201);
       await current.svc.stop();
 
       // The command an operator runs, with the same settings as the service.
@@ -192,9 +190,7 @@ describe(`a rollback to ${oldest.version}, which does not know this release's mi
       });
       expect(later.status).toBe(201);
       const laterId = (later.body as { id: number }).id;
-      expect(
-        (await call(old.svc.base, '/votes/', { token: oldToken, json: { post_id: laterId, dir: 1 } })).status,
-      ).toBe(201);
+      expect((await vote(old.svc.base, oldToken, laterId, 1)).status).toBe(201);
       await old.svc.stop();
 
       const again = await startRelease(ROOT, env(database.name), 300_000);

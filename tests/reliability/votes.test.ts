@@ -7,6 +7,7 @@ import {
   startService,
   type ServiceProcess,
   scratchDatabase,
+  vote,
 } from './support';
 
 const SIMULTANEOUS = 100;
@@ -33,18 +34,14 @@ test('When 100 identical votes and then 100 identical withdrawals arrive at once
   for (const postId of posts) {
     // All requests are sent before any answer is awaited; fetch opens a connection for each.
     const add = await Promise.all(
-      Array.from({ length: SIMULTANEOUS }, () =>
-        call(svc.base, '/votes/', { token: voter, json: { post_id: postId, dir: 1 } }),
-      ),
+      Array.from({ length: SIMULTANEOUS }, () => vote(svc.base, voter, postId, 1)),
     );
     const afterAdd = await storedVotes(postId);
     const shownAfterAdd = (await call(svc.base, `/posts/${String(postId)}`, { token: voter })).body as {
       votes: number;
     };
     const remove = await Promise.all(
-      Array.from({ length: SIMULTANEOUS }, () =>
-        call(svc.base, '/votes/', { token: voter, json: { post_id: postId, dir: 0 } }),
-      ),
+      Array.from({ length: SIMULTANEOUS }, () => vote(svc.base, voter, postId, 0)),
     );
     const afterRemove = await storedVotes(postId);
     figures[`post${String(postId)}`] =

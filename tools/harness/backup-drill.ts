@@ -21,7 +21,7 @@ import {
 } from './barman';
 import { ObjectStore } from './object-store';
 import { OwnPostgres, queryServer } from './postgres';
-import { account, call, login, sleep, waitForStatus } from './client';
+import { account, call, login, sleep, vote, waitForStatus } from './client';
 import type { ServiceProcess } from './service';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
@@ -192,11 +192,7 @@ export async function writeLoad(base: string, workers: number, label: string): P
           const postId = choices[Math.floor(Math.random() * choices.length)];
           if (postId === undefined) continue;
           user.voted.add(postId);
-          const answer = await call(base, '/votes/', {
-            token: user.token,
-            json: { post_id: postId, dir: 1 },
-            timeoutMs: 10_000,
-          });
+          const answer = await vote(base, user.token, postId, 1, 10_000);
           if (answer.status !== 201) throw new Error(String(answer.status));
           writes.push({ kind: 'vote', postId, email: user.email, sentAt, ackAt: Date.now() });
         }

@@ -60,6 +60,15 @@ export async function call(
   };
 }
 
+/** POST /votes/ as `token`'s user: `dir` 1 casts a vote on the post, 0 withdraws it. */
+export const vote = (
+  base: string,
+  token: string,
+  postId: number | undefined,
+  dir: number,
+  timeoutMs?: number,
+): Promise<Answer> => call(base, '/votes/', { token, json: { post_id: postId, dir }, timeoutMs });
+
 /** The middle of some timings (the upper one of an even count); NaN for none. */
 export const p50 = (values: number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);

@@ -29,7 +29,7 @@ import {
   type SteadyOptions,
   type SteadyTraffic,
 } from './traffic';
-import { call, login, sleep, type Answer } from './client';
+import { call, login, sleep, vote, type Answer } from './client';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
@@ -652,13 +652,7 @@ async function primeConnections(callers: Callers, base: string): Promise<void> {
   for (let round = 0; round < 5; round++)
     await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat());
   await Promise.all(
-    hot
-      .slice(20, 30)
-      .map((id, i) =>
-        call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(() =>
-          call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }),
-        ),
-      ),
+    hot.slice(20, 30).map((id, i) => vote(base, token(i), id, 1).then(() => vote(base, token(i), id, 0))),
   );
 }
 
@@ -672,18 +666,12 @@ async function serveOnNewSchema(
   const { token } = callers;
   // Votes through the previous release: cast (409 when the seed had one), then half withdrawn.
   const cast = await Promise.all(
-    votedOn.map((id, i) =>
-      call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 1 } }).then(
-        judge(verdicts, 'cast a vote', [201, 409]),
-      ),
-    ),
+    votedOn.map((id, i) => vote(base, token(i), id, 1).then(judge(verdicts, 'cast a vote', [201, 409]))),
   );
   await Promise.all(
     votedOn.map((id, i) =>
       i % 2 === 0 && cast[i]?.status === 201
-        ? call(base, '/votes/', { token: token(i), json: { post_id: id, dir: 0 } }).then(
-            judge(verdicts, 'withdraw a vote', [201]),
-          )
+        ? vote(base, token(i), id, 0).then(judge(verdicts, 'withdraw a vote', [201]))
         : Promise.resolve(),
     ),
   );
