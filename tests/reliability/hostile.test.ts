@@ -2,7 +2,7 @@ import http from 'node:http';
 import net from 'node:net';
 import fc from 'fast-check';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
-import { statusCounts } from '../../tools/harness/client';
+import { countsText, statusCounts } from '../../tools/harness/client';
 import { call, author, report, startService, type ServiceProcess, scratchDatabase, vote } from './support';
 import { hostileRequests, operationsOf, type HostileRequest } from './hostile-inputs';
 import { normaliseEmail } from '../../service/src/users/email';
@@ -246,9 +246,7 @@ test('When 5,000 generated hostile requests reach every endpoint, then none is a
     seconds: Math.round((Date.now() - started) / 1000),
     live,
     ready,
-    families: Object.entries(families)
-      .map(([f, n]) => `${f}x${String(n)}`)
-      .join(','),
+    families: countsText(families),
     users: emails.length,
   });
   for (const family of FAMILIES)

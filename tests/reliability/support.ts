@@ -27,6 +27,7 @@ export {
   p50,
   sleep,
   statusCounts,
+  tally,
   vote,
   waitForStatus,
   type Answer,

@@ -5,6 +5,7 @@ import {
   countOf,
   report,
   startService,
+  tally,
   type ServiceProcess,
   scratchDatabase,
   vote,
@@ -19,9 +20,6 @@ let svc: ServiceProcess;
 beforeAll(async () => {
   svc = await startService({ DB_NAME: database.name });
 });
-
-const tally = (statuses: number[]) =>
-  statuses.reduce<Record<number, number>>((acc, s) => ({ ...acc, [s]: (acc[s] ?? 0) + 1 }), {});
 
 const storedVotes = (postId: number): Promise<number> =>
   countOf(database.db, 'votes WHERE post_id = ?', [postId]);
@@ -45,13 +43,13 @@ test('When 100 identical votes and then 100 identical withdrawals arrive at once
     );
     const afterRemove = await storedVotes(postId);
     figures[`post${String(postId)}`] =
-      `add${JSON.stringify(tally(add.map((a) => a.status)))}->${String(afterAdd)} ` +
-      `remove${JSON.stringify(tally(remove.map((a) => a.status)))}->${String(afterRemove)}`;
+      `add${JSON.stringify(tally(add, (a) => a.status))}->${String(afterAdd)} ` +
+      `remove${JSON.stringify(tally(remove, (a) => a.status))}->${String(afterRemove)}`;
 
-    expect(tally(add.map((a) => a.status))).toEqual({ 201: 1, 409: SIMULTANEOUS - 1 });
+    expect(tally(add, (a) => a.status)).toEqual({ 201: 1, 409: SIMULTANEOUS - 1 });
     expect(afterAdd).toBe(1);
     expect(shownAfterAdd.votes).toBe(1);
-    expect(tally(remove.map((a) => a.status))).toEqual({ 201: 1, 404: SIMULTANEOUS - 1 });
+    expect(tally(remove, (a) => a.status)).toEqual({ 201: 1, 404: SIMULTANEOUS - 1 });
     expect(afterRemove).toBe(0);
   }
   report('concurrent votes', figures);

@@ -75,16 +75,22 @@ export const p50 = (values: number[]): number => {
   return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
 };
 
+/** How many of the items have each key. */
+export function tally<T>(items: readonly T[], key: (item: T) => string | number): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const item of items) counts[key(item)] = (counts[key(item)] ?? 0) + 1;
+  return counts;
+}
+
+/** "201x40,503x12": counts on one line. */
+export const countsText = (counts: Record<string, number>): string =>
+  Object.entries(counts)
+    .map(([k, n]) => `${k}x${String(n)}`)
+    .join(',');
+
 /** "201x40,503x12": how many answers had each status. */
 export const statusCounts = (answers: { status: number }[]): string =>
-  Object.entries(
-    answers.reduce<Record<number, number>>(
-      (acc, a) => ({ ...acc, [a.status]: (acc[a.status] ?? 0) + 1 }),
-      {},
-    ),
-  )
-    .map(([s, n]) => `${s}x${String(n)}`)
-    .join(',');
+  countsText(tally(answers, (a) => a.status));
 
 /** The password `account` registers with unless told otherwise. */
 export const ACCOUNT_PASSWORD = 'correct horse battery';

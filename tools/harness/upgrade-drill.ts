@@ -29,7 +29,7 @@ import {
   type SteadyOptions,
   type SteadyTraffic,
 } from './traffic';
-import { call, login, sleep, vote, type Answer } from './client';
+import { call, login, sleep, tally, vote, type Answer } from './client';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
@@ -380,22 +380,20 @@ function answerFigures(answers: MixedAnswer[]): AnswerFigures {
     const at = phaseOf(a);
     slowestByPhase[at] = Math.round(Math.max(slowestByPhase[at] ?? 0, a.ms));
   }
-  const tally = (key: (a: MixedAnswer) => string, of = answers) =>
-    of.reduce<Record<string, number>>((acc, a) => ({ ...acc, [key(a)]: (acc[key(a)] ?? 0) + 1 }), {});
   const overBudget = answers.filter((a) => a.ms > ANSWER_BUDGET_MS);
   return {
     requests: answers.length,
-    statuses: tally((a) => String(a.status)),
-    byInstance: tally((a) => a.instance),
+    statuses: tally(answers, (a) => a.status),
+    byInstance: tally(answers, (a) => a.instance),
     serverErrors: answers.filter((a) => a.status >= 500).length,
     noAnswer: answers.filter((a) => a.status === 0).length,
     outsideApi: answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
     overBudget: overBudget.length,
-    overBudgetBy: tally((a) => `${a.phase} @${a.instance}`, overBudget),
+    overBudgetBy: tally(overBudget, (a) => `${a.phase} @${a.instance}`),
     slowest: answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
     failedByPhase,
     slowestByPhase,
-    failures: tally((a) => `${String(a.status)} ${a.instance}: ${a.error ?? ''}`, failed),
+    failures: tally(failed, (a) => `${String(a.status)} ${a.instance}: ${a.error ?? ''}`),
   };
 }
 
