@@ -47,6 +47,9 @@ export function compareSemVer(a: string, b: string): number {
   return semver.compare(a, b);
 }
 
+/** Whether `a` fails to come after `b`, both SemVer (false when either is not: that has a problem of its own). */
+const notAfter = (a: string, b: string): boolean => isSemVer(a) && isSemVer(b) && semver.compare(a, b) <= 0;
+
 function isIsoDate(text: string): boolean {
   if (!/^\d{4}-\d{2}-\d{2}$/.test(text)) return false;
   const date = new Date(`${text}T00:00:00Z`);
@@ -117,17 +120,8 @@ export function parseChangelog(text: string): ParsedChangelog {
     const older = releases[index + 1];
     if (!older) return;
     const pair = `${release.version} above ${older.version}`;
-    if (
-      isSemVer(release.version) &&
-      isSemVer(older.version) &&
-      compareSemVer(release.version, older.version) <= 0
-    )
-      problems.push(`${pair}: versions are not newest first`);
-    if (
-      isSemVer(release.chartVersion) &&
-      isSemVer(older.chartVersion) &&
-      compareSemVer(release.chartVersion, older.chartVersion) <= 0
-    )
+    if (notAfter(release.version, older.version)) problems.push(`${pair}: versions are not newest first`);
+    if (notAfter(release.chartVersion, older.chartVersion))
       problems.push(
         `${pair}: chart ${release.chartVersion} does not follow chart ${older.chartVersion} (each release ships a chart of its own: appVersion is part of it)`,
       );
@@ -426,12 +420,12 @@ export function changeProblems(root: string = ROOT): string[] {
   const versions = treeVersions(root);
   const since = `since ${base.version} (chart ${base.chartVersion}, commit ${base.commit.slice(0, 12)})`;
   const app = appChanges(base.commit, root);
-  if (app.length > 0 && isSemVer(versions.app) && compareSemVer(versions.app, base.version) <= 0)
+  if (app.length > 0 && notAfter(versions.app, base.version))
     problems.push(
       `the service changed ${since} but package.json is still ${versions.app}: bump it and add its CHANGELOG.md section (${app.slice(0, 5).join(', ')})`,
     );
   const chart = chartChanges(base.commit, root);
-  if (chart.length > 0 && isSemVer(versions.chart) && compareSemVer(versions.chart, base.chartVersion) <= 0)
+  if (chart.length > 0 && notAfter(versions.chart, base.chartVersion))
     problems.push(
       `the chart changed ${since} but Chart.yaml is still ${versions.chart}: bump it and record it in CHANGELOG.md (${chart.slice(0, 5).join(', ')})`,
     );
