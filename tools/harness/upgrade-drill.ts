@@ -698,19 +698,14 @@ async function countMismatches(
 }
 
 /**
- * The previous release keeps serving on the schema this release migrated to: it reads, lists and
- * takes votes (and their withdrawals), and every count either release shows, and the stored one, is
- * the rows in `votes`. Before the migration it serves concurrently for a while, so every pooled
- * connection holds its prepared statements, as after days of service.
+ * The previous release (or `options.release`) keeps serving on the schema this release migrated
+ * to: it reads, lists and takes votes (and their withdrawals), and every count either release
+ * shows, and the stored one, is the rows in `votes`. Before the migration it serves concurrently
+ * for a while, so every pooled connection holds its prepared statements, as after days of service.
  */
-export async function runOldOnNewSchema(options: {
-  /** The release that keeps serving (default: the previous release). */
-  release?: Release;
-  posts: number;
-  env: (database: string) => NodeJS.ProcessEnv;
-  passwordRounds: number;
-  log?: (line: string) => void;
-}): Promise<OldOnNewResult> {
+export async function runOldOnNewSchema(
+  options: Pick<UpgradeOptions, 'release' | 'posts' | 'env' | 'passwordRounds' | 'log'>,
+): Promise<OldOnNewResult> {
   const log = options.log ?? (() => undefined);
   const release = options.release ?? previousRelease();
   return inScratch(release, 'sp_upgrade_old', async ({ dir, database, k, started }) => {
