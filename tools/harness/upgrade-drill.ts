@@ -368,12 +368,7 @@ async function inScratch<T>(
 function answerFigures(answers: MixedAnswer[]): AnswerFigures {
   const phaseOf = (a: MixedAnswer): Phase => a.phase as Phase;
   const failed = answers.filter((a) => a.status === 0 || a.status >= 500);
-  const failedByPhase: Record<Phase, number> = {
-    'old alone': 0,
-    'new starting': 0,
-    both: 0,
-    'new alone': 0,
-  };
+  const failedByPhase: Record<Phase, number> = { 'old alone': 0, 'new starting': 0, both: 0, 'new alone': 0 };
   for (const a of failed) failedByPhase[phaseOf(a)] += 1;
   const slowestByPhase: Partial<Record<Phase, number>> = {};
   for (const a of answers) {
