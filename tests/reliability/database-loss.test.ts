@@ -1,4 +1,5 @@
 import {
+  ACCOUNT_PASSWORD,
   call,
   author,
   isProblem,
@@ -32,20 +33,15 @@ function everyKindOfCall(
   token: string,
   postId: number | undefined,
 ): [string, () => Promise<Answer>][] {
+  const timeoutMs = 20_000;
+  const login = { username: 'loss@example.com', password: ACCOUNT_PASSWORD };
   return [
-    ['public list', () => call(base, '/posts/public', { timeoutMs: 20_000 })],
-    ['list', () => call(base, '/posts/', { token, timeoutMs: 20_000 })],
-    ['get', () => call(base, `/posts/${String(postId)}`, { token, timeoutMs: 20_000 })],
-    ['vote', () => vote(base, token, postId, 1, 20_000)],
-    ['create', () => call(base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs: 20_000 })],
-    [
-      'login',
-      () =>
-        call(base, '/login', {
-          form: { username: 'loss@example.com', password: 'correct horse battery' },
-          timeoutMs: 20_000,
-        }),
-    ],
+    ['public list', () => call(base, '/posts/public', { timeoutMs })],
+    ['list', () => call(base, '/posts/', { token, timeoutMs })],
+    ['get', () => call(base, `/posts/${String(postId)}`, { token, timeoutMs })],
+    ['vote', () => vote(base, token, postId, 1, timeoutMs)],
+    ['create', () => call(base, '/posts/', { token, json: { title: 't', content: 'c' }, timeoutMs })],
+    ['login', () => call(base, '/login', { form: login, timeoutMs })],
   ];
 }
 

@@ -21,6 +21,7 @@ export { countOf, OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
 export {
+  ACCOUNT_PASSWORD,
   account,
   author,
   call,
