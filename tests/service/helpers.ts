@@ -18,7 +18,7 @@ import type { Post } from '../../service/src/posts/post';
 import type { User } from '../../service/src/users/user';
 import { serviceEnv, TEST_SECRET } from '../../tools/harness/env';
 import { copyTemplate } from '../../tools/harness/pglite-template';
-import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
+import { adminDatabase, createScratchDatabase, postgresServer, rowsOf } from '../../tools/harness/postgres';
 import { problemFaults } from '../../tools/harness/problem';
 
 export { TEST_SECRET } from '../../tools/harness/env';
@@ -43,10 +43,7 @@ export function postgresConnection(database = adminDatabase) {
   return knex({ client: 'pg', connection: { ...postgresServer, database }, pool: { min: 0, max: 1 } });
 }
 
-/** The rows `sql` answers on `db`. */
-export async function rowsOf<Row>(db: Knex, sql: string, bindings: Knex.RawBinding[] = []): Promise<Row[]> {
-  return (await db.raw<{ rows: Row[] }>(sql, bindings)).rows;
-}
+export { rowsOf } from '../../tools/harness/postgres';
 
 /** The plan PostgreSQL chooses for `sql` on `db`, as EXPLAIN prints it. */
 export const planOf = async (db: Knex, sql: string): Promise<string> =>

@@ -39,13 +39,15 @@ export const postgresServer = {
 /** The database to connect to for CREATE and DROP DATABASE. */
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 
+/** The rows `sql` answers on `db`. */
+export async function rowsOf<Row>(db: Knex, sql: string, bindings: Knex.RawBinding[] = []): Promise<Row[]> {
+  return (await db.raw<{ rows: Row[] }>(sql, bindings)).rows;
+}
+
 /** `SELECT count(*) FROM <from>`'s answer; `from` may go on with a WHERE, its values in `bindings`. */
 export async function countOf(db: Knex, from: string, bindings: Knex.RawBinding[] = []): Promise<number> {
-  const { rows } = await db.raw<{ rows: { n: number }[] }>(
-    `SELECT count(*)::int AS n FROM ${from}`,
-    bindings,
-  );
-  const n = rows[0]?.n;
+  const [row] = await rowsOf<{ n: number }>(db, `SELECT count(*)::int AS n FROM ${from}`, bindings);
+  const n = row?.n;
   if (n === undefined) throw new Error(`SELECT count(*) FROM ${from} answered no row`);
   return n;
 }

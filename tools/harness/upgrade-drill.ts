@@ -15,7 +15,7 @@ import path from 'node:path';
 import bcrypt from 'bcrypt';
 import knex, { type Knex } from 'knex';
 import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
-import { countOf, createScratchDatabase, postgresServer } from './postgres';
+import { countOf, createScratchDatabase, postgresServer, rowsOf } from './postgres';
 import { samples, scrape } from './metrics-text';
 import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
@@ -250,9 +250,7 @@ function loggedErrors(releases: [string, ServiceProcess][]): Record<string, numb
 
 /** Each post's stored count and rows in `votes`, for the ids given. */
 async function voteCounts(k: Knex, ids: readonly number[]): Promise<Map<number, VoteCount>> {
-  const { rows } = await k.raw<{ rows: VoteCount[] }>(`${VOTE_COUNTS} WHERE p.id = ANY(?::int[])`, [
-    ids as number[],
-  ]);
+  const rows = await rowsOf<VoteCount>(k, `${VOTE_COUNTS} WHERE p.id = ANY(?::int[])`, [ids as number[]]);
   return new Map(rows.map((r) => [r.id, r]));
 }
 
@@ -265,21 +263,20 @@ async function check(
 ): Promise<Findings> {
   const createdIds = load.created.map((c) => c.id);
   const kept = new Set(
-    (
-      await k.raw<{ rows: { id: number }[] }>('SELECT id FROM posts WHERE id = ANY(?::int[])', [createdIds])
-    ).rows.map((r) => r.id),
+    await k<{ id: number }>('posts').whereRaw('id = ANY(?::int[])', [createdIds]).pluck('id'),
   );
   const lostPosts = createdIds.filter((id) => !kept.has(id));
 
   const pairs = [...load.votes.entries()].filter(([, state]) => state !== 'unknown');
   const stored = new Set(
     (
-      await k.raw<{ rows: { key: string }[] }>(
+      await rowsOf<{ key: string }>(
+        k,
         `SELECT user_id || ':' || post_id AS key FROM votes
          WHERE (user_id, post_id) IN (SELECT * FROM unnest(?::int[], ?::int[]))`,
         [pairs.map(([key]) => Number(key.split(':')[0])), pairs.map(([key]) => Number(key.split(':')[1]))],
       )
-    ).rows.map((r) => r.key),
+    ).map((r) => r.key),
   );
   const lostVotes = pairs.filter(([key, s]) => s === 'present' && !stored.has(key)).map(([key]) => key);
   const undeadVotes = pairs.filter(([key, s]) => s === 'absent' && stored.has(key)).map(([key]) => key);
@@ -302,10 +299,11 @@ async function check(
     .map(([id, api]) => ({ id, api, rows: counts.get(id)?.rows ?? 0 }));
 
   const columnMismatches = (
-    await k.raw<{ rows: VoteCount[] }>(
+    await rowsOf<VoteCount>(
+      k,
       `${VOTE_COUNTS} WHERE s.votes IS DISTINCT FROM coalesce(c.n, 0) ORDER BY p.id LIMIT 1000`,
     )
-  ).rows.map(({ id, stored, rows }) => ({ id, column: stored, rows }));
+  ).map(({ id, stored, rows }) => ({ id, column: stored, rows }));
 
   return { lostPosts, lostVotes, undeadVotes, apiMismatches, apiChecked: shown.size, columnMismatches };
 }
@@ -319,9 +317,7 @@ async function seedPrevious(
   log: (line: string) => void,
 ): Promise<{ old: Started; users: number; seedSeconds: number; migrations: string[] }> {
   const old = await startRelease(dir, options.env(database), 120_000);
-  const migrations = (
-    await k.raw<{ rows: { name: string }[] }>('SELECT name FROM knex_migrations ORDER BY id')
-  ).rows.map((r) => r.name);
+  const migrations = await k<{ name: string }>('knex_migrations').orderBy('id').pluck('name');
   const users = usersFor(options.posts);
   log(`seeding ${String(users)} users, ${String(options.posts)} posts, ~${String(options.votes)} votes`);
   const began = Date.now();
@@ -415,12 +411,8 @@ async function signIn(base: string, users: number): Promise<SignedIn[]> {
 
 /** The ids of the `limit` newest published posts, newest first. */
 async function newestPublished(k: Knex, limit: number): Promise<number[]> {
-  return (
-    await k.raw<{ rows: { id: number }[] }>(
-      'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT ?',
-      [limit],
-    )
-  ).rows.map((r) => r.id);
+  const sql = 'SELECT id FROM posts WHERE published ORDER BY created_at DESC, id DESC LIMIT ?';
+  return (await rowsOf<{ id: number }>(k, sql, [limit])).map((r) => r.id);
 }
 
 /** Which replicas are in rotation and what the upgrade is doing: the traffic reads both as it sends. */
