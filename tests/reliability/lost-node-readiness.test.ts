@@ -1,4 +1,4 @@
-import { replicatedBehindRelay, report } from './support';
+import { call, replicatedBehindRelay, report } from './support';
 
 /**
  * Readiness asks on a connection of its own, which sits idle between probes. When the primary's
@@ -9,10 +9,8 @@ import { replicatedBehindRelay, report } from './support';
 const { pair, relay, start } = replicatedBehindRelay();
 
 async function probe(base: string): Promise<{ status: number; ms: number }> {
-  const started = performance.now();
-  const res = await fetch(`${base}/healthz/ready`);
-  await res.arrayBuffer();
-  return { status: res.status, ms: Math.round(performance.now() - started) };
+  const { status, ms } = await call(base, '/healthz/ready');
+  return { status, ms: Math.round(ms) };
 }
 
 test("When the primary node vanishes while readiness's connection sits idle and a new primary takes the address, then the first probe after the move answers 200 within 1 s", async () => {
