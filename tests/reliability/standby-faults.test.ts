@@ -91,9 +91,7 @@ test('When a standby is lost, replay paused on the other and the primary fails o
 
   const acknowledged = load.answers.flatMap((a) => (a.kind === 'write' && a.id !== undefined ? [a.id] : []));
   const stored = await storedOn(cluster, synchronous, acknowledged);
-  const anonymous = load.answers.filter((a) => a.kind === 'anonymous');
-  const readBacks = load.answers.filter((a) => a.kind === 'read-back');
-  const writes = load.answers.filter((a) => a.kind === 'write');
+  const [writes, readBacks, anonymous] = [load.of('write'), load.of('read-back'), load.of('anonymous')];
   const stale = readBacks.filter((a) => a.status === 200 && a.found !== true);
   const phase = (from: number, to: number) => anonymous.filter((a) => a.at > from && a.at <= to);
   const anonymous503Outside = anonymous.filter(

@@ -1,7 +1,6 @@
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
 import { sample, scrape } from '../../tools/harness/metrics-text';
-import type { ReadBackAnswer } from './support';
 import {
   readBackTraffic,
   readingApis,
@@ -139,8 +138,7 @@ async function steadyCase(
   );
   const share = served / (served + onPrimary.calls);
   const metrics = await Promise.all(apis.map(readsOf));
-  const of = (kind: ReadBackAnswer['kind']) => load.answers.filter((a) => a.kind === kind);
-  const [writes, readBacks, anonymous] = [of('write'), of('read-back'), of('anonymous')];
+  const [writes, readBacks, anonymous] = [load.of('write'), load.of('read-back'), load.of('anonymous')];
   // No read-your-writes violation: each writer's read-back found their post.
   const violations = readBacks.filter((a) => a.found !== true);
   // Pages missing a post acknowledged more than MAX_LAG_MS before they were asked for.

@@ -354,5 +354,7 @@ export function readBackTraffic(
     [...tokens.map((token, w) => writer(w, token)), ...Array.from({ length: readers }, (_, r) => reader(r))],
     () => readBacks < pairs,
   );
-  return { ...run, answers, readBacks: () => readBacks };
+  // The answers of one kind so far, as each case reads them apart.
+  const of = (kind: ReadBackAnswer['kind']) => answers.filter((a) => a.kind === kind);
+  return { ...run, answers, of, readBacks: () => readBacks };
 }
