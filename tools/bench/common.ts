@@ -111,6 +111,12 @@ export function table(rows: Row[]): string[] {
   ];
 }
 
+/** A heading and its tables (a note is a table of one line), or nothing when every table is empty. */
+export const section = (heading: string, ...tables: string[][]): string[] => {
+  const shown = tables.filter((t) => t.length > 0);
+  return shown.length === 0 ? [] : [heading, '', ...shown.flatMap((t) => [...t, ''])];
+};
+
 /** One of the PostgreSQL server's settings (server_version, data_directory). */
 export async function postgresSetting(name: string, database = 'postgres'): Promise<string> {
   const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });

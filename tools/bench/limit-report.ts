@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
-import { loadAverageText, machineRow, mark, table, type Machine, type Row } from './common';
+import { loadAverageText, machineRow, mark, section, table, type Machine, type Row } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Ratio, type Series } from './rounds';
 
 /** Every list's service / limit req/s, median of the rounds, at every count. */
@@ -88,10 +88,9 @@ function checkRows(r: LimitResult, rows: ReturnType<typeof limitRows>): Row[] {
 /** The run's section: what was measured where, the table and the checks. */
 export function limitSection(r: LimitResult): string[] {
   const rows = limitRows(r);
-  return [
+  return section(
     '## Against the physical limit',
-    '',
-    ...table([
+    table([
       {
         Database: `\`sp_bench_${String(r.posts)}\``,
         Rounds: r.rounds,
@@ -101,11 +100,8 @@ export function limitSection(r: LimitResult): string[] {
         'Load average at the start': loadAverageText(r.loadAverageAtStart),
       },
     ]),
-    '',
-    ...(r.note ? [`> ${r.note}`, ''] : []),
-    ...table(rows.map((row) => row.row)),
-    '',
-    ...table(checkRows(r, rows)),
-    '',
-  ];
+    r.note ? [`> ${r.note}`] : [],
+    table(rows.map((row) => row.row)),
+    table(checkRows(r, rows)),
+  );
 }

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and the Markdown tables it prints of them. */
-import { fmt, machineRow, table, type Machine } from './common';
+import { fmt, machineRow, section, table, type Machine } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Series } from './rounds';
 
 export interface PoolerResult {
@@ -51,10 +51,9 @@ export function poolerSection(r: PoolerResult): string[] {
     ),
   }));
   const split = r.cpuSplit;
-  return [
+  return section(
     split ? '### With the pooler on CPU of its own' : '## Behind PgBouncer',
-    '',
-    ...table([
+    table([
       {
         Posts: r.posts,
         'Rounds of the median, range and ratios': r.rounds,
@@ -67,16 +66,12 @@ export function poolerSection(r: PoolerResult): string[] {
           : 'shared',
       },
     ]),
-    '',
-    ...table(
+    table(
       r.series
         .filter((s, i, all) => all.findIndex((x) => x.key === s.key) === i)
         .map((s) => ({ Contender: s.key, What: s.name })),
     ),
-    '',
-    ...table(throughput),
-    '',
-    ...table(cpu),
-    '',
-  ];
+    table(throughput),
+    table(cpu),
+  );
 }

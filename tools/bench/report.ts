@@ -1,5 +1,5 @@
 /** The figures of `npm run bench` (tools/bench/run.ts) and the Markdown tables it prints of them. */
-import { fmt, machineRow, mark, table, type Machine, type Row } from './common';
+import { fmt, machineRow, mark, section, table, type Machine, type Row } from './common';
 import type { EndpointFigures } from './measure';
 
 export type { EndpointFigures };
@@ -73,11 +73,6 @@ const cpu = (f: EndpointFigures | undefined) => f?.cpuUsPerRequest ?? '–';
 const firstRun = (r: SizeResult): ConnectionRun =>
   r.runs[0] ?? { connections: 0, service: {}, reference: {} };
 const postsColumn = (r: SizeResult) => `${fmt(r.posts)} posts`;
-/** A heading and its tables, or nothing when every table is empty. */
-const section = (heading: string, ...tables: string[][]): string[] => {
-  const shown = tables.filter((t) => t.length > 0);
-  return shown.length === 0 ? [] : [heading, '', ...shown.flatMap((t) => [...t, ''])];
-};
 
 const LIST_RATIO_TARGET = 0.75;
 const LIST_RATIO_STRETCH = 0.8;
@@ -339,22 +334,21 @@ function ladderSummary(results: SizeResult[]): string[] {
 export function sizeTables(r: SizeResult): string[] {
   const first = String(r.connections[0] ?? '?');
   return [
-    `## ${fmt(r.posts)} posts`,
-    '',
-    ...table([
-      {
-        Users: r.users,
-        Votes: r.votes,
-        Measured: r.measuredAt,
-        ...machineRow(r.machine),
-        Connections: r.connections.join(', '),
-        's per endpoint': r.duration,
-      },
-    ]),
-    '',
-    ...(r.note ? [`> ${r.note}`, ''] : []),
-    ...targetTable([r]),
-    '',
+    ...section(
+      `## ${fmt(r.posts)} posts`,
+      table([
+        {
+          Users: r.users,
+          Votes: r.votes,
+          Measured: r.measuredAt,
+          ...machineRow(r.machine),
+          Connections: r.connections.join(', '),
+          's per endpoint': r.duration,
+        },
+      ]),
+      r.note ? [`> ${r.note}`] : [],
+      targetTable([r]),
+    ),
     ...r.runs.flatMap((run) => section(`### ${String(run.connections)} connections`, endpointTable(run))),
     ...checkTable(r),
     '',
