@@ -12,7 +12,7 @@
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { option, runMain, table, type Row } from './common';
-import { cpuMsOf, postgresProcesses } from './measure';
+import { cpuMsOf, load, postgresProcesses } from './measure';
 import { account, call } from '../harness/client';
 import { serviceEnv } from '../harness/env';
 import { ReplicatedPostgres } from '../harness/replicated-postgres';
@@ -45,16 +45,13 @@ async function measure(
   const dirs = ['primary', 'standby', 'standby2'].map((d) => path.join(cluster.dir, d));
   // Backends open with the first requests: a short warm-up, then the processes are listed.
   const { path: target, ...sent } = request;
-  await autocannon({ url: `${svc.base}${target}`, ...sent, connections: CONNECTIONS, duration: 1 });
+  const options = { url: `${svc.base}${target}`, ...sent };
+  const run = { duration: DURATION_S, connections: CONNECTIONS };
+  await load({ ...options, duration: 1 }, run);
   const pids = dirs.map(postgresProcesses);
   const before = pids.map(cpuOf);
   const serviceBefore = cpuMsOf(svc.pid) ?? 0;
-  const result = await autocannon({
-    url: `${svc.base}${target}`,
-    ...sent,
-    connections: CONNECTIONS,
-    duration: DURATION_S,
-  });
+  const result = await load(options, run);
   const after = pids.map(cpuOf);
   const serviceMs = (cpuMsOf(svc.pid) ?? 0) - serviceBefore;
   const requests = result.requests.total;
