@@ -6,6 +6,7 @@
  */
 import { fmt, log } from './common';
 import { measure, median, progress, type EndpointFigures, type Server } from './measure';
+import { login } from '../harness/client';
 import { BENCH_PASSWORD } from '../harness/seed';
 
 /** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
@@ -23,15 +24,8 @@ export interface Contender {
 }
 
 /** A bench user's token from a server's own /login. */
-export async function benchToken(base: string): Promise<string> {
-  const res = await fetch(`${base}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
-  });
-  const body = (await res.json()) as { access_token?: string };
-  if (!body.access_token) throw new Error(`login at ${base}: ${String(res.status)}`);
-  return body.access_token;
-}
+export const benchToken = (base: string): Promise<string> =>
+  login(base, 'user1@bench.example', BENCH_PASSWORD);
 
 /**
  * Every contender answers each measured list with the same status, body and Link header as the
