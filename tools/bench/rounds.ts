@@ -101,6 +101,10 @@ function addRun(series: Series[], { contender: c, list, connections, figures: f 
   return s;
 }
 
+/** The contenders in round `round`'s order: each round starts with the next one, so none always goes first. */
+export const turned = <T>(contenders: T[], round: number): T[] =>
+  contenders.map((_, i) => contenders[(i + round) % contenders.length] as T);
+
 /** Every contender on every list at every count, round after round, so that a ratio can be taken within a round; the hooks measure more around each run. */
 export async function alternatingRounds(
   contenders: Contender[],
@@ -112,9 +116,7 @@ export async function alternatingRounds(
   for (let round = 0; round < run.rounds; round++)
     for (const connections of run.connectionCounts)
       for (const list of lists) {
-        // Each round starts with the next contender, so none always goes first.
-        const order = contenders.map((_, i) => contenders[(i + round) % contenders.length] as Contender);
-        for (const contender of order) {
+        for (const contender of turned(contenders, round)) {
           const figures = await measure(
             contender.server,
             {
