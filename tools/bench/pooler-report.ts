@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and the Markdown tables it prints of them. */
-import { fmt, machineRow, section, table, type Machine } from './common';
+import { fmt, section, table, type Row } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Series } from './rounds';
 
 export interface PoolerResult {
@@ -8,7 +8,8 @@ export interface PoolerResult {
   duration: number;
   rounds: number;
   pool: number;
-  machine: Machine;
+  /** machine()'s cells. */
+  machine: Row;
   pgbouncer: string;
   /** Cores of CPU time PgBouncer had to itself and the rest had (`--pooler-cpu`), when split. */
   cpuSplit?: { pooler: number; rest: number };
@@ -59,7 +60,7 @@ export function poolerSection(r: PoolerResult): string[] {
         'Rounds of the median, range and ratios': r.rounds,
         's a round': r.duration,
         Measured: r.measuredAt,
-        ...machineRow(r.machine),
+        ...r.machine,
         Pooler: `${r.pgbouncer}, transaction mode, server pool ${String(r.pool)} (the service's \`DB_POOL_MAX\` too)`,
         'CPU (Linux quotas)': split
           ? `PgBouncer ${fmt(split.pooler, 1)} core, everything else ${fmt(split.rest, 1)}`

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench` (tools/bench/run.ts) and the Markdown tables it prints of them. */
-import { fmt, machineRow, mark, section, table, type Machine, type Row } from './common';
+import { fmt, mark, section, table, type Row } from './common';
 import type { EndpointFigures } from './measure';
 
 export type { EndpointFigures };
@@ -53,7 +53,8 @@ export interface SizeResult {
   /** The counts the endpoint table was measured at; the ladder and deep pages use the first. */
   connections: number[];
   note?: string;
-  machine: Machine;
+  /** machine()'s cells. */
+  machine: Row;
   runs: ConnectionRun[];
   ladder: LadderStep[];
   deepPages: DeepPage[];
@@ -341,7 +342,7 @@ export function sizeTables(r: SizeResult): string[] {
           Users: r.users,
           Votes: r.votes,
           Measured: r.measuredAt,
-          ...machineRow(r.machine),
+          ...r.machine,
           Connections: r.connections.join(', '),
           's per endpoint': r.duration,
         },
