@@ -13,7 +13,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { stripVTControlCharacters } from 'node:util';
+import { parseArgs, stripVTControlCharacters } from 'node:util';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { migrations, type Migration } from '../migrations';
@@ -437,20 +437,13 @@ export async function lintMigrations(
   }
 }
 
-function option(args: string[], name: string): string | undefined {
-  const i = args.indexOf(name);
-  if (i === -1) return undefined;
-  const value = args[i + 1];
-  if (!value) throw new Error(`${name} needs a value`);
-  return value;
-}
-
 async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  const out = option(args, '--out');
+  const { out, config } = parseArgs({
+    options: { out: { type: 'string' }, config: { type: 'string' } },
+  }).values;
   const result = await lintMigrations({
     ...(out ? { out: path.resolve(out) } : {}),
-    config: path.resolve(option(args, '--config') ?? DEFAULT_CONFIG),
+    config: path.resolve(config ?? DEFAULT_CONFIG),
   });
   // squawk colours its report even into a pipe; CI logs want it plain.
   const report = process.stdout.isTTY ? result.report : stripVTControlCharacters(result.report);

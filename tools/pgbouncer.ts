@@ -6,7 +6,7 @@
  * configuration from the mirror the machine's own sources name, which are never touched; the
  * build's missing Debian packages are named before building.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   copyFileSync,
@@ -52,14 +52,8 @@ function debianMirror(): string {
   return 'http://deb.debian.org/debian';
 }
 
-const succeeds = (command: string, args: string[]): boolean => {
-  try {
-    execFileSync(command, args, { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-};
+const succeeds = (command: string, args: string[]): boolean =>
+  spawnSync(command, args, { stdio: 'ignore' }).status === 0;
 
 /** The Debian packages the build still needs, by what their absence would break. */
 function missingBuildPackages(): string[] {

@@ -4,11 +4,6 @@ import { fmt, table } from './common';
 export interface BackupResult {
   posts: number;
   archiveTimeout: string;
-  archiveTimeoutFrom: string;
-  compression: string;
-  jobs: number;
-  workers: number;
-  loadSeconds: number;
   backup: { seconds: number; bytes: number; dataBytes: number };
   walBytes: number;
   rpo: { acknowledged: number; lostWrites: number; seconds: number; lostBeforeLastReplayed: number };

@@ -131,11 +131,6 @@ async function run(): Promise<BackupResult> {
     return {
       posts,
       archiveTimeout,
-      archiveTimeoutFrom: archiveTimeoutGiven ? '--archive-timeout' : chart.from,
-      compression: compressionName,
-      jobs,
-      workers,
-      loadSeconds,
       backup: { seconds: s(backup.ms), bytes: backup.bytes, dataBytes: Number(size?.bytes ?? 0) },
       walBytes,
       rpo: {

@@ -111,6 +111,12 @@ export function table(rows: Row[]): string[] {
   ];
 }
 
+/** A heading and its tables (a note is a table of one line), or nothing when every table is empty. */
+export const section = (heading: string, ...tables: string[][]): string[] => {
+  const shown = tables.filter((t) => t.length > 0);
+  return shown.length === 0 ? [] : [heading, '', ...shown.flatMap((t) => [...t, ''])];
+};
+
 /** One of the PostgreSQL server's settings (server_version, data_directory). */
 export async function postgresSetting(name: string, database = 'postgres'): Promise<string> {
   const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
@@ -123,15 +129,6 @@ export async function postgresSetting(name: string, database = 'postgres'): Prom
   }
 }
 
-/** What a run's figures were measured on, the load averages when it ended: other work on the machine moves the figures. */
-export interface Machine {
-  cpus: string;
-  memoryGb: number;
-  node: string;
-  postgres: string;
-  loadAverage: number[];
-}
-
 export const loadAverage = (): number[] => os.loadavg().map((l) => Number(l.toFixed(2)));
 
 /** Load averages as every bench prints them, now's unless given. */
@@ -140,20 +137,14 @@ export const loadAverageText = (l: number[] = loadAverage()): string => l.join('
 /** This machine's CPUs: how many, and which. */
 export const cpusText = (): string => `${String(os.cpus().length)} × ${os.cpus()[0]?.model.trim() ?? '?'}`;
 
-/** This machine now, its servers on Node `node`. */
-export const machine = async (node: string): Promise<Machine> => ({
-  cpus: cpusText(),
-  memoryGb: Math.round(os.totalmem() / 2 ** 30),
-  node,
-  postgres: await postgresSetting('server_version'),
-  loadAverage: loadAverage(),
-});
-
-/** The machine's cells of a run's table. */
-export const machineRow = (m: Machine): Row => ({
-  CPUs: m.cpus,
-  'Memory GB': m.memoryGb,
-  'Servers on Node': m.node,
-  PostgreSQL: m.postgres,
-  'Load average at the end': loadAverageText(m.loadAverage),
+/**
+ * What a run's figures were measured on, as cells of its table, its servers on Node `node`: the load
+ * averages are taken now, as the run ends, since other work on the machine moves the figures.
+ */
+export const machine = async (node: string): Promise<Row> => ({
+  CPUs: cpusText(),
+  'Memory GB': Math.round(os.totalmem() / 2 ** 30),
+  'Servers on Node': node,
+  PostgreSQL: await postgresSetting('server_version'),
+  'Load average at the end': loadAverageText(),
 });

@@ -10,10 +10,10 @@
  * root. restore() moves PostgreSQL's processes back to the root group; a run killed before it
  * leaves them in `sp-bench-rest`, on the smaller share, until moved back or restarted.
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { postgresProcesses } from './measure';
 
 const PERIOD_US = 100_000;
 
@@ -50,16 +50,6 @@ function hierarchy(): Hierarchy {
   throw new Error(
     '--pooler-cpu needs Linux control groups with the cpu controller (v2, or v1 at /sys/fs/cgroup/cpu)',
   );
-}
-
-/** The PostgreSQL server's processes: its postmaster (from postmaster.pid) and all its children. */
-function postgresProcesses(dataDirectory: string): number[] {
-  const postmaster = Number(readFileSync(path.join(dataDirectory, 'postmaster.pid'), 'utf8').split('\n')[0]);
-  const children = execFileSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' })
-    .split('\n')
-    .filter(Boolean)
-    .map(Number);
-  return [postmaster, ...children];
 }
 
 export class CpuSplit {

@@ -25,7 +25,7 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } f
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { median } from './measure';
-import { build, engine, run, runLimits } from '../container';
+import { build, commandLine, engine, run, runLimits } from '../container';
 import { repoRoot } from '../node-release';
 import { ensureBase } from '../stand-in-base';
 import { pollUntil, probe } from '../harness/poll';
@@ -120,12 +120,9 @@ async function syncIn(container: string, files: Record<string, string>): Promise
       writeFileSync(join(staging, entry), text);
       return entry;
     });
-    const [command, ...global] = engine().command;
-    if (!command) throw new Error('no engine');
     const tar = spawn('tar', ['c', '-C', staging, ...entries], { stdio: ['ignore', 'pipe', 'inherit'] });
     const untar = spawn(
-      command,
-      [...global, 'exec', '-i', container, 'tar', 'xmf', '-', '-C', '/', '--no-same-owner'],
+      ...commandLine(['exec', '-i', container, 'tar', 'xmf', '-', '-C', '/', '--no-same-owner']),
       {
         stdio: ['pipe', 'inherit', 'inherit'],
       },
@@ -204,8 +201,7 @@ function startContainer(name: string, image: string, target: Target, database: s
 const started = new Set<string>();
 
 function removeContainer(name: string): void {
-  const [command, ...global] = engine().command;
-  if (command) spawnSync(command, [...global, 'rm', '--force', name], { stdio: 'ignore' });
+  spawnSync(...commandLine(['rm', '--force', name]), { stdio: 'ignore' });
   started.delete(name);
 }
 

@@ -43,64 +43,45 @@ async function main(): Promise<void> {
     return app;
   };
 
-  let listener: RequestListener;
-  switch (process.env.LADDER_STEP) {
-    case 'knex':
-      listener = (req, res) => {
-        if (req.url !== '/posts/public') {
-          res.writeHead(404).end();
-          return;
-        }
-        firstPage().then(
-          (posts) => {
-            const text = JSON.stringify(posts);
-            res.writeHead(200, {
-              'Content-Type': 'application/json; charset=utf-8',
-              'Content-Length': Buffer.byteLength(text),
-            });
-            res.end(text);
-          },
-          () => res.writeHead(503).end(),
-        );
-      };
-      break;
-    case 'express':
-      listener = bareExpress();
-      break;
-    // Each of the following is the express rung plus exactly one piece of the app.
-    case 'cors':
-      listener = bareExpress(crossOrigin(settings.corsAllowedOrigins));
-      break;
-    case 'metrics':
-      listener = bareExpress(createMetrics(db, logger).httpMiddleware);
-      break;
-    case 'request-log':
-      listener = bareExpress(requestLog(logger, trustProxies(settings.trustedProxies)));
-      break;
-    case 'security-headers':
-      listener = bareExpress(apiHeaders);
-      break;
-    case 'protocol':
-      listener = bareExpress(requireHost, closeAfterOversizedBody);
-      break;
-    case 'etag': {
-      const app = bareExpress();
-      app.set('etag', 'weak'); // Express's default, as the app runs
-      listener = app;
-      break;
-    }
-    case 'app':
-      listener = createApp({ db, settings, logger });
-      break;
-    default:
-      throw new Error(
-        'LADDER_STEP must be knex, express, cors, metrics, request-log, security-headers, protocol, etag or app',
+  /** Each rung's server; the ones after express are the express rung plus exactly one piece of the app. */
+  const rungs: Record<string, () => RequestListener> = {
+    knex: () => (req, res) => {
+      if (req.url !== '/posts/public') {
+        res.writeHead(404).end();
+        return;
+      }
+      firstPage().then(
+        (posts) => {
+          const text = JSON.stringify(posts);
+          res.writeHead(200, {
+            'Content-Type': 'application/json; charset=utf-8',
+            'Content-Length': Buffer.byteLength(text),
+          });
+          res.end(text);
+        },
+        () => res.writeHead(503).end(),
       );
-  }
-  const server = createServer(listener);
+    },
+    express: () => bareExpress(),
+    cors: () => bareExpress(crossOrigin(settings.corsAllowedOrigins)),
+    metrics: () => bareExpress(createMetrics(db, logger).httpMiddleware),
+    'request-log': () => bareExpress(requestLog(logger, trustProxies(settings.trustedProxies))),
+    'security-headers': () => bareExpress(apiHeaders),
+    protocol: () => bareExpress(requireHost, closeAfterOversizedBody),
+    // Express's default, as the app runs.
+    etag: () => bareExpress().set('etag', 'weak'),
+    app: () => createApp({ db, settings, logger }),
+  };
+  const step = process.env.LADDER_STEP ?? '';
+  const rung = Object.hasOwn(rungs, step) ? rungs[step] : undefined;
+  if (!rung)
+    throw new Error(
+      'LADDER_STEP must be knex, express, cors, metrics, request-log, security-headers, protocol, etag or app',
+    );
+  const server = createServer(rung());
   server.listen(settings.port, '127.0.0.1', () => {
     const { port } = server.address() as AddressInfo;
-    process.stdout.write(`${JSON.stringify({ port, step: process.env.LADDER_STEP, msg: 'listening' })}\n`);
+    process.stdout.write(`${JSON.stringify({ port, step, msg: 'listening' })}\n`);
   });
 }
 

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:limit` (tools/bench/limit.ts), and the Markdown tables it prints of them. */
-import { loadAverageText, machineRow, mark, table, type Machine, type Row } from './common';
+import { loadAverageText, mark, section, table, type Row } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Ratio, type Series } from './rounds';
 
 /** Every list's service / limit req/s, median of the rounds, at every count. */
@@ -13,7 +13,8 @@ export interface LimitResult {
   duration: number;
   rounds: number;
   note?: string;
-  machine: Machine;
+  /** machine()'s cells. */
+  machine: Row;
   /** The load average when the rounds began (the machine's is when they ended). */
   loadAverageAtStart: number[];
   /** The series of the service, the library reference and the limit (their keys). */
@@ -88,24 +89,20 @@ function checkRows(r: LimitResult, rows: ReturnType<typeof limitRows>): Row[] {
 /** The run's section: what was measured where, the table and the checks. */
 export function limitSection(r: LimitResult): string[] {
   const rows = limitRows(r);
-  return [
+  return section(
     '## Against the physical limit',
-    '',
-    ...table([
+    table([
       {
         Database: `\`sp_bench_${String(r.posts)}\``,
         Rounds: r.rounds,
         's a round': r.duration,
         Measured: r.measuredAt,
-        ...machineRow(r.machine),
+        ...r.machine,
         'Load average at the start': loadAverageText(r.loadAverageAtStart),
       },
     ]),
-    '',
-    ...(r.note ? [`> ${r.note}`, ''] : []),
-    ...table(rows.map((row) => row.row)),
-    '',
-    ...table(checkRows(r, rows)),
-    '',
-  ];
+    r.note ? [`> ${r.note}`] : [],
+    table(rows.map((row) => row.row)),
+    table(checkRows(r, rows)),
+  );
 }

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:login` (tools/bench/login-starvation.ts), and the Markdown tables it prints of them. */
-import { loadAverageText, table } from './common';
+import { loadAverageText, section, table } from './common';
 
 /** One round: sequential probes for a while, alone or beside the failed-login clients. */
 export interface LoginRound {
@@ -23,10 +23,9 @@ export interface LoginResult {
 /** The run's section: what was measured how, then each PASSWORD_HASH_CONCURRENCY, quiet against attacked. */
 export function loginSection(r: LoginResult): string[] {
   const attacked = `${String(r.attackers)} failed logins`;
-  return [
+  return section(
     '## Login and the threadpool',
-    '',
-    ...table([
+    table([
       {
         Posts: r.posts,
         '`BCRYPT_ROUNDS`': r.bcryptRounds,
@@ -37,8 +36,7 @@ export function loginSection(r: LoginResult): string[] {
         'Load average at the end': loadAverageText(r.loadAverage),
       },
     ]),
-    '',
-    ...table(
+    table(
       r.results.map(({ concurrency, quiet, attacked: a }) => ({
         '`PASSWORD_HASH_CONCURRENCY`': `${String(concurrency)}${concurrency >= 64 ? ' (no bound, as before)' : ''}`,
         [`gzip-bodied \`POST /posts/\` p50, quiet → ${attacked}`]: `${String(quiet.gzipPostP50)} → ${String(a.gzipPostP50)} ms`,
@@ -46,6 +44,5 @@ export function loginSection(r: LoginResult): string[] {
         'failed login p50': `${String(a.failedLoginP50 ?? '')} ms`,
       })),
     ),
-    '',
-  ];
+  );
 }

@@ -14,8 +14,9 @@ import { gzipSync } from 'node:zlib';
 import { loginSection, type LoginResult, type LoginRound } from './login-report';
 import { loadAverage, log, numbers, option, runMain } from './common';
 import { startServer } from './measure';
+import { benchToken } from './rounds';
 import knex from 'knex';
-import { p50 } from '../harness/client';
+import { call, p50 } from '../harness/client';
 import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from '../harness/seed';
 
 const POSTS = Number(option('posts', '10000'));
@@ -25,61 +26,34 @@ const ATTACKERS = 8;
 
 const roundedP50 = (values: number[]): number => Math.round(p50(values));
 
-/** One request, timed; a new post's id when it made one. */
-async function timed(
-  url: string,
-  init: RequestInit,
-): Promise<{ status: number; ms: number; created?: number }> {
-  const started = performance.now();
-  const res = await fetch(url, { ...init, signal: AbortSignal.timeout(30_000) });
-  const text = await res.text();
-  const ms = performance.now() - started;
-  const created = res.status === 201 ? (JSON.parse(text) as { id?: number }).id : undefined;
-  return { status: res.status, ms, ...(created === undefined ? {} : { created }) };
-}
-
-const loginInit = (username: string, password: string): RequestInit => ({
-  method: 'POST',
-  headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
-  body: new URLSearchParams({ username, password }).toString(),
-});
+/** A login form, as call() sends it. */
+const login = (username: string, password: string) => ({ form: { username, password } });
 
 /** Runs the probes (and the failed-login clients, when `attack`) for SECONDS; their figures. The posts made go into `written`. */
 async function round(base: string, token: string, attack: boolean, written: number[]): Promise<LoginRound> {
-  const gzipped = gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) }));
-  const gzipPost: RequestInit = {
-    method: 'POST',
-    headers: {
-      Authorization: `Bearer ${token}`,
-      'Content-Type': 'application/json',
-      'Content-Encoding': 'gzip',
-    },
-    body: gzipped,
+  const gzipPost = {
+    token,
+    body: gzipSync(JSON.stringify({ title: 'gzip-bodied post', content: 'x'.repeat(2000) })),
+    headers: { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
   };
   const figures = { gzip: [] as number[], valid: [] as number[], failed: [] as number[] };
   const unexpected: string[] = [];
   const until = Date.now() + SECONDS * 1000;
-  const loop = async (into: number[], url: string, init: () => RequestInit, expected: number) => {
+  const loop = async (into: number[], path: string, init: Parameters<typeof call>[2], expected: number) => {
     while (Date.now() < until) {
-      const { status, ms, created } = await timed(url, init());
-      if (status !== expected) unexpected.push(`${url} ${String(status)}`);
+      const { status, ms, body } = await call(base, path, init);
+      if (status !== expected) unexpected.push(`${base}${path} ${String(status)}`);
+      const created = status === 201 ? (body as { id?: number }).id : undefined;
       if (created !== undefined) written.push(created);
       into.push(ms);
     }
   };
   await Promise.all([
-    loop(figures.gzip, `${base}/posts/`, () => gzipPost, 201),
-    loop(figures.valid, `${base}/login`, () => loginInit('user1@bench.example', BENCH_PASSWORD), 200),
-    ...(attack
-      ? Array.from({ length: ATTACKERS }, (_, n) =>
-          loop(
-            figures.failed,
-            `${base}/login`,
-            () => loginInit(`user${String(n + 2)}@bench.example`, 'wrong-password'),
-            403,
-          ),
-        )
-      : []),
+    loop(figures.gzip, '/posts/', gzipPost, 201),
+    loop(figures.valid, '/login', login('user1@bench.example', BENCH_PASSWORD), 200),
+    ...Array.from({ length: attack ? ATTACKERS : 0 }, (_, n) =>
+      loop(figures.failed, '/login', login(`user${String(n + 2)}@bench.example`, 'wrong-password'), 403),
+    ),
   ]);
   if (unexpected.length > 0) throw new Error(`unexpected answers: ${unexpected.slice(0, 5).join(', ')}`);
   return {
@@ -107,8 +81,7 @@ async function measureEach(
       { node: process.execPath },
     );
     try {
-      const login = await fetch(`${server.base}/login`, loginInit('user1@bench.example', BENCH_PASSWORD));
-      const { access_token: token } = (await login.json()) as { access_token: string };
+      const token = await benchToken(server.base);
       const quiet = await round(server.base, token, false, written);
       const attacked = await round(server.base, token, true, written);
       results.push({ concurrency, quiet, attacked });

@@ -4,7 +4,8 @@
  * idle between runs (tools/bench/run.ts, tools/bench/pooler.ts).
  */
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import autocannon from 'autocannon';
 import { freePort, spawnScript, waitForAnswer } from '../harness/service';
 
@@ -92,23 +93,38 @@ const figures = (r: autocannon.Result, cpuMs: number | undefined): EndpointFigur
     : { cpuUsPerRequest: Math.round((cpuMs * 1000) / r.requests.total) }),
 });
 
+/** /proc/<pid>/stat's fields after the process's name (state first); none where /proc tells none. */
+function statFields(pid: number | string | undefined): string[] {
+  try {
+    return (
+      readFileSync(`/proc/${String(pid)}/stat`, 'utf8')
+        .split(') ')[1]
+        ?.split(' ') ?? []
+    );
+  } catch {
+    return [];
+  }
+}
+
 /**
  * CPU time (user + system) a process has used, in ms, from /proc (Linux); undefined elsewhere.
  * Per request it is a steadier measure of a server's own cost than throughput, which also depends
  * on the database and the load generator sharing the machine.
  */
 export function cpuMsOf(pid: number | undefined): number | undefined {
-  try {
-    const fields =
-      readFileSync(`/proc/${String(pid)}/stat`, 'utf8')
-        .split(') ')[1]
-        ?.split(' ') ?? [];
-    const ticks = Number(fields[11]) + Number(fields[12]);
-    // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every common architecture.
-    return Number.isFinite(ticks) ? ticks * 10 : undefined;
-  } catch {
-    return undefined;
-  }
+  const fields = statFields(pid);
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every common architecture.
+  return Number.isFinite(ticks) ? ticks * 10 : undefined;
+}
+
+/** A PostgreSQL server's postmaster (from postmaster.pid) and its children, its backends among them. */
+export function postgresProcesses(dataDirectory: string): number[] {
+  const postmaster = Number(readFileSync(path.join(dataDirectory, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const children = readdirSync('/proc').filter(
+    (pid) => /^\d+$/.test(pid) && Number(statFields(pid)[1]) === postmaster,
+  );
+  return [postmaster, ...children.map(Number)];
 }
 
 /**

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench:pooler` (tools/bench/pooler.ts), and the Markdown tables it prints of them. */
-import { fmt, machineRow, table, type Machine } from './common';
+import { fmt, section, table, type Row } from './common';
 import { medianText, ratioText, roundRatio, rowsOf, type Series } from './rounds';
 
 export interface PoolerResult {
@@ -8,7 +8,8 @@ export interface PoolerResult {
   duration: number;
   rounds: number;
   pool: number;
-  machine: Machine;
+  /** machine()'s cells. */
+  machine: Row;
   pgbouncer: string;
   /** Cores of CPU time PgBouncer had to itself and the rest had (`--pooler-cpu`), when split. */
   cpuSplit?: { pooler: number; rest: number };
@@ -51,32 +52,27 @@ export function poolerSection(r: PoolerResult): string[] {
     ),
   }));
   const split = r.cpuSplit;
-  return [
+  return section(
     split ? '### With the pooler on CPU of its own' : '## Behind PgBouncer',
-    '',
-    ...table([
+    table([
       {
         Posts: r.posts,
         'Rounds of the median, range and ratios': r.rounds,
         's a round': r.duration,
         Measured: r.measuredAt,
-        ...machineRow(r.machine),
+        ...r.machine,
         Pooler: `${r.pgbouncer}, transaction mode, server pool ${String(r.pool)} (the service's \`DB_POOL_MAX\` too)`,
         'CPU (Linux quotas)': split
           ? `PgBouncer ${fmt(split.pooler, 1)} core, everything else ${fmt(split.rest, 1)}`
           : 'shared',
       },
     ]),
-    '',
-    ...table(
+    table(
       r.series
         .filter((s, i, all) => all.findIndex((x) => x.key === s.key) === i)
         .map((s) => ({ Contender: s.key, What: s.name })),
     ),
-    '',
-    ...table(throughput),
-    '',
-    ...table(cpu),
-    '',
-  ];
+    table(throughput),
+    table(cpu),
+  );
 }

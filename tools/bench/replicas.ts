@@ -9,11 +9,10 @@
  * the processes whose parent is its postmaster, read before and after each run. Prints a table; a
  * figure, not a test: the machine's other load moves it.
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { option, runMain, table, type Row } from './common';
-import { cpuMsOf } from './measure';
+import { cpuMsOf, load, postgresProcesses } from './measure';
 import { account, call } from '../harness/client';
 import { serviceEnv } from '../harness/env';
 import { ReplicatedPostgres } from '../harness/replicated-postgres';
@@ -22,23 +21,6 @@ import { startService, stopAll, type ServiceProcess } from '../harness/service';
 const DURATION_S = Number(option('duration', '5'));
 const CONNECTIONS = Number(option('connections', '10'));
 const POSTS = Number(option('posts', '200'));
-
-/** A server's postmaster and every process it started (its backends), by pid. */
-function serverPids(dataDir: string): number[] {
-  const postmaster = Number(readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-  const children = readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .filter((pid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        return Number(stat.split(') ')[1]?.split(' ')[1]) === postmaster;
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-  return [postmaster, ...children];
-}
 
 /** CPU ms of every process of the server now; processes that ended since are left out of both reads. */
 const cpuOf = (pids: number[]): Map<number, number> =>
@@ -63,16 +45,13 @@ async function measure(
   const dirs = ['primary', 'standby', 'standby2'].map((d) => path.join(cluster.dir, d));
   // Backends open with the first requests: a short warm-up, then the processes are listed.
   const { path: target, ...sent } = request;
-  await autocannon({ url: `${svc.base}${target}`, ...sent, connections: CONNECTIONS, duration: 1 });
-  const pids = dirs.map(serverPids);
+  const options = { url: `${svc.base}${target}`, ...sent };
+  const run = { duration: DURATION_S, connections: CONNECTIONS };
+  await load({ ...options, duration: 1 }, run);
+  const pids = dirs.map(postgresProcesses);
   const before = pids.map(cpuOf);
   const serviceBefore = cpuMsOf(svc.pid) ?? 0;
-  const result = await autocannon({
-    url: `${svc.base}${target}`,
-    ...sent,
-    connections: CONNECTIONS,
-    duration: DURATION_S,
-  });
+  const result = await load(options, run);
   const after = pids.map(cpuOf);
   const serviceMs = (cpuMsOf(svc.pid) ?? 0) - serviceBefore;
   const requests = result.requests.total;

@@ -1,5 +1,5 @@
 /** The figures of `npm run bench` (tools/bench/run.ts) and the Markdown tables it prints of them. */
-import { fmt, machineRow, mark, table, type Machine, type Row } from './common';
+import { fmt, mark, section, table, type Row } from './common';
 import type { EndpointFigures } from './measure';
 
 export type { EndpointFigures };
@@ -53,7 +53,8 @@ export interface SizeResult {
   /** The counts the endpoint table was measured at; the ladder and deep pages use the first. */
   connections: number[];
   note?: string;
-  machine: Machine;
+  /** machine()'s cells. */
+  machine: Row;
   runs: ConnectionRun[];
   ladder: LadderStep[];
   deepPages: DeepPage[];
@@ -73,11 +74,6 @@ const cpu = (f: EndpointFigures | undefined) => f?.cpuUsPerRequest ?? '–';
 const firstRun = (r: SizeResult): ConnectionRun =>
   r.runs[0] ?? { connections: 0, service: {}, reference: {} };
 const postsColumn = (r: SizeResult) => `${fmt(r.posts)} posts`;
-/** A heading and its tables, or nothing when every table is empty. */
-const section = (heading: string, ...tables: string[][]): string[] => {
-  const shown = tables.filter((t) => t.length > 0);
-  return shown.length === 0 ? [] : [heading, '', ...shown.flatMap((t) => [...t, ''])];
-};
 
 const LIST_RATIO_TARGET = 0.75;
 const LIST_RATIO_STRETCH = 0.8;
@@ -339,22 +335,21 @@ function ladderSummary(results: SizeResult[]): string[] {
 export function sizeTables(r: SizeResult): string[] {
   const first = String(r.connections[0] ?? '?');
   return [
-    `## ${fmt(r.posts)} posts`,
-    '',
-    ...table([
-      {
-        Users: r.users,
-        Votes: r.votes,
-        Measured: r.measuredAt,
-        ...machineRow(r.machine),
-        Connections: r.connections.join(', '),
-        's per endpoint': r.duration,
-      },
-    ]),
-    '',
-    ...(r.note ? [`> ${r.note}`, ''] : []),
-    ...targetTable([r]),
-    '',
+    ...section(
+      `## ${fmt(r.posts)} posts`,
+      table([
+        {
+          Users: r.users,
+          Votes: r.votes,
+          Measured: r.measuredAt,
+          ...r.machine,
+          Connections: r.connections.join(', '),
+          's per endpoint': r.duration,
+        },
+      ]),
+      r.note ? [`> ${r.note}`] : [],
+      targetTable([r]),
+    ),
     ...r.runs.flatMap((run) => section(`### ${String(run.connections)} connections`, endpointTable(run))),
     ...checkTable(r),
     '',

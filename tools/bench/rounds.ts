@@ -6,6 +6,7 @@
  */
 import { fmt, log } from './common';
 import { measure, median, progress, type EndpointFigures, type Server } from './measure';
+import { login } from '../harness/client';
 import { BENCH_PASSWORD } from '../harness/seed';
 
 /** A list the bench measures: its name in the tables, its path, and whether it needs a token. */
@@ -23,15 +24,8 @@ export interface Contender {
 }
 
 /** A bench user's token from a server's own /login. */
-export async function benchToken(base: string): Promise<string> {
-  const res = await fetch(`${base}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }),
-  });
-  const body = (await res.json()) as { access_token?: string };
-  if (!body.access_token) throw new Error(`login at ${base}: ${String(res.status)}`);
-  return body.access_token;
-}
+export const benchToken = (base: string): Promise<string> =>
+  login(base, 'user1@bench.example', BENCH_PASSWORD);
 
 /**
  * Every contender answers each measured list with the same status, body and Link header as the
@@ -107,6 +101,10 @@ function addRun(series: Series[], { contender: c, list, connections, figures: f 
   return s;
 }
 
+/** The contenders in round `round`'s order: each round starts with the next one, so none always goes first. */
+export const turned = <T>(contenders: T[], round: number): T[] =>
+  contenders.map((_, i) => contenders[(i + round) % contenders.length] as T);
+
 /** Every contender on every list at every count, round after round, so that a ratio can be taken within a round; the hooks measure more around each run. */
 export async function alternatingRounds(
   contenders: Contender[],
@@ -118,9 +116,7 @@ export async function alternatingRounds(
   for (let round = 0; round < run.rounds; round++)
     for (const connections of run.connectionCounts)
       for (const list of lists) {
-        // Each round starts with the next contender, so none always goes first.
-        const order = contenders.map((_, i) => contenders[(i + round) % contenders.length] as Contender);
-        for (const contender of order) {
+        for (const contender of turned(contenders, round)) {
           const figures = await measure(
             contender.server,
             {

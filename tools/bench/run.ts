@@ -23,6 +23,8 @@ import {
 } from './report';
 import { flag, loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { serverNode } from './node';
+import { call } from '../harness/client';
+import { benchToken } from './rounds';
 import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
 import {
   load,
@@ -82,19 +84,12 @@ function logFigures(who: string, what: string, f: EndpointFigures): void {
   log(progress(`  ${who.padEnd(9)} ${what.padEnd(28)}`, f));
 }
 
-async function login(
-  base: string,
-  username: string,
-  password: string,
-): Promise<{ status: number; ms: number; token?: string }> {
-  const started = performance.now();
-  const res = await fetch(`${base}/login`, {
-    method: 'POST',
-    body: new URLSearchParams({ username, password }),
-  });
-  const body = (await res.json()) as { access_token?: string };
-  return { status: res.status, ms: performance.now() - started, token: body.access_token };
-}
+/** The bench user's login as autocannon sends it. */
+const LOGIN = {
+  method: 'POST',
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+} as const;
 
 const rssMb = (pid: number): number => {
   const status = readFileSync(`/proc/${String(pid)}/status`, 'utf8');
@@ -154,9 +149,7 @@ function endpointsOf(
         url: `${base}/login`,
         // 64 logins at once queue for seconds behind bcrypt; autocannon's 10 s default would count them as errors.
         timeout: 30,
-        method: 'POST',
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+        ...LOGIN,
       },
     ],
   ];
@@ -273,10 +266,9 @@ async function measureDeepPages(service: Server, token: string, posts: number): 
       logFigures('deep', `${list} skip ${String(depth)}`, offset);
       let cursor: EndpointFigures | null = null;
       if (depth > 0) {
-        const before = await fetch(`${service.base}${listPath}?limit=10&skip=${String(depth - 10)}`, {
+        const before = await call(service.base, `${listPath}?limit=10&skip=${String(depth - 10)}`, {
           headers,
         });
-        await before.arrayBuffer();
         const next = nextLink(before.headers.get('link'));
         if (next) {
           // Path-absolute by contract; resolved against the base in case it is a full URL.
@@ -298,9 +290,7 @@ async function livenessDuringLogins(service: Server): Promise<SizeResult['liveDu
     run({
       url: `${service.base}/login`,
       connections: 20,
-      method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ username: 'user1@bench.example', password: BENCH_PASSWORD }).toString(),
+      ...LOGIN,
     }),
     run({ url: `${service.base}/healthz/live`, connections: 1 }),
   ]);
@@ -349,9 +339,11 @@ async function residentMemory(
 async function loginTimings(service: Server): Promise<SizeResult['loginTiming']> {
   const unknown: number[] = [];
   const wrong: number[] = [];
+  const ms = async (username: string) =>
+    (await call(service.base, '/login', { form: { username, password: 'wrong-password-1' } })).ms;
   for (let i = 0; i < 25; i++) {
-    unknown.push((await login(service.base, `nobody${String(i)}@bench.example`, 'wrong-password-1')).ms);
-    wrong.push((await login(service.base, 'user2@bench.example', 'wrong-password-1')).ms);
+    unknown.push(await ms(`nobody${String(i)}@bench.example`));
+    wrong.push(await ms('user2@bench.example'));
   }
   log(
     `  login median: unknown e-mail ${median(unknown).toFixed(0)} ms, wrong password ${median(wrong).toFixed(0)} ms`,
@@ -388,7 +380,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
   const service = await startServer('service/src/main.ts', env);
   const reference = await startServer('tools/bench/reference.ts', env);
   try {
-    const token = (await login(service.base, 'user1@bench.example', BENCH_PASSWORD)).token ?? '';
+    const token = await benchToken(service.base);
     log(`service ${service.base}, reference (bare node:http + pg) ${reference.base}:`);
     const runs: ConnectionRun[] = [];
     for (const connections of connectionCounts) {

@@ -28,7 +28,7 @@ import path from 'node:path';
 import { loadAverageText, log, mark, option, runMain, SIZES, table, usage, type Row } from './common';
 import { load, settle, startServer, median, type Server } from './measure';
 import { serverNode } from './node';
-import { alternatingRounds, benchToken, type Contender, type MeasuredList } from './rounds';
+import { alternatingRounds, benchToken, turned, type Contender, type MeasuredList } from './rounds';
 import { benchServiceEnv, seed } from '../harness/seed';
 
 const count = option('count', 'cpu');
@@ -264,11 +264,7 @@ async function instructionRounds(
   // seen to run partly in less optimised code, two identical servers apart by more than the target.
   for (let round = -settlingRounds; round < rounds; round++)
     for (const list of LISTS) {
-      // Each round starts with the next server, so none always goes first.
-      const order = contenders.map(
-        (_, i) => contenders[(i + round + settlingRounds) % contenders.length] as (typeof contenders)[number],
-      );
-      for (const c of order) {
+      for (const c of turned(contenders, round + settlingRounds)) {
         c.counted.zero();
         const started = Date.now();
         await run(c, list, requests);
