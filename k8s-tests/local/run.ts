@@ -147,7 +147,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 /** What the rendered pod says the container case must find inside a replica. */
 function expectations(release: Release): Record<string, string> {
-  const policy = containerPolicy(release.podSpec, release.container, release.secrets);
+  const policy = containerPolicy(release);
   return {
     K8S_EXPECT_UID: String(policy.user),
     K8S_EXPECT_GID: String(policy.group),
@@ -234,7 +234,7 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
     });
     // The pod's Secret volumes as host folders: a setting naming one of their files points there.
     const mounted: Record<string, string> = {};
-    for (const mount of containerPolicy(release.podSpec, release.container, release.secrets).mounts) {
+    for (const mount of containerPolicy(release).mounts) {
       if (!mount.files) continue;
       const dir = join(tmp, 'mounts', mount.volume);
       mkdirSync(dir, { recursive: true });
@@ -257,7 +257,7 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
       );
     }
     return new ContainerLauncher(
-      containerPolicy(release.podSpec, release.container, release.secrets),
+      containerPolicy(release),
       logDir,
       { id: facts.id, size: mb(facts.size), base: facts.base },
       // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
@@ -336,11 +336,7 @@ const podName = (replica: { name: string }) => `${releaseName}-local-${replica.n
 async function startMonitoring(release: Release, tmp: string): Promise<Prometheus> {
   // Monitoring: a kube-state-metrics stand-in reading the emulated cluster, and Prometheus scraping
   // it and every running replica's metrics port with the ServiceMonitor's target labels.
-  const memoryLimitBytes = containerPolicy(
-    release.podSpec,
-    release.container,
-    release.secrets,
-  ).memoryLimitBytes;
+  const { memoryLimitBytes } = containerPolicy(release);
   const kubeStateMetrics = new KubeStateMetrics(() => {
     const running = state.cluster?.replicas.filter((r) => !r.process.hasExited()) ?? [];
     return {
@@ -376,13 +372,9 @@ function printReport(dir: string, cluster: Cluster, launcher: Launcher, release:
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
   // Memory is read before the replicas stop; the figures go into the proof table.
   for (const replica of cluster.replicas) cluster.recordMemory(replica);
-  const policy =
-    launcher.kind === 'containers'
-      ? containerPolicy(release.podSpec, release.container, release.secrets)
-      : undefined;
   const runtime = {
     launcher: launcher.describe(),
-    memoryLimitBytes: policy?.memoryLimitBytes,
+    memoryLimitBytes: launcher.kind === 'containers' ? containerPolicy(release).memoryLimitBytes : undefined,
     replicas: [...cluster.figures.values()],
   };
   writeFileSync(join(dir, 'runtime.json'), JSON.stringify(runtime, null, 2));
