@@ -96,6 +96,15 @@ interface Running {
 const state: Running = { tmp: mkdtempSync(join(tmpdir(), 'social-posts-k8s-')) };
 let tornDown: Promise<void> | undefined;
 
+/** Waits for one part to stop; a failure is logged, so that the parts after it still stop. */
+async function stopPart(part: string, stopping: () => unknown): Promise<void> {
+  try {
+    await stopping();
+  } catch (error) {
+    step(`${part}: ${String(error)}`);
+  }
+}
+
 /** Stops everything the runner started, each by its own pid, newest first. */
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
@@ -107,28 +116,16 @@ function tearDown(): Promise<void> {
     control?.close();
     control?.closeAllConnections();
     await broken?.close();
-    await prometheus?.stop().catch((error: unknown) => {
-      step(`prometheus: ${String(error)}`);
-    });
+    await stopPart('prometheus', () => prometheus?.stop());
     kubeStateMetrics?.close();
-    await cluster?.close().catch((error: unknown) => {
-      step(`replicas: ${String(error)}`);
-    });
-    await nginx?.stop().catch((error: unknown) => {
-      step(`nginx: ${String(error)}`);
-    });
-    try {
-      // Stopped, not destroyed: its log stays in the work folder.
+    await stopPart('replicas', () => cluster?.close());
+    await stopPart('nginx', () => nginx?.stop());
+    // Stopped, not destroyed: its log stays in the work folder.
+    await stopPart('postgres', () => {
       if (postgres?.running()) postgres.stop();
-    } catch (error) {
-      step(`postgres: ${String(error)}`);
-    }
-    await cnpg?.close().catch((error: unknown) => {
-      step(`cnpg: ${String(error)}`);
     });
-    await registry?.stop().catch((error: unknown) => {
-      step(`registry: ${String(error)}`);
-    });
+    await stopPart('cnpg', () => cnpg?.close());
+    await stopPart('registry', () => registry?.stop());
     // Anything left (a start that failed half-way) goes by its pid as well.
     for (const managed of stillRunning()) await stop(managed, 'SIGKILL', 5000);
   })();
