@@ -34,14 +34,28 @@ export interface Replica {
   terminating: boolean;
 }
 
+export interface Address {
+  host: string;
+  port: number;
+}
+
+/** The settings that lead a replica to the runner's database and, when given, its read endpoint. */
+export function databaseEnv(database: Address, read?: Address): Record<string, string> {
+  return {
+    DB_HOSTNAME: database.host,
+    DB_PORT: String(database.port),
+    ...(read ? { DB_READ_HOSTNAME: read.host, DB_READ_PORT: String(read.port) } : {}),
+  };
+}
+
 export interface ClusterOptions {
   release: Release;
   /** Runs a replica: a container of the image, or a node process (launcher.ts). */
   launcher: Launcher;
   logDir: string;
-  database: { host: string; port: number };
+  database: Address;
   /** The ro Pooler the replicas read from, when the release reads on standbys. */
-  readDatabase?: { host: string; port: number };
+  readDatabase?: Address;
   /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
   onEndpoints: (endpoints: string[]) => Promise<void>;
   /** Called whenever a replica is added or removed (the Prometheus stand-in's targets). */
@@ -117,17 +131,8 @@ export class Cluster {
     for (const [key, value] of Object.entries(release.env))
       if (release.containerPorts.includes(Number(value))) env[key] = String(await freePort());
     const port = Number(env.PORT);
-    Object.assign(env, {
-      // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
-      DB_HOSTNAME: this.options.database.host,
-      DB_PORT: String(this.options.database.port),
-      ...(this.options.readDatabase
-        ? {
-            DB_READ_HOSTNAME: this.options.readDatabase.host,
-            DB_READ_PORT: String(this.options.readDatabase.port),
-          }
-        : {}),
-    });
+    // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
+    Object.assign(env, databaseEnv(this.options.database, this.options.readDatabase));
     const firstStart = this.counter <= release.replicas;
     const launchedAt = Date.now();
     const image = this.image;

@@ -37,7 +37,7 @@ import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
 import { formatReport } from '../report';
-import { Cluster } from './cluster';
+import { Cluster, databaseEnv, type Address } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer } from './control';
 import type { DatabaseControl } from '../suite/drivers';
@@ -268,20 +268,18 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
   }
 }
 
-interface Address {
-  host: string;
-  port: number;
+/** The database's control, and the addresses the replicas dial for it (and for reads on standbys). */
+interface Database {
+  database: DatabaseControl;
+  dbAddress: Address;
+  readAddress?: Address;
 }
 
 /**
  * The database the replicas dial and what the suite may do to it: CloudNativePG's stand-in (its
  * Pooler, failover, standby and backups) or, with the in-chart database, one PostgreSQL.
  */
-async function databaseFor(
-  release: Release,
-  poolerPort: number,
-  tmp: string,
-): Promise<{ database: DatabaseControl; dbAddress: Address; readAddress?: Address }> {
+async function databaseFor(release: Release, poolerPort: number, tmp: string): Promise<Database> {
   const standIn = state.cnpg;
   if (standIn) {
     const named = (host: string) => (runAsProcesses ? 'localhost' : host);
@@ -534,7 +532,7 @@ async function startProxy(
 async function startReplicas(
   { installed, release }: Rendered,
   { launcher, logDir, releaseImage, upgrade }: Runtime,
-  db: { dbAddress: Address; readAddress?: Address },
+  db: Database,
   proxy: EmulatedProxy,
   prometheus: Prometheus,
 ): Promise<Cluster> {
@@ -568,22 +566,16 @@ async function startReplicas(
 async function startControl(
   release: Release,
   { launcher, logDir, upgrade }: Runtime,
-  db: { database: DatabaseControl; dbAddress: Address; readAddress?: Address },
+  { database, dbAddress, readAddress }: Database,
   proxy: EmulatedProxy,
   cluster: Cluster,
 ): Promise<string> {
-  const { database, dbAddress, readAddress } = db;
   const control = await startControlServer({
     database,
     cluster,
     launcher,
     logDir,
-    onceEnv: {
-      ...release.env,
-      DB_HOSTNAME: dbAddress.host,
-      DB_PORT: String(dbAddress.port),
-      ...(readAddress ? { DB_READ_HOSTNAME: readAddress.host, DB_READ_PORT: String(readAddress.port) } : {}),
-    },
+    onceEnv: { ...release.env, ...databaseEnv(dbAddress, readAddress) },
     broken: proxy.broken,
     reload: proxy.reload,
     settled: proxy.settled,
