@@ -215,10 +215,8 @@ export class Cluster {
   /** SIGTERM (the kubelet) and, after the controller's lag, removal from the upstream. */
   async terminate(replica: Replica): Promise<number | string> {
     replica.terminating = true;
-    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
-    // terminationGracePeriodSeconds is checked by the chart to exceed delay + timeout.
     this.recordMemory(replica);
-    const exiting = replica.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000);
+    const exiting = replica.process.stop('SIGTERM', this.graceMs());
     await sleep(ENDPOINT_LAG_MS);
     await this.publish();
     const exit = await exiting;
@@ -229,11 +227,11 @@ export class Cluster {
     return exit;
   }
 
-  private shutdownTimings(): { shutdownDelay: number; shutdownTimeout: number } {
-    return {
-      shutdownDelay: Number(this.options.release.env.SHUTDOWN_DELAY_SECONDS ?? 5),
-      shutdownTimeout: Number(this.options.release.env.SHUTDOWN_TIMEOUT_SECONDS ?? 15),
-    };
+  /** SIGTERM to SIGKILL: the drain (delay + timeout, within terminationGracePeriodSeconds) and a margin. */
+  private graceMs(): number {
+    const { SHUTDOWN_DELAY_SECONDS: delay = '5', SHUTDOWN_TIMEOUT_SECONDS: timeout = '15' } =
+      this.options.release.env;
+    return (Number(delay) + Number(timeout)) * 1000 + 5000;
   }
 
   /**
@@ -262,11 +260,8 @@ export class Cluster {
   /** Tear-down: every replica stops by its own pid (SIGTERM, then SIGKILL after the drain time). */
   async close(): Promise<void> {
     this.closed = true;
-    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
     for (const replica of this.replicas) this.recordMemory(replica);
-    await Promise.all(
-      this.replicas.map((r) => r.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000)),
-    );
+    await Promise.all(this.replicas.map((r) => r.process.stop('SIGTERM', this.graceMs())));
     await this.options.launcher.close();
   }
 }
