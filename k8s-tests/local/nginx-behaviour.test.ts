@@ -8,22 +8,19 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readFileSync } from 'node:fs';
-import { parse } from 'yaml';
 import { serviceEnv } from '../../tools/harness/env';
 import { freePort, startService, type ServiceProcess } from '../../tools/harness/service';
 import { ensureTools } from '../../tools/tools';
-import { translateGateway, type GatewayObject, type NginxGatewayFabricValues } from './gateway-config';
+import { translateGateway } from './gateway-config';
 import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
 import { translate } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { namespace as releaseNamespace, renderChart, repoRoot } from './release';
+import { gatewayInputs, namespace as releaseNamespace, renderChart } from './release';
 
 const HOST = FIXTURE_HOST;
 /** The host of the chart's HTTPRoutes in the e2e values. */
 const GATEWAY_HOST = 'social-posts.localtest.me';
-
-const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
+const gateway = gatewayInputs();
 
 // The chart's shape: Exact /login and /users/ limited (10/min, burst 10), Prefix / and /docs/ not.
 const ingresses = [
@@ -225,8 +222,8 @@ describe("The service's request log behind either proxy path", () => {
       () =>
         translateGateway(
           renderChart(ensureTools().helm, ['k8s-tests/values-e2e-gateway.yaml']),
-          readYaml('k8s-tests/gateway.yaml') as GatewayObject,
-          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
+          gateway.gateway,
+          gateway.values,
           {
             prefix: join(tmp, 'nginx'),
             listenPort,

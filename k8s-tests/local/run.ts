@@ -29,11 +29,10 @@
  * instead: one PostgreSQL standing in for the chart's StatefulSet.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
 import { formatReport } from '../report';
@@ -41,7 +40,7 @@ import { Cluster, databaseEnv, type Address } from './cluster';
 import { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer } from './control';
 import type { DatabaseControl } from '../suite/drivers';
-import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
+import { gatewayHost, translateGateway } from './gateway-config';
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
@@ -53,8 +52,10 @@ import type { Registry } from '../../tools/harness/registry';
 import { stillRunning, stop } from '../../tools/harness/processes';
 import { freePort } from '../../tools/harness/service';
 import {
+  gatewayInputs,
   namespace,
   readRelease,
+  readYaml,
   releaseName,
   renderChart,
   repoRoot,
@@ -386,8 +387,8 @@ function proxyConf(
   release: Release,
   where: { prefix: string; listenPort: number; statusPort: number },
 ): (endpoints: string[], generation: number) => string {
-  const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
   const controllerValues = readYaml('k8s-tests/ingress-nginx-values.yaml') as ControllerValues;
+  const gateway = gatewayMode ? gatewayInputs() : undefined;
   // Both translations ask for a backend's ready endpoints; only the API's Service has any.
   const apiEndpoints = (endpoints: string[]) => (service: string, port: number | string) => {
     if (!servesApi(release, service, port))
@@ -396,13 +397,8 @@ function proxyConf(
   };
   return (endpoints, generation) => {
     const settings = { ...where, generation, namespace, endpoints: apiEndpoints(endpoints) };
-    return gatewayMode
-      ? translateGateway(
-          objects,
-          readYaml('k8s-tests/gateway.yaml') as Parameters<typeof translateGateway>[1],
-          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
-          settings,
-        )
+    return gateway
+      ? translateGateway(objects, gateway.gateway, gateway.values, settings)
       : translate(release.ingresses, controllerValues, {
           ...settings,
           headersMoreModule: HEADERS_MORE_MODULE,
