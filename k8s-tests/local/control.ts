@@ -16,6 +16,7 @@ import type { BrokenEndpointControl, DatabaseControl } from '../suite/drivers';
 import type { BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
+import { listenLocal } from '../../tools/harness/service';
 
 export interface Controlled {
   /** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
@@ -137,7 +138,7 @@ function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
 }
 
 /** Listens on a free port of 127.0.0.1; a method's failure answers 500 with its message. */
-export function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
+export async function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
   const parts: Record<string, object | undefined> = {
     '': ownMethods(c),
     standby: c.database.standby,
@@ -170,11 +171,5 @@ export function startControlServer(c: Controlled): Promise<{ server: Server; url
         (error: unknown) => res.writeHead(500).end(String(error)),
       );
   });
-  return new Promise((resolvePromise) => {
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      resolvePromise({ server, url: `http://127.0.0.1:${port}` });
-    });
-  });
+  return { server, url: `http://127.0.0.1:${await listenLocal(server)}` };
 }

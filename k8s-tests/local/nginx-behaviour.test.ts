@@ -9,7 +9,7 @@ import { createServer, request, type IncomingHttpHeaders, type Server } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { serviceEnv } from '../../tools/harness/env';
-import { freePort, startService, type ServiceProcess } from '../../tools/harness/service';
+import { freePort, listenLocal, startService, type ServiceProcess } from '../../tools/harness/service';
 import { ensureTools } from '../../tools/tools';
 import { translateGateway } from './gateway-config';
 import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
@@ -116,9 +116,7 @@ beforeAll(async () => {
     // Like the service: Express sends no Server header of its own, so none reaches the client.
     res.writeHead(200, { 'Content-Type': 'text/plain' }).end('backend');
   });
-  await new Promise<void>((resolvePromise) => backend?.listen(0, '127.0.0.1', resolvePromise));
-  const address = backend.address();
-  backendPort = typeof address === 'object' && address ? address.port : 0;
+  backendPort = await listenLocal(backend);
 });
 
 afterAll(async () => {

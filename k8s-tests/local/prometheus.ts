@@ -14,7 +14,7 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
-import { freePort } from '../../tools/harness/service';
+import { freePort, listenLocal } from '../../tools/harness/service';
 import { waitFor } from '../../tools/harness/poll';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
@@ -85,9 +85,7 @@ export class KubeStateMetrics {
       }
       res.writeHead(200, { 'Content-Type': 'text/plain; version=0.0.4' }).end(kubeStateMetrics(this.read()));
     });
-    await new Promise<void>((resolvePromise) => this.server?.listen(0, '127.0.0.1', resolvePromise));
-    const address = this.server.address();
-    this.port = typeof address === 'object' && address ? address.port : 0;
+    this.port = await listenLocal(this.server);
   }
 
   close(): void {
