@@ -65,13 +65,12 @@ import {
 } from './release';
 
 const startedAt = Date.now();
-const gatewayMode = process.argv.includes('--gateway');
-const runAsProcesses = process.argv.slice(2).includes('--processes');
-const inChartDatabase = process.argv.slice(2).includes('--in-chart-database');
-const fromRegistry = process.argv.slice(2).includes('--from-registry');
-const upgradeFromPrevious = process.argv.includes('--upgrade')
-  ? true
-  : !process.argv.includes('--no-upgrade') && !gatewayMode && !runAsProcesses;
+const flag = (name: string) => process.argv.slice(2).includes(`--${name}`);
+const gatewayMode = flag('gateway');
+const runAsProcesses = flag('processes');
+const inChartDatabase = flag('in-chart-database');
+const fromRegistry = flag('from-registry');
+const upgradeFromPrevious = flag('upgrade') || (!flag('no-upgrade') && !gatewayMode && !runAsProcesses);
 /** How long after the primary's loss the stand-in promotes the standby (the operator's detection and election). */
 const FAILOVER_DETECTION_MS = Number(process.env.K8S_FAILOVER_DETECTION_SECONDS ?? 3) * 1000;
 
