@@ -13,9 +13,9 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { INSPECT_SCRIPT } from '../suite/inspect';
 import type { BrokenEndpointControl, DatabaseControl } from '../suite/drivers';
-import type { BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
+import type { EmulatedProxy } from './nginx';
 import { listenLocal } from '../../tools/harness/service';
 
 export interface Controlled {
@@ -27,13 +27,8 @@ export interface Controlled {
   logDir: string;
   /** A replica's environment, for a single container of the image. */
   onceEnv: Record<string, string>;
-  broken: BrokenEndpoint;
-  /** Puts the ready endpoints and the broken one into nginx. */
-  reload: () => Promise<void>;
-  /** Resolves once every endpoint change so far is in nginx. */
-  settled: () => Promise<void>;
-  /** The ready endpoints, for the log. */
-  ready: () => string[];
+  /** nginx, reloaded with the ready endpoints and the broken one beside them. */
+  proxy: EmulatedProxy;
   step: (message: string) => void;
   /** When the replicas started from the previous release's image: that image and this release's. */
   upgrade?: { from: string; to: string };
@@ -114,25 +109,27 @@ function ownMethods(c: Controlled): Methods {
     // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
     // lets a new connection land on an old worker for a moment, which the real controller (no
     // reload for endpoints) never does, so case 6 waits for it before its next request.
-    endpointsSettled: () => c.settled(),
+    endpointsSettled: () => c.proxy.settled(),
   };
 }
 
 /** The retry cases' misbehaving endpoint beside the ready ones, put into nginx at once. */
 function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
-  const { broken } = c;
+  const { broken, reload } = c.proxy;
   return {
     open: async (mode) => {
       if (!['refuse', 'reset', 'hang'].includes(mode))
         throw new Error(`no broken-endpoint mode ${JSON.stringify(mode)}`);
       await broken.open(mode);
-      await c.reload();
-      c.step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.ready().join(', ')}]`);
+      await reload();
+      c.step(
+        `broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.proxy.ready.join(', ')}]`,
+      );
     },
     failures: () => Promise.resolve(broken.failures()),
     close: async () => {
       await broken.close();
-      await c.reload();
+      await reload();
     },
   };
 }

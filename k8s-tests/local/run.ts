@@ -37,13 +37,13 @@ import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
 import { formatReport } from '../report';
 import { Cluster, databaseEnv, type Address } from './cluster';
-import { BrokenEndpoint } from './broken-endpoint';
+import type { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer } from './control';
 import type { DatabaseControl } from '../suite/drivers';
 import { gatewayHost, translateGateway } from './gateway-config';
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
-import { HEADERS_MORE_MODULE, Nginx } from './nginx';
+import { EmulatedProxy, HEADERS_MORE_MODULE, type Nginx } from './nginx';
 import { ownForPostgres, OwnPostgres, postgresBin, runPostgresTool } from '../../tools/harness/postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
@@ -405,47 +405,6 @@ function proxyConf(
   };
 }
 
-/**
- * The emulated proxy: nginx with the translated configuration, reloaded for each change of the
- * ready endpoints (and the retry cases' misbehaving one beside them), one reload at a time.
- */
-class EmulatedProxy {
-  readonly nginx: Nginx;
-  readonly broken: BrokenEndpoint;
-  /** The ready replicas' addresses, as the Service's endpoints list them. */
-  ready: string[] = [];
-  generation = 0;
-  private reloads: Promise<void> = Promise.resolve();
-
-  constructor(
-    prefix: string,
-    statusPort: number,
-    private readonly conf: (endpoints: string[], generation: number) => string,
-  ) {
-    this.nginx = new Nginx(prefix, statusPort);
-    this.broken = new BrokenEndpoint(this.nginx.errorLog);
-  }
-
-  async start(): Promise<void> {
-    this.generation++;
-    await this.nginx.start(this.conf([], this.generation), this.generation);
-  }
-
-  readonly reload = (): Promise<void> =>
-    (this.reloads = this.reloads
-      .catch(() => undefined)
-      .then(async () => {
-        this.generation++;
-        await this.nginx.reload(
-          this.conf([...this.ready, ...this.broken.endpoints()], this.generation),
-          this.generation,
-        );
-      }));
-
-  /** Resolves once every reload asked for so far is done. */
-  readonly settled = (): Promise<void> => this.reloads;
-}
-
 /** The chart rendered as the run installs it, with CloudNativePG's stand-in started for its Secrets. */
 interface Rendered {
   /** The values files beyond the e2e ones; the backup case renders with them again. */
@@ -571,10 +530,7 @@ async function startControl(
     launcher,
     logDir,
     onceEnv: { ...release.env, ...databaseEnv(dbAddress, readAddress) },
-    broken: proxy.broken,
-    reload: proxy.reload,
-    settled: proxy.settled,
-    ready: () => proxy.ready,
+    proxy,
     step,
     ...(upgrade ? { upgrade } : {}),
   });
