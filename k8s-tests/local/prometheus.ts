@@ -20,16 +20,6 @@ import { waitFor } from '../../tools/harness/poll';
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
 const SCRAPE_INTERVAL_SECONDS = 1;
 
-export interface ApiTarget {
-  address: string;
-  pod: string;
-}
-
-export interface PodState {
-  pod: string;
-  restarts: number;
-}
-
 /** What the stand-in reads from the emulated cluster at each scrape. */
 export interface ClusterState {
   namespace: string;
@@ -37,7 +27,7 @@ export interface ClusterState {
   container: string;
   desired: number;
   available: number;
-  pods: PodState[];
+  pods: { pod: string; restarts: number }[];
   memoryLimitBytes?: number;
 }
 
@@ -111,7 +101,7 @@ export class Prometheus {
   }
 
   /** The replicas to scrape, with the labels the Operator would give each endpoint. */
-  setTargets(targets: ApiTarget[]): void {
+  setTargets(targets: { address: string; pod: string }[]): void {
     const groups = targets.map((target) => ({
       targets: [target.address],
       labels: {
