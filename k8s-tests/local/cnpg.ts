@@ -75,15 +75,9 @@ export function cnpgObjects(
 ): { cluster: CnpgCluster; pooler: CnpgPooler; readPooler?: CnpgPooler; archiving?: Archiving } | undefined {
   const all = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
   if (all.length === 0) return undefined;
-  const ofType = (type: string) => all.filter((p) => p.spec.type === type);
-  const [pooler] = ofType('rw');
-  const [readPooler] = ofType('ro');
-  if (
-    !pooler ||
-    ofType('rw').length > 1 ||
-    ofType('ro').length > 1 ||
-    all.length !== ofType('rw').length + ofType('ro').length
-  )
+  const [pooler, ...otherRw] = all.filter((p) => p.spec.type === 'rw');
+  const readPooler = all.find((p) => p.spec.type === 'ro');
+  if (!pooler || otherRw.length > 0 || all.length !== (readPooler ? 2 : 1))
     throw new Error('one Pooler of type rw, and at most one of type ro, is modelled');
   if (readPooler && readPooler.spec.cluster.name !== pooler.spec.cluster.name)
     throw new Error(
