@@ -55,16 +55,18 @@ let backendPort = 0;
 let generation = 0;
 const seen: Seen[] = [];
 
+/** What either translation needs of this test's nginx: where it runs, its generation, the ready endpoints. */
+const emulation = (endpoints: string[]) => ({
+  prefix: join(tmp, 'nginx'),
+  listenPort,
+  statusPort,
+  generation,
+  endpoints: () => endpoints,
+});
+
 function conf(endpoints: string[]): string {
-  return translate(ingresses, controller, {
-    prefix: join(tmp, 'nginx'),
-    listenPort,
-    statusPort,
-    generation,
-    namespace: 'ns',
-    headersMoreModule: HEADERS_MORE_MODULE,
-    endpoints: () => endpoints,
-  });
+  const settings = { ...emulation(endpoints), namespace: 'ns', headersMoreModule: HEADERS_MORE_MODULE };
+  return translate(ingresses, controller, settings);
 }
 
 async function configure(endpoints: string[]): Promise<void> {
@@ -222,14 +224,7 @@ describe("The service's request log behind either proxy path", () => {
           renderChart(ensureTools().helm, ['k8s-tests/values-e2e-gateway.yaml']),
           gateway.gateway,
           gateway.values,
-          {
-            prefix: join(tmp, 'nginx'),
-            listenPort,
-            statusPort,
-            generation,
-            namespace: releaseNamespace,
-            endpoints: () => [`127.0.0.1:${servicePort()}`],
-          },
+          { ...emulation([`127.0.0.1:${servicePort()}`]), namespace: releaseNamespace },
         ),
     ],
   ] as const;
