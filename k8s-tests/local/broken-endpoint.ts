@@ -6,7 +6,7 @@
  */
 import { readFileSync, statSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { freePort } from '../../tools/harness/service';
+import { freePort, listenLocal } from '../../tools/harness/service';
 
 export type BrokenMode = 'refuse' | 'reset' | 'hang';
 
@@ -39,9 +39,7 @@ export class BrokenEndpoint {
       if (mode === 'reset') socket.once('data', () => socket.destroy());
     });
     this.server = server;
-    await new Promise<void>((resolvePromise) => server.listen(0, '127.0.0.1', resolvePromise));
-    const address = server.address();
-    this.address = `127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+    this.address = `127.0.0.1:${await listenLocal(server)}`;
   }
 
   /** nginx's error-log lines about this endpoint since it was opened. */

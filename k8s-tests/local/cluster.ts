@@ -34,14 +34,28 @@ export interface Replica {
   terminating: boolean;
 }
 
+export interface Address {
+  host: string;
+  port: number;
+}
+
+/** The settings that lead a replica to the runner's database and, when given, its read endpoint. */
+export function databaseEnv(database: Address, read?: Address): Record<string, string> {
+  return {
+    DB_HOSTNAME: database.host,
+    DB_PORT: String(database.port),
+    ...(read ? { DB_READ_HOSTNAME: read.host, DB_READ_PORT: String(read.port) } : {}),
+  };
+}
+
 export interface ClusterOptions {
   release: Release;
   /** Runs a replica: a container of the image, or a node process (launcher.ts). */
   launcher: Launcher;
   logDir: string;
-  database: { host: string; port: number };
+  database: Address;
   /** The ro Pooler the replicas read from, when the release reads on standbys. */
-  readDatabase?: { host: string; port: number };
+  readDatabase?: Address;
   /** Called with the ready endpoints whenever they change; resolves when the proxy serves them. */
   onEndpoints: (endpoints: string[]) => Promise<void>;
   /** Called whenever a replica is added or removed (the Prometheus stand-in's targets). */
@@ -117,17 +131,8 @@ export class Cluster {
     for (const [key, value] of Object.entries(release.env))
       if (release.containerPorts.includes(Number(value))) env[key] = String(await freePort());
     const port = Number(env.PORT);
-    Object.assign(env, {
-      // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
-      DB_HOSTNAME: this.options.database.host,
-      DB_PORT: String(this.options.database.port),
-      ...(this.options.readDatabase
-        ? {
-            DB_READ_HOSTNAME: this.options.readDatabase.host,
-            DB_READ_PORT: String(this.options.readDatabase.port),
-          }
-        : {}),
-    });
+    // The rendered database is the in-chart PostgreSQL's Service; here it is the runner's.
+    Object.assign(env, databaseEnv(this.options.database, this.options.readDatabase));
     const firstStart = this.counter <= release.replicas;
     const launchedAt = Date.now();
     const image = this.image;
@@ -210,10 +215,8 @@ export class Cluster {
   /** SIGTERM (the kubelet) and, after the controller's lag, removal from the upstream. */
   async terminate(replica: Replica): Promise<number | string> {
     replica.terminating = true;
-    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
-    // terminationGracePeriodSeconds is checked by the chart to exceed delay + timeout.
     this.recordMemory(replica);
-    const exiting = replica.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000);
+    const exiting = replica.process.stop('SIGTERM', this.graceMs());
     await sleep(ENDPOINT_LAG_MS);
     await this.publish();
     const exit = await exiting;
@@ -224,11 +227,11 @@ export class Cluster {
     return exit;
   }
 
-  private shutdownTimings(): { shutdownDelay: number; shutdownTimeout: number } {
-    return {
-      shutdownDelay: Number(this.options.release.env.SHUTDOWN_DELAY_SECONDS ?? 5),
-      shutdownTimeout: Number(this.options.release.env.SHUTDOWN_TIMEOUT_SECONDS ?? 15),
-    };
+  /** SIGTERM to SIGKILL: the drain (delay + timeout, within terminationGracePeriodSeconds) and a margin. */
+  private graceMs(): number {
+    const { SHUTDOWN_DELAY_SECONDS: delay = '5', SHUTDOWN_TIMEOUT_SECONDS: timeout = '15' } =
+      this.options.release.env;
+    return (Number(delay) + Number(timeout)) * 1000 + 5000;
   }
 
   /**
@@ -257,11 +260,8 @@ export class Cluster {
   /** Tear-down: every replica stops by its own pid (SIGTERM, then SIGKILL after the drain time). */
   async close(): Promise<void> {
     this.closed = true;
-    const { shutdownDelay, shutdownTimeout } = this.shutdownTimings();
     for (const replica of this.replicas) this.recordMemory(replica);
-    await Promise.all(
-      this.replicas.map((r) => r.process.stop('SIGTERM', (shutdownDelay + shutdownTimeout) * 1000 + 5000)),
-    );
+    await Promise.all(this.replicas.map((r) => r.process.stop('SIGTERM', this.graceMs())));
     await this.options.launcher.close();
   }
 }

@@ -27,7 +27,7 @@ import {
   type RecoveryRun,
 } from '../../tools/harness/barman';
 import { ObjectStore } from '../../tools/harness/object-store';
-import type { KubeObject } from '../../tools/harness/manifests';
+import { secretObject, type KubeObject } from '../../tools/harness/manifests';
 
 const BARMAN_PLUGIN = 'barman-cloud.cloudnative-pg.io';
 
@@ -199,12 +199,9 @@ export class PluginBackups {
     const byName = new Map<string, Record<string, string>>();
     for (const [ref, value] of values) {
       if (!ref || value === undefined) continue;
-      byName.set(ref.name, { ...byName.get(ref.name), [ref.key]: Buffer.from(value).toString('base64') });
+      byName.set(ref.name, { ...byName.get(ref.name), [ref.key]: value });
     }
-    return [...byName].map(
-      ([name, data]) =>
-        ({ apiVersion: 'v1', kind: 'Secret', metadata: { name }, type: 'Opaque', data }) as KubeObject,
-    );
+    return [...byName].map(([name, data]) => secretObject(name, 'Opaque', data));
   }
 
   /** The tools' environment, read from those Secrets by the ObjectStore's key references, as the plugin does. */

@@ -44,7 +44,7 @@ import {
   type PluginEntry,
   type RecoveryReport,
 } from './cnpg-backup';
-import type { KubeObject } from '../../tools/harness/manifests';
+import { secretObject, type KubeObject } from '../../tools/harness/manifests';
 
 export interface CnpgCluster extends KubeObject {
   spec: {
@@ -75,15 +75,9 @@ export function cnpgObjects(
 ): { cluster: CnpgCluster; pooler: CnpgPooler; readPooler?: CnpgPooler; archiving?: Archiving } | undefined {
   const all = objects.filter((o) => o.kind === 'Pooler') as CnpgPooler[];
   if (all.length === 0) return undefined;
-  const ofType = (type: string) => all.filter((p) => p.spec.type === type);
-  const [pooler] = ofType('rw');
-  const [readPooler] = ofType('ro');
-  if (
-    !pooler ||
-    ofType('rw').length > 1 ||
-    ofType('ro').length > 1 ||
-    all.length !== ofType('rw').length + ofType('ro').length
-  )
+  const [pooler, ...otherRw] = all.filter((p) => p.spec.type === 'rw');
+  const readPooler = all.find((p) => p.spec.type === 'ro');
+  if (!pooler || otherRw.length > 0 || all.length !== (readPooler ? 2 : 1))
     throw new Error('one Pooler of type rw, and at most one of type ro, is modelled');
   if (readPooler && readPooler.spec.cluster.name !== pooler.spec.cluster.name)
     throw new Error(
@@ -125,8 +119,6 @@ function poolerSettings(pooler: CnpgPooler): Record<string, string> {
     settings[key] ??= value;
   return settings;
 }
-
-const base64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
 
 /** What the suite's control reaches (local/control.ts): the database, its standby and its backups. */
 export class CnpgStandIn implements DatabaseControl {
@@ -282,23 +274,15 @@ export class CnpgStandIn implements DatabaseControl {
   /** The Secrets CloudNativePG makes: <cluster>-app (basic-auth) and <cluster>-ca. */
   secrets(): KubeObject[] {
     const { database, owner } = this.cluster.spec.bootstrap.initdb;
-    const secret = (name: string, type: string, data: Record<string, string | Buffer>) =>
-      ({
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name },
-        type,
-        data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, base64(v)])),
-      }) as KubeObject;
     return [
-      secret(`${this.name}-app`, 'kubernetes.io/basic-auth', {
+      secretObject(`${this.name}-app`, 'kubernetes.io/basic-auth', {
         username: owner,
         password: this.password,
         host: `${this.name}-rw`,
         port: '5432',
         dbname: database,
       }),
-      secret(`${this.name}-ca`, 'Opaque', {
+      secretObject(`${this.name}-ca`, 'Opaque', {
         'ca.crt': readFileSync(join(this.dir, 'ca.crt')),
         'ca.key': readFileSync(join(this.dir, 'ca.key')),
       }),

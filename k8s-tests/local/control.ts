@@ -13,9 +13,10 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { INSPECT_SCRIPT } from '../suite/inspect';
 import type { BrokenEndpointControl, DatabaseControl } from '../suite/drivers';
-import type { BrokenEndpoint } from './broken-endpoint';
 import type { Cluster, RolloutResult } from './cluster';
 import { ContainerLauncher, type Launcher } from './launcher';
+import type { EmulatedProxy } from './nginx';
+import { listenLocal } from '../../tools/harness/service';
 
 export interface Controlled {
   /** What case 6 stops and starts, case 10 fails over, and cases 12 and 13 reach (CloudNativePG only). */
@@ -26,13 +27,8 @@ export interface Controlled {
   logDir: string;
   /** A replica's environment, for a single container of the image. */
   onceEnv: Record<string, string>;
-  broken: BrokenEndpoint;
-  /** Puts the ready endpoints and the broken one into nginx. */
-  reload: () => Promise<void>;
-  /** Resolves once every endpoint change so far is in nginx. */
-  settled: () => Promise<void>;
-  /** The ready endpoints, for the log. */
-  ready: () => string[];
+  /** nginx, reloaded with the ready endpoints and the broken one beside them. */
+  proxy: EmulatedProxy;
   step: (message: string) => void;
   /** When the replicas started from the previous release's image: that image and this release's. */
   upgrade?: { from: string; to: string };
@@ -113,31 +109,33 @@ function ownMethods(c: Controlled): Methods {
     // Resolves once every endpoint change so far is in nginx and its old workers are gone: a reload
     // lets a new connection land on an old worker for a moment, which the real controller (no
     // reload for endpoints) never does, so case 6 waits for it before its next request.
-    endpointsSettled: () => c.settled(),
+    endpointsSettled: () => c.proxy.settled(),
   };
 }
 
 /** The retry cases' misbehaving endpoint beside the ready ones, put into nginx at once. */
 function brokenEndpointControl(c: Controlled): BrokenEndpointControl {
-  const { broken } = c;
+  const { broken, reload } = c.proxy;
   return {
     open: async (mode) => {
       if (!['refuse', 'reset', 'hang'].includes(mode))
         throw new Error(`no broken-endpoint mode ${JSON.stringify(mode)}`);
       await broken.open(mode);
-      await c.reload();
-      c.step(`broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.ready().join(', ')}]`);
+      await reload();
+      c.step(
+        `broken endpoint (${mode}) ${broken.endpoints().join('')} next to [${c.proxy.ready.join(', ')}]`,
+      );
     },
     failures: () => Promise.resolve(broken.failures()),
     close: async () => {
       await broken.close();
-      await c.reload();
+      await reload();
     },
   };
 }
 
 /** Listens on a free port of 127.0.0.1; a method's failure answers 500 with its message. */
-export function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
+export async function startControlServer(c: Controlled): Promise<{ server: Server; url: string }> {
   const parts: Record<string, object | undefined> = {
     '': ownMethods(c),
     standby: c.database.standby,
@@ -170,11 +168,5 @@ export function startControlServer(c: Controlled): Promise<{ server: Server; url
         (error: unknown) => res.writeHead(500).end(String(error)),
       );
   });
-  return new Promise((resolvePromise) => {
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      resolvePromise({ server, url: `http://127.0.0.1:${port}` });
-    });
-  });
+  return { server, url: `http://127.0.0.1:${await listenLocal(server)}` };
 }

@@ -2,17 +2,9 @@
  * The Gateway translation on its own: the NGINX Gateway Fabric mapping k8s-tests/README.md documents, with
  * the chart's own rendered objects, and loud refusals of anything else.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
-import {
-  translateGateway,
-  type GatewayObject,
-  type NginxGatewayFabricValues,
-  type NginxSettings,
-} from './gateway-config';
-import { renderChart, repoRoot } from './release';
+import { translateGateway, type GatewayObject, type NginxSettings } from './gateway-config';
+import { gatewayInputs, renderChart } from './release';
 
 const settings: NginxSettings = {
   prefix: '/tmp/x',
@@ -23,9 +15,7 @@ const settings: NginxSettings = {
   endpoints: () => ['127.0.0.1:9001', '127.0.0.1:9002'],
 };
 
-const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
-const gateway = readYaml('k8s-tests/gateway.yaml') as GatewayObject;
-const values = readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues;
+const { gateway, values } = gatewayInputs();
 // The chart as the --gateway run renders it: the translation is checked on the real objects.
 const rendered = renderChart(ensureTools().helm, ['k8s-tests/values-e2e-gateway.yaml']) as GatewayObject[];
 

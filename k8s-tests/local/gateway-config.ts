@@ -425,9 +425,12 @@ interface RateLimitRule {
   noDelay: boolean;
 }
 
+/** The ProxySettingsPolicy time-outs, each written as proxy_<name>_timeout, in this order. */
+const PROXY_TIMEOUTS = ['connect', 'read', 'send'] as const;
+
 interface RouteDirectives {
-  rateLimit?: { policy: string; rules: RateLimitRule[]; rejectCode?: number; logLevel?: string };
-  proxy?: { policy: string; connect?: string; read?: string; send?: string };
+  rateLimit?: { rules: RateLimitRule[]; rejectCode?: number; logLevel?: string };
+  proxy?: Partial<Record<(typeof PROXY_TIMEOUTS)[number], string>>;
 }
 
 function targets(spec: Fields, what: string, routes: Set<string>): string[] {
@@ -476,7 +479,6 @@ function readRateLimitPolicy(object: GatewayObject, namespace: string): RouteDir
   if (logLevel !== undefined && !['info', 'notice', 'warn', 'error'].includes(logLevel))
     refuse(`${what}: logLevel ${logLevel}`);
   return {
-    policy: object.metadata.name,
     rules,
     ...(rateLimit.rejectCode === undefined
       ? {}
@@ -489,13 +491,9 @@ function readProxySettingsPolicy(object: GatewayObject): RouteDirectives['proxy'
   const what = `ProxySettingsPolicy ${object.metadata.name}`;
   const spec = fields(object.spec, `${what}: spec`);
   const timeout = fields(spec.timeout ?? {}, `${what}: timeout`);
-  onlyKeys(timeout, ['connect', 'read', 'send'], `${what}: timeout`);
-  return {
-    policy: object.metadata.name,
-    ...(timeout.connect === undefined ? {} : { connect: duration(timeout.connect, `${what}: connect`) }),
-    ...(timeout.read === undefined ? {} : { read: duration(timeout.read, `${what}: read`) }),
-    ...(timeout.send === undefined ? {} : { send: duration(timeout.send, `${what}: send`) }),
-  };
+  onlyKeys(timeout, [...PROXY_TIMEOUTS], `${what}: timeout`);
+  const given = PROXY_TIMEOUTS.filter((name) => timeout[name] !== undefined);
+  return Object.fromEntries(given.map((name) => [name, duration(timeout[name], `${what}: ${name}`)]));
 }
 
 /** The host name the suite sends: the first hostname of the first rendered HTTPRoute. */
@@ -590,9 +588,8 @@ function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: R
     if (rateLimit.logLevel) lines.push(`      limit_req_log_level ${rateLimit.logLevel};`);
     if (rateLimit.rejectCode) lines.push(`      limit_req_status ${rateLimit.rejectCode};`);
   }
-  if (proxy?.connect) lines.push(`      proxy_connect_timeout ${proxy.connect};`);
-  if (proxy?.read) lines.push(`      proxy_read_timeout ${proxy.read};`);
-  if (proxy?.send) lines.push(`      proxy_send_timeout ${proxy.send};`);
+  for (const name of PROXY_TIMEOUTS)
+    if (proxy?.[name]) lines.push(`      proxy_${name}_timeout ${proxy[name]};`);
   if (rule.redirect) {
     // servers_template.go: rewrite, then return (both in nginx's rewrite phase, before
     // limit_req's preaccess phase: a redirect is answered without being counted).

@@ -18,11 +18,10 @@ import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'no
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { IContainer } from 'kubernetes-models/v1/Container';
-import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import type { ISecurityContext } from 'kubernetes-models/v1/SecurityContext';
 import { engine, IMAGE, runLimits } from '../../tools/container';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
+import type { Release } from './release';
 
 const execFileAsync = promisify(execFile);
 
@@ -156,14 +155,13 @@ export interface ContainerPolicy {
 }
 
 /**
- * Reads what the runtime must apply from the rendered pod spec; refuses what it does not model.
- * `secrets`: Secret name → key → content, for Secret volumes.
+ * Reads what the runtime must apply from the release's pod spec and API container; refuses what it
+ * does not model. Its Secrets (name → key → content) fill the Secret volumes.
  */
 export function containerPolicy(
-  podSpec: IPodSpec,
-  container: IContainer,
-  secrets: Record<string, Record<string, Buffer>> = {},
+  release: Pick<Release, 'podSpec' | 'container' | 'secrets'>,
 ): ContainerPolicy {
+  const { podSpec, container, secrets } = release;
   const pod = podSpec.securityContext ?? {};
   const own: ISecurityContext = container.securityContext ?? {};
   const user = own.runAsUser ?? pod.runAsUser;

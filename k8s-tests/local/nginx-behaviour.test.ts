@@ -8,22 +8,19 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request, type IncomingHttpHeaders, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readFileSync } from 'node:fs';
-import { parse } from 'yaml';
 import { serviceEnv } from '../../tools/harness/env';
-import { freePort, startService, type ServiceProcess } from '../../tools/harness/service';
+import { freePort, listenLocal, startService, type ServiceProcess } from '../../tools/harness/service';
 import { ensureTools } from '../../tools/tools';
-import { translateGateway, type GatewayObject, type NginxGatewayFabricValues } from './gateway-config';
+import { translateGateway } from './gateway-config';
 import { controller, FIXTURE_HOST, ingress } from './ingress-fixtures';
 import { translate } from './nginx-config';
 import { HEADERS_MORE_MODULE, Nginx } from './nginx';
-import { namespace as releaseNamespace, renderChart, repoRoot } from './release';
+import { gatewayInputs, namespace as releaseNamespace, renderChart } from './release';
 
 const HOST = FIXTURE_HOST;
 /** The host of the chart's HTTPRoutes in the e2e values. */
 const GATEWAY_HOST = 'social-posts.localtest.me';
-
-const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
+const gateway = gatewayInputs();
 
 // The chart's shape: Exact /login and /users/ limited (10/min, burst 10), Prefix / and /docs/ not.
 const ingresses = [
@@ -58,16 +55,18 @@ let backendPort = 0;
 let generation = 0;
 const seen: Seen[] = [];
 
+/** What either translation needs of this test's nginx: where it runs, its generation, the ready endpoints. */
+const emulation = (endpoints: string[]) => ({
+  prefix: join(tmp, 'nginx'),
+  listenPort,
+  statusPort,
+  generation,
+  endpoints: () => endpoints,
+});
+
 function conf(endpoints: string[]): string {
-  return translate(ingresses, controller, {
-    prefix: join(tmp, 'nginx'),
-    listenPort,
-    statusPort,
-    generation,
-    namespace: 'ns',
-    headersMoreModule: HEADERS_MORE_MODULE,
-    endpoints: () => endpoints,
-  });
+  const settings = { ...emulation(endpoints), namespace: 'ns', headersMoreModule: HEADERS_MORE_MODULE };
+  return translate(ingresses, controller, settings);
 }
 
 async function configure(endpoints: string[]): Promise<void> {
@@ -119,9 +118,7 @@ beforeAll(async () => {
     // Like the service: Express sends no Server header of its own, so none reaches the client.
     res.writeHead(200, { 'Content-Type': 'text/plain' }).end('backend');
   });
-  await new Promise<void>((resolvePromise) => backend?.listen(0, '127.0.0.1', resolvePromise));
-  const address = backend.address();
-  backendPort = typeof address === 'object' && address ? address.port : 0;
+  backendPort = await listenLocal(backend);
 });
 
 afterAll(async () => {
@@ -225,16 +222,9 @@ describe("The service's request log behind either proxy path", () => {
       () =>
         translateGateway(
           renderChart(ensureTools().helm, ['k8s-tests/values-e2e-gateway.yaml']),
-          readYaml('k8s-tests/gateway.yaml') as GatewayObject,
-          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
-          {
-            prefix: join(tmp, 'nginx'),
-            listenPort,
-            statusPort,
-            generation,
-            namespace: releaseNamespace,
-            endpoints: () => [`127.0.0.1:${servicePort()}`],
-          },
+          gateway.gateway,
+          gateway.values,
+          { ...emulation([`127.0.0.1:${servicePort()}`]), namespace: releaseNamespace },
         ),
     ],
   ] as const;

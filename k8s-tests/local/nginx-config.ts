@@ -64,12 +64,17 @@ function timeoutKey(key: string): keyof typeof TIMEOUTS | undefined {
   return Object.hasOwn(TIMEOUTS, key) ? (key as keyof typeof TIMEOUTS) : undefined;
 }
 
-interface Defaults extends Timeouts {
+/** What each Ingress's annotations may change, starting from the controller's values. */
+interface PerIngress extends Timeouts {
+  nextUpstream: string;
+  nextUpstreamTries: number;
+}
+
+interface Defaults {
   limitReqStatus: number;
   /** The controller's location-snippet, written into every location (only the request id's is modelled). */
   locationSnippet?: string;
-  nextUpstream: string;
-  nextUpstreamTries: number;
+  ingress: PerIngress;
   ingressClass: string;
 }
 
@@ -133,18 +138,20 @@ function readController(values: ControllerValues): Defaults {
   // ingress-nginx's own defaults (config.go), overridden by the ConfigMap keys the emulation understands.
   const defaults: Defaults = {
     limitReqStatus: 503,
-    connectTimeout: 5,
-    readTimeout: 60,
-    sendTimeout: 60,
-    nextUpstream: 'error timeout',
-    nextUpstreamTries: 3,
+    ingress: {
+      connectTimeout: 5,
+      readTimeout: 60,
+      sendTimeout: 60,
+      nextUpstream: 'error timeout',
+      nextUpstreamTries: 3,
+    },
     ingressClass,
   };
   const config = (controller.config ?? {}) as Record<string, unknown>;
   for (const [key, value] of Object.entries(config)) {
     const timeout = timeoutKey(key);
     if (timeout) {
-      defaults[TIMEOUTS[timeout]] = integer(value, key);
+      defaults.ingress[TIMEOUTS[timeout]] = integer(value, key);
       continue;
     }
     switch (key) {
@@ -164,24 +171,15 @@ function readController(values: ControllerValues): Defaults {
   return defaults;
 }
 
-interface IngressSettings extends Timeouts {
+interface IngressSettings extends PerIngress {
   name: string;
   zone?: { name: string; rpm: number; burst: number };
-  nextUpstream: string;
-  nextUpstreamTries: number;
 }
 
 function readAnnotations(ingress: IIngress, namespace: string, defaults: Defaults): IngressSettings {
   const name = ingress.metadata?.name ?? refuse('an Ingress without a name');
   const annotations = ingress.metadata?.annotations ?? {};
-  const settings: IngressSettings = {
-    name,
-    connectTimeout: defaults.connectTimeout,
-    readTimeout: defaults.readTimeout,
-    sendTimeout: defaults.sendTimeout,
-    nextUpstream: defaults.nextUpstream,
-    nextUpstreamTries: defaults.nextUpstreamTries,
-  };
+  const settings: IngressSettings = { name, ...defaults.ingress };
   let rpm: number | undefined;
   // ingress-nginx's default limit-burst-multiplier.
   let multiplier = 5;

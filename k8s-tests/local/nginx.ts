@@ -9,6 +9,7 @@ import { chownSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'n
 import { join } from 'node:path';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
 import { probe, waitFor } from '../../tools/harness/poll';
+import { BrokenEndpoint } from './broken-endpoint';
 
 const NGINX = process.env.NGINX_BIN ?? '/usr/sbin/nginx';
 /** The headers-more module ingress-nginx's nginx is built with (Server header); Debian ships it apart. */
@@ -89,4 +90,45 @@ export class Nginx {
     // SIGQUIT: graceful, like a controller pod's shutdown.
     if (this.server) await stop(this.server, 'SIGQUIT', 10_000);
   }
+}
+
+/**
+ * The emulated proxy: nginx with the translated configuration, reloaded for each change of the
+ * ready endpoints (and the retry cases' misbehaving one beside them), one reload at a time.
+ */
+export class EmulatedProxy {
+  readonly nginx: Nginx;
+  readonly broken: BrokenEndpoint;
+  /** The ready replicas' addresses, as the Service's endpoints list them. */
+  ready: string[] = [];
+  generation = 0;
+  private reloads: Promise<void> = Promise.resolve();
+
+  constructor(
+    prefix: string,
+    statusPort: number,
+    private readonly conf: (endpoints: string[], generation: number) => string,
+  ) {
+    this.nginx = new Nginx(prefix, statusPort);
+    this.broken = new BrokenEndpoint(this.nginx.errorLog);
+  }
+
+  async start(): Promise<void> {
+    this.generation++;
+    await this.nginx.start(this.conf([], this.generation), this.generation);
+  }
+
+  readonly reload = (): Promise<void> =>
+    (this.reloads = this.reloads
+      .catch(() => undefined)
+      .then(async () => {
+        this.generation++;
+        await this.nginx.reload(
+          this.conf([...this.ready, ...this.broken.endpoints()], this.generation),
+          this.generation,
+        );
+      }));
+
+  /** Resolves once every reload asked for so far is done. */
+  readonly settled = (): Promise<void> => this.reloads;
 }

@@ -14,21 +14,11 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { startLogged, stop, type Managed } from '../../tools/harness/processes';
-import { freePort } from '../../tools/harness/service';
+import { freePort, listenLocal } from '../../tools/harness/service';
 import { waitFor } from '../../tools/harness/poll';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
 const SCRAPE_INTERVAL_SECONDS = 1;
-
-export interface ApiTarget {
-  address: string;
-  pod: string;
-}
-
-export interface PodState {
-  pod: string;
-  restarts: number;
-}
 
 /** What the stand-in reads from the emulated cluster at each scrape. */
 export interface ClusterState {
@@ -37,7 +27,7 @@ export interface ClusterState {
   container: string;
   desired: number;
   available: number;
-  pods: PodState[];
+  pods: { pod: string; restarts: number }[];
   memoryLimitBytes?: number;
 }
 
@@ -85,9 +75,7 @@ export class KubeStateMetrics {
       }
       res.writeHead(200, { 'Content-Type': 'text/plain; version=0.0.4' }).end(kubeStateMetrics(this.read()));
     });
-    await new Promise<void>((resolvePromise) => this.server?.listen(0, '127.0.0.1', resolvePromise));
-    const address = this.server.address();
-    this.port = typeof address === 'object' && address ? address.port : 0;
+    this.port = await listenLocal(this.server);
   }
 
   close(): void {
@@ -113,7 +101,7 @@ export class Prometheus {
   }
 
   /** The replicas to scrape, with the labels the Operator would give each endpoint. */
-  setTargets(targets: ApiTarget[]): void {
+  setTargets(targets: { address: string; pod: string }[]): void {
     const groups = targets.map((target) => ({
       targets: [target.address],
       labels: {

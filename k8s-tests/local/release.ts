@@ -3,7 +3,9 @@
  * what the local emulation runs: the Ingress objects, the API container's environment (ConfigMap and
  * Secret, as the kubelet would assemble it) and its probes.
  */
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { parse } from 'yaml';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
 import type { IIngress } from 'kubernetes-models/networking.k8s.io/v1/Ingress';
 import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
@@ -13,6 +15,7 @@ import type { IProbe } from 'kubernetes-models/v1/Probe';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import { cnpgObjects, type CnpgCluster, type CnpgPooler } from './cnpg';
+import type { GatewayObject, NginxGatewayFabricValues } from './gateway-config';
 import { helmTemplate, type KubeObject } from '../../tools/harness/manifests';
 
 export const repoRoot = resolve(__dirname, '..', '..');
@@ -25,6 +28,15 @@ const valuesFiles = [
 ];
 
 export type { KubeObject };
+
+/** A YAML file of this checkout, parsed. */
+export const readYaml = (file: string): unknown => parse(readFileSync(resolve(repoRoot, file), 'utf8'));
+
+/** What the Gateway translation reads besides the chart: k8s-tests/gateway.yaml and NGINX Gateway Fabric's values. */
+export const gatewayInputs = () => ({
+  gateway: readYaml('k8s-tests/gateway.yaml') as GatewayObject,
+  values: readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
+});
 
 export interface ProbeTiming {
   path: string;

@@ -29,22 +29,21 @@
  * instead: one PostgreSQL standing in for the chart's StatefulSet.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse } from 'yaml';
 import { ensureTools } from '../../tools/tools';
 import { engine, IMAGE, imageExists, imageFacts, mb, previousImage } from '../../tools/container';
 import { formatReport } from '../report';
-import { Cluster } from './cluster';
-import { BrokenEndpoint } from './broken-endpoint';
+import { Cluster, databaseEnv, type Address } from './cluster';
+import type { BrokenEndpoint } from './broken-endpoint';
 import { startControlServer } from './control';
 import type { DatabaseControl } from '../suite/drivers';
-import { gatewayHost, translateGateway, type NginxGatewayFabricValues } from './gateway-config';
+import { gatewayHost, translateGateway } from './gateway-config';
 import { ContainerLauncher, containerPolicy, ProcessLauncher, type Launcher } from './launcher';
 import { translate, type ControllerValues } from './nginx-config';
-import { HEADERS_MORE_MODULE, Nginx } from './nginx';
+import { EmulatedProxy, HEADERS_MORE_MODULE, type Nginx } from './nginx';
 import { ownForPostgres, OwnPostgres, postgresBin, runPostgresTool } from '../../tools/harness/postgres';
 import { KubeStateMetrics, Prometheus, PROMETHEUS_BIN } from './prometheus';
 import { CnpgStandIn, cnpgObjects } from './cnpg';
@@ -53,8 +52,10 @@ import type { Registry } from '../../tools/harness/registry';
 import { stillRunning, stop } from '../../tools/harness/processes';
 import { freePort } from '../../tools/harness/service';
 import {
+  gatewayInputs,
   namespace,
   readRelease,
+  readYaml,
   releaseName,
   renderChart,
   repoRoot,
@@ -64,13 +65,12 @@ import {
 } from './release';
 
 const startedAt = Date.now();
-const gatewayMode = process.argv.includes('--gateway');
-const runAsProcesses = process.argv.slice(2).includes('--processes');
-const inChartDatabase = process.argv.slice(2).includes('--in-chart-database');
-const fromRegistry = process.argv.slice(2).includes('--from-registry');
-const upgradeFromPrevious = process.argv.includes('--upgrade')
-  ? true
-  : !process.argv.includes('--no-upgrade') && !gatewayMode && !runAsProcesses;
+const flag = (name: string) => process.argv.slice(2).includes(`--${name}`);
+const gatewayMode = flag('gateway');
+const runAsProcesses = flag('processes');
+const inChartDatabase = flag('in-chart-database');
+const fromRegistry = flag('from-registry');
+const upgradeFromPrevious = flag('upgrade') || (!flag('no-upgrade') && !gatewayMode && !runAsProcesses);
 /** How long after the primary's loss the stand-in promotes the standby (the operator's detection and election). */
 const FAILOVER_DETECTION_MS = Number(process.env.K8S_FAILOVER_DETECTION_SECONDS ?? 3) * 1000;
 
@@ -96,6 +96,15 @@ interface Running {
 const state: Running = { tmp: mkdtempSync(join(tmpdir(), 'social-posts-k8s-')) };
 let tornDown: Promise<void> | undefined;
 
+/** Waits for one part to stop; a failure is logged, so that the parts after it still stop. */
+async function stopPart(part: string, stopping: () => unknown): Promise<void> {
+  try {
+    await stopping();
+  } catch (error) {
+    step(`${part}: ${String(error)}`);
+  }
+}
+
 /** Stops everything the runner started, each by its own pid, newest first. */
 function tearDown(): Promise<void> {
   tornDown ??= (async () => {
@@ -107,28 +116,16 @@ function tearDown(): Promise<void> {
     control?.close();
     control?.closeAllConnections();
     await broken?.close();
-    await prometheus?.stop().catch((error: unknown) => {
-      step(`prometheus: ${String(error)}`);
-    });
+    await stopPart('prometheus', () => prometheus?.stop());
     kubeStateMetrics?.close();
-    await cluster?.close().catch((error: unknown) => {
-      step(`replicas: ${String(error)}`);
-    });
-    await nginx?.stop().catch((error: unknown) => {
-      step(`nginx: ${String(error)}`);
-    });
-    try {
-      // Stopped, not destroyed: its log stays in the work folder.
+    await stopPart('replicas', () => cluster?.close());
+    await stopPart('nginx', () => nginx?.stop());
+    // Stopped, not destroyed: its log stays in the work folder.
+    await stopPart('postgres', () => {
       if (postgres?.running()) postgres.stop();
-    } catch (error) {
-      step(`postgres: ${String(error)}`);
-    }
-    await cnpg?.close().catch((error: unknown) => {
-      step(`cnpg: ${String(error)}`);
     });
-    await registry?.stop().catch((error: unknown) => {
-      step(`registry: ${String(error)}`);
-    });
+    await stopPart('cnpg', () => cnpg?.close());
+    await stopPart('registry', () => registry?.stop());
     // Anything left (a start that failed half-way) goes by its pid as well.
     for (const managed of stillRunning()) await stop(managed, 'SIGKILL', 5000);
   })();
@@ -147,7 +144,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 /** What the rendered pod says the container case must find inside a replica. */
 function expectations(release: Release): Record<string, string> {
-  const policy = containerPolicy(release.podSpec, release.container, release.secrets);
+  const policy = containerPolicy(release);
   return {
     K8S_EXPECT_UID: String(policy.user),
     K8S_EXPECT_GID: String(policy.group),
@@ -234,7 +231,7 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
     });
     // The pod's Secret volumes as host folders: a setting naming one of their files points there.
     const mounted: Record<string, string> = {};
-    for (const mount of containerPolicy(release.podSpec, release.container, release.secrets).mounts) {
+    for (const mount of containerPolicy(release).mounts) {
       if (!mount.files) continue;
       const dir = join(tmp, 'mounts', mount.volume);
       mkdirSync(dir, { recursive: true });
@@ -257,7 +254,7 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
       );
     }
     return new ContainerLauncher(
-      containerPolicy(release.podSpec, release.container, release.secrets),
+      containerPolicy(release),
       logDir,
       { id: facts.id, size: mb(facts.size), base: facts.base },
       // The Pooler's Service name, as cluster DNS would resolve it: the TLS check sees that name.
@@ -271,20 +268,18 @@ function makeLauncher(release: Release, tmp: string, logDir: string): Launcher {
   }
 }
 
-interface Address {
-  host: string;
-  port: number;
+/** The database's control, and the addresses the replicas dial for it (and for reads on standbys). */
+interface Database {
+  database: DatabaseControl;
+  dbAddress: Address;
+  readAddress?: Address;
 }
 
 /**
  * The database the replicas dial and what the suite may do to it: CloudNativePG's stand-in (its
  * Pooler, failover, standby and backups) or, with the in-chart database, one PostgreSQL.
  */
-async function databaseFor(
-  release: Release,
-  poolerPort: number,
-  tmp: string,
-): Promise<{ database: DatabaseControl; dbAddress: Address; readAddress?: Address }> {
+async function databaseFor(release: Release, poolerPort: number, tmp: string): Promise<Database> {
   const standIn = state.cnpg;
   if (standIn) {
     const named = (host: string) => (runAsProcesses ? 'localhost' : host);
@@ -336,11 +331,7 @@ const podName = (replica: { name: string }) => `${releaseName}-local-${replica.n
 async function startMonitoring(release: Release, tmp: string): Promise<Prometheus> {
   // Monitoring: a kube-state-metrics stand-in reading the emulated cluster, and Prometheus scraping
   // it and every running replica's metrics port with the ServiceMonitor's target labels.
-  const memoryLimitBytes = containerPolicy(
-    release.podSpec,
-    release.container,
-    release.secrets,
-  ).memoryLimitBytes;
+  const { memoryLimitBytes } = containerPolicy(release);
   const kubeStateMetrics = new KubeStateMetrics(() => {
     const running = state.cluster?.replicas.filter((r) => !r.process.hasExited()) ?? [];
     return {
@@ -376,13 +367,9 @@ function printReport(dir: string, cluster: Cluster, launcher: Launcher, release:
   if (cluster.unexpectedExits.length > 0) step(`unexpected exits: ${cluster.unexpectedExits.join('; ')}`);
   // Memory is read before the replicas stop; the figures go into the proof table.
   for (const replica of cluster.replicas) cluster.recordMemory(replica);
-  const policy =
-    launcher.kind === 'containers'
-      ? containerPolicy(release.podSpec, release.container, release.secrets)
-      : undefined;
   const runtime = {
     launcher: launcher.describe(),
-    memoryLimitBytes: policy?.memoryLimitBytes,
+    memoryLimitBytes: launcher.kind === 'containers' ? containerPolicy(release).memoryLimitBytes : undefined,
     replicas: [...cluster.figures.values()],
   };
   writeFileSync(join(dir, 'runtime.json'), JSON.stringify(runtime, null, 2));
@@ -399,8 +386,8 @@ function proxyConf(
   release: Release,
   where: { prefix: string; listenPort: number; statusPort: number },
 ): (endpoints: string[], generation: number) => string {
-  const readYaml = (file: string): unknown => parse(readFileSync(join(repoRoot, file), 'utf8'));
   const controllerValues = readYaml('k8s-tests/ingress-nginx-values.yaml') as ControllerValues;
+  const gateway = gatewayMode ? gatewayInputs() : undefined;
   // Both translations ask for a backend's ready endpoints; only the API's Service has any.
   const apiEndpoints = (endpoints: string[]) => (service: string, port: number | string) => {
     if (!servesApi(release, service, port))
@@ -409,59 +396,13 @@ function proxyConf(
   };
   return (endpoints, generation) => {
     const settings = { ...where, generation, namespace, endpoints: apiEndpoints(endpoints) };
-    return gatewayMode
-      ? translateGateway(
-          objects,
-          readYaml('k8s-tests/gateway.yaml') as Parameters<typeof translateGateway>[1],
-          readYaml('k8s-tests/nginx-gateway-fabric-values.yaml') as NginxGatewayFabricValues,
-          settings,
-        )
+    return gateway
+      ? translateGateway(objects, gateway.gateway, gateway.values, settings)
       : translate(release.ingresses, controllerValues, {
           ...settings,
           headersMoreModule: HEADERS_MORE_MODULE,
         });
   };
-}
-
-/**
- * The emulated proxy: nginx with the translated configuration, reloaded for each change of the
- * ready endpoints (and the retry cases' misbehaving one beside them), one reload at a time.
- */
-class EmulatedProxy {
-  readonly nginx: Nginx;
-  readonly broken: BrokenEndpoint;
-  /** The ready replicas' addresses, as the Service's endpoints list them. */
-  ready: string[] = [];
-  generation = 0;
-  private reloads: Promise<void> = Promise.resolve();
-
-  constructor(
-    prefix: string,
-    statusPort: number,
-    private readonly conf: (endpoints: string[], generation: number) => string,
-  ) {
-    this.nginx = new Nginx(prefix, statusPort);
-    this.broken = new BrokenEndpoint(this.nginx.errorLog);
-  }
-
-  async start(): Promise<void> {
-    this.generation++;
-    await this.nginx.start(this.conf([], this.generation), this.generation);
-  }
-
-  readonly reload = (): Promise<void> =>
-    (this.reloads = this.reloads
-      .catch(() => undefined)
-      .then(async () => {
-        this.generation++;
-        await this.nginx.reload(
-          this.conf([...this.ready, ...this.broken.endpoints()], this.generation),
-          this.generation,
-        );
-      }));
-
-  /** Resolves once every reload asked for so far is done. */
-  readonly settled = (): Promise<void> => this.reloads;
 }
 
 /** The chart rendered as the run installs it, with CloudNativePG's stand-in started for its Secrets. */
@@ -545,7 +486,7 @@ async function startProxy(
 async function startReplicas(
   { installed, release }: Rendered,
   { launcher, logDir, releaseImage, upgrade }: Runtime,
-  db: { dbAddress: Address; readAddress?: Address },
+  db: Database,
   proxy: EmulatedProxy,
   prometheus: Prometheus,
 ): Promise<Cluster> {
@@ -579,26 +520,17 @@ async function startReplicas(
 async function startControl(
   release: Release,
   { launcher, logDir, upgrade }: Runtime,
-  db: { database: DatabaseControl; dbAddress: Address; readAddress?: Address },
+  { database, dbAddress, readAddress }: Database,
   proxy: EmulatedProxy,
   cluster: Cluster,
 ): Promise<string> {
-  const { database, dbAddress, readAddress } = db;
   const control = await startControlServer({
     database,
     cluster,
     launcher,
     logDir,
-    onceEnv: {
-      ...release.env,
-      DB_HOSTNAME: dbAddress.host,
-      DB_PORT: String(dbAddress.port),
-      ...(readAddress ? { DB_READ_HOSTNAME: readAddress.host, DB_READ_PORT: String(readAddress.port) } : {}),
-    },
-    broken: proxy.broken,
-    reload: proxy.reload,
-    settled: proxy.settled,
-    ready: () => proxy.ready,
+    onceEnv: { ...release.env, ...databaseEnv(dbAddress, readAddress) },
+    proxy,
     step,
     ...(upgrade ? { upgrade } : {}),
   });

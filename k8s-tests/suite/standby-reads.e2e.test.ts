@@ -36,6 +36,10 @@ async function pages(): Promise<ReplicaMetrics[]> {
   return driver.replicaMetrics();
 }
 
+/** Reads every replica has sent to the primary because the standby lagged. */
+const fallbacks = async () =>
+  (await pages()).reduce((sum, p) => sum + sumOf(p.metrics, 'db_read_fallbacks_total'), 0);
+
 /** DB_READ_MAX_LAG_MS as the chart rendered it into the ConfigMap. */
 function maxLagMs(): number {
   const objects = JSON.parse(readFileSync(renderedFile ?? '', 'utf8')) as {
@@ -86,19 +90,12 @@ standbyCase(
       (now) => now.standby - committedBefore.standby >= Math.ceil(READS * 0.9),
       { withinMs: 10_000, everyMs: 250 },
     );
-    expect({
-      standbyCommitted: counted.value.standby - committedBefore.standby,
-      held: counted.held,
-    }).toMatchObject({
-      held: true,
-    });
+    const standbyCommitted = counted.value.standby - committedBefore.standby;
+    expect({ standbyCommitted, held: counted.held }).toMatchObject({ held: true });
 
     // Replay paused: the standby falls behind while writes go on.
     const bound = maxLagMs();
-    const fallbacksBefore = (await pages()).reduce(
-      (s, p) => s + sumOf(p.metrics, 'db_read_fallbacks_total'),
-      0,
-    );
+    const fallbacksBefore = await fallbacks();
     await standby.pauseReplay(true);
     const pausedAt = Date.now();
     try {
@@ -122,8 +119,7 @@ standbyCase(
       }
       expect(misses).toEqual([]);
       expect(stale).toEqual([]);
-      const fallbacks = (await pages()).reduce((s, p) => s + sumOf(p.metrics, 'db_read_fallbacks_total'), 0);
-      expect(fallbacks).toBeGreaterThan(fallbacksBefore);
+      expect(await fallbacks()).toBeGreaterThan(fallbacksBefore);
     } finally {
       await standby.pauseReplay(false);
     }

@@ -253,11 +253,16 @@ export async function waitForAnswer(url: string, proc: ScriptProcess, withinMs: 
 // Kills every process a harness started that is still running (by pid, never by name).
 export { stopAll } from './processes';
 
+/** The server listening on a free port of 127.0.0.1; resolves with that port. */
+export async function listenLocal(server: net.Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as net.AddressInfo).port;
+}
+
 /** A port nothing listens on at the moment of asking. */
 export async function freePort(): Promise<number> {
   const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
+  const port = await listenLocal(server);
   await new Promise((resolve) => server.close(resolve));
   return port;
 }
