@@ -186,6 +186,15 @@ export const namespaced = (name: string) => ({
   namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } },
 });
 
+/** The egress rule every policy of the chart opens for DNS: kube-dns by its label in any namespace. */
+export const kubeDns = {
+  to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
+  ports: [
+    { port: 53, protocol: 'UDP' },
+    { port: 53, protocol: 'TCP' },
+  ],
+};
+
 /** The host each environment's values serve the API on. */
 export const hosts: Record<Environment, string> = {
   dev: 'social-posts.localtest.me',
