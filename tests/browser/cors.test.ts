@@ -1,4 +1,5 @@
 import type { Page, Request, Response } from 'playwright-core';
+import { call } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
 import { servePage, serviceAndBrowser, type PageServer, type RequestLine } from './support';
 
@@ -123,25 +124,12 @@ async function stepSeenByServer(
 
 const DIRECT = 'direct-';
 let directCalls = 0;
-const directId = () => ({ 'X-Request-Id': `${DIRECT}${String(++directCalls)}` });
 
-/** Calls from Node, where no CORS applies: what the server really did. */
-const direct = {
-  register: (email: string, password: string) =>
-    fetch(`${service.url}/users/`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', ...directId() },
-      body: JSON.stringify({ email, password }),
-    }),
-  login: (email: string, password: string) =>
-    fetch(`${service.url}/login`, {
-      method: 'POST',
-      headers: directId(),
-      body: new URLSearchParams({ username: email, password }),
-    }),
-  get: (path: string, token: string) =>
-    fetch(`${service.url}${path}`, { headers: { Authorization: `Bearer ${token}`, ...directId() } }),
-};
+/** A call from Node, where no CORS applies: what the server really did. */
+const direct = (path: string, init: Parameters<typeof call>[2]) =>
+  call(service.url, path, { ...init, headers: { 'X-Request-Id': `${DIRECT}${String(++directCalls)}` } });
+const directLogin = (username: string, password: string) =>
+  direct('/login', { form: { username, password } });
 
 describe('Cross-origin calls in Chromium', () => {
   test('When a page from an allowed origin registers, logs in, posts and reads back, then every call succeeds, with a preflight exactly where CORS requires one', async () => {
@@ -205,7 +193,7 @@ describe('Cross-origin calls in Chromium', () => {
     expect(register.result.error).toMatch(/TypeError: Failed to fetch/);
     expect(register.lines).toEqual([{ method: 'OPTIONS', path: '/users/', status: 200 }]);
     // Proof from outside the browser: the account did not exist yet.
-    expect((await direct.register(email, password)).status).toBe(201);
+    expect((await direct('/users/', { json: { email, password } })).status).toBe(201);
 
     // Form login is a simple request: the server handles it and issues a token, but the browser
     // withholds the answer from the page.
@@ -215,13 +203,12 @@ describe('Cross-origin calls in Chromium', () => {
     expect(login.lines).toEqual([{ method: 'POST', path: '/login', status: 200 }]);
 
     // Even with a valid token (obtained outside the browser), the preflighted calls get no further.
-    const token = ((await (await direct.login(email, password)).json()) as { access_token: string })
-      .access_token;
+    const token = ((await directLogin(email, password)).body as { access_token: string }).access_token;
     const create = await stepSeenByServer(1, () => step(page, 'createPost', api, token, 'Never posted'));
     expect(create.result.ok).toBe(false);
     expect(create.lines).toEqual([{ method: 'OPTIONS', path: '/posts/', status: 200 }]);
-    const mine = await direct.get('/posts/?search=Never', token);
-    expect(await mine.json()).toEqual([]);
+    const mine = await direct('/posts/?search=Never', { token });
+    expect(mine.body).toEqual([]);
 
     const read = await stepSeenByServer(1, () => step(page, 'readPost', api, token, 1));
     expect(read.result.ok).toBe(false);
@@ -243,7 +230,7 @@ describe('Cross-origin calls in Chromium', () => {
     expect(answers.length).toBeGreaterThan(0);
     expect(await browser.context.cookies()).toEqual([]);
     for (const answer of answers) expect(await answer.headerValue('set-cookie')).toBeNull();
-    const login = await direct.login('cross.origin@example.com', 'correct horse battery');
+    const login = await directLogin('cross.origin@example.com', 'correct horse battery');
     expect(login.status).toBe(200);
     expect(login.headers.get('set-cookie')).toBeNull();
   });

@@ -62,7 +62,6 @@ export interface RequestLine {
 export interface Service {
   /** http://127.0.0.1:<port> */
   url: string;
-  metricsUrl: string;
   /** The request log lines (one per request) written so far. */
   requests(): RequestLine[];
   stop(): Promise<void>;
@@ -89,7 +88,6 @@ async function startService(settings: Record<string, string>): Promise<Service> 
   const service = await startServiceProcess(env);
   return {
     url: service.base,
-    metricsUrl: `http://127.0.0.1:${service.metricsPort}/metrics`,
     requests: () =>
       service.lines
         .filter((entry) => entry.msg === 'request completed')

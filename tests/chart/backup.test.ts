@@ -23,7 +23,6 @@ import {
   renderRefused,
   template,
   type KubeObject,
-  type ObjectStore,
   type RenderOptions,
 } from './helm';
 
@@ -194,7 +193,7 @@ describe('Backups: options', () => {
     expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
   });
 
-  it.each<[string, Record<string, string>, Partial<ObjectStore['spec']['configuration']>]>([
+  it.each<[string, Record<string, string>, Record<string, unknown>]>([
     ['IRSA (s3.inheritFromIAMRole)', irsa, { s3Credentials: { inheritFromIAMRole: true } }],
     ['Azure AD workload identity', azureIdentity, { azureCredentials: { inheritFromAzureAD: true } }],
     ['GKE workload identity', gkeIdentity, { googleCredentials: { gkeEnvironment: true } }],

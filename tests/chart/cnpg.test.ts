@@ -13,6 +13,7 @@ import {
   configMapData,
   findAll,
   findOne,
+  kubeDns,
   must,
   namespaced,
   podSpec,
@@ -238,13 +239,6 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
     matchExpressions: [{ key: 'cnpg.io/podRole', operator: 'NotIn', values: ['pooler'] }],
   };
   const tcp = (...ports: number[]) => ports.map((port) => ({ port, protocol: 'TCP' }));
-  const dns = {
-    to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
-    ports: [
-      { port: 53, protocol: 'UDP' },
-      { port: 53, protocol: 'TCP' },
-    ],
-  };
   const apiServer = { to: [{ ipBlock: { cidr: '192.0.2.10/32' } }], ports: tcp(443, 6443) };
   const toInstances = { to: [{ podSelector: instances }], ports: tcp(5432) };
   const monitoring = (port: number) => ({ from: [namespaced('monitoring')], ports: tcp(port) });
@@ -273,7 +267,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
 
   it('When the prod values are rendered, then the instances reach only DNS, the API server, each other and the object store (HTTPS, no private range)', () => {
     expect(findOne(prod, 'NetworkPolicy', 'social-posts-db').spec?.egress).toEqual([
-      dns,
+      kubeDns,
       apiServer,
       toInstances,
       {
@@ -296,7 +290,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
         { from: [{ podSelector: { matchLabels: apiSelector } }], ports: tcp(5432) },
         monitoring(9127),
       ]);
-      expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+      expect(policy.spec?.egress).toEqual([kubeDns, apiServer, toInstances]);
     },
   );
 
@@ -314,7 +308,7 @@ describe("CloudNativePG: the instances' and PgBouncers' NetworkPolicies", () => 
       { podSelector: { matchLabels: apiSelector } },
       { podSelector: instances },
     ]);
-    expect(policy.spec?.egress).toEqual([dns, apiServer, toInstances]);
+    expect(policy.spec?.egress).toEqual([kubeDns, apiServer, toInstances]);
     expect(
       findAll(rendered, 'NetworkPolicy')
         .map((p) => p.metadata?.name)

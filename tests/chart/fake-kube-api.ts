@@ -81,13 +81,8 @@ function answer(namespace: string, existing: KubeObject[], path: string): [numbe
   return [404, notFound];
 }
 
-export interface FakeKubeApi {
-  /** Environment for helm: a kubeconfig pointing at this server. */
-  env: NodeJS.ProcessEnv;
-  close(): Promise<void>;
-}
-
-async function startFakeKubeApi(namespace: string, existing: KubeObject[]): Promise<FakeKubeApi> {
+/** The server, and the environment for helm: a kubeconfig pointing at it. */
+async function startFakeKubeApi(namespace: string, existing: KubeObject[]) {
   const server = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://fake').pathname;
     const [status, body] = request.method === 'GET' ? answer(namespace, existing, path) : [404, notFound];

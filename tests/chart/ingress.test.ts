@@ -56,7 +56,7 @@ describe.each(environments)('Ingress objects of %s', (environment) => {
   });
 
   it(`When the ${environment} values are rendered, then both Ingress objects carry the 3-second upstream time-outs and a connect time-out`, () => {
-    for (const ingress of all) {
+    for (const ingress of all)
       expect(ingress.metadata?.annotations).toMatchObject({
         'nginx.ingress.kubernetes.io/proxy-read-timeout': '3',
         'nginx.ingress.kubernetes.io/proxy-send-timeout': '3',
@@ -64,34 +64,27 @@ describe.each(environments)('Ingress objects of %s', (environment) => {
           /^[1-9][0-9]*$/,
         ) as unknown,
       });
-    }
   });
 
   it(`When the ${environment} values are rendered, then both Ingress objects retry another replica only on a connection error, never after a time-out`, () => {
-    for (const ingress of all) {
+    for (const ingress of all)
       expect(ingress.metadata?.annotations).toMatchObject({
         'nginx.ingress.kubernetes.io/proxy-next-upstream': 'error',
         'nginx.ingress.kubernetes.io/proxy-next-upstream-tries': '3',
       });
-    }
   });
 
   it(`When the ${environment} values are rendered, then no Ingress uses regex, rewrite or snippet annotations (they would make Exact paths case-insensitive regex prefixes)`, () => {
-    for (const ingress of all) {
-      for (const key of Object.keys(ingress.metadata?.annotations ?? {})) {
+    for (const ingress of all)
+      for (const key of Object.keys(ingress.metadata?.annotations ?? {}))
         expect(key).not.toMatch(/use-regex|rewrite-target|snippet/);
-      }
-    }
   });
 
   it(`When the ${environment} values are rendered, then TLS is ${environment === 'dev' ? 'off' : 'on'} for the host on both Ingress objects`, () => {
-    for (const ingress of all) {
-      if (environment === 'dev') {
-        expect(ingress.spec?.tls).toBeUndefined();
-      } else {
-        expect(ingress.spec?.tls).toEqual([{ hosts: [hosts[environment]], secretName: 'social-posts-tls' }]);
-      }
-    }
+    const tls = [{ hosts: [hosts[environment]], secretName: 'social-posts-tls' }];
+    for (const ingress of all)
+      if (environment === 'dev') expect(ingress.spec?.tls).toBeUndefined();
+      else expect(ingress.spec?.tls).toEqual(tls);
   });
 });
 

@@ -6,6 +6,7 @@ import {
   environments,
   findAll,
   findOne,
+  kubeDns,
   must,
   namespaced,
   podAnnotations,
@@ -90,13 +91,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       findOne(await renderEnvironment('prod'), 'NetworkPolicy', 'social-posts').spec?.egress,
       'egress',
     );
-    expect(egress[0]).toEqual({
-      to: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }],
-      ports: [
-        { port: 53, protocol: 'UDP' },
-        { port: 53, protocol: 'TCP' },
-      ],
-    });
+    expect(egress[0]).toEqual(kubeDns);
   });
 
   it('When networkPolicy.dns.to names NodeLocal DNSCache and CoreDNS by another label, then exactly those resolvers are allowed', async () => {

@@ -25,16 +25,14 @@ interface SyncRule {
   dest: string;
   strip?: string;
 }
+// An artifact and a verify case are compared whole but for the fields below.
 interface Artifact {
-  image: string;
-  context?: string;
-  docker?: { dockerfile?: string; target?: string };
+  docker?: { target?: string };
   sync?: { manual?: SyncRule[] };
 }
 interface VerifyTestCase {
-  name: string;
-  container: { name: string; image: string; env?: { name: string; value?: string }[] };
-  executionMode?: { kubernetesCluster?: object; local?: object };
+  container: { image: string; env?: { name: string; value?: string }[] };
+  executionMode?: unknown;
 }
 interface Patch {
   op: string;
@@ -43,7 +41,7 @@ interface Patch {
 }
 interface Profile {
   name: string;
-  activation?: { kubeContext?: string; command?: string }[];
+  activation?: { command?: string }[];
   patches?: Patch[];
 }
 interface SkaffoldConfig {

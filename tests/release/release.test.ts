@@ -152,35 +152,31 @@ async function attachedSbom(
   title: string,
 ): Promise<{ listed: Set<string>; component: { name?: string; version?: string } }> {
   const base = `http://${registry.host}/v2/social-posts/social-posts`;
-  const index = (await (
-    await fetch(`${base}/manifests/${record.imageDigest.replace(':', '-')}`, {
-      headers: { accept: 'application/vnd.oci.image.index.v1+json' },
-    })
-  ).json()) as { manifests: { digest: string; artifactType: string }[] };
+  /** A document of the repository, asked for as the media type `accept` when given. */
+  const read = async <T>(at: string, accept?: string) =>
+    (await (await fetch(`${base}/${at}`, accept ? { headers: { accept } } : {})).json()) as T;
+  const index = await read<{ manifests: { digest: string; artifactType: string }[] }>(
+    `manifests/${record.imageDigest.replace(':', '-')}`,
+    'application/vnd.oci.image.index.v1+json',
+  );
+  type Manifest = {
+    subject: { digest: string };
+    layers: { digest: string; annotations?: Record<string, string> }[];
+  };
   const manifests = await Promise.all(
     index.manifests
       .filter((m) => m.artifactType === SBOM_MEDIA_TYPE)
-      .map(
-        async (m) =>
-          (await (
-            await fetch(`${base}/manifests/${m.digest}`, {
-              headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-            })
-          ).json()) as {
-            subject: { digest: string };
-            layers: { digest: string; annotations?: Record<string, string> }[];
-          },
-      ),
+      .map((m) => read<Manifest>(`manifests/${m.digest}`, 'application/vnd.oci.image.manifest.v1+json')),
   );
   const manifest = manifests.find(
     (m) => m.layers[0]?.annotations?.['org.opencontainers.image.title'] === title,
   );
   expect(manifest?.subject.digest).toBe(record.imageDigest);
-  const sbom = (await (await fetch(`${base}/blobs/${manifest?.layers[0]?.digest ?? ''}`)).json()) as {
+  const sbom = await read<{
     bomFormat: string;
     metadata: { component?: { name?: string; version?: string } };
     components: { name: string; version: string; group?: string; purl?: string }[];
-  };
+  }>(`blobs/${manifest?.layers[0]?.digest ?? ''}`);
   expect(sbom.bomFormat).toBe('CycloneDX');
   // An npm package's group is its scope; a Debian package's is the distribution (`debian`).
   const named = (c: { name: string; group?: string; purl?: string }) =>
