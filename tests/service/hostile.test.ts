@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
 import net from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
@@ -72,17 +73,11 @@ async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
   });
   socket.on('error', () => undefined);
   socket.write(bytes);
-  let timer: NodeJS.Timeout | undefined;
+  // An unref'd timer: one still pending cannot keep the test worker alive after the last test.
   const closed = await Promise.race([
     once(socket, 'close').then(() => true),
-    new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => {
-        resolve(false);
-      }, waitMs);
-    }),
+    delay(waitMs, false, { ref: false }),
   ]);
-  // A pending timer would keep the test worker alive after the last test.
-  clearTimeout(timer);
   socket.destroy();
   return { text, closed, firstByteMs };
 }
