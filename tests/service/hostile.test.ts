@@ -10,6 +10,7 @@ import {
   bearer,
   databaseSnapshot,
   expectProblem,
+  logIn,
   newAccount,
   newPost,
   startTestServer,
@@ -46,6 +47,8 @@ afterAll(async () => {
 });
 
 const api = () => request(base);
+/** A registration as a client sends it, with the file's one password. */
+const register = (email: string) => api().post('/users/').send({ email, password: PASSWORD });
 const auth = () => bearer(owner);
 
 /** Every row of every table, so a refused request can be shown to have changed nothing. */
@@ -515,7 +518,7 @@ describe('6. Look-alike e-mail addresses', () => {
   const count = () => countOf(db.knex, 'users');
 
   beforeAll(async () => {
-    await api().post('/users/').send({ email: base64, password: PASSWORD }).expect(201);
+    await register(base64).expect(201);
   });
   beforeEach(async () => {
     users = await count();
@@ -529,8 +532,7 @@ describe('6. Look-alike e-mail addresses', () => {
     ['a right-to-left override', 'author.\u202Elookalike@example.com'],
     ['a zero-width joiner in the domain', 'author.lookalike@exam\u200Dple.com'],
   ])('When the address differs by %s, then 422 and no account', async (_name, email) => {
-    const res = await api().post('/users/').send({ email, password: PASSWORD });
-    expect(expectProblem(res, 422).detail).toMatch(/invisible, formatting or space/);
+    expect(expectProblem(await register(email), 422).detail).toMatch(/invisible, formatting or space/);
     expect(await count()).toBe(users);
   });
 
@@ -540,8 +542,7 @@ describe('6. Look-alike e-mail addresses', () => {
     ['Greek ο in the local part', 'auth\u03BFr.lookalike@example.com'],
     ['a punycode domain that decodes to mixed scripts', 'author.lookalike@xn--xample-2of.com'],
   ])('When the address has %s (mixed scripts), then 422 and no account', async (_name, email) => {
-    const res = await api().post('/users/').send({ email, password: PASSWORD });
-    expect(expectProblem(res, 422).detail).toMatch(/mixes scripts/);
+    expect(expectProblem(await register(email), 422).detail).toMatch(/mixes scripts/);
     expect(await count()).toBe(users);
   });
 
@@ -553,27 +554,20 @@ describe('6. Look-alike e-mail addresses', () => {
   ])(
     'When the address differs by %s (the same after NFKC), then 409 and no account',
     async (_name, email) => {
-      const res = await api().post('/users/').send({ email, password: PASSWORD });
-      expectProblem(res, 409);
+      expectProblem(await register(email), 409);
       expect(await count()).toBe(users);
     },
   );
 
   test('When an address is registered, then it is stored and returned in its normalised form', async () => {
-    const res = await api()
-      .post('/users/')
-      .send({ email: 'ｎｅｗ.ｆｏｒｍ@Example.COM', password: PASSWORD })
-      .expect(201);
+    const res = await register('ｎｅｗ.ｆｏｒｍ@Example.COM').expect(201);
     expect((res.body as { email: string }).email).toBe('new.form@example.com');
   });
 
   test('When a single-script non-Latin address registers, then it is accepted, and its punycode domain is the same account', async () => {
-    await api().post('/users/').send({ email: 'δοκιμή@παράδειγμα.δοκιμή', password: PASSWORD }).expect(201);
-    await api().post('/users/').send({ email: 'user@bücher.example', password: PASSWORD }).expect(201);
-    expectProblem(
-      await api().post('/users/').send({ email: 'user@xn--bcher-kva.example', password: PASSWORD }),
-      409,
-    );
+    await register('δοκιμή@παράδειγμα.δοκιμή').expect(201);
+    await register('user@bücher.example').expect(201);
+    expectProblem(await register('user@xn--bcher-kva.example'), 409);
   });
 
   test('When logging in with a look-alike form that normalises to the address, then it is the same account', async () => {
@@ -582,7 +576,7 @@ describe('6. Look-alike e-mail addresses', () => {
       'Author.Lookalike@EXAMPLE.com',
       'author.lookalike@ｅｘａｍｐｌｅ.com',
     ]) {
-      await api().post('/login').type('form').send({ username, password: PASSWORD }).expect(200);
+      await logIn(base, username, PASSWORD);
     }
   });
 
@@ -631,7 +625,7 @@ describe('8. CSRF: what a cross-site form can send changes nothing', () => {
 
   test('When a foreign origin posts the login form, then the token is only in the body, with no cookie and no CORS grant to read it', async () => {
     const email = uniqueEmail('csrf');
-    await api().post('/users/').send({ email, password: PASSWORD }).expect(201);
+    await register(email).expect(201);
     const res = await api()
       .post('/login')
       .set('Origin', 'https://evil.example')
