@@ -466,20 +466,17 @@ describe('4b. If-Match that names no current post', () => {
 });
 
 describe("5. Errors Node's HTTP layer produces itself", () => {
-  test('When an HTTP/1.1 request has no Host, then 400 problem+json', async () => {
-    const answer = await raw('GET /posts/public HTTP/1.1\r\nConnection: close\r\n\r\n');
-    const problem = rawProblem(answer);
+  test.each([
+    ['an HTTP/1.1 request has no Host', '', 'The request has no Host header'],
+    [
+      'a request has two Host headers',
+      'Host: a.example\r\nHost: b.example\r\n',
+      'The request has more than one Host header',
+    ],
+  ])('When %s, then 400 problem+json', async (_name, hosts, detail) => {
+    const problem = rawProblem(await raw(`GET /posts/public HTTP/1.1\r\n${hosts}Connection: close\r\n\r\n`));
     expect(problem.status).toBe(400);
-    expect(problem.detail).toBe('The request has no Host header');
-  });
-
-  test('When a request has two Host headers, then 400 problem+json', async () => {
-    const answer = await raw(
-      'GET /posts/public HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n',
-    );
-    const problem = rawProblem(answer);
-    expect(problem.status).toBe(400);
-    expect(problem.detail).toBe('The request has more than one Host header');
+    expect(problem.detail).toBe(detail);
   });
 
   test('When two Host headers arrive on a body endpoint, then 400 and nothing is stored', async () => {
