@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { buffer, text } from 'node:stream/consumers';
 import protobuf from 'protobufjs';
 import { call, login, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
@@ -114,10 +115,7 @@ class Collector {
 
   async start(): Promise<void> {
     const server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.on('end', () => {
-        const body = Buffer.concat(chunks);
+      void buffer(req).then((body) => {
         const type = req.headers['content-type'] ?? '';
         this.contentTypes.add(type);
         if (req.url !== '/v1/traces') {
@@ -307,14 +305,7 @@ describe.each([
     // The body in a later packet than the head: its events then come from the socket, outside the request.
     const socket = connect(svc.port, '127.0.0.1');
     await once(socket, 'connect');
-    const answer = new Promise<string>((resolve) => {
-      let text = '';
-      socket.setEncoding('utf8');
-      socket.on('data', (chunk: string) => (text += chunk));
-      socket.on('close', () => {
-        resolve(text);
-      });
-    });
+    const answer = text(socket);
     socket.write(
       [
         'POST /login HTTP/1.1',
