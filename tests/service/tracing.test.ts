@@ -51,7 +51,7 @@ const otlp = protobuf.Root.fromJSON({
         doubleValue: { type: 'double', id: 4 },
       },
     },
-    Status: { fields: { message: { type: 'string', id: 2 }, code: { type: 'int32', id: 3 } } },
+    Status: { fields: { code: { type: 'int32', id: 3 } } },
   },
 }).lookupType('ExportTraceServiceRequest');
 
@@ -59,17 +59,6 @@ const otlp = protobuf.Root.fromJSON({
 const SERVER = 2;
 const CLIENT = 3;
 const STATUS_ERROR = 2;
-
-interface ExportedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  kind: number;
-  attributes: Record<string, unknown>;
-  status: { code: number; message: string };
-  resource: Record<string, unknown>;
-}
 
 interface WireKeyValue {
   key: string;
@@ -83,7 +72,7 @@ interface WireSpan {
   name: string;
   kind?: number;
   attributes?: WireKeyValue[];
-  status?: { code?: number; message?: string };
+  status?: { code?: number };
 }
 
 interface WireRequest {
@@ -105,6 +94,19 @@ const valuesOf = (attributes: WireKeyValue[] = []): Record<string, unknown> =>
         (value.intValue === undefined ? value.doubleValue : Number(value.intValue)),
     ]),
   );
+
+/** A span as the cases read it: ids in hex, attributes as plain values, beside its resource's. */
+const exported = (span: WireSpan, resource: { attributes?: WireKeyValue[] } = {}) => ({
+  traceId: hex(span.traceId),
+  spanId: hex(span.spanId),
+  parentSpanId: hex(span.parentSpanId),
+  name: span.name,
+  kind: span.kind ?? 0,
+  attributes: valuesOf(span.attributes),
+  status: { code: span.status?.code ?? 0 },
+  resource: valuesOf(resource.attributes),
+});
+type ExportedSpan = ReturnType<typeof exported>;
 
 /** An OTLP/HTTP collector: every span it receives, with the encodings the requests came in. */
 class Collector {
@@ -137,22 +139,9 @@ class Collector {
   }
 
   private take(request: WireRequest): void {
-    for (const { resource, scopeSpans = [] } of request.resourceSpans ?? []) {
-      for (const { spans = [] } of scopeSpans) {
-        for (const span of spans) {
-          this.spans.push({
-            traceId: hex(span.traceId),
-            spanId: hex(span.spanId),
-            parentSpanId: hex(span.parentSpanId),
-            name: span.name,
-            kind: span.kind ?? 0,
-            attributes: valuesOf(span.attributes),
-            status: { code: span.status?.code ?? 0, message: span.status?.message ?? '' },
-            resource: valuesOf(resource?.attributes),
-          });
-        }
-      }
-    }
+    for (const { resource, scopeSpans = [] } of request.resourceSpans ?? [])
+      for (const { spans = [] } of scopeSpans)
+        this.spans.push(...spans.map((span) => exported(span, resource)));
   }
 
   /** The spans of one trace, once its server span (the last to end) has arrived. */
