@@ -28,6 +28,9 @@ import {
   usingPostgres,
 } from './helpers';
 
+/** The request id a request-log line names. */
+const reqIdOf = (entry: Record<string, unknown>) => (entry.req as { id?: string } | undefined)?.id;
+
 /** The test client plays the trusted proxy: the ids (and addresses) it sends name the log lines. */
 const TRUSTING_THE_CLIENT = { TRUSTED_PROXIES: '127.0.0.1,::1' };
 
@@ -215,7 +218,7 @@ describe('Request log', () => {
       .set('X-Request-Id', 'trace-42.a:b')
       .expect(200);
     expect(res.headers['x-request-id']).toBe('trace-42.a:b');
-    const lines = requestLines().filter((entry) => (entry.req as { id: string }).id === 'trace-42.a:b');
+    const lines = requestLines().filter((entry) => reqIdOf(entry) === 'trace-42.a:b');
     expect(lines).toHaveLength(1);
     const [line] = lines;
     expect(line).toMatchObject({
@@ -240,7 +243,7 @@ describe('Request log', () => {
     const res = await call.expect(200);
     const id = res.headers['x-request-id'] as string;
     expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    expect(requestLines().filter((entry) => (entry.req as { id: string }).id === id)).toHaveLength(1);
+    expect(requestLines().filter((entry) => reqIdOf(entry) === id)).toHaveLength(1);
   });
 
   test('When a user registers, logs in and calls with a token, then neither the password, the token nor the Authorization header is logged', async () => {
@@ -417,11 +420,8 @@ describe('Pipelined requests abandoned by their client', () => {
     const logged = () =>
       log
         .entries()
-        .filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''))
-        .map((entry) => ({
-          id: (entry.req as { id: string }).id,
-          status: (entry.res as { status: number }).status,
-        }));
+        .filter((entry) => ids.includes(reqIdOf(entry) ?? ''))
+        .map((entry) => ({ id: reqIdOf(entry), status: (entry.res as { status: number }).status }));
     // Some are answered before the close.
     await pollUntil(logged, (lines) => lines.length > 0, { withinMs: 5000, everyMs: 50 });
     socket.destroy();
@@ -463,8 +463,7 @@ describe('A connection flooded with pipelined requests', () => {
       socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
       // Not once(): the server may reset the connection rather than end it.
       await new Promise((resolve) => socket.once('close', resolve));
-      const logged = () =>
-        log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
+      const logged = () => log.entries().filter((entry) => ids.includes(reqIdOf(entry) ?? ''));
       const { value: lines } = await pollUntil(logged, (found) => found.length >= ids.length, {
         withinMs: 5000,
         everyMs: 50,
