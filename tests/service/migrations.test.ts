@@ -16,7 +16,7 @@ import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { sleep } from '../../tools/harness/client';
 import { countOf } from '../../tools/harness/postgres';
-import { migrateFirst, onFresh, planOf, rowsOf, testOnPostgres } from './helpers';
+import { captureLog, migrateFirst, onFresh, planOf, rowsOf, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 
@@ -274,9 +274,8 @@ testOnPostgres(
         await sleep(1500);
       });
       await sleep(100);
-      const lines: string[] = [];
-      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
-      const migrating = migrateToLatest(db, recording);
+      const log = captureLog();
+      const migrating = migrateToLatest(db, createLogger('info', log.stream));
       // While the migration waits between tries, another write to posts is not queued behind it.
       await sleep(400);
       const started = Date.now();
@@ -284,7 +283,7 @@ testOnPostgres(
       expect(Date.now() - started).toBeLessThan(300);
       await held;
       expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);
-      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+      expect(log.text()).toContain('waited lock_timeout');
     }),
 );
 
@@ -379,8 +378,7 @@ testOnPostgres(
         await sleep(1500);
       });
       await sleep(100);
-      const lines: string[] = [];
-      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
+      const log = captureLog();
       const state = { done: false };
       const migrating = withExtraMigrations(
         {
@@ -389,7 +387,7 @@ testOnPostgres(
             'posts USING gin (content gin_trgm_ops)',
           ),
         },
-        () => migrateToLatest(db, recording),
+        () => migrateToLatest(db, createLogger('info', log.stream)),
       ).finally(() => {
         state.done = true;
       });
@@ -412,7 +410,7 @@ testOnPostgres(
         await rowsOf(other.knex, 'SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid'),
       ).toEqual([]);
       // A try failed at the lock time-out and left the index INVALID; a later one replaced it.
-      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+      expect(log.text()).toContain('waited lock_timeout');
       expect(seen).toContain('invalid');
       // No write waited for the build: a plain CREATE INDEX would hold them for all of it.
       expect(writeMs.length).toBeGreaterThan(10);
