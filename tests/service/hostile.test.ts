@@ -104,6 +104,10 @@ async function postBytes(path: string, headers: Record<string, string>, body: Bu
   return { status, headers: { 'content-type': contentType }, body: parsed } as unknown as request.Response;
 }
 
+/** A POST of JSON `body` in Content-Encoding `coding`, with `headers` besides. */
+const postEncoded = (path: string, coding: string, body: Buffer, headers: Record<string, string> = {}) =>
+  postBytes(path, { ...headers, 'Content-Type': 'application/json', 'Content-Encoding': coding }, body);
+
 const registration = () => JSON.stringify({ email: uniqueEmail('enc'), password: PASSWORD });
 
 /** A raw POST /users/ of a new registration, with `Expect: expectation` when given, after `hosts`. */
@@ -128,11 +132,7 @@ describe('1. Content-Encoding on every body', () => {
     'When /users/ gets %s, then 400 problem+json saying it could not be decoded, and nothing is stored',
     async (_name, coding, body) => {
       const before = await snapshot();
-      const res = await postBytes(
-        '/users/',
-        { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-        body,
-      );
+      const res = await postEncoded('/users/', coding, body);
       expect(expectProblem(res, 400).detail).toBe(`The request body could not be decoded as ${coding}`);
       expect(await snapshot()).toBe(before);
     },
@@ -147,12 +147,7 @@ describe('1. Content-Encoding on every body', () => {
     );
     expectProblem(login, 400);
     for (const path of ['/posts/', '/votes/']) {
-      const res = await postBytes(
-        path,
-        { ...auth(), 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
-        Buffer.from('{"title":"t","content":"c"}'),
-      );
-      expectProblem(res, 400);
+      expectProblem(await postEncoded(path, 'gzip', Buffer.from('{"title":"t","content":"c"}'), auth()), 400);
     }
     expect(await snapshot()).toBe(before);
   });
@@ -161,11 +156,7 @@ describe('1. Content-Encoding on every body', () => {
     'When the Content-Encoding is %j (stacked or not supported), then 415 and nothing is stored',
     async (coding) => {
       const before = await snapshot();
-      const res = await postBytes(
-        '/users/',
-        { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-        zlib.gzipSync(zlib.gzipSync(registration())),
-      );
+      const res = await postEncoded('/users/', coding, zlib.gzipSync(zlib.gzipSync(registration())));
       expect(expectProblem(res, 415).detail).toMatch(/Content-Encoding/);
       expect(await snapshot()).toBe(before);
     },
@@ -176,23 +167,13 @@ describe('1. Content-Encoding on every body', () => {
     ['deflate', zlib.deflateSync],
     ['br', zlib.brotliCompressSync],
   ] as const)('When the body is validly %s-encoded, then it is read as usual', async (coding, encode) => {
-    const res = await postBytes(
-      '/users/',
-      { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-      encode(registration()),
-    );
-    expect(res.status).toBe(201);
+    expect((await postEncoded('/users/', coding, encode(registration()))).status).toBe(201);
   });
 
   test('When a small gzip body inflates past 100 kB, then 413', async () => {
     const bomb = zlib.gzipSync(JSON.stringify({ title: 'x'.repeat(2_000_000), content: 'c' }));
     expect(bomb.length).toBeLessThan(10_000);
-    const res = await postBytes(
-      '/posts/',
-      { ...auth(), 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
-      bomb,
-    );
-    expectProblem(res, 413);
+    expectProblem(await postEncoded('/posts/', 'gzip', bomb, auth()), 413);
   });
 });
 
