@@ -35,6 +35,9 @@ function nextLink(res: request.Response): string | undefined {
   return match[1];
 }
 
+/** The cursor in `res`'s next link. */
+const cursorOf = (res: request.Response) => new URLSearchParams(nextLink(res)?.split('?')[1]).get('cursor');
+
 /**
  * Follows `Link: rel="next"` from `path` until a page has none. `between` runs after each page, before
  * the next is asked for. Returns every page's ids and the links followed.
@@ -240,7 +243,7 @@ describe('Cursor pages and changes between them', () => {
     const ids = await newPosts(service.app, alice, 5, (i) => ({ title: `${t} ${i}`, published: i !== 1 }));
     const first = await get(`/posts/?search=${t}&limit=2`, alice);
     expect(idsOf(first)).toEqual([ids[4], ids[3]]);
-    const cursor = new URLSearchParams((nextLink(first) ?? '').split('?')[1]).get('cursor');
+    const cursor = cursorOf(first);
     expect(cursor).toMatch(/^[A-Za-z0-9_-]+$/);
     // The public list has no draft (ids[1]); the authenticated one has it.
     expect(idsOf(await get(`/posts/public?search=${t}&cursor=${cursor}`))).toEqual([ids[2], ids[0]]);
@@ -308,9 +311,7 @@ describe('The Link header', () => {
     expect(nextLink(noLimit)).toBeUndefined();
     const res = await get(`/posts/public?search=${encodeURIComponent(search)}&limit=1`);
     const link = nextLink(res) ?? '';
-    expect(link).toBe(
-      `/posts/public?limit=1&search=${t}%20100%25%26x%3Dy&cursor=${new URLSearchParams(link.split('?')[1]).get('cursor')}`,
-    );
+    expect(link).toBe(`/posts/public?limit=1&search=${t}%20100%25%26x%3Dy&cursor=${cursorOf(res)}`);
     const walked = await walk(link);
     expect([...idsOf(res), ...walked.pages.flat()]).toEqual([...ids].reverse());
     // With more posts than the default limit and no limit sent, the link carries none either.
@@ -326,7 +327,7 @@ describe('Invalid cursors', () => {
     const t = token();
     for (let i = 0; i < 3; i += 1) await newPost(service.app, alice, { title: `${t} ${i}` });
     const res = await get(`/posts/public?search=${t}&limit=1`);
-    cursor = new URLSearchParams((nextLink(res) ?? '').split('?')[1]).get('cursor') ?? '';
+    cursor = cursorOf(res) ?? '';
     expect(cursor).toMatch(/^[A-Za-z0-9_-]{10,64}$/);
   });
 
