@@ -18,7 +18,7 @@ import {
 } from '../../tools/harness/service';
 import { account, ACCOUNT_PASSWORD, call, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
-import { describeOnPostgres, testEnv } from './helpers';
+import { describeOnPostgres, rowsOf, testEnv } from './helpers';
 
 /**
  * TLS to PostgreSQL with a private CA (DB_SSL_CA_FILE), as CloudNativePG's clusters need: a
@@ -96,10 +96,8 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     return db;
   };
   /** Whether the connection a new query on `db` gets is TLS, as the server sees it. */
-  const sslOf = async (db: Database) => {
-    const sql = 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()';
-    return (await db.knex.raw<{ rows: { ssl: boolean }[] }>(sql)).rows;
-  };
+  const sslOf = (db: Database) =>
+    rowsOf<{ ssl: boolean }>(db.knex, 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()');
   const reload = () => runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
 
   beforeAll(async () => {
