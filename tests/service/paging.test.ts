@@ -80,11 +80,7 @@ async function setCreatedAt(id: number, timestamp: string): Promise<void> {
  * Keeps adding posts whose titles match `title` (drafts by alice, then published, and posts
  * published at once by bob) until stopped; `progress()` resolves once one more has been added.
  */
-function startInserting(title: string): {
-  added: number[];
-  progress(): Promise<void>;
-  stop(): Promise<void>;
-} {
+function startInserting(title: string) {
   const added: number[] = [];
   const state = { stopped: false };
   let waiter: (() => void) | undefined;
@@ -104,7 +100,7 @@ function startInserting(title: string): {
   return {
     added,
     progress: () =>
-      new Promise((resolve) => {
+      new Promise<void>((resolve) => {
         waiter = resolve;
       }),
     stop: async () => {
