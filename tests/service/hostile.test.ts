@@ -5,7 +5,6 @@ import { setTimeout as delay } from 'node:timers/promises';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
-import type { Database } from '../../service/src/db/connection';
 import {
   bearer,
   databaseSnapshot,
@@ -13,7 +12,7 @@ import {
   logIn,
   newAccount,
   newPost,
-  startTestServer,
+  serverFixture,
   TEST_SECRET,
   uniqueEmail,
   type Account,
@@ -28,31 +27,21 @@ import { parsedBody, problemFaults } from '../../tools/harness/problem';
  * where no HTTP client would send the request.
  */
 
-let db: Database;
-let base: string;
-let port: number;
-let close: () => Promise<void>;
+const server = serverFixture();
 let owner: Account;
 const PASSWORD = 'correct horse battery';
 
 beforeAll(async () => {
-  const started = await startTestServer();
-  ({ db, base, close } = started);
-  port = started.running.port;
-  owner = await newAccount(base, uniqueEmail('owner'));
+  owner = await newAccount(server.base, uniqueEmail('owner'));
 });
 
-afterAll(async () => {
-  await close();
-});
-
-const api = () => request(base);
+const api = () => request(server.base);
 /** A registration as a client sends it, with the file's one password. */
 const register = (email: string) => api().post('/users/').send({ email, password: PASSWORD });
 const auth = () => bearer(owner);
 
 /** Every row of every table, so a refused request can be shown to have changed nothing. */
-const snapshot = (): Promise<string> => databaseSnapshot(db);
+const snapshot = (): Promise<string> => databaseSnapshot(server.db);
 
 interface RawAnswer {
   /** Everything received, as text. */
@@ -65,7 +54,7 @@ interface RawAnswer {
 
 /** Writes raw bytes, then collects the answer until the server closes or `waitMs` passes. */
 async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
-  const socket = net.connect(port, '127.0.0.1');
+  const socket = net.connect(server.running.port, '127.0.0.1');
   await once(socket, 'connect');
   const started = Date.now();
   let text = '';
@@ -100,8 +89,8 @@ function rawProblem(answer: RawAnswer): { status: number; detail: string; header
  * expectProblem takes.
  */
 async function postBytes(path: string, headers: Record<string, string>, body: Buffer) {
-  const { status, contentType, body: parsed } = await call(base, path, { method: 'POST', headers, body });
-  return { status, headers: { 'content-type': contentType }, body: parsed } as unknown as request.Response;
+  const answer = await call(server.base, path, { method: 'POST', headers, body });
+  return { ...answer, headers: { 'content-type': answer.contentType } } as unknown as request.Response;
 }
 
 /** A POST of JSON `body` in Content-Encoding `coding`, with `headers` besides. */
@@ -354,7 +343,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     ['b64 false, listed in crit (RFC 7797)', { b64: false, crit: ['b64'] }],
     ['b64 false alone', { b64: false }],
   ])('When the token header has %s, then 401 and the post stays', async (_name, header) => {
-    const post = await newPost(base, owner, { title: 't', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 't', content: 'c' });
     const forged = signWithHeader(header, { iat: now(), exp: now() + 600 });
     expect(expectProblem(await listWith(forged), 401).detail).toBe('Could not validate credentials');
     expectProblem(await api().delete(`/posts/${post.id}`).set(bearer(forged)), 401);
@@ -401,7 +390,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
   );
 
   test('When a token without exp tries to delete a post, then 401 and the post stays', async () => {
-    const post = await newPost(base, owner, { title: 't', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 't', content: 'c' });
     const res = await api()
       .delete(`/posts/${post.id}`)
       .set(bearer(sign({ iat: now() })));
@@ -431,7 +420,7 @@ describe('4b. If-Match that names no current post', () => {
     ['a tag with a NUL escape', 'W/"\\u0000"'],
     ['a very long list', Array.from({ length: 500 }, (_, i) => `W/"${String(i)}"`).join(', ')],
   ])('When PUT and DELETE carry %s, then 412 problem+json each and nothing changes', async (_name, value) => {
-    const post = await newPost(base, owner, { title: 'kept', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 'kept', content: 'c' });
     const before = await snapshot();
     expectProblem(
       await api()
@@ -493,7 +482,7 @@ describe("5. Errors Node's HTTP layer produces itself", () => {
 describe('6. Look-alike e-mail addresses', () => {
   const base64 = 'author.lookalike@example.com';
   let users: number;
-  const count = () => countOf(db.knex, 'users');
+  const count = () => countOf(server.db.knex, 'users');
 
   beforeAll(async () => {
     await register(base64).expect(201);
@@ -554,7 +543,7 @@ describe('6. Look-alike e-mail addresses', () => {
       'Author.Lookalike@EXAMPLE.com',
       'author.lookalike@ｅｘａｍｐｌｅ.com',
     ]) {
-      await logIn(base, username, PASSWORD);
+      await logIn(server.base, username, PASSWORD);
     }
   });
 
