@@ -18,7 +18,7 @@ import {
 } from '../../tools/harness/service';
 import { account, ACCOUNT_PASSWORD, call, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
-import { describeOnPostgres, testEnv } from './helpers';
+import { describeOnPostgres, rowsOf, testEnv } from './helpers';
 
 /**
  * TLS to PostgreSQL with a private CA (DB_SSL_CA_FILE), as CloudNativePG's clusters need: a
@@ -96,10 +96,8 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     return db;
   };
   /** Whether the connection a new query on `db` gets is TLS, as the server sees it. */
-  const sslOf = async (db: Database) => {
-    const sql = 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()';
-    return (await db.knex.raw<{ rows: { ssl: boolean }[] }>(sql)).rows;
-  };
+  const sslOf = (db: Database) =>
+    rowsOf<{ ssl: boolean }>(db.knex, 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()');
   const reload = () => runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
 
   beforeAll(async () => {
@@ -232,7 +230,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
         async () => {
           expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(503);
         },
-        (line) => /^readiness check failed$/.test(line.msg ?? '') && !/terminat/.test(errorMessage(line)),
+        'readiness check failed',
       );
       // Node 24 appends a hint about --use-system-ca to OpenSSL's reason.
       expect(unready).toMatchObject({
@@ -246,7 +244,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
           expect(refused.status).toBe(503);
           expect(refused.retryAfter).toBe('1');
         },
-        (line) => /^request failed$/.test(line.msg ?? '') && !/terminat/.test(errorMessage(line)),
+        'request failed',
       );
       expect(failed).toMatchObject({ err: { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' } });
       expect(failed.hint).toMatch(/DB_SSL_CA_FILE/);
@@ -299,20 +297,18 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   });
 });
 
-const errorMessage = (line: LogLine): string => {
-  const err = line.err as { message?: unknown } | undefined;
-  return typeof err?.message === 'string' ? err.message : '';
-};
-
 /**
- * Runs `probe` (which asserts its own answer) until a log line written after it matches, for up to
- * 5 s; the line may reach this process a little after the answer did.
+ * Runs `probe` (which asserts its own answer) until a line `msg` written after it names an error other
+ * than a terminated connection's, for up to 5 s; the line may reach this process a little after the
+ * answer did.
  */
 async function probeUntilLogged(
   proc: ScriptProcess,
   probe: () => Promise<void>,
-  match: (line: LogLine) => boolean,
+  msg: string,
 ): Promise<LogLine> {
+  const match = (line: LogLine) =>
+    line.msg === msg && !/terminat/.test((line.err as { message?: string } | undefined)?.message ?? '');
   const probed = async () => {
     const from = proc.lines.length;
     await probe();

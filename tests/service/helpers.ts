@@ -230,6 +230,25 @@ export async function startTestServer(
   };
 }
 
+/**
+ * startTestServer for a describe's or a file's cases: the object is returned at once and filled in
+ * before the first case; the server goes after the last.
+ */
+export function serverFixture(
+  overrides: Record<string, string> = {},
+  options: StartOptions = {},
+): TestServer {
+  const server = {} as TestServer;
+  beforeAll(async () => {
+    Object.assign(server, await startTestServer(overrides, options));
+  });
+  afterAll(async () => {
+    // Only what was started is closed: a failed start has already said why.
+    if ('close' in server) await server.close();
+  });
+  return server;
+}
+
 let emailCounter = 0;
 /**
  * Waits for the next whole second. A token's exp is in whole seconds: one signed late in a second

@@ -1,17 +1,18 @@
 import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
 import net from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
-import type { Database } from '../../service/src/db/connection';
 import {
   bearer,
   databaseSnapshot,
   expectProblem,
+  logIn,
   newAccount,
   newPost,
-  startTestServer,
+  serverFixture,
   TEST_SECRET,
   uniqueEmail,
   type Account,
@@ -26,29 +27,21 @@ import { parsedBody, problemFaults } from '../../tools/harness/problem';
  * where no HTTP client would send the request.
  */
 
-let db: Database;
-let base: string;
-let port: number;
-let close: () => Promise<void>;
+const server = serverFixture();
 let owner: Account;
 const PASSWORD = 'correct horse battery';
 
 beforeAll(async () => {
-  const started = await startTestServer();
-  ({ db, base, close } = started);
-  port = started.running.port;
-  owner = await newAccount(base, uniqueEmail('owner'));
+  owner = await newAccount(server.base, uniqueEmail('owner'));
 });
 
-afterAll(async () => {
-  await close();
-});
-
-const api = () => request(base);
+const api = () => request(server.base);
+/** A registration as a client sends it, with the file's one password. */
+const register = (email: string) => api().post('/users/').send({ email, password: PASSWORD });
 const auth = () => bearer(owner);
 
 /** Every row of every table, so a refused request can be shown to have changed nothing. */
-const snapshot = (): Promise<string> => databaseSnapshot(db);
+const snapshot = (): Promise<string> => databaseSnapshot(server.db);
 
 interface RawAnswer {
   /** Everything received, as text. */
@@ -61,7 +54,7 @@ interface RawAnswer {
 
 /** Writes raw bytes, then collects the answer until the server closes or `waitMs` passes. */
 async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
-  const socket = net.connect(port, '127.0.0.1');
+  const socket = net.connect(server.running.port, '127.0.0.1');
   await once(socket, 'connect');
   const started = Date.now();
   let text = '';
@@ -72,17 +65,11 @@ async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
   });
   socket.on('error', () => undefined);
   socket.write(bytes);
-  let timer: NodeJS.Timeout | undefined;
+  // An unref'd timer: one still pending cannot keep the test worker alive after the last test.
   const closed = await Promise.race([
     once(socket, 'close').then(() => true),
-    new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => {
-        resolve(false);
-      }, waitMs);
-    }),
+    delay(waitMs, false, { ref: false }),
   ]);
-  // A pending timer would keep the test worker alive after the last test.
-  clearTimeout(timer);
   socket.destroy();
   return { text, closed, firstByteMs };
 }
@@ -102,9 +89,13 @@ function rawProblem(answer: RawAnswer): { status: number; detail: string; header
  * expectProblem takes.
  */
 async function postBytes(path: string, headers: Record<string, string>, body: Buffer) {
-  const { status, contentType, body: parsed } = await call(base, path, { method: 'POST', headers, body });
-  return { status, headers: { 'content-type': contentType }, body: parsed } as unknown as request.Response;
+  const answer = await call(server.base, path, { method: 'POST', headers, body });
+  return { ...answer, headers: { 'content-type': answer.contentType } } as unknown as request.Response;
 }
+
+/** A POST of JSON `body` in Content-Encoding `coding`, with `headers` besides. */
+const postEncoded = (path: string, coding: string, body: Buffer, headers: Record<string, string> = {}) =>
+  postBytes(path, { ...headers, 'Content-Type': 'application/json', 'Content-Encoding': coding }, body);
 
 const registration = () => JSON.stringify({ email: uniqueEmail('enc'), password: PASSWORD });
 
@@ -130,11 +121,7 @@ describe('1. Content-Encoding on every body', () => {
     'When /users/ gets %s, then 400 problem+json saying it could not be decoded, and nothing is stored',
     async (_name, coding, body) => {
       const before = await snapshot();
-      const res = await postBytes(
-        '/users/',
-        { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-        body,
-      );
+      const res = await postEncoded('/users/', coding, body);
       expect(expectProblem(res, 400).detail).toBe(`The request body could not be decoded as ${coding}`);
       expect(await snapshot()).toBe(before);
     },
@@ -149,12 +136,7 @@ describe('1. Content-Encoding on every body', () => {
     );
     expectProblem(login, 400);
     for (const path of ['/posts/', '/votes/']) {
-      const res = await postBytes(
-        path,
-        { ...auth(), 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
-        Buffer.from('{"title":"t","content":"c"}'),
-      );
-      expectProblem(res, 400);
+      expectProblem(await postEncoded(path, 'gzip', Buffer.from('{"title":"t","content":"c"}'), auth()), 400);
     }
     expect(await snapshot()).toBe(before);
   });
@@ -163,11 +145,7 @@ describe('1. Content-Encoding on every body', () => {
     'When the Content-Encoding is %j (stacked or not supported), then 415 and nothing is stored',
     async (coding) => {
       const before = await snapshot();
-      const res = await postBytes(
-        '/users/',
-        { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-        zlib.gzipSync(zlib.gzipSync(registration())),
-      );
+      const res = await postEncoded('/users/', coding, zlib.gzipSync(zlib.gzipSync(registration())));
       expect(expectProblem(res, 415).detail).toMatch(/Content-Encoding/);
       expect(await snapshot()).toBe(before);
     },
@@ -178,23 +156,13 @@ describe('1. Content-Encoding on every body', () => {
     ['deflate', zlib.deflateSync],
     ['br', zlib.brotliCompressSync],
   ] as const)('When the body is validly %s-encoded, then it is read as usual', async (coding, encode) => {
-    const res = await postBytes(
-      '/users/',
-      { 'Content-Type': 'application/json', 'Content-Encoding': coding },
-      encode(registration()),
-    );
-    expect(res.status).toBe(201);
+    expect((await postEncoded('/users/', coding, encode(registration()))).status).toBe(201);
   });
 
   test('When a small gzip body inflates past 100 kB, then 413', async () => {
     const bomb = zlib.gzipSync(JSON.stringify({ title: 'x'.repeat(2_000_000), content: 'c' }));
     expect(bomb.length).toBeLessThan(10_000);
-    const res = await postBytes(
-      '/posts/',
-      { ...auth(), 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
-      bomb,
-    );
-    expectProblem(res, 413);
+    expectProblem(await postEncoded('/posts/', 'gzip', bomb, auth()), 413);
   });
 });
 
@@ -375,7 +343,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     ['b64 false, listed in crit (RFC 7797)', { b64: false, crit: ['b64'] }],
     ['b64 false alone', { b64: false }],
   ])('When the token header has %s, then 401 and the post stays', async (_name, header) => {
-    const post = await newPost(base, owner, { title: 't', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 't', content: 'c' });
     const forged = signWithHeader(header, { iat: now(), exp: now() + 600 });
     expect(expectProblem(await listWith(forged), 401).detail).toBe('Could not validate credentials');
     expectProblem(await api().delete(`/posts/${post.id}`).set(bearer(forged)), 401);
@@ -422,7 +390,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
   );
 
   test('When a token without exp tries to delete a post, then 401 and the post stays', async () => {
-    const post = await newPost(base, owner, { title: 't', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 't', content: 'c' });
     const res = await api()
       .delete(`/posts/${post.id}`)
       .set(bearer(sign({ iat: now() })));
@@ -452,7 +420,7 @@ describe('4b. If-Match that names no current post', () => {
     ['a tag with a NUL escape', 'W/"\\u0000"'],
     ['a very long list', Array.from({ length: 500 }, (_, i) => `W/"${String(i)}"`).join(', ')],
   ])('When PUT and DELETE carry %s, then 412 problem+json each and nothing changes', async (_name, value) => {
-    const post = await newPost(base, owner, { title: 'kept', content: 'c' });
+    const post = await newPost(server.base, owner, { title: 'kept', content: 'c' });
     const before = await snapshot();
     expectProblem(
       await api()
@@ -468,20 +436,17 @@ describe('4b. If-Match that names no current post', () => {
 });
 
 describe("5. Errors Node's HTTP layer produces itself", () => {
-  test('When an HTTP/1.1 request has no Host, then 400 problem+json', async () => {
-    const answer = await raw('GET /posts/public HTTP/1.1\r\nConnection: close\r\n\r\n');
-    const problem = rawProblem(answer);
+  test.each([
+    ['an HTTP/1.1 request has no Host', '', 'The request has no Host header'],
+    [
+      'a request has two Host headers',
+      'Host: a.example\r\nHost: b.example\r\n',
+      'The request has more than one Host header',
+    ],
+  ])('When %s, then 400 problem+json', async (_name, hosts, detail) => {
+    const problem = rawProblem(await raw(`GET /posts/public HTTP/1.1\r\n${hosts}Connection: close\r\n\r\n`));
     expect(problem.status).toBe(400);
-    expect(problem.detail).toBe('The request has no Host header');
-  });
-
-  test('When a request has two Host headers, then 400 problem+json', async () => {
-    const answer = await raw(
-      'GET /posts/public HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n',
-    );
-    const problem = rawProblem(answer);
-    expect(problem.status).toBe(400);
-    expect(problem.detail).toBe('The request has more than one Host header');
+    expect(problem.detail).toBe(detail);
   });
 
   test('When two Host headers arrive on a body endpoint, then 400 and nothing is stored', async () => {
@@ -517,10 +482,10 @@ describe("5. Errors Node's HTTP layer produces itself", () => {
 describe('6. Look-alike e-mail addresses', () => {
   const base64 = 'author.lookalike@example.com';
   let users: number;
-  const count = () => countOf(db.knex, 'users');
+  const count = () => countOf(server.db.knex, 'users');
 
   beforeAll(async () => {
-    await api().post('/users/').send({ email: base64, password: PASSWORD }).expect(201);
+    await register(base64).expect(201);
   });
   beforeEach(async () => {
     users = await count();
@@ -534,8 +499,7 @@ describe('6. Look-alike e-mail addresses', () => {
     ['a right-to-left override', 'author.\u202Elookalike@example.com'],
     ['a zero-width joiner in the domain', 'author.lookalike@exam\u200Dple.com'],
   ])('When the address differs by %s, then 422 and no account', async (_name, email) => {
-    const res = await api().post('/users/').send({ email, password: PASSWORD });
-    expect(expectProblem(res, 422).detail).toMatch(/invisible, formatting or space/);
+    expect(expectProblem(await register(email), 422).detail).toMatch(/invisible, formatting or space/);
     expect(await count()).toBe(users);
   });
 
@@ -545,8 +509,7 @@ describe('6. Look-alike e-mail addresses', () => {
     ['Greek ο in the local part', 'auth\u03BFr.lookalike@example.com'],
     ['a punycode domain that decodes to mixed scripts', 'author.lookalike@xn--xample-2of.com'],
   ])('When the address has %s (mixed scripts), then 422 and no account', async (_name, email) => {
-    const res = await api().post('/users/').send({ email, password: PASSWORD });
-    expect(expectProblem(res, 422).detail).toMatch(/mixes scripts/);
+    expect(expectProblem(await register(email), 422).detail).toMatch(/mixes scripts/);
     expect(await count()).toBe(users);
   });
 
@@ -558,27 +521,20 @@ describe('6. Look-alike e-mail addresses', () => {
   ])(
     'When the address differs by %s (the same after NFKC), then 409 and no account',
     async (_name, email) => {
-      const res = await api().post('/users/').send({ email, password: PASSWORD });
-      expectProblem(res, 409);
+      expectProblem(await register(email), 409);
       expect(await count()).toBe(users);
     },
   );
 
   test('When an address is registered, then it is stored and returned in its normalised form', async () => {
-    const res = await api()
-      .post('/users/')
-      .send({ email: 'ｎｅｗ.ｆｏｒｍ@Example.COM', password: PASSWORD })
-      .expect(201);
+    const res = await register('ｎｅｗ.ｆｏｒｍ@Example.COM').expect(201);
     expect((res.body as { email: string }).email).toBe('new.form@example.com');
   });
 
   test('When a single-script non-Latin address registers, then it is accepted, and its punycode domain is the same account', async () => {
-    await api().post('/users/').send({ email: 'δοκιμή@παράδειγμα.δοκιμή', password: PASSWORD }).expect(201);
-    await api().post('/users/').send({ email: 'user@bücher.example', password: PASSWORD }).expect(201);
-    expectProblem(
-      await api().post('/users/').send({ email: 'user@xn--bcher-kva.example', password: PASSWORD }),
-      409,
-    );
+    await register('δοκιμή@παράδειγμα.δοκιμή').expect(201);
+    await register('user@bücher.example').expect(201);
+    expectProblem(await register('user@xn--bcher-kva.example'), 409);
   });
 
   test('When logging in with a look-alike form that normalises to the address, then it is the same account', async () => {
@@ -587,7 +543,7 @@ describe('6. Look-alike e-mail addresses', () => {
       'Author.Lookalike@EXAMPLE.com',
       'author.lookalike@ｅｘａｍｐｌｅ.com',
     ]) {
-      await api().post('/login').type('form').send({ username, password: PASSWORD }).expect(200);
+      await logIn(server.base, username, PASSWORD);
     }
   });
 
@@ -636,7 +592,7 @@ describe('8. CSRF: what a cross-site form can send changes nothing', () => {
 
   test('When a foreign origin posts the login form, then the token is only in the body, with no cookie and no CORS grant to read it', async () => {
     const email = uniqueEmail('csrf');
-    await api().post('/users/').send({ email, password: PASSWORD }).expect(201);
+    await register(email).expect(201);
     const res = await api()
       .post('/login')
       .set('Origin', 'https://evil.example')

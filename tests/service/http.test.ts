@@ -214,6 +214,17 @@ describe('Errors', () => {
 });
 
 describe('Documentation', () => {
+  /** /openapi.json, in the parts these cases read. */
+  const openApiDocument = async () =>
+    (await api().get('/openapi.json').expect(200)).body as {
+      openapi: string;
+      info: { version: string };
+      paths: Record<string, Record<string, { responses?: Record<string, unknown>; security?: unknown[] }>>;
+      components: {
+        securitySchemes: Record<string, { type: string; flows?: { password?: { tokenUrl: string } } }>;
+      };
+    };
+
   test('When /docs is opened, then 200 with Swagger UI whose assets load', async () => {
     const res = await api().get('/docs').expect(200);
     expect(res.headers['content-type']).toMatch(/text\/html/);
@@ -227,14 +238,7 @@ describe('Documentation', () => {
   });
 
   test('When /openapi.json is read, then it documents every operation of the contract with a password flow at /login', async () => {
-    const res = await api().get('/openapi.json').expect(200);
-    const doc = res.body as {
-      openapi: string;
-      paths: Record<string, Record<string, { responses: Record<string, unknown>; security?: unknown[] }>>;
-      components: {
-        securitySchemes: Record<string, { type: string; flows?: { password?: { tokenUrl: string } } }>;
-      };
-    };
+    const doc = await openApiDocument();
     expect(doc.openapi).toMatch(/^3\./);
     const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
       Object.keys(item)
@@ -254,17 +258,13 @@ describe('Documentation', () => {
     const { version } = JSON.parse(readFileSync(resolve(__dirname, '../../package.json'), 'utf8')) as {
       version: string;
     };
-    const doc = (await api().get('/openapi.json').expect(200)).body as {
-      info: { version: string };
-    };
+    const doc = await openApiDocument();
     expect(doc.info.version).toBe(version);
     expect(version).toMatch(/^\d+\.\d+\.\d+$/);
   });
 
   test("When docs/api.md's status table is read, then each call lists exactly the statuses /openapi.json gives it", async () => {
-    const doc = (await api().get('/openapi.json').expect(200)).body as {
-      paths: Record<string, Record<string, { responses?: Record<string, unknown> }>>;
-    };
+    const doc = await openApiDocument();
     const table = readFileSync(resolve(__dirname, '../../docs/api.md'), 'utf8')
       .split('\n')
       .filter((line) => /^\| `(GET|POST|PUT|DELETE)/.test(line));

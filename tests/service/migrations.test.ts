@@ -16,7 +16,7 @@ import { createLogger } from '../../service/src/logger';
 import { getPost } from '../../service/src/posts/posts.repository';
 import { sleep } from '../../tools/harness/client';
 import { countOf } from '../../tools/harness/postgres';
-import { migrateFirst, onFresh, planOf, rowsOf, testOnPostgres } from './helpers';
+import { captureLog, migrateFirst, onFresh, planOf, rowsOf, testOnPostgres } from './helpers';
 
 const logger = createLogger('silent');
 
@@ -116,6 +116,10 @@ async function storedCounts(k: Knex): Promise<Record<string, number | null>> {
   return Object.fromEntries(rows.map((r) => [String(r.id), r.votes]));
 }
 
+/** The backfill's progress row, as it stands. */
+const backfillRow = (k: Knex) =>
+  k<{ last_id: string; rows_done: string; finished_at: Date | null }>('schema_backfills').first();
+
 /** The database as the previous release left it: no counts, no triggers, no backfill progress. */
 async function asPreviousRelease(k: Knex): Promise<void> {
   await backfillProgress.down(k);
@@ -195,10 +199,7 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
     // Stopped after its first batch or so: the progress row keeps where it got to.
     await sleep(5);
     await first.stop();
-    const [mid] = await k<{ last_id: string; finished_at: Date | null }>('schema_backfills').select(
-      'last_id',
-      'finished_at',
-    );
+    const mid = await backfillRow(k);
     expect(Number(mid?.last_id)).toBeGreaterThan(0);
     expect(Number(mid?.last_id)).toBeLessThan(posts);
     expect(mid?.finished_at).toBeNull();
@@ -210,10 +211,7 @@ test('When the backfill runs in batches, stops half-way and starts again, then i
        WHERE c.votes IS DISTINCT FROM (SELECT count(*)::int FROM votes v WHERE v.post_id = p.id)`,
     );
     expect(wrong).toEqual([]);
-    const [done] = await k<{ rows_done: string; finished_at: Date | null }>('schema_backfills').select(
-      'rows_done',
-      'finished_at',
-    );
+    const done = await backfillRow(k);
     expect(Number(done?.rows_done)).toBe(posts);
     expect(done?.finished_at).not.toBeNull();
   });
@@ -274,9 +272,8 @@ testOnPostgres(
         await sleep(1500);
       });
       await sleep(100);
-      const lines: string[] = [];
-      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
-      const migrating = migrateToLatest(db, recording);
+      const log = captureLog();
+      const migrating = migrateToLatest(db, createLogger('info', log.stream));
       // While the migration waits between tries, another write to posts is not queued behind it.
       await sleep(400);
       const started = Date.now();
@@ -284,7 +281,7 @@ testOnPostgres(
       expect(Date.now() - started).toBeLessThan(300);
       await held;
       expect(await migrating).toEqual(['20261125000005_post_vote_counts', '20261126000006_backfills']);
-      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+      expect(log.text()).toContain('waited lock_timeout');
     }),
 );
 
@@ -379,8 +376,7 @@ testOnPostgres(
         await sleep(1500);
       });
       await sleep(100);
-      const lines: string[] = [];
-      const recording = createLogger('info', { write: (line: string) => void lines.push(line) });
+      const log = captureLog();
       const state = { done: false };
       const migrating = withExtraMigrations(
         {
@@ -389,7 +385,7 @@ testOnPostgres(
             'posts USING gin (content gin_trgm_ops)',
           ),
         },
-        () => migrateToLatest(db, recording),
+        () => migrateToLatest(db, createLogger('info', log.stream)),
       ).finally(() => {
         state.done = true;
       });
@@ -412,7 +408,7 @@ testOnPostgres(
         await rowsOf(other.knex, 'SELECT indexrelid::regclass FROM pg_index WHERE NOT indisvalid'),
       ).toEqual([]);
       // A try failed at the lock time-out and left the index INVALID; a later one replaced it.
-      expect(lines.some((line) => line.includes('waited lock_timeout'))).toBe(true);
+      expect(log.text()).toContain('waited lock_timeout');
       expect(seen).toContain('invalid');
       // No write waited for the build: a plain CREATE INDEX would hold them for all of it.
       expect(writeMs.length).toBeGreaterThan(10);

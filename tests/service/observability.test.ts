@@ -1,14 +1,13 @@
 import { request as httpRequest } from 'node:http';
-import { connect as tcpConnect } from 'node:net';
+import { once } from 'node:events';
+import { connect as tcpConnect, type Socket } from 'node:net';
 import express from 'express';
 import request from 'supertest';
 import { errorHandler } from '../../service/src/http/errors';
 import { trustProxies } from '../../service/src/http/proxies';
 import { requestLog } from '../../service/src/http/request-log';
-import type { Database } from '../../service/src/db/connection';
 import { knownMigrations, migrateDownTo, migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
-import type { RunningServer } from '../../service/src/server';
 import { describeSettings, loadSettings } from '../../service/src/settings';
 import { sleep } from '../../tools/harness/client';
 import { sample, samples } from '../../tools/harness/metrics-text';
@@ -21,43 +20,38 @@ import {
   newAccount,
   newPost,
   postsFixture,
+  serverFixture,
   startTestServer,
   stopServer,
   testEnv,
   usingPostgres,
 } from './helpers';
 
+/** The request id a request-log line names. */
+const reqIdOf = (entry: Record<string, unknown>) => (entry.req as { id?: string } | undefined)?.id;
+
 /** The test client plays the trusted proxy: the ids (and addresses) it sends name the log lines. */
 const TRUSTING_THE_CLIENT = { TRUSTED_PROXIES: '127.0.0.1,::1' };
 
 describe('Metrics', () => {
-  let db: Database;
-  let running: RunningServer;
-  let close: () => Promise<void>;
-  let api: string;
-  let scrapeUrl: string;
-
-  beforeAll(async () => {
-    ({ db, running, close, base: api } = await startTestServer());
-    scrapeUrl = `http://127.0.0.1:${running.metricsPort}/metrics`;
-  });
-  afterAll(() => close());
+  const server = serverFixture();
+  const scrapeUrl = () => `http://127.0.0.1:${server.running.metricsPort}/metrics`;
 
   const scrape = async () => {
-    const res = await fetch(scrapeUrl);
+    const res = await fetch(scrapeUrl());
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
     return res.text();
   };
 
   test('When the service runs, then metrics answer on their own port and never on the API port', async () => {
-    expect(running.metricsPort).not.toBe(running.port);
-    const onApi = await fetch(`${api}/metrics`);
+    expect(server.running.metricsPort).not.toBe(server.running.port);
+    const onApi = await fetch(`${server.base}/metrics`);
     expect(onApi.status).toBe(404);
     expect(onApi.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     // The metrics listener serves nothing but /metrics: no API route leaks through it.
     for (const other of ['/', '/posts/public', '/docs', '/metrics/x']) {
-      expect((await fetch(`http://127.0.0.1:${running.metricsPort}${other}`)).status).toBe(404);
+      expect((await fetch(`http://127.0.0.1:${server.running.metricsPort}${other}`)).status).toBe(404);
     }
     expect(await scrape()).toContain('# TYPE http_request_duration_seconds histogram');
   });
@@ -65,20 +59,20 @@ describe('Metrics', () => {
   test('When the probes are called, then they are answered before the metrics middleware and not counted as API requests', async () => {
     const counted = async () => samples(await scrape(), 'http_request_duration_seconds_count');
     const before = await counted();
-    expect((await fetch(`${api}/healthz/live`)).status).toBe(200);
-    expect((await fetch(`${api}/healthz/ready`)).status).toBe(200);
+    expect((await fetch(`${server.base}/healthz/live`)).status).toBe(200);
+    expect((await fetch(`${server.base}/healthz/ready`)).status).toBe(200);
     expect(await counted()).toEqual(before);
   });
 
   test('When API calls are answered, then their durations are counted by route template, method and status, never by raw path', async () => {
     // Through the real listener, so the server's own registry counts them.
-    const account = await newAccount(api, 'metrics@example.com');
-    const post = await newPost(api, account, { title: 'Counted', content: 'in the histogram' });
-    await request(api).get(`/posts/${post.id}`).set(bearer(account)).expect(200);
-    await request(api).get('/posts/2147480000').set(bearer(account)).expect(404);
-    await request(api).get('/posts/public').expect(200);
-    await request(api).get('/no/such/path/12345').expect(404);
-    await request(api).get('/another/unknown/path').expect(404);
+    const account = await newAccount(server.base, 'metrics@example.com');
+    const post = await newPost(server.base, account, { title: 'Counted', content: 'in the histogram' });
+    await request(server.base).get(`/posts/${post.id}`).set(bearer(account)).expect(200);
+    await request(server.base).get('/posts/2147480000').set(bearer(account)).expect(404);
+    await request(server.base).get('/posts/public').expect(200);
+    await request(server.base).get('/no/such/path/12345').expect(404);
+    await request(server.base).get('/another/unknown/path').expect(404);
 
     const text = await scrape();
     const count = (labels: string) => sample(text, 'http_request_duration_seconds_count', labels);
@@ -113,7 +107,7 @@ describe('Metrics', () => {
   test('When a request is still being received, then it counts as in flight until it ends', async () => {
     expect(sample(await scrape(), 'http_requests_in_flight')).toBe(0);
     // A body that never completes keeps the request open on the server.
-    const pending = httpRequest(`${api}/users/`, {
+    const pending = httpRequest(`${server.base}/users/`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json', 'Content-Length': '100' },
     });
@@ -164,7 +158,7 @@ describe('Metrics', () => {
     expect(sample(text, 'db_schema_up_to_date')).toBe(1);
     // The time this database recorded for its last migration: for a copy of the suite's migrated
     // template, when the template was made, which may be long before this run.
-    const [recorded] = await db
+    const [recorded] = await server.db
       .knex('knex_migrations')
       .max<{ at: Date | string | null }[]>('migration_time as at');
     const appliedAt = sample(text, 'db_migration_last_applied_timestamp_seconds') ?? 0;
@@ -172,7 +166,7 @@ describe('Metrics', () => {
 
     const logger = createLogger('silent');
     // Undone back to the one before the last two, as for a release that ends there.
-    const undone = await migrateDownTo(db, logger, knownMigrations().at(-3) ?? null);
+    const undone = await migrateDownTo(server.db, logger, knownMigrations().at(-3) ?? null);
     try {
       expect(undone).toEqual(knownMigrations().slice(-2).reverse());
       text = await scrape();
@@ -180,7 +174,7 @@ describe('Metrics', () => {
       expect(sample(text, 'db_migrations_pending')).toBe(undone.length);
       expect(sample(text, 'db_schema_up_to_date')).toBe(0);
     } finally {
-      await migrateToLatest(db, logger);
+      await migrateToLatest(server.db, logger);
     }
     text = await scrape();
     expect(sample(text, 'db_schema_up_to_date')).toBe(1);
@@ -190,14 +184,14 @@ describe('Metrics', () => {
   });
 
   test('When the API listener closes, then the metrics listener closes with it', async () => {
-    await stopServer(running.server);
+    await stopServer(server.running.server);
     await pollUntil(
-      () => running.metricsServer.listening,
+      () => server.running.metricsServer.listening,
       (listening) => !listening,
       { withinMs: 1000, everyMs: 20 },
     );
-    expect(running.metricsServer.listening).toBe(false);
-    await expect(fetch(scrapeUrl)).rejects.toThrow();
+    expect(server.running.metricsServer.listening).toBe(false);
+    await expect(fetch(scrapeUrl())).rejects.toThrow();
   });
 });
 
@@ -214,7 +208,7 @@ describe('Request log', () => {
       .set('X-Request-Id', 'trace-42.a:b')
       .expect(200);
     expect(res.headers['x-request-id']).toBe('trace-42.a:b');
-    const lines = requestLines().filter((entry) => (entry.req as { id: string }).id === 'trace-42.a:b');
+    const lines = requestLines().filter((entry) => reqIdOf(entry) === 'trace-42.a:b');
     expect(lines).toHaveLength(1);
     const [line] = lines;
     expect(line).toMatchObject({
@@ -239,7 +233,7 @@ describe('Request log', () => {
     const res = await call.expect(200);
     const id = res.headers['x-request-id'] as string;
     expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    expect(requestLines().filter((entry) => (entry.req as { id: string }).id === id)).toHaveLength(1);
+    expect(requestLines().filter((entry) => reqIdOf(entry) === id)).toHaveLength(1);
   });
 
   test('When a user registers, logs in and calls with a token, then neither the password, the token nor the Authorization header is logged', async () => {
@@ -379,44 +373,37 @@ describe('Request log edge cases', () => {
   });
 });
 
+/** A connection to `port` on which a GET of `path` for each of `ids`, carrying it, went out in one write. */
+async function pipelined(port: number, path: string, ids: string[]): Promise<Socket> {
+  const socket = tcpConnect({ host: '127.0.0.1', port });
+  socket.on('error', () => undefined);
+  await once(socket, 'connect');
+  socket.write(
+    ids.map((id) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: ${id}\r\n\r\n`).join(''),
+  );
+  return socket;
+}
+
 describe('Pipelined requests abandoned by their client', () => {
   const log = captureLog();
-  let running: RunningServer;
-  let close: () => Promise<void>;
+  const server = serverFixture(TRUSTING_THE_CLIENT, { appLog: log.stream });
 
-  beforeAll(async () => {
-    ({ running, close } = await startTestServer(TRUSTING_THE_CLIENT, { appLog: log.stream }));
-  });
-
-  afterAll(() => close());
-
-  const metrics = async () => (await fetch(`http://127.0.0.1:${running.metricsPort}/metrics`)).text();
+  const metrics = async () => (await fetch(`http://127.0.0.1:${server.running.metricsPort}/metrics`)).text();
 
   test('When 50 pipelined requests are sent and the connection is closed unread, then each has one log line (its status, or 499) and none stays in flight', async () => {
-    const base = `http://127.0.0.1:${running.port}`;
-    const account = await newAccount(base);
+    const account = await newAccount(server.base);
     // Pages of 200 kB: more than the socket buffers hold, so some answers are still unsent at the close.
-    for (let i = 0; i < 10; i++) await newPost(base, account, { content: 'x'.repeat(20_000) });
+    for (let i = 0; i < 10; i++) await newPost(server.base, account, { content: 'x'.repeat(20_000) });
 
     const ids = Array.from({ length: 50 }, (_, i) => `pipelined-${i}`);
-    const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
+    const socket = await pipelined(server.running.port, '/posts/public?limit=10', ids);
     // Never read: the answers stay unsent once the buffers between the two ends are full.
     socket.pause();
-    socket.on('error', () => undefined);
-    await new Promise((resolve) => socket.once('connect', resolve));
-    socket.write(
-      ids
-        .map((id) => `GET /posts/public?limit=10 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: ${id}\r\n\r\n`)
-        .join(''),
-    );
     const logged = () =>
       log
         .entries()
-        .filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''))
-        .map((entry) => ({
-          id: (entry.req as { id: string }).id,
-          status: (entry.res as { status: number }).status,
-        }));
+        .filter((entry) => ids.includes(reqIdOf(entry) ?? ''))
+        .map((entry) => ({ id: reqIdOf(entry), status: (entry.res as { status: number }).status }));
     // Some are answered before the close.
     await pollUntil(logged, (lines) => lines.length > 0, { withinMs: 5000, everyMs: 50 });
     socket.destroy();
@@ -453,20 +440,12 @@ describe('A connection flooded with pipelined requests', () => {
     const { running, close } = await startTestServer(TRUSTING_THE_CLIENT, { appLog: log.stream });
     try {
       const ids = Array.from({ length: 100 }, (_, i) => `flood-${i}`);
-      const socket = tcpConnect({ host: '127.0.0.1', port: running.port });
-      socket.on('error', () => undefined);
+      const socket = await pipelined(running.port, '/posts/public?limit=1', ids);
       let received = '';
       socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
-      const closed = new Promise((resolve) => socket.once('close', resolve));
-      await new Promise((resolve) => socket.once('connect', resolve));
-      socket.write(
-        ids
-          .map((id) => `GET /posts/public?limit=1 HTTP/1.1\r\nHost: x\r\nX-Request-Id: ${id}\r\n\r\n`)
-          .join(''),
-      );
-      await closed;
-      const logged = () =>
-        log.entries().filter((entry) => ids.includes((entry.req as { id?: string } | undefined)?.id ?? ''));
+      // Not once(): the server may reset the connection rather than end it.
+      await new Promise((resolve) => socket.once('close', resolve));
+      const logged = () => log.entries().filter((entry) => ids.includes(reqIdOf(entry) ?? ''));
       const { value: lines } = await pollUntil(logged, (found) => found.length >= ids.length, {
         withinMs: 5000,
         everyMs: 50,

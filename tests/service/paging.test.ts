@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import request from 'supertest';
 import {
   bearer,
@@ -35,6 +36,9 @@ function nextLink(res: request.Response): string | undefined {
   return match[1];
 }
 
+/** The cursor in `res`'s next link. */
+const cursorOf = (res: request.Response) => new URLSearchParams(nextLink(res)?.split('?')[1]).get('cursor');
+
 /**
  * Follows `Link: rel="next"` from `path` until a page has none. `between` runs after each page, before
  * the next is asked for. Returns every page's ids and the links followed.
@@ -60,28 +64,12 @@ async function walk(
   return { pages, links };
 }
 
-/** The exact keys of posts: created_at in integer microseconds, and id. */
-async function exactKeys(ids: number[]): Promise<Map<number, bigint>> {
-  const rows = await service.db
-    .knex('posts')
-    .whereIn('id', ids)
-    .select<{ id: number; micros: string }[]>(
-      'id',
-      service.db.knex.raw('(extract(epoch FROM created_at) * 1000000)::bigint::text AS micros'),
-    );
-  return new Map(rows.map((r) => [r.id, BigInt(r.micros)]));
-}
-
-/** Asserts that ids are strictly newest first by (created_at, id), at full precision. */
-async function expectStrictlyNewestFirst(ids: number[]): Promise<void> {
-  const keys = await exactKeys(ids);
-  for (let i = 1; i < ids.length; i += 1) {
-    const [prevId, curId] = [ids[i - 1] ?? 0, ids[i] ?? 0];
-    const [prev, cur] = [keys.get(prevId), keys.get(curId)];
-    if (prev === undefined || cur === undefined) throw new Error('post missing');
-    expect(prev > cur || (prev === cur && prevId > curId)).toBe(true);
-  }
-}
+/**
+ * The ids of the posts `where` picks, newest first by (created_at, id) as the database orders them:
+ * to the microsecond, where a JavaScript Date stops at the millisecond.
+ */
+const newestFirst = (where: (posts: Knex.QueryBuilder) => Knex.QueryBuilder): Promise<number[]> =>
+  where(service.db.knex('posts')).orderBy('created_at', 'desc').orderBy('id', 'desc').pluck('id');
 
 /** Sets created_at of a post to an exact timestamp (microseconds and all). */
 async function setCreatedAt(id: number, timestamp: string): Promise<void> {
@@ -92,11 +80,7 @@ async function setCreatedAt(id: number, timestamp: string): Promise<void> {
  * Keeps adding posts whose titles match `title` (drafts by alice, then published, and posts
  * published at once by bob) until stopped; `progress()` resolves once one more has been added.
  */
-function startInserting(title: string): {
-  added: number[];
-  progress(): Promise<void>;
-  stop(): Promise<void>;
-} {
+function startInserting(title: string) {
   const added: number[] = [];
   const state = { stopped: false };
   let waiter: (() => void) | undefined;
@@ -116,7 +100,7 @@ function startInserting(title: string): {
   return {
     added,
     progress: () =>
-      new Promise((resolve) => {
+      new Promise<void>((resolve) => {
         waiter = resolve;
       }),
     stop: async () => {
@@ -168,7 +152,7 @@ describe('Walking a list by its Link header while posts are added', () => {
       expect(walked.pages.flat()).toEqual(before);
       expect(added.length).toBeGreaterThanOrEqual(2 * (walked.pages.length - 1));
       expect(walked.pages.flat().filter((id) => added.includes(id))).toEqual([]);
-      await expectStrictlyNewestFirst(walked.pages.flat());
+      expect(walked.pages.flat()).toEqual(await newestFirst((posts) => posts.whereIn('id', before)));
       for (const link of walked.links) {
         expect(link).toMatch(new RegExp(`^${path}\\?limit=${limit}&search=${t}&cursor=[A-Za-z0-9_-]+$`));
       }
@@ -179,14 +163,7 @@ describe('Walking a list by its Link header while posts are added', () => {
   );
 
   test('When the whole public feed is walked with the default limit, then it holds every published post once, in order', async () => {
-    const expected = await service.db
-      .knex('posts')
-      .where('published', true)
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .pluck<number[]>('id');
+    const expected = await newestFirst((posts) => posts.where('published', true));
     const walked = await walk('/posts/public');
     expect(walked.pages.flat()).toEqual(expected);
     expect(walked.pages.length).toBe(Math.ceil(expected.length / 10));
@@ -240,7 +217,7 @@ describe('Cursor pages and changes between them', () => {
     const ids = await newPosts(service.app, alice, 5, (i) => ({ title: `${t} ${i}`, published: i !== 1 }));
     const first = await get(`/posts/?search=${t}&limit=2`, alice);
     expect(idsOf(first)).toEqual([ids[4], ids[3]]);
-    const cursor = new URLSearchParams((nextLink(first) ?? '').split('?')[1]).get('cursor');
+    const cursor = cursorOf(first);
     expect(cursor).toMatch(/^[A-Za-z0-9_-]+$/);
     // The public list has no draft (ids[1]); the authenticated one has it.
     expect(idsOf(await get(`/posts/public?search=${t}&cursor=${cursor}`))).toEqual([ids[2], ids[0]]);
@@ -308,9 +285,7 @@ describe('The Link header', () => {
     expect(nextLink(noLimit)).toBeUndefined();
     const res = await get(`/posts/public?search=${encodeURIComponent(search)}&limit=1`);
     const link = nextLink(res) ?? '';
-    expect(link).toBe(
-      `/posts/public?limit=1&search=${t}%20100%25%26x%3Dy&cursor=${new URLSearchParams(link.split('?')[1]).get('cursor')}`,
-    );
+    expect(link).toBe(`/posts/public?limit=1&search=${t}%20100%25%26x%3Dy&cursor=${cursorOf(res)}`);
     const walked = await walk(link);
     expect([...idsOf(res), ...walked.pages.flat()]).toEqual([...ids].reverse());
     // With more posts than the default limit and no limit sent, the link carries none either.
@@ -326,7 +301,7 @@ describe('Invalid cursors', () => {
     const t = token();
     for (let i = 0; i < 3; i += 1) await newPost(service.app, alice, { title: `${t} ${i}` });
     const res = await get(`/posts/public?search=${t}&limit=1`);
-    cursor = new URLSearchParams((nextLink(res) ?? '').split('?')[1]).get('cursor') ?? '';
+    cursor = cursorOf(res) ?? '';
     expect(cursor).toMatch(/^[A-Za-z0-9_-]{10,64}$/);
   });
 

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { buffer, text } from 'node:stream/consumers';
 import protobuf from 'protobufjs';
 import { call, login, sleep } from '../../tools/harness/client';
 import { pollUntil } from '../../tools/harness/poll';
@@ -50,7 +51,7 @@ const otlp = protobuf.Root.fromJSON({
         doubleValue: { type: 'double', id: 4 },
       },
     },
-    Status: { fields: { message: { type: 'string', id: 2 }, code: { type: 'int32', id: 3 } } },
+    Status: { fields: { code: { type: 'int32', id: 3 } } },
   },
 }).lookupType('ExportTraceServiceRequest');
 
@@ -58,17 +59,6 @@ const otlp = protobuf.Root.fromJSON({
 const SERVER = 2;
 const CLIENT = 3;
 const STATUS_ERROR = 2;
-
-interface ExportedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  kind: number;
-  attributes: Record<string, unknown>;
-  status: { code: number; message: string };
-  resource: Record<string, unknown>;
-}
 
 interface WireKeyValue {
   key: string;
@@ -82,7 +72,7 @@ interface WireSpan {
   name: string;
   kind?: number;
   attributes?: WireKeyValue[];
-  status?: { code?: number; message?: string };
+  status?: { code?: number };
 }
 
 interface WireRequest {
@@ -105,6 +95,19 @@ const valuesOf = (attributes: WireKeyValue[] = []): Record<string, unknown> =>
     ]),
   );
 
+/** A span as the cases read it: ids in hex, attributes as plain values, beside its resource's. */
+const exported = (span: WireSpan, resource: { attributes?: WireKeyValue[] } = {}) => ({
+  traceId: hex(span.traceId),
+  spanId: hex(span.spanId),
+  parentSpanId: hex(span.parentSpanId),
+  name: span.name,
+  kind: span.kind ?? 0,
+  attributes: valuesOf(span.attributes),
+  status: { code: span.status?.code ?? 0 },
+  resource: valuesOf(resource.attributes),
+});
+type ExportedSpan = ReturnType<typeof exported>;
+
 /** An OTLP/HTTP collector: every span it receives, with the encodings the requests came in. */
 class Collector {
   readonly spans: ExportedSpan[] = [];
@@ -114,10 +117,7 @@ class Collector {
 
   async start(): Promise<void> {
     const server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.on('end', () => {
-        const body = Buffer.concat(chunks);
+      void buffer(req).then((body) => {
         const type = req.headers['content-type'] ?? '';
         this.contentTypes.add(type);
         if (req.url !== '/v1/traces') {
@@ -139,22 +139,9 @@ class Collector {
   }
 
   private take(request: WireRequest): void {
-    for (const { resource, scopeSpans = [] } of request.resourceSpans ?? []) {
-      for (const { spans = [] } of scopeSpans) {
-        for (const span of spans) {
-          this.spans.push({
-            traceId: hex(span.traceId),
-            spanId: hex(span.spanId),
-            parentSpanId: hex(span.parentSpanId),
-            name: span.name,
-            kind: span.kind ?? 0,
-            attributes: valuesOf(span.attributes),
-            status: { code: span.status?.code ?? 0, message: span.status?.message ?? '' },
-            resource: valuesOf(resource?.attributes),
-          });
-        }
-      }
-    }
+    for (const { resource, scopeSpans = [] } of request.resourceSpans ?? [])
+      for (const { spans = [] } of scopeSpans)
+        this.spans.push(...spans.map((span) => exported(span, resource)));
   }
 
   /** The spans of one trace, once its server span (the last to end) has arrived. */
@@ -307,14 +294,7 @@ describe.each([
     // The body in a later packet than the head: its events then come from the socket, outside the request.
     const socket = connect(svc.port, '127.0.0.1');
     await once(socket, 'connect');
-    const answer = new Promise<string>((resolve) => {
-      let text = '';
-      socket.setEncoding('utf8');
-      socket.on('data', (chunk: string) => (text += chunk));
-      socket.on('close', () => {
-        resolve(text);
-      });
-    });
+    const answer = text(socket);
     socket.write(
       [
         'POST /login HTTP/1.1',
