@@ -117,17 +117,6 @@ async function startFakeKubeApi(namespace: string, existing: KubeObject[]) {
   };
 }
 
-/** A Secret as the API server serves it to a lookup: Opaque, each value of `data` base64-encoded. */
-export function liveSecret(
-  metadata: KubeObject['metadata'],
-  data: Record<string, string>,
-): KubeObject & { type: string; data: Record<string, string> } {
-  const encoded = Object.entries(data).map(
-    ([key, value]) => [key, Buffer.from(value).toString('base64')] as const,
-  );
-  return { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque', data: Object.fromEntries(encoded) };
-}
-
 /** Runs `run` on `options` with helm's lookups answered by a fake API server holding `existing`. */
 async function beside<T>(
   existing: KubeObject[],

@@ -1,5 +1,6 @@
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
-import { liveSecret, renderBeside } from './fake-kube-api';
+import { renderBeside } from './fake-kube-api';
+import { secretObject } from '../../tools/harness/manifests';
 import {
   apiContainer,
   environmentOptions,
@@ -54,7 +55,10 @@ describe('Renders that GitOps can keep', () => {
 describe('Pods restart when your existing Secret changes (helm upgrade reads it)', () => {
   const namespace = 'social-posts-staging';
   const yourSecret = (key: string) =>
-    liveSecret({ name: 'social-posts-staging-secrets', namespace }, { SECRET_KEY: key, DB_PASSWORD: 'pw' });
+    secretObject({ name: 'social-posts-staging-secrets', namespace }, 'Opaque', {
+      SECRET_KEY: key,
+      DB_PASSWORD: 'pw',
+    });
   async function secretChecksum(secret: KubeObject): Promise<string | undefined> {
     return podAnnotations(await renderBeside([secret], environmentOptions('staging')))['checksum/secret'];
   }

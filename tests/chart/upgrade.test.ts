@@ -1,4 +1,5 @@
-import { liveSecret, renderBeside } from './fake-kube-api';
+import { renderBeside } from './fake-kube-api';
+import { secretObject } from '../../tools/harness/manifests';
 import { decode, findOne, render, type KubeObject } from './helm';
 
 const namespace = 'social-posts-dev';
@@ -6,13 +7,14 @@ const keptKey = 'the-key-generated-at-first-install-0123456789abcdef0123';
 const keptPassword = 'the-password-generated-at-first-install';
 
 /** The Secret as the first install left it in the cluster, owned by the release. */
-const installedSecret = liveSecret(
+const installedSecret = secretObject(
   {
     name: 'social-posts',
     namespace,
     labels: { 'app.kubernetes.io/managed-by': 'Helm' },
     annotations: { 'meta.helm.sh/release-name': 'social-posts', 'meta.helm.sh/release-namespace': namespace },
   },
+  'Opaque',
   { SECRET_KEY: keptKey, DB_PASSWORD: keptPassword },
 );
 

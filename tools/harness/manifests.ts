@@ -14,16 +14,17 @@ export interface KubeObject {
   };
 }
 
-/** A Secret as the API serves it: each value of `data` base64-encoded. */
+/** A Secret as the API serves it (a name alone stands for its metadata): each value of `data` base64-encoded. */
 export function secretObject(
-  name: string,
+  metadata: KubeObject['metadata'] | string,
   type: string,
   data: Record<string, string | Buffer>,
 ): KubeObject & { type: string; data: Record<string, string> } {
   const encoded = Object.entries(data).map(
     ([key, value]) => [key, Buffer.from(value).toString('base64')] as const,
   );
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name }, type, data: Object.fromEntries(encoded) };
+  const meta = typeof metadata === 'string' ? { name: metadata } : metadata;
+  return { apiVersion: 'v1', kind: 'Secret', metadata: meta, type, data: Object.fromEntries(encoded) };
 }
 
 /** The objects of a YAML stream, empty documents left out; throws on a document that does not parse. */
