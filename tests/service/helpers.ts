@@ -231,23 +231,30 @@ export async function startTestServer(
 }
 
 /**
- * startTestServer for a describe's or a file's cases: the object is returned at once and filled in
- * before the first case; the server goes after the last.
+ * What `start` makes, for a describe's or a file's cases: the object is returned at once and filled in
+ * before the first case, then `prepare` runs on it; it is closed after the last.
  */
-export function serverFixture(
-  overrides: Record<string, string> = {},
-  options: StartOptions = {},
-): TestServer {
-  const server = {} as TestServer;
+function fixture<T extends { close(): Promise<void> }>(
+  start: () => Promise<T>,
+  prepare: (made: T) => Promise<void> = () => Promise.resolve(),
+): T {
+  const made = {} as T;
   beforeAll(async () => {
-    Object.assign(server, await startTestServer(overrides, options));
+    Object.assign(made, await start());
+    await prepare(made);
   });
   afterAll(async () => {
     // Only what was started is closed: a failed start has already said why.
-    if ('close' in server) await server.close();
+    if ('close' in made) await made.close();
   });
-  return server;
+  return made;
 }
+
+/** startTestServer as a fixture of a describe's or a file's cases. */
+export const serverFixture = (
+  overrides: Record<string, string> = {},
+  options: StartOptions = {},
+): TestServer => fixture(() => startTestServer(overrides, options));
 
 let emailCounter = 0;
 /**
@@ -309,16 +316,13 @@ export function postsFixture<Name extends string = never>(
   settings: Record<string, string> = {},
   options: { ctype?: string } & StartOptions = {},
 ): { service: TestService } & Record<Name, Account> {
-  const service = {} as TestService;
   const made = Object.fromEntries(accounts.map((name) => [name, {} as Account])) as Record<Name, Account>;
-  beforeAll(async () => {
-    Object.assign(service, await startTestService(settings, options));
-    for (const name of accounts) Object.assign(made[name], await newAccount(service.app, uniqueEmail(name)));
-  });
-  afterAll(async () => {
-    // Only what was started is closed: a failed start has already said why.
-    if ('close' in service) await service.close();
-  });
+  const service = fixture(
+    () => startTestService(settings, options),
+    async ({ app }) => {
+      for (const name of accounts) Object.assign(made[name], await newAccount(app, uniqueEmail(name)));
+    },
+  );
   return { service, ...made };
 }
 
