@@ -28,7 +28,7 @@ export {
   p50,
   sleep,
   statusCounts,
-  tally,
+  countBy,
   vote,
   waitForStatus,
   type Answer,

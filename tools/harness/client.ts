@@ -76,9 +76,12 @@ export const p50 = (values: number[]): number => {
 };
 
 /** How many of the items have each key. */
-export function tally<T>(items: readonly T[], key: (item: T) => string | number): Record<string, number> {
+export function countBy<T>(items: readonly T[], key: (item: T) => string | number): Record<string, number> {
   const counts: Record<string, number> = {};
-  for (const item of items) counts[key(item)] = (counts[key(item)] ?? 0) + 1;
+  for (const item of items) {
+    const k = key(item);
+    counts[k] = (counts[k] ?? 0) + 1;
+  }
   return counts;
 }
 
@@ -90,7 +93,7 @@ export const countsText = (counts: Record<string, number>): string =>
 
 /** "201x40,503x12": how many answers had each status. */
 export const statusCounts = (answers: { status: number }[]): string =>
-  countsText(tally(answers, (a) => a.status));
+  countsText(countBy(answers, (a) => a.status));
 
 /** The password `account` registers with unless told otherwise. */
 export const ACCOUNT_PASSWORD = 'correct horse battery';

@@ -29,7 +29,7 @@ import {
   type SteadyOptions,
   type SteadyTraffic,
 } from './traffic';
-import { call, login, sleep, tally, vote, type Answer } from './client';
+import { call, login, sleep, countBy, vote, type Answer } from './client';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
@@ -374,17 +374,17 @@ function answerFigures(answers: MixedAnswer[]): AnswerFigures {
   const overBudget = answers.filter((a) => a.ms > ANSWER_BUDGET_MS);
   return {
     requests: answers.length,
-    statuses: tally(answers, (a) => a.status),
-    byInstance: tally(answers, (a) => a.instance),
+    statuses: countBy(answers, (a) => a.status),
+    byInstance: countBy(answers, (a) => a.instance),
     serverErrors: answers.filter((a) => a.status >= 500).length,
     noAnswer: answers.filter((a) => a.status === 0).length,
     outsideApi: answers.filter((a) => !API_STATUSES[a.kind].includes(a.status)),
     overBudget: overBudget.length,
-    overBudgetBy: tally(overBudget, (a) => `${a.phase} @${a.instance}`),
+    overBudgetBy: countBy(overBudget, (a) => `${a.phase} @${a.instance}`),
     slowest: answers.reduce<MixedAnswer | undefined>((s, a) => (!s || a.ms > s.ms ? a : s), undefined),
     failedByPhase,
     slowestByPhase,
-    failures: tally(failed, (a) => `${String(a.status)} ${a.instance}: ${a.error ?? ''}`),
+    failures: countBy(failed, (a) => `${String(a.status)} ${a.instance}: ${a.error ?? ''}`),
   };
 }
 
