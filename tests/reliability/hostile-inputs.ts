@@ -4,11 +4,11 @@
  * OpenAPI document, each request with what its answer must be (refused, or one status). The test
  * sends them and checks every answer.
  */
-import { createHmac } from 'node:crypto';
 import zlib from 'node:zlib';
 import fc from 'fast-check';
 import jwt from 'jsonwebtoken';
 import { SECRET } from './support';
+import { handSignedToken, unsignedToken } from '../../tools/harness/hostile';
 
 export interface Schema {
   type?: string;
@@ -454,20 +454,6 @@ const expectation = fc.constantFrom(
 );
 
 /**
- * A token for `userId` signed by hand with the service's secret: jsonwebtoken's sign adds, drops or
- * refuses claims, and these tokens must carry exactly the header and claims written here.
- */
-function signToken(
-  userId: number,
-  payload: Record<string, unknown>,
-  header: Record<string, unknown> = {},
-): string {
-  const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(userId), ...payload })}`;
-  return `${unsigned}.${createHmac('sha256', SECRET).update(unsigned).digest('base64url')}`;
-}
-
-/**
  * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
  * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
  */
@@ -475,7 +461,7 @@ function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b6
   const now = Math.floor(Date.now() / 1000);
   // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
   const sign = (header: Record<string, unknown>) =>
-    signToken(userId, { iat: now, exp: now + 29 * 60 }, header);
+    handSignedToken(userId, { iat: now, exp: now + 29 * 60 }, header);
   return [
     { token: sign({ crit: ['unknown'], unknown: true }), family: 'crit' },
     { token: sign({ crit: ['exp'] }), family: 'crit' },
@@ -544,7 +530,7 @@ const healthRequest: fc.Arbitrary<HostileRequest> = fc
 /** Tokens signed with the right secret whose registered claims are absent, mistyped or out of range. */
 function claimTokens(userId: number): string[] {
   const now = Math.floor(Date.now() / 1000);
-  const sign = (payload: Record<string, unknown>) => signToken(userId, payload);
+  const sign = (payload: Record<string, unknown>) => handSignedToken(userId, payload);
   // The run lasts minutes: every time here is far enough from now to stay wrong throughout.
   const day = 24 * 3600;
   return [
@@ -572,8 +558,6 @@ function tokensFor(userId: number, valid: string): string[] {
   const now = Math.floor(Date.now() / 1000);
   const sign = (payload: object, secret = SECRET, algorithm: jwt.Algorithm = 'HS256') =>
     jwt.sign(payload, secret, { algorithm });
-  const unsigned = (payload: object) =>
-    `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.`;
   const [header = '', body = ''] = valid.split('.');
   return [
     valid,
@@ -587,7 +571,7 @@ function tokensFor(userId: number, valid: string): string[] {
     sign({ sub: `0${String(userId)}` }),
     sign({ sub: String(userId) }, SECRET, 'HS512'),
     sign({}),
-    unsigned({ sub: String(userId) }),
+    unsignedToken({ sub: String(userId) }),
     `${header}.${body}.`,
     `${header}.${body}.${'A'.repeat(43)}`,
     `${valid}x`,

@@ -1,4 +1,3 @@
-import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
 import net from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -13,11 +12,11 @@ import {
   newAccount,
   newPost,
   serverFixture,
-  TEST_SECRET,
   uniqueEmail,
   type Account,
 } from './helpers';
 import { call } from '../../tools/harness/client';
+import { handSignedToken } from '../../tools/harness/hostile';
 import { countOf } from '../../tools/harness/postgres';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
@@ -325,15 +324,7 @@ describe('3. Declared lengths and Expect against every body limit', () => {
 
 describe('4. Every registered JWT claim: present, absent, wrong type, out of range', () => {
   const now = () => Math.floor(Date.now() / 1000);
-  // Signed by hand: jsonwebtoken's sign adds, drops or refuses claims, and these tokens must carry
-  // exactly the claims written here, with the service's own secret; the header too, so it can carry
-  // what jsonwebtoken never writes.
-  const signWithHeader = (header: Record<string, unknown>, payload: Record<string, unknown>) => {
-    const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    const unsigned = `${part({ alg: 'HS256', typ: 'JWT', ...header })}.${part({ sub: String(owner.user.id), ...payload })}`;
-    return `${unsigned}.${createHmac('sha256', TEST_SECRET).update(unsigned).digest('base64url')}`;
-  };
-  const sign = (payload: Record<string, unknown>) => signWithHeader({}, payload);
+  const sign = (payload: Record<string, unknown>) => handSignedToken(owner.user.id, payload);
   const listWith = (token: string) => api().get('/posts/').set(bearer(token));
   test.each([
     ['crit naming an extension nobody knows', { crit: ['unknown'], unknown: 1 }],
@@ -344,7 +335,7 @@ describe('4. Every registered JWT claim: present, absent, wrong type, out of ran
     ['b64 false alone', { b64: false }],
   ])('When the token header has %s, then 401 and the post stays', async (_name, header) => {
     const post = await newPost(server.base, owner, { title: 't', content: 'c' });
-    const forged = signWithHeader(header, { iat: now(), exp: now() + 600 });
+    const forged = handSignedToken(owner.user.id, { iat: now(), exp: now() + 600 }, header);
     expect(expectProblem(await listWith(forged), 401).detail).toBe('Could not validate credentials');
     expectProblem(await api().delete(`/posts/${post.id}`).set(bearer(forged)), 401);
     await api().get(`/posts/${post.id}`).set(auth()).expect(200);
