@@ -1,8 +1,8 @@
 import http from 'node:http';
-import net from 'node:net';
 import fc from 'fast-check';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 import { countsText, statusCounts } from '../../tools/harness/client';
+import { rawExchange } from '../../tools/harness/hostile';
 import { call, author, report, startService, type ServiceProcess, scratchDatabase, vote } from './support';
 import { hostileRequests, operationsOf, type HostileRequest } from './hostile-inputs';
 import { normaliseEmail } from '../../service/src/users/email';
@@ -69,26 +69,16 @@ function parseRaw(text: string): (Answer & { complete: boolean }) | undefined {
 }
 
 /** Raw bytes on a socket of their own; the answer once complete or once the server closes. */
-function sendRaw(port: number, bytes: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1');
-    let text = '';
-    const finish = () => {
-      clearTimeout(timer);
-      socket.destroy();
-      const answer = parseRaw(text);
-      if (answer && answer.status > 0) resolve(answer);
-      else reject(new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
-    };
-    const timer = setTimeout(finish, 10_000);
-    socket.on('data', (chunk: Buffer) => {
-      text += chunk.toString('latin1');
-      if (parseRaw(text)?.complete) finish();
-    });
-    socket.on('close', finish);
-    socket.on('error', () => undefined);
-    socket.on('connect', () => socket.write(bytes, 'latin1'));
+async function sendRaw(port: number, bytes: string): Promise<Answer> {
+  const { text } = await rawExchange(port, bytes, {
+    waitMs: 10_000,
+    encoding: 'latin1',
+    complete: (received) => parseRaw(received)?.complete === true,
+    ignoreErrors: true,
   });
+  const answer = parseRaw(text);
+  if (answer && answer.status > 0) return answer;
+  throw new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`);
 }
 
 function request(port: number, r: HostileRequest, agent: http.Agent): Promise<Answer> {

@@ -1,6 +1,3 @@
-import { once } from 'node:events';
-import net from 'node:net';
-import { setTimeout as delay } from 'node:timers/promises';
 import zlib from 'node:zlib';
 import iconv from 'iconv-lite';
 import request from 'supertest';
@@ -16,7 +13,7 @@ import {
   type Account,
 } from './helpers';
 import { call } from '../../tools/harness/client';
-import { handSignedToken } from '../../tools/harness/hostile';
+import { handSignedToken, rawExchange } from '../../tools/harness/hostile';
 import { countOf } from '../../tools/harness/postgres';
 import { parsedBody, problemFaults } from '../../tools/harness/problem';
 
@@ -42,39 +39,12 @@ const auth = () => bearer(owner);
 /** Every row of every table, so a refused request can be shown to have changed nothing. */
 const snapshot = (): Promise<string> => databaseSnapshot(server.db);
 
-interface RawAnswer {
-  /** Everything received, as text. */
-  text: string;
-  /** Whether the server closed the connection within the wait. */
-  closed: boolean;
-  /** Milliseconds from sending to the first byte of the answer (Infinity if none came). */
-  firstByteMs: number;
-}
-
 /** Writes raw bytes, then collects the answer until the server closes or `waitMs` passes. */
-async function raw(bytes: string, waitMs = 3000): Promise<RawAnswer> {
-  const socket = net.connect(server.running.port, '127.0.0.1');
-  await once(socket, 'connect');
-  const started = Date.now();
-  let text = '';
-  let firstByteMs = Infinity;
-  socket.on('data', (chunk: Buffer) => {
-    if (text === '') firstByteMs = Date.now() - started;
-    text += chunk.toString();
-  });
-  socket.on('error', () => undefined);
-  socket.write(bytes);
-  // An unref'd timer: one still pending cannot keep the test worker alive after the last test.
-  const closed = await Promise.race([
-    once(socket, 'close').then(() => true),
-    delay(waitMs, false, { ref: false }),
-  ]);
-  socket.destroy();
-  return { text, closed, firstByteMs };
-}
+const raw = (bytes: string, waitMs = 3000) =>
+  rawExchange(server.running.port, bytes, { waitMs, encoding: 'utf8' });
 
 /** The status and parsed problem body of a raw answer that must be problem+json. */
-function rawProblem(answer: RawAnswer): { status: number; detail: string; headers: string } {
+function rawProblem(answer: { text: string }): { status: number; detail: string; headers: string } {
   const [head = '', body = ''] = answer.text.split('\r\n\r\n', 2);
   const status = Number(/^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]);
   const contentType = /\r\ncontent-type: ([^\r]*)/i.exec(head)?.[1];
@@ -99,7 +69,7 @@ const postEncoded = (path: string, coding: string, body: Buffer, headers: Record
 const registration = () => JSON.stringify({ email: uniqueEmail('enc'), password: PASSWORD });
 
 /** A raw POST /users/ of a new registration, with `Expect: expectation` when given, after `hosts`. */
-function rawRegistration(expectation?: string, hosts = 'Host: x\r\n'): Promise<RawAnswer> {
+function rawRegistration(expectation?: string, hosts = 'Host: x\r\n') {
   const body = registration();
   const expectLine = expectation === undefined ? '' : `Expect: ${expectation}\r\n`;
   return raw(
