@@ -18,7 +18,6 @@ export interface Schema {
   maximum?: number;
   maxLength?: number;
   properties?: Record<string, Schema>;
-  required?: string[];
   $ref?: string;
 }
 
@@ -175,8 +174,10 @@ function objectValue(schema: Schema, postIds: number[]): fc.Arbitrary<Record<str
     });
 }
 
+type Body = { body: Buffer; label: string };
+
 /** Bodies that are not what JSON parsers expect: deep, huge, broken, mis-encoded. */
-const rawJsonBody: fc.Arbitrary<{ body: Buffer; label: string }> = fc.oneof(
+const rawJsonBody: fc.Arbitrary<Body> = fc.oneof(
   fc
     .integer({ min: 100, max: 45_000 })
     .map((d) => ({ body: Buffer.from('['.repeat(d) + ']'.repeat(d)), label: 'deep-array' })),
@@ -372,22 +373,17 @@ const lookalikeEmail: fc.Arbitrary<string> = fc
   .map(([email, n, lookalike, invisible]) => lookalike(email, n % email.length, invisible));
 
 /** Content-Encoding on a body: valid, corrupt, truncated, stacked, unknown. */
-export interface Coding {
-  header: string;
-  encode(body: Buffer): Buffer;
-  label: string;
-  refused: boolean;
-}
+type Coding = { header: string; encode: (body: Buffer) => Buffer; label: string };
 const gzip = (b: Buffer) => zlib.gzipSync(b);
 const asIs = (b: Buffer) => b;
-const codingsRead: Omit<Coding, 'refused'>[] = [
+const codingsRead: Coding[] = [
   { header: 'gzip', encode: gzip, label: 'gzip' },
   { header: 'deflate', encode: (b) => zlib.deflateSync(b), label: 'deflate' },
   { header: 'br', encode: (b) => zlib.brotliCompressSync(b), label: 'br' },
   { header: 'GZIP', encode: gzip, label: 'gzip-upper' },
   { header: 'identity', encode: asIs, label: 'identity' },
 ];
-const codingsRefused: Omit<Coding, 'refused'>[] = [
+const codingsRefused: Coding[] = [
   { header: 'gzip', encode: asIs, label: 'gzip-corrupt' },
   { header: 'deflate', encode: asIs, label: 'deflate-corrupt' },
   { header: 'br', encode: (b) => Buffer.concat([Buffer.from([0xff]), b]), label: 'br-corrupt' },
@@ -399,7 +395,7 @@ const codingsRefused: Omit<Coding, 'refused'>[] = [
   { header: 'zstd', encode: asIs, label: 'zstd' },
   { header: 'x-gzip', encode: gzip, label: 'x-gzip' },
 ];
-const codings: Coding[] = [
+const codings = [
   ...codingsRead.map((c) => ({ ...c, refused: false })),
   ...codingsRefused.map((c) => ({ ...c, refused: true })),
 ];
@@ -612,8 +608,6 @@ function authorization({ authorId, writer, other }: Cast): fc.Arbitrary<string |
     { weight: 1, arbitrary: fc.constant(undefined) },
   );
 }
-
-type Body = { body: Buffer; label: string };
 
 /** A form body: the operation's fields form-encoded, or one of the malformed forms. */
 const formBody = (o: Record<string, unknown>): fc.Arbitrary<Body> =>

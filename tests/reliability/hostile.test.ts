@@ -152,11 +152,7 @@ function answerProblems(r: HostileRequest, res: Answer, unchanged: boolean): str
 }
 
 /** Every stored address, those not in the e-mail policy's normalised form, and how many share a mailbox. */
-async function storedAddresses(): Promise<{
-  emails: string[];
-  notNormalised: string[];
-  sameMailbox: number;
-}> {
+async function storedAddresses() {
   const emails = await database.db<{ email: string }>('users').pluck('email');
   const notNormalised = emails.filter((email) => {
     const result = normaliseEmail(email);
