@@ -449,11 +449,14 @@ const expectation = fc.constantFrom(
   '100-continuex',
 );
 
+/** A token signed with the right secret and what is wrong with it: its claims, or its header's crit or b64. */
+type Forged = { token: string; family: 'claims' | 'crit' | 'b64' };
+
 /**
  * Tokens with a valid signature and claims whose JOSE header asks for what the service does not
  * do: `crit` extensions (RFC 7515 §4.1.11) and `b64` (RFC 7797). Each is refused.
  */
-function joseHeaderTokens(userId: number): { token: string; family: 'crit' | 'b64' }[] {
+function joseHeaderTokens(userId: number): Forged[] {
   const now = Math.floor(Date.now() / 1000);
   // Valid for 29 minutes (inside ACCESS_TOKEN_EXPIRE_MINUTES): only the header is wrong, for the whole run.
   const sign = (header: Record<string, unknown>) =>
@@ -524,7 +527,7 @@ const healthRequest: fc.Arbitrary<HostileRequest> = fc
   }));
 
 /** Tokens signed with the right secret whose registered claims are absent, mistyped or out of range. */
-function claimTokens(userId: number): string[] {
+function claimTokens(userId: number): Forged[] {
   const now = Math.floor(Date.now() / 1000);
   const sign = (payload: Record<string, unknown>) => handSignedToken(userId, payload);
   // The run lasts minutes: every time here is far enough from now to stay wrong throughout.
@@ -547,7 +550,7 @@ function claimTokens(userId: number): string[] {
     sign({ iat: now, exp: now + 600, aud: 'someone' }),
     sign({ iat: now, exp: now + 600, jti: '1' }),
     sign({ iat: now - 2 * day, exp: now - day }),
-  ];
+  ].map((token) => ({ token, family: 'claims' }));
 }
 
 function tokensFor(userId: number, valid: string): string[] {
@@ -691,16 +694,14 @@ function credentials(d: Draw, headers: Record<string, string>, families: string[
   const { op, method, id } = d;
   let mustRefuse: string | undefined;
   if (d.auth !== undefined) headers.Authorization = d.auth;
-  if (d.claim !== undefined) {
-    headers.Authorization = `Bearer ${d.claim}`;
-    families.push('claims');
-    if (op.secured && method === op.method && id !== 'public') mustRefuse = 'its token has bad claims';
-  }
-  if (d.jose !== undefined) {
-    headers.Authorization = `Bearer ${d.jose.token}`;
-    families.push(d.jose.family);
+  // A header token after a claims token: the last one drawn is the one sent.
+  for (const forged of [d.claim, d.jose]) {
+    if (forged === undefined) continue;
+    headers.Authorization = `Bearer ${forged.token}`;
+    families.push(forged.family);
     if (op.secured && method === op.method && id !== 'public')
-      mustRefuse = `its token header has ${d.jose.family}`;
+      mustRefuse =
+        forged.family === 'claims' ? 'its token has bad claims' : `its token header has ${forged.family}`;
   }
   if (d.ifMatch !== undefined && op.path === '/posts/{id}' && method === op.method && op.method !== 'GET') {
     headers['If-Match'] = d.ifMatch;
