@@ -144,7 +144,10 @@ function readFabricValues(values: NginxGatewayFabricValues): { gatewayClassName:
   if (data.replicas !== undefined && data.replicas !== 1)
     refuse('nginx.replicas other than 1 (counters are per nginx replica)');
   modelled(data.container ?? {}, 'nginx.container', ['hostPorts', 'resources']);
-  return { gatewayClassName: optionalText(control.gatewayClassName, 'gatewayClassName') ?? 'nginx' };
+  return {
+    gatewayClassName:
+      control.gatewayClassName === undefined ? 'nginx' : text(control.gatewayClassName, 'gatewayClassName'),
+  };
 }
 
 function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
@@ -188,12 +191,6 @@ function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
   return { name, namespace, listeners };
 }
 
-interface Backend {
-  upstream: string;
-  service: string;
-  port: number;
-}
-
 interface Redirect {
   code: number;
   /** ReplaceFullPath: the path the redirect points at. */
@@ -207,8 +204,11 @@ interface PathRule {
   /** nginx location modifiers and paths, e.g. "= /login", "/". */
   locations: string[];
   path: string;
-  /** Either a backend or a RequestRedirect filter (Gateway API allows no backend with a redirect). */
-  backend?: Backend;
+  /**
+   * Either a backend's upstream ("<namespace>_<service>_<port>") or a RequestRedirect filter
+   * (Gateway API allows no backend with a redirect).
+   */
+  upstream?: string;
   redirect?: Redirect;
   /** A backend's RequestHeaderModifier `set` entries, name and value, in order. */
   setHeaders?: { name: string; value: string }[];
@@ -329,7 +329,7 @@ function routeHosts(spec: Fields, what: string, listener: Listener): string[] {
 
 /** Where a rule sends its requests: one Service backend (with headers set), or a redirect. */
 type RuleTarget =
-  { backend: Backend; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
+  { upstream: string; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
 
 /** Where rule `i` sends its requests: a redirect, or one Service (its upstream recorded) with its headers. */
 function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
@@ -354,11 +354,11 @@ function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
     refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
   const service = text(ref.name, `${what}: backendRef name`);
   const port = integer(ref.port, `${what}: backendRef port`, 1);
-  const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
-  route.upstreams.set(backend.upstream, route.endpoints(service, port));
+  const upstream = `${namespace}_${service}_${port}`;
+  route.upstreams.set(upstream, route.endpoints(service, port));
   return filters.length === 1
-    ? { backend, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
-    : { backend };
+    ? { upstream, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
+    : { upstream };
 }
 
 /** Rule `i` of the route: one PathRule per path match, each with the rule's target. */
@@ -586,7 +586,7 @@ function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: R
       '    }',
     ];
   }
-  const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
+  const upstream = rule.upstream ?? refuse(`location ${location} has neither backend nor redirect`);
   const set = rule.setHeaders ?? [];
   const base = [
     ['Host', '$gw_api_compliant_host'],
@@ -606,7 +606,7 @@ function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: R
     '      proxy_set_header Upgrade "$http_upgrade";',
     '      proxy_set_header Connection "$connection_keepalive";',
     // No URI part: nginx passes the request URI as the client sent it.
-    `      proxy_pass http://${backend.upstream};`,
+    `      proxy_pass http://${upstream};`,
     '    }',
   ];
 }
