@@ -144,10 +144,7 @@ function readFabricValues(values: NginxGatewayFabricValues): { gatewayClassName:
   if (data.replicas !== undefined && data.replicas !== 1)
     refuse('nginx.replicas other than 1 (counters are per nginx replica)');
   modelled(data.container ?? {}, 'nginx.container', ['hostPorts', 'resources']);
-  return {
-    gatewayClassName:
-      control.gatewayClassName === undefined ? 'nginx' : text(control.gatewayClassName, 'gatewayClassName'),
-  };
+  return { gatewayClassName: optionalText(control.gatewayClassName, 'gatewayClassName') ?? 'nginx' };
 }
 
 function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
@@ -382,8 +379,8 @@ function readRule(entry: unknown, i: number, route: RouteContext): PathRule[] {
     const match = modelled(m, `${what}: rules[${i}].matches[${j}]`, ['path']);
     const pathMatch = fields(match.path ?? {}, 'path');
     onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
-    const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
-    const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
+    const type = optionalText(pathMatch.type, 'path type') ?? 'PathPrefix';
+    const path = optionalText(pathMatch.value, 'path value') ?? '/';
     return { route: name, locations: locationsFor(type, path, what), path, ...target };
   });
 }
@@ -447,9 +444,9 @@ function readRateLimitPolicy(spec: Fields, what: string, zone: string): RouteDir
     onlyKeys(rule, ['key', 'rate', 'burst', 'noDelay', 'delay', 'zoneSize'], `${what}: rules[${i}]`);
     const rate = text(rule.rate, `${what}: rate`);
     if (!/^\d+r\/[sm]$/.test(rate)) refuse(`${what}: rate ${rate}`);
-    const key = rule.key === undefined ? '$binary_remote_addr' : text(rule.key, `${what}: key`);
+    const key = optionalText(rule.key, `${what}: key`) ?? '$binary_remote_addr';
     if (!/^(?:[^ \t\r\n;{}#$]+|\$\w+)+$/.test(key)) refuse(`${what}: key ${key}`);
-    const zoneSize = rule.zoneSize === undefined ? '10m' : text(rule.zoneSize, `${what}: zoneSize`);
+    const zoneSize = optionalText(rule.zoneSize, `${what}: zoneSize`) ?? '10m';
     if (!/^\d{1,4}(k|m|g)?$/.test(zoneSize)) refuse(`${what}: zoneSize ${zoneSize}`);
     if (rule.noDelay === true && rule.delay !== undefined) refuse(`${what}: noDelay together with delay`);
     return {
