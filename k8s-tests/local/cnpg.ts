@@ -41,25 +41,22 @@ import {
   archivingOf,
   PluginBackups,
   type Archiving,
-  type PluginEntry,
+  type BackedUpCluster,
   type RecoveryReport,
 } from './cnpg-backup';
 import { secretObject, type KubeObject } from '../../tools/harness/manifests';
 
-export interface CnpgCluster extends KubeObject {
-  spec: {
-    instances: number;
+/** The parts of a Cluster the stand-in reads, beside those the plugin's part reads. */
+export interface CnpgCluster extends BackedUpCluster {
+  spec: BackedUpCluster['spec'] & {
     bootstrap: { initdb: { database: string; owner: string; postInitApplicationSQL?: string[] } };
-    postgresql: { synchronous?: { method: string; number: number }; parameters?: Record<string, string> };
     certificates?: { serverAltDNSNames?: string[] };
-    plugins?: PluginEntry[];
   };
 }
 
 export interface CnpgPooler extends KubeObject {
   spec: {
     cluster: { name: string };
-    instances: number;
     type: string;
     pgbouncer: { poolMode: string; parameters?: Record<string, string> };
   };

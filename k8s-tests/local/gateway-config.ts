@@ -74,6 +74,13 @@ function onlyKeys(
   }
 }
 
+/** The object at `value`, every key of which must be modelled (`reasons` as for onlyKeys). */
+function modelled(value: unknown, what: string, allowed: string[], reasons?: Record<string, string>): Fields {
+  const object = fields(value, what);
+  onlyKeys(object, allowed, what, reasons);
+  return object;
+}
+
 function list(value: unknown, what: string): unknown[] {
   if (value === undefined) return [];
   if (!Array.isArray(value)) refuse(`${what} is not a list`);
@@ -117,20 +124,18 @@ interface Gateway {
 
 function readFabricValues(values: NginxGatewayFabricValues): { gatewayClassName: string } {
   onlyKeys(values, ['nginxGateway', 'nginx'], 'NGINX Gateway Fabric values');
-  const control = fields(values.nginxGateway ?? {}, 'nginxGateway');
   // Keys that shape how the control plane runs, not the nginx.conf it writes.
-  onlyKeys(
-    control,
-    ['gatewayClassName', 'replicas', 'resources', 'nodeSelector', 'tolerations', 'productTelemetry'],
+  const control = modelled(
+    values.nginxGateway ?? {},
     'nginxGateway',
+    ['gatewayClassName', 'replicas', 'resources', 'nodeSelector', 'tolerations', 'productTelemetry'],
     {
       snippets: 'snippets change nginx.conf freely',
       snippetsFilters: 'snippets change nginx.conf freely',
       gwAPIExperimentalFeatures: 'experimental features',
     },
   );
-  const data = fields(values.nginx ?? {}, 'nginx');
-  onlyKeys(data, ['replicas', 'service', 'container', 'pod', 'kind'], 'nginx', {
+  const data = modelled(values.nginx ?? {}, 'nginx', ['replicas', 'service', 'container', 'pod', 'kind'], {
     config: 'NginxProxy settings (client address rewriting, IP family, telemetry…) change nginx.conf',
     plus: 'NGINX Plus',
     autoscaling: 'several nginx replicas',
@@ -138,12 +143,8 @@ function readFabricValues(values: NginxGatewayFabricValues): { gatewayClassName:
   // Each nginx replica keeps its own limit_req counters; the emulation is one nginx.
   if (data.replicas !== undefined && data.replicas !== 1)
     refuse('nginx.replicas other than 1 (counters are per nginx replica)');
-  const container = fields(data.container ?? {}, 'nginx.container');
-  onlyKeys(container, ['hostPorts', 'resources'], 'nginx.container');
-  return {
-    gatewayClassName:
-      control.gatewayClassName === undefined ? 'nginx' : text(control.gatewayClassName, 'gatewayClassName'),
-  };
+  modelled(data.container ?? {}, 'nginx.container', ['hostPorts', 'resources']);
+  return { gatewayClassName: optionalText(control.gatewayClassName, 'gatewayClassName') ?? 'nginx' };
 }
 
 function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
@@ -151,8 +152,7 @@ function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
     refuse(`${object.apiVersion} ${object.kind} as the Gateway`);
   const name = object.metadata.name;
   const namespace = text(object.metadata.namespace, `Gateway ${name}: metadata.namespace`);
-  const spec = fields(object.spec, `Gateway ${name}: spec`);
-  onlyKeys(spec, ['gatewayClassName', 'listeners'], `Gateway ${name}: spec`);
+  const spec = modelled(object.spec, `Gateway ${name}: spec`, ['gatewayClassName', 'listeners']);
   if (spec.gatewayClassName !== gatewayClassName)
     refuse(
       `Gateway ${name}: class ${String(spec.gatewayClassName)} (the controller serves ${gatewayClassName})`,
@@ -188,12 +188,6 @@ function readGateway(object: GatewayObject, gatewayClassName: string): Gateway {
   return { name, namespace, listeners };
 }
 
-interface Backend {
-  upstream: string;
-  service: string;
-  port: number;
-}
-
 interface Redirect {
   code: number;
   /** ReplaceFullPath: the path the redirect points at. */
@@ -207,8 +201,11 @@ interface PathRule {
   /** nginx location modifiers and paths, e.g. "= /login", "/". */
   locations: string[];
   path: string;
-  /** Either a backend or a RequestRedirect filter (Gateway API allows no backend with a redirect). */
-  backend?: Backend;
+  /**
+   * Either a backend's upstream ("<namespace>_<service>_<port>") or a RequestRedirect filter
+   * (Gateway API allows no backend with a redirect).
+   */
+  upstream?: string;
   redirect?: Redirect;
   /** A backend's RequestHeaderModifier `set` entries, name and value, in order. */
   setHeaders?: { name: string; value: string }[];
@@ -223,18 +220,15 @@ const HEADER_VALUE = /^(?:[^$"\\\s]|\$(?:\{[a-z][a-z0-9_]*\}|[a-z][a-z0-9_]*))+$
  * (servers.go generateProxySetHeaders).
  */
 function readHeaderModifier(value: unknown, what: string): { name: string; value: string }[] {
-  const filter = fields(value, what);
-  onlyKeys(filter, ['type', 'requestHeaderModifier'], what);
+  const filter = modelled(value, what, ['type', 'requestHeaderModifier']);
   if (filter.type !== 'RequestHeaderModifier')
     refuse(`${what}: filter ${String(filter.type)} beside a backend`);
-  const modifier = fields(filter.requestHeaderModifier, `${what}.requestHeaderModifier`);
-  onlyKeys(modifier, ['set'], `${what}.requestHeaderModifier`, {
+  const modifier = modelled(filter.requestHeaderModifier, `${what}.requestHeaderModifier`, ['set'], {
     add: 'added headers',
     remove: 'removed headers',
   });
   return list(modifier.set, `${what}.requestHeaderModifier.set`).map((entry, i) => {
-    const header = fields(entry, `${what}.set[${i}]`);
-    onlyKeys(header, ['name', 'value'], `${what}.set[${i}]`);
+    const header = modelled(entry, `${what}.set[${i}]`, ['name', 'value']);
     const name = text(header.name, `${what}.set[${i}].name`);
     if (!/^[A-Za-z0-9-]+$/.test(name)) refuse(`${what}: header name ${name}`);
     const headerValue = text(header.value, `${what}.set[${i}].value`);
@@ -245,17 +239,14 @@ function readHeaderModifier(value: unknown, what: string): { name: string; value
 
 /** A RequestRedirect filter with a full-path replacement and a status code, the one form modelled. */
 function readRedirect(value: unknown, what: string, port: number): Redirect {
-  const filter = fields(value, what);
-  onlyKeys(filter, ['type', 'requestRedirect'], what);
+  const filter = modelled(value, what, ['type', 'requestRedirect']);
   if (filter.type !== 'RequestRedirect') refuse(`${what}: filter ${String(filter.type)}`);
-  const redirect = fields(filter.requestRedirect, `${what}.requestRedirect`);
-  onlyKeys(redirect, ['path', 'statusCode'], `${what}.requestRedirect`, {
+  const redirect = modelled(filter.requestRedirect, `${what}.requestRedirect`, ['path', 'statusCode'], {
     hostname: 'redirect host names',
     port: 'redirect ports',
     scheme: 'redirect schemes',
   });
-  const path = fields(redirect.path, `${what}.requestRedirect.path`);
-  onlyKeys(path, ['type', 'replaceFullPath'], `${what}.requestRedirect.path`);
+  const path = modelled(redirect.path, `${what}.requestRedirect.path`, ['type', 'replaceFullPath']);
   if (path.type !== 'ReplaceFullPath') refuse(`${what}: path modifier ${String(path.type)}`);
   const target = text(path.replaceFullPath, `${what}: replaceFullPath`);
   if (!/^\/[A-Za-z0-9/._-]*$/.test(target)) refuse(`${what}: redirect path ${target}`);
@@ -335,7 +326,7 @@ function routeHosts(spec: Fields, what: string, listener: Listener): string[] {
 
 /** Where a rule sends its requests: one Service backend (with headers set), or a redirect. */
 type RuleTarget =
-  { backend: Backend; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
+  { upstream: string; setHeaders?: { name: string; value: string }[] } | { redirect: Redirect };
 
 /** Where rule `i` sends its requests: a redirect, or one Service (its upstream recorded) with its headers. */
 function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
@@ -351,8 +342,7 @@ function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
   if (filters.length > 1) refuse(`${what}: rules[${i}] with ${filters.length} filters beside a backend`);
   if (backends.length !== 1)
     refuse(`${what}: rules[${i}] has ${backends.length} backendRefs (one is modelled)`);
-  const ref = fields(backends[0], `${what}: backendRef`);
-  onlyKeys(ref, ['group', 'kind', 'name', 'port'], `${what}: backendRef`, {
+  const ref = modelled(backends[0], `${what}: backendRef`, ['group', 'kind', 'name', 'port'], {
     namespace: 'cross-namespace backends',
     weight: 'weights',
     filters: 'backend filters',
@@ -361,18 +351,17 @@ function ruleTarget(rule: Fields, i: number, route: RouteContext): RuleTarget {
     refuse(`${what}: backend ${String(ref.group)}/${String(ref.kind)} is not a Service`);
   const service = text(ref.name, `${what}: backendRef name`);
   const port = integer(ref.port, `${what}: backendRef port`, 1);
-  const backend: Backend = { upstream: `${namespace}_${service}_${port}`, service, port };
-  route.upstreams.set(backend.upstream, route.endpoints(service, port));
+  const upstream = `${namespace}_${service}_${port}`;
+  route.upstreams.set(upstream, route.endpoints(service, port));
   return filters.length === 1
-    ? { backend, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
-    : { backend };
+    ? { upstream, setHeaders: readHeaderModifier(filters[0], `${what}: rules[${i}].filters[0]`) }
+    : { upstream };
 }
 
 /** Rule `i` of the route: one PathRule per path match, each with the rule's target. */
 function readRule(entry: unknown, i: number, route: RouteContext): PathRule[] {
   const { name, what } = route;
-  const rule = fields(entry, `${what}: rules[${i}]`);
-  onlyKeys(rule, ['matches', 'backendRefs', 'filters'], `${what}: rules[${i}]`, {
+  const rule = modelled(entry, `${what}: rules[${i}]`, ['matches', 'backendRefs', 'filters'], {
     timeouts: 'NGINX Gateway Fabric ignores HTTPRoute timeouts; use a ProxySettingsPolicy',
     retry: 'NGINX Gateway Fabric ignores HTTPRoute retry',
     name: 'NGINX Gateway Fabric ignores rule names',
@@ -386,13 +375,12 @@ function readRule(entry: unknown, i: number, route: RouteContext): PathRule[] {
       ? [{ path: { type: 'PathPrefix', value: '/' } }]
       : list(rule.matches, 'matches');
   return matches.map((m, j): PathRule => {
-    const match = fields(m, `${what}: rules[${i}].matches[${j}]`);
     // Method, header or query matches make NGF route through its njs module: not modelled.
-    onlyKeys(match, ['path'], `${what}: rules[${i}].matches[${j}]`);
+    const match = modelled(m, `${what}: rules[${i}].matches[${j}]`, ['path']);
     const pathMatch = fields(match.path ?? {}, 'path');
     onlyKeys(pathMatch, ['type', 'value'], `${what}: path`);
-    const type = pathMatch.type === undefined ? 'PathPrefix' : text(pathMatch.type, 'path type');
-    const path = pathMatch.value === undefined ? '/' : text(pathMatch.value, 'path value');
+    const type = optionalText(pathMatch.type, 'path type') ?? 'PathPrefix';
+    const path = optionalText(pathMatch.value, 'path value') ?? '/';
     return { route: name, locations: locationsFor(type, path, what), path, ...target };
   });
 }
@@ -406,8 +394,7 @@ function readRoute(
 ): RouteInfo {
   const name = object.metadata.name;
   const what = `HTTPRoute ${name}`;
-  const spec = fields(object.spec, `${what}: spec`);
-  onlyKeys(spec, ['parentRefs', 'hostnames', 'rules'], `${what}: spec`);
+  const spec = modelled(object.spec, `${what}: spec`, ['parentRefs', 'hostnames', 'rules']);
   const listener = routeListener(spec, what, namespace, gateway);
   const hosts = routeHosts(spec, what, listener);
   const route: RouteContext = { name, what, namespace, listener, endpoints, upstreams };
@@ -435,8 +422,7 @@ interface RouteDirectives {
 
 function targets(spec: Fields, what: string, routes: Set<string>): string[] {
   return list(spec.targetRefs, `${what}: targetRefs`).map((entry) => {
-    const ref = fields(entry, `${what}: targetRef`);
-    onlyKeys(ref, ['group', 'kind', 'name'], `${what}: targetRef`);
+    const ref = modelled(entry, `${what}: targetRef`, ['group', 'kind', 'name']);
     if (ref.group !== GATEWAY_API || ref.kind !== 'HTTPRoute')
       refuse(
         `${what}: target ${String(ref.group)}/${String(ref.kind)} (policies on HTTPRoutes are modelled)`,
@@ -448,25 +434,23 @@ function targets(spec: Fields, what: string, routes: Set<string>): string[] {
   });
 }
 
-function readRateLimitPolicy(object: GatewayObject, namespace: string): RouteDirectives['rateLimit'] {
-  const what = `RateLimitPolicy ${object.metadata.name}`;
-  const spec = fields(object.spec, `${what}: spec`);
+/** A RateLimitPolicy's spec (`what` names the policy); its zones are named `<zone>_rule<i>`. */
+function readRateLimitPolicy(spec: Fields, what: string, zone: string): RouteDirectives['rateLimit'] {
   const rateLimit = fields(spec.rateLimit ?? {}, `${what}: rateLimit`);
   onlyKeys(rateLimit, ['local', 'rejectCode', 'logLevel'], `${what}: rateLimit`, { dryRun: 'dry-run mode' });
-  const local = fields(rateLimit.local ?? {}, `${what}: rateLimit.local`);
-  onlyKeys(local, ['rules'], `${what}: rateLimit.local`);
+  const local = modelled(rateLimit.local ?? {}, `${what}: rateLimit.local`, ['rules']);
   const rules = list(local.rules, 'rules').map((entry, i): RateLimitRule => {
     const rule = fields(entry, `${what}: rules[${i}]`);
     onlyKeys(rule, ['key', 'rate', 'burst', 'noDelay', 'delay', 'zoneSize'], `${what}: rules[${i}]`);
     const rate = text(rule.rate, `${what}: rate`);
     if (!/^\d+r\/[sm]$/.test(rate)) refuse(`${what}: rate ${rate}`);
-    const key = rule.key === undefined ? '$binary_remote_addr' : text(rule.key, `${what}: key`);
+    const key = optionalText(rule.key, `${what}: key`) ?? '$binary_remote_addr';
     if (!/^(?:[^ \t\r\n;{}#$]+|\$\w+)+$/.test(key)) refuse(`${what}: key ${key}`);
-    const zoneSize = rule.zoneSize === undefined ? '10m' : text(rule.zoneSize, `${what}: zoneSize`);
+    const zoneSize = optionalText(rule.zoneSize, `${what}: zoneSize`) ?? '10m';
     if (!/^\d{1,4}(k|m|g)?$/.test(zoneSize)) refuse(`${what}: zoneSize ${zoneSize}`);
     if (rule.noDelay === true && rule.delay !== undefined) refuse(`${what}: noDelay together with delay`);
     return {
-      zone: `${namespace}_rl_${object.metadata.name}_rule${i}`,
+      zone: `${zone}_rule${i}`,
       zoneSize,
       key,
       rate,
@@ -487,11 +471,8 @@ function readRateLimitPolicy(object: GatewayObject, namespace: string): RouteDir
   };
 }
 
-function readProxySettingsPolicy(object: GatewayObject): RouteDirectives['proxy'] {
-  const what = `ProxySettingsPolicy ${object.metadata.name}`;
-  const spec = fields(object.spec, `${what}: spec`);
-  const timeout = fields(spec.timeout ?? {}, `${what}: timeout`);
-  onlyKeys(timeout, [...PROXY_TIMEOUTS], `${what}: timeout`);
+function readProxySettingsPolicy(spec: Fields, what: string): RouteDirectives['proxy'] {
+  const timeout = modelled(spec.timeout ?? {}, `${what}: timeout`, [...PROXY_TIMEOUTS]);
   const given = PROXY_TIMEOUTS.filter((name) => timeout[name] !== undefined);
   return Object.fromEntries(given.map((name) => [name, duration(timeout[name], `${what}: ${name}`)]));
 }
@@ -534,17 +515,18 @@ function policyDirectives(
   const directives = new Map<string, RouteDirectives>();
   const zones: RateLimitRule[] = [];
   for (const object of policyObjects) {
-    const spec = fields(object.spec, `${object.kind} ${object.metadata.name}: spec`);
-    onlyKeys(
-      spec,
-      object.kind === 'RateLimitPolicy' ? ['targetRefs', 'rateLimit'] : ['targetRefs', 'timeout'],
-      `${object.kind} ${object.metadata.name}: spec`,
-      { buffering: 'proxy buffering settings' },
-    );
-    const rateLimit = object.kind === 'RateLimitPolicy' ? readRateLimitPolicy(object, namespace) : undefined;
-    const proxy = object.kind === 'ProxySettingsPolicy' ? readProxySettingsPolicy(object) : undefined;
+    // The only two kinds routesAndPolicies lets through.
+    const limits = object.kind === 'RateLimitPolicy';
+    const what = `${object.kind} ${object.metadata.name}`;
+    const spec = modelled(object.spec, `${what}: spec`, ['targetRefs', limits ? 'rateLimit' : 'timeout'], {
+      buffering: 'proxy buffering settings',
+    });
+    const rateLimit = limits
+      ? readRateLimitPolicy(spec, what, `${namespace}_rl_${object.metadata.name}`)
+      : undefined;
+    const proxy = limits ? undefined : readProxySettingsPolicy(spec, what);
     if (rateLimit) zones.push(...rateLimit.rules);
-    for (const route of targets(spec, `${object.kind} ${object.metadata.name}`, routeNames)) {
+    for (const route of targets(spec, what, routeNames)) {
       const current = directives.get(route) ?? {};
       // NGF settles conflicts between policies of one kind by age: not modelled.
       if ((rateLimit && current.rateLimit) || (proxy && current.proxy))
@@ -601,7 +583,7 @@ function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: R
       '    }',
     ];
   }
-  const backend = rule.backend ?? refuse(`location ${location} has neither backend nor redirect`);
+  const upstream = rule.upstream ?? refuse(`location ${location} has neither backend nor redirect`);
   const set = rule.setHeaders ?? [];
   const base = [
     ['Host', '$gw_api_compliant_host'],
@@ -621,7 +603,7 @@ function locationBlock(location: string, rule: PathRule, { rateLimit, proxy }: R
     '      proxy_set_header Upgrade "$http_upgrade";',
     '      proxy_set_header Connection "$connection_keepalive";',
     // No URI part: nginx passes the request URI as the client sent it.
-    `      proxy_pass http://${backend.upstream};`,
+    `      proxy_pass http://${upstream};`,
     '    }',
   ];
 }

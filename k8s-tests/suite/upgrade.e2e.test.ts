@@ -69,6 +69,13 @@ async function replicaPages(): Promise<ReplicaMetrics[]> {
   return pages;
 }
 
+/** Every ready replica's page, once there are some and each meets `done` (or BACKFILL_MS passes). */
+const replicasWhen = (done: (page: ReplicaMetrics) => boolean) =>
+  pollUntil(replicaPages, (pages) => pages.length > 0 && pages.every(done), {
+    withinMs: BACKFILL_MS,
+    everyMs: 500,
+  });
+
 const applied = (page: ReplicaMetrics) => sample(page.metrics, 'db_migrations_applied');
 const backfillPending = (page: ReplicaMetrics) =>
   sample(page.metrics, 'db_backfill_pending', 'backfill="posts.vote_count"');
@@ -171,11 +178,7 @@ async function writtenOnThePrevious() {
 
 /** Every replica on this release, its migrations applied and the backfill done (it runs in the background). */
 async function upgradedReplicas(migrationsBefore: number[]) {
-  const after = await pollUntil(
-    replicaPages,
-    (pages) => pages.length > 0 && pages.every((page) => page.image === to && backfillPending(page) === 0),
-    { withinMs: BACKFILL_MS, everyMs: 500 },
-  );
+  const after = await replicasWhen((page) => page.image === to && backfillPending(page) === 0);
   const pages = after.value;
   expect(pages.map((p) => ({ image: p.image, backfillPending: backfillPending(p) }))).toEqual(
     pages.map(() => ({ image: to, backfillPending: 0 })),
@@ -264,11 +267,7 @@ rollbackCase(
   async () => {
     const { upgrade, rollback } = driver;
     if (!upgrade || !rollback || !from || !to) throw new Error('no rollback');
-    const onImage = (image: string) =>
-      pollUntil(replicaPages, (pages) => pages.length > 0 && pages.every((page) => page.image === image), {
-        withinMs: BACKFILL_MS,
-        everyMs: 500,
-      });
+    const onImage = (image: string) => replicasWhen((page) => page.image === image);
     expect((await onImage(to)).held).toBe(true);
 
     // Written on this release: a post with a vote, and a post of its own for each client's stream.
