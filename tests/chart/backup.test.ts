@@ -20,7 +20,7 @@ import {
   render,
   renderedBeforeAll,
   renderEnvironment,
-  renderRefused,
+  refusedEach,
   template,
   type KubeObject,
   type RenderOptions,
@@ -427,7 +427,7 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
 });
 
 describe('Backups and recovery: values that cannot work fail the render', () => {
-  it.each<[string, RenderOptions, string]>([
+  refusedEach<RenderOptions>([
     [
       'backup is on without a bucket',
       withBackup({ 'backup.objectStore.destinationPath': '' }),
@@ -502,9 +502,7 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
       withBackup({ [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' }),
       '/cnpg/cluster/inheritedLabels',
     ],
-  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
-    expect(await renderRefused(options)).toContain(message);
-  });
+  ])('When %s, then helm template fails naming it', (options) => options);
 });
 
 /**
