@@ -335,12 +335,13 @@ export async function renderRefused(options: RenderOptions): Promise<string> {
 
 /**
  * A table of refusals, each row a case named by `title` from its description: helm refuses the row's
- * values (made into options by `options`) with the row's message in what it says.
+ * values (made into options by `options`) with the row's message in what it says (or in the part
+ * of it `said` keeps).
  */
 export function refusedEach<Given>(rows: [string, Given, string][]) {
-  return (title: string, options: (given: Given) => RenderOptions) => {
+  return (title: string, options: (given: Given) => RenderOptions, said = (stderr: string) => stderr) => {
     it.each(rows)(title, async (_case, given, message) => {
-      expect(await renderRefused(options(given))).toContain(message);
+      expect(said(await renderRefused(options(given)))).toContain(message);
     });
   };
 }
