@@ -3,6 +3,7 @@
  * plugins entry and the ScheduledBackup, checked against the vendored CRDs (tests/chart/schemas/); the
  * recovery values bootstrapping a new Cluster from the archive; values that cannot work refused at render.
  */
+import type { ISecretKeySelector } from 'kubernetes-models/v1/SecretKeySelector';
 import { crdProblems, crdValidator, expectCrdValid } from './crd-schemas';
 import { templateBeside } from './fake-kube-api';
 import {
@@ -20,7 +21,7 @@ import {
   render,
   renderedBeforeAll,
   renderEnvironment,
-  renderRefused,
+  refusedEach,
   template,
   type KubeObject,
   type RenderOptions,
@@ -64,6 +65,16 @@ const azureIdentity = {
   'backup.objectStore.existingSecret': '',
   'backup.objectStore.azure.inheritFromAzureAD': 'true',
 };
+
+/** The ObjectStore's configuration as the store table expects it, so that a misspelt key fails to compile. */
+interface StoreConfiguration {
+  endpointURL: string;
+  endpointCA: ISecretKeySelector;
+  s3Credentials: SecretKeys<'accessKeyId' | 'secretAccessKey' | 'region'> & { inheritFromIAMRole?: true };
+  azureCredentials: SecretKeys<'storageAccount' | 'storageKey'> & { inheritFromAzureAD?: true };
+  googleCredentials: SecretKeys<'applicationCredentials'> & { gkeEnvironment?: true };
+}
+type SecretKeys<Name extends string> = Partial<Record<Name, ISecretKeySelector>>;
 
 const ARN = 'arn:aws:iam::123456789012:role/social-posts-backup';
 const IRSA = 'eks.amazonaws.com/role-arn';
@@ -193,7 +204,7 @@ describe('Backups: options', () => {
     expect(findOne(objects, 'Cluster').spec.plugins).toBeUndefined();
   });
 
-  it.each<[string, Record<string, string>, Record<string, unknown>]>([
+  it.each<[string, Record<string, string>, Partial<StoreConfiguration>]>([
     ['IRSA (s3.inheritFromIAMRole)', irsa, { s3Credentials: { inheritFromIAMRole: true } }],
     ['Azure AD workload identity', azureIdentity, { azureCredentials: { inheritFromAzureAD: true } }],
     ['GKE workload identity', gkeIdentity, { googleCredentials: { gkeEnvironment: true } }],
@@ -427,7 +438,7 @@ describe("Workload identity: the Cluster's ServiceAccount and pods carry what ea
 });
 
 describe('Backups and recovery: values that cannot work fail the render', () => {
-  it.each<[string, RenderOptions, string]>([
+  refusedEach<RenderOptions>([
     [
       'backup is on without a bucket',
       withBackup({ 'backup.objectStore.destinationPath': '' }),
@@ -502,9 +513,7 @@ describe('Backups and recovery: values that cannot work fail the render', () => 
       withBackup({ [mapKey('cnpg.cluster.inheritedLabels', AZURE_USE)]: 'true' }),
       '/cnpg/cluster/inheritedLabels',
     ],
-  ])('When %s, then helm template fails naming it', async (_case, options, message) => {
-    expect(await renderRefused(options)).toContain(message);
-  });
+  ])('When %s, then helm template fails naming it', (options) => options);
 });
 
 /**

@@ -11,28 +11,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { render, template, type HelmResult, type KubeObject, type RenderOptions } from './helm';
 
-/** group/version → served resources (plural name → kind): the kinds the chart renders. */
-const discovery: Record<string, Record<string, string>> = {
-  v1: {
-    configmaps: 'ConfigMap',
-    secrets: 'Secret',
-    services: 'Service',
-    serviceaccounts: 'ServiceAccount',
-    pods: 'Pod',
-  },
-  'apps/v1': { deployments: 'Deployment', statefulsets: 'StatefulSet' },
-  'networking.k8s.io/v1': { ingresses: 'Ingress', networkpolicies: 'NetworkPolicy' },
-  'autoscaling/v2': { horizontalpodautoscalers: 'HorizontalPodAutoscaler' },
-  'policy/v1': { poddisruptionbudgets: 'PodDisruptionBudget' },
+/** group/version → the kinds it serves: the kinds the chart renders. */
+const discovery: Record<string, string[]> = {
+  v1: ['ConfigMap', 'Secret', 'Service', 'ServiceAccount', 'Pod'],
+  'apps/v1': ['Deployment', 'StatefulSet'],
+  'networking.k8s.io/v1': ['Ingress', 'NetworkPolicy'],
+  'autoscaling/v2': ['HorizontalPodAutoscaler'],
+  'policy/v1': ['PodDisruptionBudget'],
   // The operators' kinds prod renders (CloudNativePG, its Barman Cloud plugin, the Prometheus Operator).
-  'postgresql.cnpg.io/v1': { clusters: 'Cluster', poolers: 'Pooler', scheduledbackups: 'ScheduledBackup' },
-  'barmancloud.cnpg.io/v1': { objectstores: 'ObjectStore' },
-  'monitoring.coreos.com/v1': {
-    podmonitors: 'PodMonitor',
-    prometheusrules: 'PrometheusRule',
-    servicemonitors: 'ServiceMonitor',
-  },
+  'postgresql.cnpg.io/v1': ['Cluster', 'Pooler', 'ScheduledBackup'],
+  'barmancloud.cnpg.io/v1': ['ObjectStore'],
+  'monitoring.coreos.com/v1': ['PodMonitor', 'PrometheusRule', 'ServiceMonitor'],
 };
+
+/** A kind's resource name as the API server serves it: lower case and plural (ingresses, networkpolicies). */
+const resourceOf = (kind: string) => `${kind.toLowerCase().replace(/y$/, 'ie').replace(/s$/, 'se')}s`;
 
 const notFound = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 };
 
@@ -55,8 +48,8 @@ function answer(namespace: string, existing: KubeObject[], path: string): [numbe
   const resourceList = /^\/(?:api\/(v1)|apis\/([^/]+\/[^/]+))$/.exec(path);
   if (resourceList) {
     const groupVersion = resourceList[1] ?? resourceList[2] ?? '';
-    const resources = Object.entries(discovery[groupVersion] ?? {}).map(([name, kind]) => ({
-      name,
+    const resources = (discovery[groupVersion] ?? []).map((kind) => ({
+      name: resourceOf(kind),
       kind,
       singularName: kind.toLowerCase(),
       namespaced: true,
@@ -69,7 +62,7 @@ function answer(namespace: string, existing: KubeObject[], path: string): [numbe
   );
   if (objectPath) {
     const [, groupVersion = 'v1', inNamespace, resource = '', name] = objectPath;
-    const kind = discovery[groupVersion]?.[resource];
+    const kind = discovery[groupVersion]?.find((served) => resourceOf(served) === resource);
     const matching = existing.filter(
       (object) => object.kind === kind && object.apiVersion === groupVersion && inNamespace === namespace,
     );

@@ -333,6 +333,19 @@ export async function renderRefused(options: RenderOptions): Promise<string> {
   return result.stderr.trim();
 }
 
+/**
+ * A table of refusals, each row a case named by `title` from its description: helm refuses the row's
+ * values (made into options by `options`) with the row's message in what it says (or in the part
+ * of it `said` keeps).
+ */
+export function refusedEach<Given>(rows: [string, Given, string][]) {
+  return (title: string, options: (given: Given) => RenderOptions, said = (stderr: string) => stderr) => {
+    it.each(rows)(title, async (_case, given, message) => {
+      expect(said(await renderRefused(options(given)))).toContain(message);
+    });
+  };
+}
+
 /** The API pods' spec: the Deployment's pod template. */
 export function podSpec(objects: KubeObject[]): IPodSpec {
   return must(findOne(objects, 'Deployment').spec?.template.spec, 'pod spec');

@@ -3,8 +3,10 @@ import {
   environmentOptions,
   environments,
   lint,
+  refusedEach,
   renderRefused,
   template,
+  valuesOf,
   type RenderOptions,
 } from './helm';
 
@@ -41,7 +43,7 @@ describe('values.schema.json', () => {
     expect(await renderRefused({ values: ['values-dev.yaml'], set })).toContain(message);
   });
 
-  it.each([
+  refusedEach<Record<string, string>>([
     ['a wildcard CORS origin', { 'config.corsAllowedOrigins': '{*}' }, '/config/corsAllowedOrigins/0'],
     [
       'a CORS origin with a path',
@@ -95,9 +97,7 @@ describe('values.schema.json', () => {
       { 'gateway.timeouts.readSeconds': '0' },
       '/gateway/timeouts/readSeconds',
     ],
-  ])('When the values carry %s, then helm template fails naming the value', async (_case, set, path) => {
-    expect(await renderRefused({ values: ['values-dev.yaml'], set })).toContain(path);
-  });
+  ])('When the values carry %s, then helm template fails naming the value', (set) => valuesOf('dev', set));
 
   it.each([
     'nginx.ingress.kubernetes.io/server-snippet',
@@ -124,7 +124,7 @@ describe('values.schema.json', () => {
 });
 
 describe('Guards across values', () => {
-  it.each<[string, RenderOptions, string]>([
+  refusedEach<RenderOptions>([
     [
       'terminationGracePeriodSeconds does not exceed the shutdown delay plus drain time',
       { values: ['values-dev.yaml'], set: { terminationGracePeriodSeconds: '20' } },
@@ -163,7 +163,5 @@ describe('Guards across values', () => {
       { values: ['values-dev.yaml'], set: { 'tracing.enabled': 'true' } },
       'tracing.endpoint is required with tracing.enabled',
     ],
-  ])('When %s, then rendering fails saying why', async (_case, options, message) => {
-    expect(await renderRefused(options)).toContain(message);
-  });
+  ])('When %s, then rendering fails saying why', (options) => options);
 });

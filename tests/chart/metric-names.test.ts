@@ -9,7 +9,7 @@
  */
 import { startService, stopAll, type ServiceProcess } from '../../tools/harness/service';
 import { alertRules, dashboardOf, grafanaQuery, metricNames, panelQueries } from '../../tools/harness/promql';
-import { findAll, must, render, type KubeObject } from './helm';
+import { findOne, renderEnvironment } from './helm';
 
 /** Names of other exporters the chart's queries may use; each must also be used (no stale entries). */
 const OTHER_EXPORTERS: Record<string, string> = {
@@ -65,18 +65,12 @@ describe('Metric names of the alerts and the dashboard', () => {
   let used: Map<string, string[]>;
 
   beforeAll(async () => {
-    const objects: KubeObject[] = await render({
-      values: ['values-prod.yaml'],
-      namespace: 'social-posts-prod',
-    });
+    const objects = await renderEnvironment('prod');
     used = new Map();
     const use = (name: string, where: string) => used.set(name, [...(used.get(name) ?? []), where]);
-    const rule = must(findAll(objects, 'PrometheusRule')[0], 'PrometheusRule');
+    const rule = findOne(objects, 'PrometheusRule');
     for (const r of alertRules(rule)) for (const name of metricNames(r.expr)) use(name, r.alert);
-    const configMap = must(
-      findAll(objects, 'ConfigMap').find((c) => c.metadata?.labels?.grafana_dashboard === '1'),
-      'dashboard ConfigMap',
-    );
+    const configMap = findOne(objects, 'ConfigMap', (c) => c.metadata?.labels?.grafana_dashboard === '1');
     for (const q of panelQueries(dashboardOf(configMap)))
       for (const name of metricNames(grafanaQuery(q.expr, { namespace: 'n', job: 'j' })))
         use(name, `panel ${q.panel}`);

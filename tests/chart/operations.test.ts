@@ -11,6 +11,7 @@ import {
   must,
   namespaced,
   podAnnotations,
+  refusedEach,
   render,
   renderEnvironment,
   renderRefused,
@@ -21,6 +22,9 @@ import {
 } from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
 import { treeVersions } from '../../tools/harness/releases';
+
+/** Prod's values with `setJson` on top. */
+const prodSetJson = (setJson: Record<string, unknown>) => ({ values: ['values-prod.yaml'], setJson });
 
 /** Every pod spec the chart makes: the Deployment's, the dev StatefulSet's and the helm test Pod's. */
 function podSpecs(objects: KubeObject[]): [string, IPodSpec][] {
@@ -126,7 +130,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
     expect(schemaProblems(objects.filter((o) => o.kind === 'NetworkPolicy'))).toEqual([]);
   });
 
-  it.each([
+  refusedEach<Record<string, unknown>>([
     [
       'a DNS peer with an unknown field',
       { 'networkPolicy.dns.to': [{ podSelectr: {} }] },
@@ -138,9 +142,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       { 'networkPolicy.extraEgress': [{ to: [{ ipBlock: { cidr: '10.0.0.0' } }] }] },
       '/networkPolicy/extraEgress/0',
     ],
-  ])('When the values carry %s, then rendering fails naming the value', async (_case, setJson, path) => {
-    expect(await renderRefused({ values: ['values-prod.yaml'], setJson })).toContain(path);
-  });
+  ])('When the values carry %s, then rendering fails naming the value', prodSetJson);
 });
 
 describe('HorizontalPodAutoscaler behavior and memory', () => {
@@ -225,7 +227,7 @@ describe('Extension points', () => {
     expect(unknownFieldProblems(raw)).toEqual([]);
   });
 
-  it.each<[string, Record<string, unknown>, string]>([
+  refusedEach<Record<string, unknown>>([
     ...['DB_HOSTNAME', 'SECRET_KEY', 'DB_POOL_MAX'].map((name): [string, Record<string, unknown>, string] => [
       `extraEnvVars naming ${name}, which the chart sets`,
       { extraEnvVars: [{ name, value: 'x' }] },
@@ -243,9 +245,7 @@ describe('Extension points', () => {
       '/extraVolumes/0',
     ],
     ['a sidecar without an image', { sidecars: [{ name: 'x' }] }, '/sidecars/0'],
-  ])('When the values carry %s, then rendering fails naming the value', async (_case, setJson, path) => {
-    expect(await renderRefused({ values: ['values-prod.yaml'], setJson })).toContain(path);
-  });
+  ])('When the values carry %s, then rendering fails naming the value', prodSetJson);
 });
 
 describe('Images: digests, a global registry and pull secrets on every pod', () => {
