@@ -279,6 +279,17 @@ function parsedAt<T>(root: string, commit: string, file: string, parse: (text: s
   return text === null ? null : parse(text);
 }
 
+/** Whether `part` of `file` as `parse` reads it (null where missing) differs between the commit and the tree. */
+function partChanged<T>(
+  root: string,
+  commit: string,
+  file: string,
+  parse: (text: string) => T,
+  part: (parsed: T | null) => unknown,
+): boolean {
+  return !isDeepStrictEqual(part(parsedAt(root, commit, file, parse)), part(parse(readText(root, file))));
+}
+
 function without(object: Record<string, unknown>, keys: string[]): Record<string, unknown> {
   return Object.fromEntries(Object.entries(object).filter(([key]) => !keys.includes(key)));
 }
@@ -304,21 +315,13 @@ function appChanges(commit: string, root: string = ROOT): string[] {
   const changes = changedPaths(root, commit, APP_PATHS);
   const pick = (json: PackageJson | null) =>
     Object.fromEntries(APP_PACKAGE_FIELDS.map((field) => [field, json?.[field] ?? null]));
-  const before = parsedAt(root, commit, 'package.json', (text) => JSON.parse(text) as PackageJson);
-  if (!isDeepStrictEqual(pick(before), pick(packageJson(root))))
+  if (partChanged(root, commit, 'package.json', JSON.parse, pick))
     changes.push(`package.json (${APP_PACKAGE_FIELDS.join(', ')})`);
-  const lockBefore = parsedAt(root, commit, 'package-lock.json', (text) => JSON.parse(text) as LockFile);
-  const lockNow = JSON.parse(readText(root, 'package-lock.json')) as LockFile;
-  if (!isDeepStrictEqual(runtimeLock(lockBefore), runtimeLock(lockNow)))
+  if (partChanged(root, commit, 'package-lock.json', JSON.parse, runtimeLock))
     changes.push('package-lock.json (packages outside development)');
-  const tsconfig = (text: string | null) =>
-    text === null ? null : (JSON.parse(text) as { compilerOptions?: unknown }).compilerOptions;
-  if (
-    !isDeepStrictEqual(
-      tsconfig(atCommit(root, commit, 'tsconfig.json')),
-      tsconfig(readText(root, 'tsconfig.json')),
-    )
-  )
+  const compilerOptions = (json: { compilerOptions?: unknown } | null) =>
+    json === null ? null : json.compilerOptions;
+  if (partChanged(root, commit, 'tsconfig.json', JSON.parse, compilerOptions))
     changes.push('tsconfig.json (compilerOptions)');
   return changes;
 }
@@ -338,8 +341,7 @@ function chartChanges(commit: string, root: string = ROOT): string[] {
     ':(exclude)chart/README.md',
     ':(exclude)chart/Chart.yaml',
   ]);
-  const before = parsedAt(root, commit, 'chart/Chart.yaml', chartYaml);
-  if (!isDeepStrictEqual(chartIdentity(before), chartIdentity(chartYaml(readText(root, 'chart/Chart.yaml')))))
+  if (partChanged(root, commit, 'chart/Chart.yaml', chartYaml, chartIdentity))
     changes.push('chart/Chart.yaml (beyond version and appVersion)');
   return changes;
 }
