@@ -3,30 +3,23 @@ import net from 'node:net';
 import { waitForStatus } from '../../tools/harness/client';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
-import { startTestServer, testOnPostgres, usingPostgres, type TestServer } from './helpers';
+import { fixture, startTestServer, testOnPostgres, usingPostgres } from './helpers';
 
 const ALLOWED = 'https://status.example.com';
 /** In front of PostgreSQL: closing it is, to the service, the database going away. */
 const relay = new Relay(postgresServer.port, postgresServer.host);
-let server: TestServer;
-let base: string;
-
-beforeAll(async () => {
+const server = fixture(async () => {
   const overrides: Record<string, string> = { CORS_ALLOWED_ORIGINS: ALLOWED };
   if (usingPostgres()) {
     await relay.start();
     Object.assign(overrides, { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(relay.port) });
   }
-  server = await startTestServer(overrides);
-  base = server.base;
+  return startTestServer(overrides);
 });
+// Runs after the server's close: fixture() declared its afterAll first.
+afterAll(() => relay.close());
 
-afterAll(async () => {
-  await server.close();
-  await relay.close();
-});
-
-const get = (path: string) => fetch(`${base}${path}`);
+const get = (path: string) => fetch(`${server.base}${path}`);
 
 /** Sends raw bytes and returns everything the server answers before it closes. */
 async function rawExchange(bytes: string): Promise<string> {
@@ -70,7 +63,7 @@ describe('Health endpoints', () => {
   test.each(['/healthz/live', '/healthz/ready'])(
     'When an allowed origin sends a preflight to %s, then 200 allows it like any API path',
     async (path) => {
-      const res = await fetch(`${base}${path}`, {
+      const res = await fetch(`${server.base}${path}`, {
         method: 'OPTIONS',
         headers: {
           Origin: ALLOWED,
@@ -87,13 +80,15 @@ describe('Health endpoints', () => {
   );
 
   test('When a browser reads a probe, then only an allowed origin gets Access-Control-Allow-Origin, and the answer is the same', async () => {
-    const allowed = await fetch(`${base}/healthz/ready`, { headers: { Origin: ALLOWED } });
+    const allowed = await fetch(`${server.base}/healthz/ready`, { headers: { Origin: ALLOWED } });
     expect(allowed.status).toBe(200);
     expect(await allowed.json()).toEqual({ status: 'ok' });
     expect(allowed.headers.get('access-control-allow-origin')).toBe(ALLOWED);
     expect(allowed.headers.get('vary')).toMatch(/Origin/);
     expect(allowed.headers.get('cache-control')).toBe('no-store');
-    const foreign = await fetch(`${base}/healthz/live`, { headers: { Origin: 'https://evil.example.net' } });
+    const foreign = await fetch(`${server.base}/healthz/live`, {
+      headers: { Origin: 'https://evil.example.net' },
+    });
     expect(foreign.status).toBe(200);
     expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
   });
@@ -102,7 +97,7 @@ describe('Health endpoints', () => {
     await (usingPostgres() ? relay.close() : server.db.close());
 
     const started = Date.now();
-    const ready = await waitForStatus(base, '/healthz/ready', 503, 2000);
+    const ready = await waitForStatus(server.base, '/healthz/ready', 503, 2000);
     expect(ready?.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(2500);
     // The contract's error shape, as every other 503; and never cached by a proxy.
@@ -122,7 +117,7 @@ describe('Health endpoints', () => {
 
   testOnPostgres('When the database comes back, then ready is 200 again without a restart', async () => {
     await relay.start(relay.port);
-    const ready = await waitForStatus(base, '/healthz/ready', 200, 5000);
+    const ready = await waitForStatus(server.base, '/healthz/ready', 200, 5000);
     expect(ready?.status).toBe(200);
     expect((await get('/posts/public')).status).toBe(200);
   });

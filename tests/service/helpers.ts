@@ -234,7 +234,7 @@ export async function startTestServer(
  * What `start` makes, for a describe's or a file's cases: the object is returned at once and filled in
  * before the first case, then `prepare` runs on it; it is closed after the last.
  */
-function fixture<T extends { close(): Promise<void> }>(
+export function fixture<T extends { close(): Promise<void> }>(
   start: () => Promise<T>,
   prepare: (made: T) => Promise<void> = () => Promise.resolve(),
 ): T {

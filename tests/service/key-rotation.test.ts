@@ -11,6 +11,7 @@ import {
   bearer,
   captureLog,
   expectProblem,
+  fixture,
   freshDatabaseEnv,
   logIn,
   newAccount,
@@ -19,7 +20,6 @@ import {
   signToken,
   testEnv,
   type Account,
-  type MigratedDatabase,
 } from './helpers';
 
 // The key before the rotation, the key after it, and one this service never knew.
@@ -30,7 +30,6 @@ const FOREIGN = 'a-key-of-some-other-service-0123456789abcdef';
 const headerOf = (token: string) => jwt.decode(token, { complete: true })?.header;
 
 describe('Rotating SECRET_KEY in three phases, pods of every phase on one database', () => {
-  let database: MigratedDatabase;
   // A pod of each phase, as the Secret sets it (docs/settings.md, "Rotating SECRET_KEY").
   let phase0: Express; // K1 only: before the rotation
   let phase1: Express; // K1 signs, K2 accepted: every pod learns K2 before anyone signs with it
@@ -38,9 +37,7 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
   let phase3: Express; // K2 only: after ACCESS_TOKEN_EXPIRE_MINUTES (+30 s) since phase 2 ended
   let account: Account;
 
-  beforeAll(async () => {
-    database = await openMigratedDatabase();
-    const { db, env, logger } = database;
+  fixture(openMigratedDatabase, async ({ db, env, logger }) => {
     // Every pod on the same database (one Database: the embedded one lives in this process).
     const pod = (secretKey: string, accepted: string[] = []) =>
       createApp({
@@ -56,8 +53,6 @@ describe('Rotating SECRET_KEY in three phases, pods of every phase on one databa
     phase3 = pod(K2);
     account = await newAccount(phase0);
   });
-
-  afterAll(() => database.close());
 
   const loginOn = (pod: Express): Promise<string> => logIn(pod, account.email, account.password);
   const postsOn = (pod: Express, token: string) => request(pod).get('/posts/').set(bearer(token));

@@ -112,10 +112,9 @@ function startInserting(title: string) {
 }
 
 describe('Walking a list by its Link header while posts are added', () => {
-  let t: string;
+  const t = token();
 
   beforeAll(async () => {
-    t = token();
     for (let i = 0; i < 23; i += 1) {
       const author = i % 3 === 0 ? bob : alice;
       await newPost(service.app, author, { title: `${t} post ${i}`, published: i % 5 !== 4 });
@@ -228,11 +227,10 @@ describe('Cursor pages and changes between them', () => {
 });
 
 describe('The Link header', () => {
-  let t: string;
+  const t = token();
   let newest: number[];
 
   beforeAll(async () => {
-    t = token();
     newest = (await newPosts(service.app, bob, 5, (i) => ({ title: `${t} ${i}` }))).reverse();
   });
 

@@ -449,12 +449,10 @@ describe('List query rules', () => {
 
 describe('Pagination and order', () => {
   const count = 25;
-  let tok: string;
-  let createdIds: number[];
+  const tok = token();
+  const createdIds: number[] = [];
 
   beforeAll(async () => {
-    tok = token();
-    createdIds = [];
     for (let i = 0; i < count; i += 1) {
       const post = await newPost(service.app, i % 2 === 0 ? alice : bob, { title: `${tok} page ${i}` });
       createdIds.push(post.id);

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { createApp } from '../../service/src/app';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings, SettingsError } from '../../service/src/settings';
-import { captureLog, openMigratedDatabase, testEnv, type MigratedDatabase } from './helpers';
+import { captureLog, fixture, openMigratedDatabase, testEnv } from './helpers';
 
 /**
  * Who a request log line is about: the client address (X-Forwarded-For only through the proxies
@@ -14,7 +14,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{1
 /** The test client's own address as the server sees it, IPv4 or IPv4-mapped IPv6. */
 const LOOPBACK = /^(?:::ffff:)?127\.0\.0\.1$|^::1$/;
 
-let database: MigratedDatabase;
+const database = fixture(openMigratedDatabase);
 const log = captureLog();
 
 /** One app per TRUSTED_PROXIES value, all on one database and one captured log. */
@@ -29,15 +29,12 @@ let direct: Express;
 let behindProxy: Express;
 let behindTwoProxies: Express;
 
-beforeAll(async () => {
-  database = await openMigratedDatabase();
+beforeAll(() => {
   direct = appTrusting('');
   // The test client plays the proxy.
   behindProxy = appTrusting('127.0.0.1, ::1');
   behindTwoProxies = appTrusting('127.0.0.1,::1,10.0.0.0/8');
 });
-
-afterAll(() => database.close());
 
 interface Line {
   req: { id: string; method: string; path: string; client: string };

@@ -14,6 +14,7 @@ import {
   databaseSnapshot,
   describeOnPostgres,
   expectProblem,
+  fixture,
   newAccount,
   newPost,
   postsFixture,
@@ -122,16 +123,11 @@ describe('Without standbys', () => {
 });
 
 describeOnPostgres('With a read endpoint', () => {
-  let service: TestService;
-  let unreachable: TestService;
-  beforeAll(async () => {
-    // The test's PostgreSQL as its own read endpoint: not in recovery, it passes every replay check.
-    service = await startTestService({ DB_READ_HOSTNAME: process.env.DB_HOSTNAME ?? '' });
-    unreachable = await startTestService({ DB_READ_HOSTNAME: `127.0.0.1:${String(await freePort())}` });
-  });
-  afterAll(async () => {
-    await Promise.all([service.close(), unreachable.close()]);
-  });
+  // The test's PostgreSQL as its own read endpoint: not in recovery, it passes every replay check.
+  const service = fixture(() => startTestService({ DB_READ_HOSTNAME: process.env.DB_HOSTNAME ?? '' }));
+  const unreachable = fixture(async () =>
+    startTestService({ DB_READ_HOSTNAME: `127.0.0.1:${String(await freePort())}` }),
+  );
 
   /** Reads until one is not sent to the primary for want of its position (read every 0.1 s from the start). */
   const positioned = async (on: TestService): Promise<void> => {

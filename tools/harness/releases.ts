@@ -56,6 +56,16 @@ function isIsoDate(text: string): boolean {
   return !Number.isNaN(date.getTime()) && date.toISOString().startsWith(text);
 }
 
+/** `lines` cut at each line starting with `prefix`: that line, and the lines up to the next such one. */
+function headedParts(lines: string[], prefix: string): { heading: string; body: string[] }[] {
+  const parts: { heading: string; body: string[] }[] = [];
+  for (const line of lines) {
+    if (line.startsWith(prefix)) parts.push({ heading: line, body: [] });
+    else parts.at(-1)?.body.push(line);
+  }
+  return parts;
+}
+
 /** Reads a changelog's text: its releases, and every way it departs from the form. */
 export function parseChangelog(text: string): ParsedChangelog {
   const problems: string[] = [];
@@ -67,18 +77,14 @@ export function parseChangelog(text: string): ParsedChangelog {
   const lines = text.split('\n');
   if (lines[0] !== '# Changelog') problems.push('the first line is not "# Changelog"');
 
-  // Sections start at each level-two heading; what precedes the first is the preamble.
-  const sections: { heading: string; body: string[] }[] = [];
-  for (const line of lines) {
-    if (line.startsWith('## ')) sections.push({ heading: line, body: [] });
-    else sections.at(-1)?.body.push(line);
-  }
+  // What precedes the first section is the preamble.
+  const sections = headedParts(lines, '## ');
   if (sections[0]?.heading !== '## [Unreleased]') problems.push('the first section is not "## [Unreleased]"');
 
   const releases: Release[] = [];
   sections.forEach(({ heading, body }, index) => {
-    const subsections = body.filter((line) => line.startsWith('### ')).map((line) => line.slice(4));
-    for (const name of subsections)
+    const subsections = headedParts(body, '### ');
+    for (const name of subsections.map((part) => part.heading.slice(4)))
       if (!SUBSECTIONS.includes(name))
         problems.push(`"${heading}" has a subsection "${name}" (allowed: ${SUBSECTIONS.join(', ')})`);
     if (index === 0 && heading === '## [Unreleased]') return;
@@ -101,16 +107,9 @@ export function parseChangelog(text: string): ParsedChangelog {
     }
     const [, chartVersion = '', commit = ''] = record;
     if (!isSemVer(chartVersion)) cannotRead(`"${heading}": chart ${chartVersion} is not a semantic version`);
-    const upgrading = body.indexOf('### Upgrading');
-    const upgradingText = upgrading < 0 ? [] : body.slice(upgrading + 1);
-    const upgradingEnd = upgradingText.findIndex((line) => line.startsWith('### '));
-    if (upgrading < 0) problems.push(`"${heading}" has no "### Upgrading" subsection`);
-    else if (
-      upgradingText
-        .slice(0, upgradingEnd < 0 ? undefined : upgradingEnd)
-        .join('')
-        .trim() === ''
-    )
+    const upgrading = subsections.find((part) => part.heading === '### Upgrading');
+    if (!upgrading) problems.push(`"${heading}" has no "### Upgrading" subsection`);
+    else if (upgrading.body.join('').trim() === '')
       problems.push(`"${heading}": its "### Upgrading" says nothing (write "Nothing." when so)`);
     releases.push({ version, chartVersion, commit: commit === 'pending' ? null : commit, date });
   });
@@ -280,6 +279,17 @@ function parsedAt<T>(root: string, commit: string, file: string, parse: (text: s
   return text === null ? null : parse(text);
 }
 
+/** Whether `part` of `file` as `parse` reads it (null where missing) differs between the commit and the tree. */
+function partChanged<T>(
+  root: string,
+  commit: string,
+  file: string,
+  parse: (text: string) => T,
+  part: (parsed: T | null) => unknown,
+): boolean {
+  return !isDeepStrictEqual(part(parsedAt(root, commit, file, parse)), part(parse(readText(root, file))));
+}
+
 function without(object: Record<string, unknown>, keys: string[]): Record<string, unknown> {
   return Object.fromEntries(Object.entries(object).filter(([key]) => !keys.includes(key)));
 }
@@ -305,21 +315,13 @@ function appChanges(commit: string, root: string = ROOT): string[] {
   const changes = changedPaths(root, commit, APP_PATHS);
   const pick = (json: PackageJson | null) =>
     Object.fromEntries(APP_PACKAGE_FIELDS.map((field) => [field, json?.[field] ?? null]));
-  const before = parsedAt(root, commit, 'package.json', (text) => JSON.parse(text) as PackageJson);
-  if (!isDeepStrictEqual(pick(before), pick(packageJson(root))))
+  if (partChanged(root, commit, 'package.json', JSON.parse, pick))
     changes.push(`package.json (${APP_PACKAGE_FIELDS.join(', ')})`);
-  const lockBefore = parsedAt(root, commit, 'package-lock.json', (text) => JSON.parse(text) as LockFile);
-  const lockNow = JSON.parse(readText(root, 'package-lock.json')) as LockFile;
-  if (!isDeepStrictEqual(runtimeLock(lockBefore), runtimeLock(lockNow)))
+  if (partChanged(root, commit, 'package-lock.json', JSON.parse, runtimeLock))
     changes.push('package-lock.json (packages outside development)');
-  const tsconfig = (text: string | null) =>
-    text === null ? null : (JSON.parse(text) as { compilerOptions?: unknown }).compilerOptions;
-  if (
-    !isDeepStrictEqual(
-      tsconfig(atCommit(root, commit, 'tsconfig.json')),
-      tsconfig(readText(root, 'tsconfig.json')),
-    )
-  )
+  const compilerOptions = (json: { compilerOptions?: unknown } | null) =>
+    json === null ? null : json.compilerOptions;
+  if (partChanged(root, commit, 'tsconfig.json', JSON.parse, compilerOptions))
     changes.push('tsconfig.json (compilerOptions)');
   return changes;
 }
@@ -339,8 +341,7 @@ function chartChanges(commit: string, root: string = ROOT): string[] {
     ':(exclude)chart/README.md',
     ':(exclude)chart/Chart.yaml',
   ]);
-  const before = parsedAt(root, commit, 'chart/Chart.yaml', chartYaml);
-  if (!isDeepStrictEqual(chartIdentity(before), chartIdentity(chartYaml(readText(root, 'chart/Chart.yaml')))))
+  if (partChanged(root, commit, 'chart/Chart.yaml', chartYaml, chartIdentity))
     changes.push('chart/Chart.yaml (beyond version and appVersion)');
   return changes;
 }
