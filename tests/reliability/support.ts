@@ -3,6 +3,7 @@ import knex, { type Knex } from 'knex';
 import { account, call, sleep, type Answer } from '../../tools/harness/client';
 import { isProblem } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
+import { untilStopped, type Body } from '../../tools/harness/traffic';
 import { ReplicatedPostgres, type ReplicatedOptions } from '../../tools/harness/replicated-postgres';
 import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
 import {
@@ -20,6 +21,7 @@ export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 export { countOf, OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
+export { untilStopped } from '../../tools/harness/traffic';
 export {
   ACCOUNT_PASSWORD,
   account,
@@ -181,34 +183,6 @@ export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
         DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs),
       }),
   };
-}
-
-/** One run of a loop's body, told how many runs came before it. */
-type Body = (i: number) => Promise<unknown>;
-
-/** Runs each body over and over until stopped (or `more` says no); what throws is kept in `failures`. */
-export function untilStopped(
-  bodies: Body[],
-  more: () => boolean = () => true,
-): { failures: string[]; done: Promise<void>; stop: () => Promise<void> } {
-  let running = true;
-  const failures: string[] = [];
-  const loop = async (body: Body): Promise<void> => {
-    for (let i = 0; running && more(); i++) {
-      try {
-        await body(i);
-      } catch (error) {
-        failures.push(error instanceof Error ? error.message : String(error));
-        await sleep(100);
-      }
-    }
-  };
-  const done = Promise.all(bodies.map(loop)).then(() => undefined);
-  const stop = async () => {
-    running = false;
-    await done;
-  };
-  return { failures, done, stop };
 }
 
 /** Runs the bodies as untilStopped does for `ms`, then stops them: what failed. */
