@@ -20,6 +20,7 @@ import {
   type Answer,
   type ServiceProcess,
   vote,
+  whilePostsLocked,
 } from './support';
 
 /**
@@ -165,23 +166,18 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
 
   test(`When a table is locked past the statement time-out through PgBouncer ${version}, then the list answers 503 problem+json in bounded time, the statement is gone from the server, and the list serves again once the lock is released`, async () => {
     const [svc] = replicas as [ServiceProcess];
-    const lock = await database.db.transaction();
-    let answer: Answer;
-    let waitingAfter: number;
-    try {
-      await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
-      answer = await call(svc.base, '/posts/public', { timeoutMs: 20_000 });
+    const { answer, waitingAfter } = await whilePostsLocked(database.db, async () => {
+      const answer = await call(svc.base, '/posts/public', { timeoutMs: 20_000 });
       await sleep(300);
       // Behind the pooler the server sees PgBouncer's connections: any statement of the
       // scratch database still waiting on the lock, other than the locker's own, is left over.
-      waitingAfter = await countOf(
+      const waitingAfter = await countOf(
         database.db,
         "pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
         [database.name],
       );
-    } finally {
-      await lock.rollback();
-    }
+      return { answer, waitingAfter };
+    });
     const after = await call(svc.base, '/posts/public');
     report(`pgbouncer ${version} locked table`, {
       status: answer.status,

@@ -80,6 +80,17 @@ export function scratchDatabase(label: string): { readonly name: string; readonl
   };
 }
 
+/** Runs `use` while a transaction of the test holds posts in ACCESS EXCLUSIVE mode, so every query on it waits. */
+export async function whilePostsLocked<T>(db: Knex, use: () => Promise<T>): Promise<T> {
+  const lock = await db.transaction();
+  try {
+    await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
+    return await use();
+  } finally {
+    await lock.rollback();
+  }
+}
+
 /** Prints one case's figures on their own line, outside jest's console decoration. */
 export function report(name: string, figures: Record<string, unknown>): void {
   const parts = Object.entries(figures).map(
