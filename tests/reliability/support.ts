@@ -1,11 +1,11 @@
 import autocannon from 'autocannon';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { account, call, sleep, type Answer } from '../../tools/harness/client';
 import { isProblem } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
 import { untilStopped, type Body } from '../../tools/harness/traffic';
 import { ReplicatedPostgres, type ReplicatedOptions } from '../../tools/harness/replicated-postgres';
-import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
+import { adminDatabase, createScratchDatabase, knexTo, postgresServer } from '../../tools/harness/postgres';
 import {
   startService as startServiceProcess,
   stopAll,
@@ -39,13 +39,8 @@ export {
 /** The PostgreSQL server the suite runs against (tools/harness/postgres.ts). */
 export const pg = { ...postgresServer, adminDatabase };
 
-export function connect(database: string, port = pg.port, host = pg.host): Knex {
-  return knex({
-    client: 'pg',
-    connection: { host, port, user: pg.user, password: pg.password, database },
-    pool: { min: 0, max: 4 },
-  });
-}
+export const connect = (database: string, port = pg.port, host = pg.host): Knex =>
+  knexTo(database, 4, { ...postgresServer, host, port });
 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
 export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);

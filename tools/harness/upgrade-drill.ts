@@ -13,9 +13,9 @@ import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync }
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import bcrypt from 'bcrypt';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
-import { countOf, createScratchDatabase, postgresServer, rowsOf } from './postgres';
+import { countOf, createScratchDatabase, knexTo, rowsOf } from './postgres';
 import { samples, scrape } from './metrics-text';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
@@ -335,11 +335,7 @@ async function inScratch<T>(
   const release = options.release ?? previousRelease();
   const dir = buildRelease(release);
   const database = await createScratchDatabase(label);
-  const k = knex({
-    client: 'pg',
-    connection: { ...postgresServer, database: database.name },
-    pool: { min: 0, max: 2 },
-  });
+  const k = knexTo(database.name, 2);
   const started: ServiceProcess[] = [];
   const start = async (cwd: string, withinMs: number) => {
     const one = await startRelease(cwd, options.env(database.name), withinMs);
