@@ -110,6 +110,10 @@ export function startService(
   return startServiceProcess(childEnv, { ...options, keep: notable, withinMs });
 }
 
+/** The service on `database` of a server, relay or pooler of the test's own at 127.0.0.1:`port`. */
+export const startOn = (port: number, database: string, env: Record<string, string> = {}) =>
+  startService({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port), DB_NAME: database, ...env });
+
 export interface LoadRecord {
   result: Promise<autocannon.Result>;
   /** Arrival time of every response, to tell what happened before and after a moment. */
@@ -182,12 +186,7 @@ export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
     pair,
     relay: started,
     start: (statementTimeoutMs) =>
-      startService({
-        DB_HOSTNAME: '127.0.0.1',
-        DB_PORT: String(started().port),
-        DB_NAME: 'postgres',
-        DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs),
-      }),
+      startOn(started().port, 'postgres', { DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs) }),
   };
 }
 
