@@ -593,12 +593,15 @@ interface Callers {
 /** What the old release's answers under the new schema came to, as `judge` records them. */
 type Verdicts = Pick<OldOnNewResult, 'wrong' | 'answered'>;
 
-/** One client's reads: the public list, its own list and one of the newest posts. */
-const reads = ({ token, hot }: Callers, base: string, i: number): Promise<Answer>[] => [
-  call(base, '/posts/public', {}),
-  call(base, '/posts/', { token: token(i) }),
-  call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
-];
+/** Ten clients' reads at once, the `round`th time: each the public list, its own list and one of the newest posts. */
+const readRound = ({ token, hot }: Callers, base: string, round: number): Promise<Answer[]> =>
+  Promise.all(
+    Array.from({ length: 10 }, (_, n) => n + round).flatMap((i) => [
+      call(base, '/posts/public', {}),
+      call(base, '/posts/', { token: token(i) }),
+      call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
+    ]),
+  );
 
 /** Counts an answer, and records it as wrong unless its status is one of `ok`. */
 const judge = (verdicts: Verdicts, what: string, ok: readonly number[]) => (answer: Answer) => {
@@ -616,8 +619,7 @@ const judge = (verdicts: Verdicts, what: string, ok: readonly number[]) => (answ
 async function primeConnections(callers: Callers, base: string): Promise<void> {
   const { token, hot } = callers;
   // Ten at once, more than once: the statements get prepared on every connection of its pool.
-  for (let round = 0; round < 5; round++)
-    await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat());
+  for (let round = 0; round < 5; round++) await readRound(callers, base, round);
   await Promise.all(
     hot.slice(20, 30).map((id, i) => vote(base, token(i), id, 1).then(() => vote(base, token(i), id, 0))),
   );
@@ -643,9 +645,7 @@ async function serveOnNewSchema(
     ),
   );
   for (let round = 0; round < 3; round++)
-    (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat())).forEach(
-      judge(verdicts, 'read', [200]),
-    );
+    (await readRound(callers, base, round)).forEach(judge(verdicts, 'read', [200]));
 }
 
 /** The posts whose votes through either release, or whose stored count, differ from their rows in `votes`. */
