@@ -5,7 +5,7 @@ import {
   isProblem,
   OwnPostgres,
   report,
-  startService,
+  startOn,
   stopAllServices,
   waitForStatus,
   type Answer,
@@ -46,11 +46,7 @@ function everyKindOfCall(
 }
 
 test('When the database goes away and comes back, then ready is 503 within 2 s while live stays 200 and the API answers 503 problem+json, and ready is 200 again within 5 s in the same process', async () => {
-  const svc = await startService({
-    DB_HOSTNAME: '127.0.0.1',
-    DB_PORT: String(own.port),
-    DB_NAME: 'postgres',
-  });
+  const svc = await startOn(own.port, 'postgres');
   const {
     token,
     posts: [postId],

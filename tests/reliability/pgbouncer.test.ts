@@ -13,13 +13,14 @@ import {
   report,
   scratchDatabase,
   sleep,
-  startService,
+  startOn,
   statusCounts,
   stopAllServices,
   whileRunning,
   type Answer,
   type ServiceProcess,
   vote,
+  whilePostsLocked,
 } from './support';
 
 /**
@@ -60,10 +61,7 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
   const { bouncer, database } = pooled(version, `pgb${version.replace('.', '')}`);
   let replicas: ServiceProcess[] = [];
   const start = () =>
-    startService({
-      DB_HOSTNAME: '127.0.0.1',
-      DB_PORT: String(bouncer.port),
-      DB_NAME: database.name,
+    startOn(bouncer.port, database.name, {
       DB_POOL_MAX: String(SERVICE_POOL),
       DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
       SHUTDOWN_DELAY_SECONDS: '0',
@@ -165,23 +163,18 @@ describe.each(versions)('Behind PgBouncer $version in transaction mode', ({ vers
 
   test(`When a table is locked past the statement time-out through PgBouncer ${version}, then the list answers 503 problem+json in bounded time, the statement is gone from the server, and the list serves again once the lock is released`, async () => {
     const [svc] = replicas as [ServiceProcess];
-    const lock = await database.db.transaction();
-    let answer: Answer;
-    let waitingAfter: number;
-    try {
-      await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
-      answer = await call(svc.base, '/posts/public', { timeoutMs: 20_000 });
+    const { answer, waitingAfter } = await whilePostsLocked(database.db, async () => {
+      const answer = await call(svc.base, '/posts/public', { timeoutMs: 20_000 });
       await sleep(300);
       // Behind the pooler the server sees PgBouncer's connections: any statement of the
       // scratch database still waiting on the lock, other than the locker's own, is left over.
-      waitingAfter = await countOf(
+      const waitingAfter = await countOf(
         database.db,
         "pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock'",
         [database.name],
       );
-    } finally {
-      await lock.rollback();
-    }
+      return { answer, waitingAfter };
+    });
     const after = await call(svc.base, '/posts/public');
     report(`pgbouncer ${version} locked table`, {
       status: answer.status,
@@ -203,12 +196,7 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
   const { bouncer, database } = pooled('1.18', 'pgb118_named');
 
   test('When named prepared statements stay on behind a pooler that does not track them, then the failures are problem+json and each logged failure names DB_PREPARED_STATEMENTS=false', async () => {
-    const svc = await startService({
-      DB_HOSTNAME: '127.0.0.1',
-      DB_PORT: String(bouncer.port),
-      DB_NAME: database.name,
-      DB_POOL_MAX: String(SERVICE_POOL),
-    });
+    const svc = await startOn(bouncer.port, database.name, { DB_POOL_MAX: String(SERVICE_POOL) });
     // Registration and login use no named statement; every authenticated call does.
     const token = await account(svc.base, 'named@example.com');
     const answers = await Promise.all(
@@ -255,10 +243,7 @@ describe('Behind PgBouncer 1.24 whose server connection breaks just after Postgr
   });
 
   test("When the server connection breaks after a new post's INSERT or a DELETE's COMMIT reached PostgreSQL, then PgBouncer's error is answered as a change that may or may not stand (not \"try again\"), and the change is stored", async () => {
-    const svc = await startService({
-      DB_HOSTNAME: '127.0.0.1',
-      DB_PORT: String(bouncer?.port),
-      DB_NAME: database.name,
+    const svc = await startOn(bouncer?.port ?? 0, database.name, {
       DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
     });
     const token = await account(svc.base, 'pgb-lost@example.com');

@@ -10,6 +10,7 @@ import {
   type Answer,
   scratchDatabase,
   vote,
+  whilePostsLocked,
 } from './support';
 import { CANCEL_GRACE_MS } from '../../service/src/db/deadline';
 
@@ -56,27 +57,21 @@ test('When the database is slow (a query past the statement time-out, more reque
     }
   };
 
-  // PostgreSQL made slow from outside: while this lock is held, every query on posts waits.
-  const lock = await database.db.transaction();
-  await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
-  let single: Answer;
-  let burst: Answer[];
-  let liveDuring: number;
-  let stuckAfter: number;
-  let burstWallMs: number;
-  try {
-    single = await call(svc.base, '/posts/public', { timeoutMs: 30_000 });
-    const burstStarted = Date.now();
-    const pending = Array.from({ length: BURST }, (_, i) => mixed(i));
-    liveDuring = (await call(svc.base, '/healthz/live')).status;
-    burst = await Promise.all(pending);
-    burstWallMs = Date.now() - burstStarted;
-    // Cancelled statements leave no query behind on the server.
-    await sleep(500);
-    stuckAfter = await serviceQueries('active');
-  } finally {
-    await lock.rollback();
-  }
+  // PostgreSQL made slow from outside: while the lock is held, every query on posts waits.
+  const { single, burst, liveDuring, stuckAfter, burstWallMs } = await whilePostsLocked(
+    database.db,
+    async () => {
+      const single = await call(svc.base, '/posts/public', { timeoutMs: 30_000 });
+      const burstStarted = Date.now();
+      const pending = Array.from({ length: BURST }, (_, i) => mixed(i));
+      const liveDuring = (await call(svc.base, '/healthz/live')).status;
+      const burst = await Promise.all(pending);
+      const burstWallMs = Date.now() - burstStarted;
+      // Cancelled statements leave no query behind on the server.
+      await sleep(500);
+      return { single, burst, liveDuring, burstWallMs, stuckAfter: await serviceQueries('active') };
+    },
+  );
 
   const after = await Promise.all(Array.from({ length: BURST }, (_, i) => mixed(i)));
   const readyAfter = (await call(svc.base, '/healthz/ready')).status;
@@ -141,18 +136,14 @@ test('When statements queued behind a lock hold every pooled connection, then no
       ? call(svc.base, '/posts/public', { timeoutMs: 30_000 })
       : call(svc.base, '/posts/?search=post', { token, timeoutMs: 30_000 });
 
-  const lock = await database.db.transaction();
-  await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
   const during: Promise<Answer>[] = [];
-  try {
+  await whilePostsLocked(database.db, async () => {
     const lockedAt = Date.now();
     for (let wave = 0; Date.now() - lockedAt < LOCK_HELD_MS; wave++) {
       for (let i = 0; i < WAVE; i++) during.push(list(wave * WAVE + i));
       await sleep(WAVE_EVERY_MS);
     }
-  } finally {
-    await lock.rollback();
-  }
+  });
   const answers = await Promise.all(during);
   const after = await Promise.all(Array.from({ length: WAVE }, (_, i) => list(i)));
   // A second round, once the pool has replaced the connections whose statements were cancelled.

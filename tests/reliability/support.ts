@@ -1,10 +1,11 @@
 import autocannon from 'autocannon';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { account, call, sleep, type Answer } from '../../tools/harness/client';
 import { isProblem } from '../../tools/harness/problem';
 import { Relay } from '../../tools/harness/relay';
+import { untilStopped, type Body } from '../../tools/harness/traffic';
 import { ReplicatedPostgres, type ReplicatedOptions } from '../../tools/harness/replicated-postgres';
-import { adminDatabase, createScratchDatabase, postgresServer } from '../../tools/harness/postgres';
+import { adminDatabase, createScratchDatabase, knexTo, postgresServer } from '../../tools/harness/postgres';
 import {
   startService as startServiceProcess,
   stopAll,
@@ -20,6 +21,7 @@ export type { LogLine, ServiceProcess } from '../../tools/harness/service';
 export { countOf, OwnPostgres } from '../../tools/harness/postgres';
 export { TEST_SECRET as SECRET } from '../../tools/harness/env';
 export { isProblem } from '../../tools/harness/problem';
+export { untilStopped } from '../../tools/harness/traffic';
 export {
   ACCOUNT_PASSWORD,
   account,
@@ -37,13 +39,8 @@ export {
 /** The PostgreSQL server the suite runs against (tools/harness/postgres.ts). */
 export const pg = { ...postgresServer, adminDatabase };
 
-export function connect(database: string, port = pg.port, host = pg.host): Knex {
-  return knex({
-    client: 'pg',
-    connection: { host, port, user: pg.user, password: pg.password, database },
-    pool: { min: 0, max: 4 },
-  });
-}
+export const connect = (database: string, port = pg.port, host = pg.host): Knex =>
+  knexTo(database, 4, { ...postgresServer, host, port });
 
 /** A fresh database for one case, dropped (with any connection left on it) afterwards. */
 export const createDatabase = (label: string) => createScratchDatabase(`sp_rel_${label}`);
@@ -78,6 +75,17 @@ export function scratchDatabase(label: string): { readonly name: string; readonl
   };
 }
 
+/** Runs `use` while a transaction of the test holds posts in ACCESS EXCLUSIVE mode, so every query on it waits. */
+export async function whilePostsLocked<T>(db: Knex, use: () => Promise<T>): Promise<T> {
+  const lock = await db.transaction();
+  try {
+    await lock.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
+    return await use();
+  } finally {
+    await lock.rollback();
+  }
+}
+
 /** Prints one case's figures on their own line, outside jest's console decoration. */
 export function report(name: string, figures: Record<string, unknown>): void {
   const parts = Object.entries(figures).map(
@@ -101,6 +109,10 @@ export function startService(
   if (childEnv.LOG_LEVEL !== 'info' && childEnv.LOG_LEVEL !== 'debug') childEnv.LOG_LEVEL = 'info';
   return startServiceProcess(childEnv, { ...options, keep: notable, withinMs });
 }
+
+/** The service on `database` of a server, relay or pooler of the test's own at 127.0.0.1:`port`. */
+export const startOn = (port: number, database: string, env: Record<string, string> = {}) =>
+  startService({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port), DB_NAME: database, ...env });
 
 export interface LoadRecord {
   result: Promise<autocannon.Result>;
@@ -174,41 +186,8 @@ export function replicatedBehindRelay(options: ReplicatedOptions = {}): {
     pair,
     relay: started,
     start: (statementTimeoutMs) =>
-      startService({
-        DB_HOSTNAME: '127.0.0.1',
-        DB_PORT: String(started().port),
-        DB_NAME: 'postgres',
-        DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs),
-      }),
+      startOn(started().port, 'postgres', { DB_STATEMENT_TIMEOUT_MS: String(statementTimeoutMs) }),
   };
-}
-
-/** One run of a loop's body, told how many runs came before it. */
-type Body = (i: number) => Promise<unknown>;
-
-/** Runs each body over and over until stopped (or `more` says no); what throws is kept in `failures`. */
-export function untilStopped(
-  bodies: Body[],
-  more: () => boolean = () => true,
-): { failures: string[]; done: Promise<void>; stop: () => Promise<void> } {
-  let running = true;
-  const failures: string[] = [];
-  const loop = async (body: Body): Promise<void> => {
-    for (let i = 0; running && more(); i++) {
-      try {
-        await body(i);
-      } catch (error) {
-        failures.push(error instanceof Error ? error.message : String(error));
-        await sleep(100);
-      }
-    }
-  };
-  const done = Promise.all(bodies.map(loop)).then(() => undefined);
-  const stop = async () => {
-    running = false;
-    await done;
-  };
-  return { failures, done, stop };
 }
 
 /** Runs the bodies as untilStopped does for `ms`, then stops them: what failed. */

@@ -21,7 +21,8 @@ import {
 } from './barman';
 import { ObjectStore } from './object-store';
 import { OwnPostgres, queryServer } from './postgres';
-import { account, call, login, sleep, vote, waitForStatus } from './client';
+import { account, call, login, vote, waitForStatus } from './client';
+import { untilStopped } from './traffic';
 import type { ServiceProcess } from './service';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
@@ -171,48 +172,36 @@ export async function writeLoad(base: string, workers: number, label: string): P
   );
   const writes: Write[] = [];
   const posts: number[] = [];
-  let failed = 0;
-  let running = true;
-  const worker = async (user: (typeof users)[number]) => {
-    for (let i = 0; running; i++) {
-      const sentAt = Date.now();
-      try {
-        if (i % 2 === 0) {
-          const answer = await call(base, '/posts/', {
-            token: user.token,
-            json: { title: `${label} ${user.email} #${String(i)}`, content: 'drill' },
-            timeoutMs: 10_000,
-          });
-          if (answer.status !== 201) throw new Error(String(answer.status));
-          const id = (answer.body as { id: number }).id;
-          writes.push({ kind: 'post', id, email: user.email, sentAt, ackAt: Date.now() });
-          posts.push(id);
-        } else {
-          const choices = posts.slice(-50).filter((id) => !user.voted.has(id));
-          const postId = choices[Math.floor(Math.random() * choices.length)];
-          if (postId === undefined) continue;
-          user.voted.add(postId);
-          const answer = await vote(base, user.token, postId, 1, 10_000);
-          if (answer.status !== 201) throw new Error(String(answer.status));
-          writes.push({ kind: 'vote', postId, email: user.email, sentAt, ackAt: Date.now() });
-        }
-      } catch {
-        failed += 1;
-        // A database that is gone answers at once: no busy loop meanwhile.
-        await sleep(100);
-      }
+  // A failed write throws: counted, and (a database that is gone answers at once) followed by a pause.
+  const worker = (user: (typeof users)[number]) => async (i: number) => {
+    const sentAt = Date.now();
+    if (i % 2 === 0) {
+      const answer = await call(base, '/posts/', {
+        token: user.token,
+        json: { title: `${label} ${user.email} #${String(i)}`, content: 'drill' },
+        timeoutMs: 10_000,
+      });
+      if (answer.status !== 201) throw new Error(String(answer.status));
+      const id = (answer.body as { id: number }).id;
+      writes.push({ kind: 'post', id, email: user.email, sentAt, ackAt: Date.now() });
+      posts.push(id);
+    } else {
+      const choices = posts.slice(-50).filter((id) => !user.voted.has(id));
+      const postId = choices[Math.floor(Math.random() * choices.length)];
+      if (postId === undefined) return;
+      user.voted.add(postId);
+      const answer = await vote(base, user.token, postId, 1, 10_000);
+      if (answer.status !== 201) throw new Error(String(answer.status));
+      writes.push({ kind: 'vote', postId, email: user.email, sentAt, ackAt: Date.now() });
     }
   };
-  const all = Promise.all(users.map(worker));
+  const run = untilStopped(users.map(worker));
   return {
     writes,
     get failed() {
-      return failed;
+      return run.failures.length;
     },
-    stop: async () => {
-      running = false;
-      await all;
-    },
+    stop: run.stop,
   };
 }
 

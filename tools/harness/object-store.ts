@@ -81,18 +81,11 @@ export class ObjectStore {
 
   /** Bytes stored under a key prefix of the bucket (`<server>/base`, `<server>/wals`). */
   bytes(prefix: string): number {
-    const walk = (folder: string): number => {
-      let total = 0;
-      for (const entry of readdirSync(folder, { withFileTypes: true })) {
-        const file = path.join(folder, entry.name);
-        if (entry.isDirectory()) total += walk(file);
-        else if (entry.name.endsWith(OBJECT_SUFFIX)) total += statSync(file).size;
-      }
-      return total;
-    };
     const root = path.join(this.dir, 'objects', this.bucket, prefix);
     try {
-      return walk(root);
+      return readdirSync(root, { recursive: true, withFileTypes: true })
+        .filter((entry) => !entry.isDirectory() && entry.name.endsWith(OBJECT_SUFFIX))
+        .reduce((total, entry) => total + statSync(path.join(entry.parentPath, entry.name)).size, 0);
     } catch {
       return 0;
     }

@@ -39,6 +39,10 @@ export const postgresServer = {
 /** The database to connect to for CREATE and DROP DATABASE. */
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 
+/** A knex pool of at most `max` connections to `database` on `server` (the suites' by default). */
+export const knexTo = (database: string, max: number, server = postgresServer): Knex =>
+  knex({ client: 'pg', connection: { ...server, database }, pool: { min: 0, max } });
+
 /** The rows `sql` answers on `db`. */
 export async function rowsOf<Row>(db: Knex, sql: string, bindings: Knex.RawBinding[] = []): Promise<Row[]> {
   return (await db.raw<{ rows: Row[] }>(sql, bindings)).rows;
@@ -64,11 +68,7 @@ export async function createScratchDatabase(
 ): Promise<{ name: string; drop(): Promise<void> }> {
   scratchCounter += 1;
   const name = `${prefix}_${process.pid}_${scratchCounter}_${Date.now().toString(36)}`;
-  const admin = knex({
-    client: 'pg',
-    connection: { ...postgresServer, database: adminDatabase },
-    pool: { min: 0, max: 1 },
-  });
+  const admin = knexTo(adminDatabase, 1);
   const { ctype } = options;
   // A utility statement takes no bound values: the locale is written in, so only a locale name passes.
   if (ctype !== undefined && !/^[\w.@-]+$/.test(ctype)) throw new Error(`not a locale name: ${ctype}`);

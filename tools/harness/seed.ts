@@ -1,11 +1,11 @@
 import bcrypt from 'bcrypt';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { openDatabase } from '../../service/src/db/connection';
 import { RECOUNT_VOTES } from '../../migrations/20261125000005_post_vote_counts';
 import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { countOf, postgresServer } from './postgres';
+import { countOf, knexTo, postgresServer } from './postgres';
 
 export const BENCH_PASSWORD = 'bench-password-123';
 /** In about one title in ten thousand, and in about one in ten. */
@@ -142,11 +142,7 @@ export async function seed(
 ): Promise<SeedInfo> {
   const database = `sp_bench_${String(posts)}`;
   const users = usersFor(posts);
-  const admin = knex({
-    client: 'pg',
-    connection: { ...server, database: 'postgres' },
-    pool: { min: 0, max: 1 },
-  });
+  const admin = knexTo('postgres', 1, server);
   const exists =
     (await admin.raw<{ rows: unknown[] }>('SELECT 1 FROM pg_database WHERE datname = ?', [database])).rows
       .length > 0;

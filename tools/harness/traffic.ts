@@ -23,6 +23,34 @@ export interface Traffic {
   stop(): Promise<void>;
 }
 
+/** One run of a loop's body, told how many runs came before it. */
+export type Body = (i: number) => Promise<unknown>;
+
+/** Runs each body over and over until stopped (or `more` says no); what throws is kept in `failures`. */
+export function untilStopped(
+  bodies: Body[],
+  more: () => boolean = () => true,
+): { failures: string[]; done: Promise<void>; stop: () => Promise<void> } {
+  let running = true;
+  const failures: string[] = [];
+  const loop = async (body: Body): Promise<void> => {
+    for (let i = 0; running && more(); i++) {
+      try {
+        await body(i);
+      } catch (error) {
+        failures.push(error instanceof Error ? error.message : String(error));
+        await sleep(100);
+      }
+    }
+  };
+  const done = Promise.all(bodies.map(loop)).then(() => undefined);
+  const stop = async () => {
+    running = false;
+    await done;
+  };
+  return { failures, done, stop };
+}
+
 /**
  * Workers that create posts and read the signed-in list, one request after another each, and a
  * readiness poller, until stopped: the record a failover or lost-node case reads afterwards.
@@ -30,7 +58,6 @@ export interface Traffic {
 function traffic(base: string, token: string, workers: number): Traffic {
   const answers: Recorded[] = [];
   const failures: Traffic['failures'] = [];
-  let running = true;
   const record = async (kind: Recorded['kind'], request: () => Promise<Answer>) => {
     try {
       const answer = await request();
@@ -47,26 +74,22 @@ function traffic(base: string, token: string, workers: number): Traffic {
       failures.push({ at: Date.now(), message: error instanceof Error ? error.message : String(error) });
     }
   };
-  const worker = async (n: number) => {
-    for (let i = 0; running; i++) {
-      if (i % 2 === 0)
-        await record('create', () =>
+  // `record` keeps every failure itself, so no body ever throws into the loop's own record.
+  const worker = (n: number) => (i: number) =>
+    i % 2 === 0
+      ? record('create', () =>
           call(base, '/posts/', {
             token,
             json: { title: `w${String(n)} #${String(i)}`, content: 'c' },
             timeoutMs: 30_000,
           }),
-        );
-      else await record('list', () => call(base, '/posts/', { token, timeoutMs: 30_000 }));
-    }
-  };
+        )
+      : record('list', () => call(base, '/posts/', { token, timeoutMs: 30_000 }));
   const poller = async () => {
-    while (running) {
-      await record('ready', () => call(base, '/healthz/ready', { timeoutMs: 30_000 }));
-      await sleep(100);
-    }
+    await record('ready', () => call(base, '/healthz/ready', { timeoutMs: 30_000 }));
+    await sleep(100);
   };
-  const all = Promise.all([poller(), ...Array.from({ length: workers }, (_, n) => worker(n))]);
+  const { stop } = untilStopped([poller, ...Array.from({ length: workers }, (_, n) => worker(n))]);
   return {
     answers,
     failures,
@@ -77,10 +100,7 @@ function traffic(base: string, token: string, workers: number): Traffic {
         { withinMs },
       );
     },
-    stop: async () => {
-      running = false;
-      await all;
-    },
+    stop,
   };
 }
 

@@ -13,11 +13,10 @@ import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync, symlinkSync }
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import bcrypt from 'bcrypt';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { BENCH_PASSWORD, insertRows, usersFor, vacuumAnalyze } from './seed';
-import { countOf, createScratchDatabase, postgresServer, rowsOf } from './postgres';
+import { countOf, createScratchDatabase, knexTo, rowsOf } from './postgres';
 import { samples, scrape } from './metrics-text';
-import { pollUntil } from './poll';
 import { previousRelease, type Release } from './releases';
 import { ROOT, startService, type LogLine, type ServiceProcess } from './service';
 import {
@@ -29,7 +28,7 @@ import {
   type SteadyOptions,
   type SteadyTraffic,
 } from './traffic';
-import { call, login, sleep, countBy, vote, type Answer } from './client';
+import { call, login, sleep, countBy, vote, waitForStatus, type Answer } from './client';
 import { shownVotes, VOTE_COUNTS, type VoteCount } from './vote-counts';
 
 /** DB_STATEMENT_TIMEOUT_MS plus the grace the service gives a cancel: no client waits longer. */
@@ -93,16 +92,9 @@ export async function startRelease(cwd: string, env: NodeJS.ProcessEnv, withinMs
   const spawned = Date.now();
   const svc = await startService(env, { cwd, keep, withinMs });
   const listeningMs = Date.now() - spawned;
-  const ready = await pollUntil(
-    () =>
-      call(svc.base, '/healthz/ready', { timeoutMs: 2000 }).then(
-        (a) => a.status,
-        () => 0,
-      ),
-    (status) => status === 200,
-    { withinMs, everyMs: 50 },
-  );
-  if (!ready.held) throw new Error(`${cwd}: /healthz/ready is ${String(ready.value)} after ${withinMs} ms`);
+  const ready = await waitForStatus(svc.base, '/healthz/ready', 200, withinMs);
+  if (ready?.status !== 200)
+    throw new Error(`${cwd}: /healthz/ready is ${String(ready?.status ?? 0)} after ${withinMs} ms`);
   return { svc, listeningMs, readyMs: Date.now() - spawned };
 }
 
@@ -154,7 +146,6 @@ export interface AnswerFigures {
 export interface Figures extends AnswerFigures {
   posts: number;
   votes: number;
-  users: number;
   seedSeconds: number;
   /** The errors each release logged (distinct messages, with how often). */
   logged: Record<string, number>;
@@ -310,13 +301,10 @@ async function check(
 
 /** The previous release on a fresh database, migrated by itself, then filled in bulk. */
 async function seedPrevious(
-  dir: string,
+  { dir, k, start, log }: Scratch,
   options: UpgradeOptions,
-  database: string,
-  k: Knex,
-  log: (line: string) => void,
-): Promise<{ old: Started; users: number; seedSeconds: number; migrations: string[] }> {
-  const old = await startRelease(dir, options.env(database), 120_000);
+): Promise<{ old: Started; seedSeconds: number; migrations: string[] }> {
+  const old = await start(dir, 120_000);
   const migrations = await k<{ name: string }>('knex_migrations').orderBy('id').pluck('name');
   const users = usersFor(options.posts);
   log(`seeding ${String(users)} users, ${String(options.posts)} posts, ~${String(options.votes)} votes`);
@@ -325,34 +313,37 @@ async function seedPrevious(
   const passwordHash = await bcrypt.hash(BENCH_PASSWORD, options.passwordRounds);
   await insertRows(k, { users, posts: options.posts, votes: options.votes, passwordHash, voteCounts: false });
   await vacuumAnalyze(k);
-  return { old, users, seedSeconds: (Date.now() - began) / 1000, migrations };
+  return { old, seedSeconds: (Date.now() - began) / 1000, migrations };
 }
 
-/** What an upgrade case runs in: the release built, a scratch database and the processes it started. */
+/** What an upgrade case runs in: the release (the previous one by default) built, and a scratch database. */
 interface Scratch {
+  release: Release;
   dir: string;
-  database: string;
   k: Knex;
-  /** Every process the case starts goes here: all are killed at the end, whatever happened. */
-  started: ServiceProcess[];
+  log: (line: string) => void;
+  /** Starts a release from `cwd` on the database; every one started is killed at the end, whatever happened. */
+  start: (cwd: string, withinMs: number) => Promise<Started>;
 }
 
-/** Runs `use` on a scratch database (prefix `label`) beside `release` built; kills, closes and drops after. */
+/** Runs `use` on a scratch database (prefix `label`) beside the release built; kills, closes and drops after. */
 async function inScratch<T>(
-  release: Release,
+  options: Pick<UpgradeOptions, 'release' | 'env' | 'log'>,
   label: string,
   use: (scratch: Scratch) => Promise<T>,
 ): Promise<T> {
+  const release = options.release ?? previousRelease();
   const dir = buildRelease(release);
   const database = await createScratchDatabase(label);
-  const k = knex({
-    client: 'pg',
-    connection: { ...postgresServer, database: database.name },
-    pool: { min: 0, max: 2 },
-  });
+  const k = knexTo(database.name, 2);
   const started: ServiceProcess[] = [];
+  const start = async (cwd: string, withinMs: number) => {
+    const one = await startRelease(cwd, options.env(database.name), withinMs);
+    started.push(one.svc);
+    return one;
+  };
   try {
-    return await use({ dir, database: database.name, k, started });
+    return await use({ release, dir, k, log: options.log ?? (() => undefined), start });
   } finally {
     await Promise.all(started.map((svc) => svc.stop('SIGKILL')));
     await k.destroy();
@@ -443,16 +434,10 @@ async function warmUp(mix: SteadyOptions, running: { stop(): Promise<void> }[]):
 }
 
 /** Starts this release beside the previous one and puts both in rotation once it is ready. */
-async function startBeside(
-  stage: Stage,
-  env: NodeJS.ProcessEnv,
-  started: ServiceProcess[],
-  log: (line: string) => void,
-): Promise<Started> {
+async function startBeside(stage: Stage, { start, log }: Scratch): Promise<Started> {
   log('starting this release beside it');
   stage.phase = 'new starting';
-  const fresh = await startRelease(ROOT, env, 300_000);
-  started.push(fresh.svc);
+  const fresh = await start(ROOT, 300_000);
   log(`this release ready after ${String(fresh.readyMs)} ms`);
   stage.rotation = [...stage.rotation, { name: 'new', base: fresh.svc.base }];
   stage.phase = 'both';
@@ -484,16 +469,14 @@ async function retireOld(
  * database holds.
  */
 export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult> {
-  const log = options.log ?? (() => undefined);
-  const release = options.release ?? previousRelease();
-  return inScratch(release, 'sp_upgrade', async ({ dir, database, k, started }) => {
+  return inScratch(options, 'sp_upgrade', async (scratch) => {
+    const { release, dir, k, log } = scratch;
     // Whatever fails, no traffic outlives the case (stopped before the processes are).
     const running: { stop(): Promise<void> }[] = [];
     let progress: NodeJS.Timeout | undefined;
     try {
-      const seeded = await seedPrevious(dir, options, database, k, log);
+      const seeded = await seedPrevious(scratch, options);
       const old = seeded.old.svc;
-      started.push(old);
       expectOwnMigrations(dir, release, seeded.migrations);
       const seededVotes = await countOf(k, 'votes');
       log(`seeded in ${seeded.seedSeconds.toFixed(1)} s (${String(seededVotes)} votes)`);
@@ -519,7 +502,7 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       progress = reportProgress(load, log);
       await sleep(options.warmMs ?? 5000);
 
-      const fresh = await startBeside(stage, options.env(database), started, log);
+      const fresh = await startBeside(stage, scratch);
       const readyAt = Date.now();
       await sleep(options.bothMs ?? 8000);
       const oldExit = await retireOld(stage, old, fresh, log);
@@ -535,7 +518,6 @@ export async function runUpgrade(options: UpgradeOptions): Promise<UpgradeResult
       const figures: Figures = {
         posts: options.posts,
         votes: seededVotes,
-        users: seeded.users,
         seedSeconds: seeded.seedSeconds,
         ...answerFigures(load.answers),
         logged: loggedErrors([
@@ -611,12 +593,15 @@ interface Callers {
 /** What the old release's answers under the new schema came to, as `judge` records them. */
 type Verdicts = Pick<OldOnNewResult, 'wrong' | 'answered'>;
 
-/** One client's reads: the public list, its own list and one of the newest posts. */
-const reads = ({ token, hot }: Callers, base: string, i: number): Promise<Answer>[] => [
-  call(base, '/posts/public', {}),
-  call(base, '/posts/', { token: token(i) }),
-  call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
-];
+/** Ten clients' reads at once, the `round`th time: each the public list, its own list and one of the newest posts. */
+const readRound = ({ token, hot }: Callers, base: string, round: number): Promise<Answer[]> =>
+  Promise.all(
+    Array.from({ length: 10 }, (_, n) => n + round).flatMap((i) => [
+      call(base, '/posts/public', {}),
+      call(base, '/posts/', { token: token(i) }),
+      call(base, `/posts/${String(hot[i % hot.length])}`, { token: token(i) }),
+    ]),
+  );
 
 /** Counts an answer, and records it as wrong unless its status is one of `ok`. */
 const judge = (verdicts: Verdicts, what: string, ok: readonly number[]) => (answer: Answer) => {
@@ -634,8 +619,7 @@ const judge = (verdicts: Verdicts, what: string, ok: readonly number[]) => (answ
 async function primeConnections(callers: Callers, base: string): Promise<void> {
   const { token, hot } = callers;
   // Ten at once, more than once: the statements get prepared on every connection of its pool.
-  for (let round = 0; round < 5; round++)
-    await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat());
+  for (let round = 0; round < 5; round++) await readRound(callers, base, round);
   await Promise.all(
     hot.slice(20, 30).map((id, i) => vote(base, token(i), id, 1).then(() => vote(base, token(i), id, 0))),
   );
@@ -661,9 +645,7 @@ async function serveOnNewSchema(
     ),
   );
   for (let round = 0; round < 3; round++)
-    (await Promise.all(Array.from({ length: 10 }, (_, i) => reads(callers, base, i + round)).flat())).forEach(
-      judge(verdicts, 'read', [200]),
-    );
+    (await readRound(callers, base, round)).forEach(judge(verdicts, 'read', [200]));
 }
 
 /** The posts whose votes through either release, or whose stored count, differ from their rows in `votes`. */
@@ -693,21 +675,17 @@ async function countMismatches(
 export async function runOldOnNewSchema(
   options: Pick<UpgradeOptions, 'release' | 'posts' | 'env' | 'passwordRounds' | 'log'>,
 ): Promise<OldOnNewResult> {
-  const log = options.log ?? (() => undefined);
-  const release = options.release ?? previousRelease();
-  return inScratch(release, 'sp_upgrade_old', async ({ dir, database, k, started }) => {
-    const upgrade: UpgradeOptions = { ...options, votes: options.posts };
-    const seeded = await seedPrevious(dir, upgrade, database, k, log);
+  return inScratch(options, 'sp_upgrade_old', async (scratch) => {
+    const { release, k, log, start } = scratch;
+    const seeded = await seedPrevious(scratch, { ...options, votes: options.posts });
     const old = seeded.old.svc;
-    started.push(old);
     const tokens = (await signIn(old.base, 4)).map((user) => user.token);
     const token = (i: number) => tokens[i % tokens.length] ?? '';
     const callers: Callers = { token, hot: await newestPublished(k, 40) };
     await primeConnections(callers, old.base);
 
     log('starting this release beside it');
-    const fresh = await startRelease(ROOT, options.env(database), 300_000);
-    started.push(fresh.svc);
+    const fresh = await start(ROOT, 300_000);
 
     const verdicts: Verdicts = { wrong: [], answered: 0 };
     const votedOn = callers.hot.slice(0, 20);
