@@ -1,6 +1,5 @@
-import { once } from 'node:events';
-import net from 'node:net';
 import { waitForStatus } from '../../tools/harness/client';
+import { rawExchange } from '../../tools/harness/hostile';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
 import { fixture, startTestServer, testOnPostgres, usingPostgres } from './helpers';
@@ -21,28 +20,26 @@ afterAll(() => relay.close());
 
 const get = (path: string) => fetch(`${server.base}${path}`);
 
-/** Sends raw bytes and returns everything the server answers before it closes. */
-async function rawExchange(bytes: string): Promise<string> {
-  const socket = net.connect(server.running.port, '127.0.0.1');
-  let answer = '';
-  socket.on('data', (chunk: Buffer) => {
-    answer += chunk.toString();
+/** Sends raw bytes and returns everything the server answers, once it has closed the connection. */
+async function rawAnswer(bytes: string): Promise<string> {
+  const { text, closed } = await rawExchange(server.running.port, bytes, {
+    waitMs: 10_000,
+    encoding: 'utf8',
   });
-  socket.write(bytes);
-  await once(socket, 'close');
-  return answer;
+  expect(closed).toBe(true);
+  return text;
 }
 
 describe('Malformed HTTP', () => {
   test('When the request line is garbage, then 400 problem+json and the connection closes', async () => {
-    const answer = await rawExchange('HELLO THERE\r\n\r\n');
+    const answer = await rawAnswer('HELLO THERE\r\n\r\n');
     expect(answer).toMatch(/^HTTP\/1\.1 400 /);
     expect(answer).toContain('Content-Type: application/problem+json');
     expect(answer).toContain('"detail":"The request is not valid HTTP"');
   });
 
   test('When the headers are too large, then 431 problem+json', async () => {
-    const answer = await rawExchange(
+    const answer = await rawAnswer(
       `GET /posts/public HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
     );
     expect(answer).toMatch(/^HTTP\/1\.1 431 /);

@@ -1,4 +1,4 @@
-/** What both hostile suites send by hand: tokens signed without jsonwebtoken, raw bytes on a socket. */
+/** What the suites send by hand: tokens signed without jsonwebtoken, raw bytes on a socket. */
 import { createHmac } from 'node:crypto';
 import { once } from 'node:events';
 import net from 'node:net';
