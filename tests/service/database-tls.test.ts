@@ -1,15 +1,14 @@
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import knex, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { openDatabase, type Database } from '../../service/src/db/connection';
 import { isDatabaseUnavailable, operatorHint } from '../../service/src/db/errors';
 import { createLogger } from '../../service/src/logger';
 import { describeSettings, loadSettings, SettingsError } from '../../service/src/settings';
 import { makeCa, signServer } from '../../tools/harness/certificates';
-import { initdb, ownForPostgres, postgresServer, runPostgresTool } from '../../tools/harness/postgres';
+import { knexTo, ownForPostgres, OwnPostgres, postgresServer } from '../../tools/harness/postgres';
 import {
-  freePort,
   spawnScript,
   startService,
   stopAll,
@@ -72,9 +71,8 @@ describe('DB_SSL_CA_FILE', () => {
 });
 
 describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'sp-tls-pg-'));
-  const data = path.join(dir, 'data');
-  let port = 0;
+  const pg = new OwnPostgres();
+  const { dir } = pg;
   let ca = { cert: '', key: '' };
   let stranger = { cert: '', key: '' };
   const opened: Database[] = [];
@@ -83,7 +81,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   const env = (overrides: Record<string, string>) =>
     testEnv({
       DB_HOSTNAME: 'localhost',
-      DB_PORT: String(port),
+      DB_PORT: String(pg.port),
       DB_USERNAME: postgresServer.user,
       DB_NAME: 'postgres',
       DB_SSL: 'true',
@@ -98,43 +96,33 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
   /** Whether the connection a new query on `db` gets is TLS, as the server sees it. */
   const sslOf = (db: Database) =>
     rowsOf<{ ssl: boolean }>(db.knex, 'SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()');
-  const reload = () => runPostgresTool('pg_ctl', ['-D', data, '-w', 'reload']);
 
   beforeAll(async () => {
-    ownForPostgres(dir);
+    await pg.init();
     ca = makeCa(dir, 'ca', 'test cluster CA');
     stranger = makeCa(dir, 'stranger', 'another CA');
     const server = signServer(dir, 'server', ca, ['localhost']);
-    port = await freePort();
-    initdb(data, postgresServer.user, ['-A', 'trust', '--no-sync']);
     // TLS or nothing: a connection without it is refused, so a success proves TLS was used.
+    const hba = path.join(pg.data, 'pg_hba.conf');
     writeFileSync(
-      path.join(data, 'pg_hba.conf'),
+      hba,
       'local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n',
     );
-    ownForPostgres(path.join(data, 'pg_hba.conf'));
-    const options = [
-      `-p ${String(port)}`,
-      `-k ${dir}`,
+    ownForPostgres(hba);
+    pg.start(true, [
       "-c listen_addresses='localhost'",
       '-c ssl=on',
       `-c ssl_cert_file=${server.cert}`,
       `-c ssl_key_file=${server.key}`,
-    ].join(' ');
-    runPostgresTool('pg_ctl', ['-D', data, '-o', options, '-l', path.join(dir, 'log'), '-w', 'start']);
-    admin = knex({
-      client: 'pg',
-      connection: { host: dir, port, user: postgresServer.user, database: 'postgres' },
-      pool: { min: 0, max: 1 },
-    });
+    ]);
+    admin = knexTo('postgres', 1, { ...postgresServer, host: dir, port: pg.port });
   });
 
   afterAll(async () => {
     await stopAll();
     await admin.destroy();
     await Promise.all(opened.map((db) => db.close()));
-    runPostgresTool('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']);
-    rmSync(dir, { recursive: true, force: true });
+    pg.destroy();
   });
 
   test("When the server's certificate chains to DB_SSL_CA_FILE and names the host dialled, then the service connects over TLS", async () => {
@@ -218,7 +206,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     try {
       // A CA renewal seen by a pod whose mounted CA file has not followed yet.
       signServer(dir, 'server', stranger, ['localhost']);
-      reload();
+      pg.reload();
       // The pooled connections, made before, would still serve: end them, so new ones are needed.
       await admin.raw(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'social-posts'",
@@ -250,7 +238,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
       expect(failed.hint).toMatch(/DB_SSL_CA_FILE/);
     } finally {
       signServer(dir, 'server', ca, ['localhost']);
-      reload();
+      pg.reload();
     }
     expect((await fetch(`${service.base}/healthz/ready`)).status).toBe(200);
     expect((await register()).status).toBe(201);
@@ -285,7 +273,7 @@ describeOnPostgres('TLS to PostgreSQL verified against a private CA', () => {
     // The renewal: the server reloads a certificate of the new CA, and the kubelet updates the file.
     const renewed = makeCa(dir, 'renewed', 'renewed cluster CA');
     signServer(dir, 'server', renewed, ['localhost']);
-    reload();
+    pg.reload();
     copyFileSync(renewed.cert, mounted);
     // The service looks at the file at most every 2 s.
     await sleep(2100);

@@ -236,10 +236,22 @@ export class OwnPostgres {
     configureServer(this.data, settings);
   }
 
-  /** pg_ctl start; `wait` false returns at once (a recovery may take longer than pg_ctl waits). */
-  start(wait = true): void {
+  /**
+   * pg_ctl start, with more `-c` settings in `flags` (they win over the defaults); `wait` false
+   * returns at once (a recovery may take longer than pg_ctl waits).
+   */
+  start(wait = true, flags: string[] = []): void {
     const { port, dir, options } = this;
-    startServer(this.data, { port, socketDir: dir, log: path.join(dir, 'log'), env: options.env }, wait);
+    startServer(
+      this.data,
+      { port, socketDir: dir, log: path.join(dir, 'log'), flags, env: options.env },
+      wait,
+    );
+  }
+
+  /** pg_ctl reload: the server reads its configuration and certificate files again. */
+  reload(): void {
+    runPostgresTool('pg_ctl', ['-D', this.data, '-w', 'reload']);
   }
 
   /** Fast shutdown: sessions are terminated, as when a database server goes down for maintenance. */
