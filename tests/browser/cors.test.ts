@@ -1,6 +1,5 @@
 import type { Page, Request, Response } from 'playwright-core';
 import { call } from '../../tools/harness/client';
-import { pollUntil } from '../../tools/harness/poll';
 import { servePage, serviceAndBrowser, type PageServer, type RequestLine } from './support';
 
 /**
@@ -108,17 +107,8 @@ async function stepSeenByServer(
 ): Promise<{ result: StepResult; lines: Omit<RequestLine, 'id'>[] }> {
   const before = service.requests().length;
   const result = await run();
-  // The log line is written when the response is finished, possibly after the page saw it.
   // Calls this test makes itself, outside the browser, are told apart by their request id.
-  const { value: lines } = await pollUntil(
-    () =>
-      service
-        .requests()
-        .slice(before)
-        .filter((line) => !line.id.startsWith(DIRECT)),
-    (seen) => seen.length >= expectedLines,
-    { withinMs: 5000, everyMs: 50 },
-  );
+  const lines = await service.requestsAfter(before, (line) => !line.id.startsWith(DIRECT), expectedLines);
   return { result, lines: lines.map(({ method, path, status }) => ({ method, path, status })) };
 }
 

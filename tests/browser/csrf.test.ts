@@ -1,5 +1,4 @@
 import { account, ACCOUNT_PASSWORD, call } from '../../tools/harness/client';
-import { pollUntil } from '../../tools/harness/poll';
 import { servePage, serviceAndBrowser, type PageServer } from './support';
 
 /**
@@ -119,15 +118,7 @@ test('When a foreign page auto-submits forms to /login, /posts/ and /votes/, the
   });
 
   // The forms did reach the service: the browser sent them, and the service refused what it had to.
-  const { value: lines } = await pollUntil(
-    () =>
-      service
-        .requests()
-        .slice(before)
-        .filter((line) => line.method === 'POST'),
-    (found) => found.length >= 6,
-    { withinMs: 5000, everyMs: 50 },
-  );
+  const lines = await service.requestsAfter(before, (line) => line.method === 'POST', 6);
   const statuses = lines.map(({ path, status }) => `${path} ${String(status)}`).sort();
   expect(statuses).toEqual([
     '/login 200',

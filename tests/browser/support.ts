@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { serviceEnv } from '../../tools/harness/env';
+import { pollUntil } from '../../tools/harness/poll';
 import { ROOT, startService as startServiceProcess } from '../../tools/harness/service';
 
 const ARTIFACTS = path.join(ROOT, 'test-artifacts');
@@ -64,6 +65,11 @@ export interface Service {
   url: string;
   /** The request log lines (one per request) written so far. */
   requests(): RequestLine[];
+  /**
+   * The lines written after the first `since` that `keep` keeps, once there are `count` of them or
+   * 5 s have passed: a line is written when its answer is finished, possibly after the page saw it.
+   */
+  requestsAfter(since: number, keep: (line: RequestLine) => boolean, count: number): Promise<RequestLine[]>;
   stop(): Promise<void>;
 }
 
@@ -86,15 +92,24 @@ async function startService(settings: Record<string, string>): Promise<Service> 
     'embedded',
   );
   const service = await startServiceProcess(env);
+  const requests = () =>
+    service.lines
+      .filter((entry) => entry.msg === 'request completed')
+      .map((entry) => {
+        const req = entry.req as { id: string; method: string; path: string };
+        return { ...req, status: (entry.res as { status: number }).status };
+      });
   return {
     url: service.base,
-    requests: () =>
-      service.lines
-        .filter((entry) => entry.msg === 'request completed')
-        .map((entry) => {
-          const req = entry.req as { id: string; method: string; path: string };
-          return { ...req, status: (entry.res as { status: number }).status };
-        }),
+    requests,
+    requestsAfter: async (since, keep, count) =>
+      (
+        await pollUntil(
+          () => requests().slice(since).filter(keep),
+          (seen) => seen.length >= count,
+          { withinMs: 5000, everyMs: 50 },
+        )
+      ).value,
     stop: async () => {
       const code = await service.stop('SIGTERM');
       if (code !== 0) throw new Error(`the service exited with ${String(code)}:\n${service.stderr()}`);
