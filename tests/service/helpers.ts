@@ -16,6 +16,7 @@ import { startServer, type RunningServer } from '../../service/src/server';
 import { loadSettings, type Settings } from '../../service/src/settings';
 import type { Post } from '../../service/src/posts/post';
 import type { User } from '../../service/src/users/user';
+import { call } from '../../tools/harness/client';
 import { serviceEnv, TEST_SECRET } from '../../tools/harness/env';
 import { copyTemplate } from '../../tools/harness/pglite-template';
 import { adminDatabase, createScratchDatabase, postgresServer, rowsOf } from '../../tools/harness/postgres';
@@ -359,6 +360,18 @@ export async function newPost(app: Target, account: Account, fields: PostFields 
     .send({ title: 'A title', content: 'Some content', ...fields })
     .expect(201);
   return res.body as Post;
+}
+
+/** A new post by `account` on a listening server, through the harness's client, and its ETag as they read it. */
+export async function newTaggedPost(
+  base: string,
+  account: Account,
+  fields: { title: string; content: string },
+): Promise<{ id: number; etag: string }> {
+  const created = await call(base, '/posts/', { token: account.token, json: fields });
+  expect(created.status).toBe(201);
+  const { id } = created.body as { id: number };
+  return { id, etag: (await call(base, `/posts/${id}`, { token: account.token })).headers.get('etag') ?? '' };
 }
 
 /** `count` posts by `account`, made one after another with the fields `fieldsOf(i)`; their ids, oldest first. */

@@ -13,6 +13,7 @@ import { countOf, postgresServer } from '../../tools/harness/postgres';
 import {
   describeOnPostgres,
   newAccount,
+  newTaggedPost,
   connectionBeside,
   startTestServer,
   type Account,
@@ -45,18 +46,7 @@ describeOnPostgres('On PostgreSQL, behind a link that can lose an answer', () =>
     await relay.close();
   });
 
-  const newPost = async () => {
-    const created = await call(server.base, '/posts/', {
-      token: owner.token,
-      json: { title: 't', content: 'c' },
-    });
-    expect(created.status).toBe(201);
-    const id = (created.body as { id: number }).id;
-    return {
-      id,
-      etag: (await call(server.base, `/posts/${id}`, { token: owner.token })).headers.get('etag') ?? '',
-    };
-  };
+  const newPost = () => newTaggedPost(server.base, owner, { title: 't', content: 'c' });
 
   /** `request`'s answer when the answer to the statement holding `marker` is lost. */
   const losing = async (marker: string, request: () => Promise<Answer>) => {

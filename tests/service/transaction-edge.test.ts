@@ -14,6 +14,7 @@ import { problemFaults } from '../../tools/harness/problem';
 import {
   describeOnPostgres,
   newAccount,
+  newTaggedPost,
   connectionBeside,
   startTestServer,
   type Account,
@@ -63,12 +64,8 @@ describeOnPostgres('On PostgreSQL, with one pooled connection and a budget of 1 
   const postOf = (answer: Answer) => answer.body as { id: number; title: string };
 
   /** A new post titled `title`, and its ETag. */
-  const newPost = async (title: string) => {
-    const created = await send('POST', '/posts/', { body: { title, content: 'held at the edge' } });
-    expect(created.status).toBe(201);
-    const { id } = postOf(created);
-    return { id, etag: (await send('GET', `/posts/${id}`)).headers.get('etag') ?? '' };
-  };
+  const newPost = (title: string) =>
+    newTaggedPost(server.base, owner, { title, content: 'held at the edge' });
 
   /** `request`'s answer, sent while another session holds post `id`'s row for `holdMs`. */
   const whileHeld = async (id: number, holdMs: number, request: () => Promise<Answer>) => {
