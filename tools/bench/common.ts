@@ -4,8 +4,7 @@
  */
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import knex from 'knex';
-import { pgConnection } from '../harness/seed';
+import { knexTo } from '../harness/postgres';
 
 /** The options read through option() and flag() so far, the ones onlyKnownOptions accepts. */
 const read = new Map<string, 'string' | 'boolean'>();
@@ -119,7 +118,7 @@ export const section = (heading: string, ...tables: string[][]): string[] => {
 
 /** One of the PostgreSQL server's settings (server_version, data_directory). */
 export async function postgresSetting(name: string, database = 'postgres'): Promise<string> {
-  const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
+  const k = knexTo(database, 1);
   try {
     return (
       (await k.raw<{ rows: { v: string }[] }>('SELECT current_setting(?) AS v', [name])).rows[0]?.v ?? '?'

@@ -29,7 +29,7 @@ import { build, commandLine, engine, run, runLimits } from '../container';
 import { repoRoot } from '../node-release';
 import { ensureBase } from '../stand-in-base';
 import { pollUntil, probe } from '../harness/poll';
-import { createScratchDatabase, postgresServer } from '../harness/postgres';
+import { connectionEnv, createScratchDatabase } from '../harness/postgres';
 import { freePort } from '../harness/service';
 import { cpusText, flag, loadAverageText, option, runMain, usage } from './common';
 
@@ -174,10 +174,7 @@ function startContainer(name: string, image: string, target: Target, database: s
     BCRYPT_ROUNDS: '10',
     PORT: String(target.port),
     METRICS_PORT: String(target.metricsPort),
-    DB_HOSTNAME: postgresServer.host,
-    DB_PORT: String(postgresServer.port),
-    DB_USERNAME: postgresServer.user,
-    DB_PASSWORD: postgresServer.password,
+    ...connectionEnv(),
     DB_NAME: database,
     LOG_LEVEL: 'warn',
   };

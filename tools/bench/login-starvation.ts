@@ -15,9 +15,9 @@ import { loginSection, type LoginResult, type LoginRound } from './login-report'
 import { loadAverage, log, numbers, option, runMain } from './common';
 import { startServer } from './measure';
 import { benchToken } from './rounds';
-import knex from 'knex';
 import { call, p50 } from '../harness/client';
-import { BENCH_PASSWORD, benchServiceEnv, pgConnection, seed } from '../harness/seed';
+import { knexTo } from '../harness/postgres';
+import { BENCH_PASSWORD, benchServiceEnv, seed } from '../harness/seed';
 
 const POSTS = Number(option('posts', '10000'));
 const SECONDS = Number(option('seconds', '15'));
@@ -97,7 +97,7 @@ async function measureEach(
  * bench on it measures the seeded lists rather than pages of these long posts (and needs no reseed).
  */
 async function removePosts(database: string, ids: number[]): Promise<void> {
-  const k = knex({ client: 'pg', connection: { ...pgConnection, database }, pool: { min: 0, max: 1 } });
+  const k = knexTo(database, 1);
   try {
     await k('posts').whereRaw('id = ANY(?)', [ids]).delete();
   } finally {

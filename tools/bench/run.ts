@@ -10,7 +10,6 @@
  */
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
-import knex from 'knex';
 import {
   acrossSizes,
   sizeTables,
@@ -25,7 +24,8 @@ import { flag, loadAverageText, log, machine, numbers, option, runMain, SIZES, u
 import { serverNode } from './node';
 import { call } from '../harness/client';
 import { benchToken } from './rounds';
-import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, pgConnection, RARE_WORD, seed } from '../harness/seed';
+import { knexTo } from '../harness/postgres';
+import { BENCH_PASSWORD, benchServiceEnv, COMMON_WORD, RARE_WORD, seed } from '../harness/seed';
 import {
   load,
   measure as measureOn,
@@ -356,11 +356,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
   log(
     `${info.database}: ${String(info.users)} users, ${String(info.posts)} posts, ${String(info.votes)} votes${info.seededNow ? ` (seeded in ${info.seedSeconds.toFixed(0)} s)` : ' (reused)'}`,
   );
-  const db = knex({
-    client: 'pg',
-    connection: { ...pgConnection, database: info.database },
-    pool: { min: 0, max: 1 },
-  });
+  const db = knexTo(info.database, 1);
   const publishedIds = (
     await db.raw<{ rows: { id: number }[] }>(
       'SELECT id FROM posts WHERE published ORDER BY random() LIMIT 2000',

@@ -3,7 +3,7 @@
  * tests/browser/): one test signing key, cheap password hashing, and the database each suite asks
  * for. A suite adds only what its cases are about.
  */
-import { postgresServer } from './postgres';
+import { connectionEnv } from './postgres';
 
 /** The one signing key of every test run; tests that forge or check tokens sign with it too. */
 export const TEST_SECRET = 'test-signing-secret-that-is-long-enough-0123456789';
@@ -29,12 +29,6 @@ export function serviceEnv(
     DB_EMBEDDED_DIR: 'memory://',
   };
   if (database === 'embedded') delete env.DB_HOSTNAME;
-  if (database === 'postgres')
-    Object.assign(env, {
-      DB_HOSTNAME: postgresServer.host,
-      DB_PORT: String(postgresServer.port),
-      DB_USERNAME: postgresServer.user,
-      DB_PASSWORD: postgresServer.password,
-    });
+  if (database === 'postgres') Object.assign(env, connectionEnv());
   return { ...env, ...settings };
 }

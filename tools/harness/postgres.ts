@@ -36,6 +36,14 @@ export const postgresServer = {
   password: process.env.DB_PASSWORD ?? defaults.password,
 };
 
+/** The DB_* variables that point the service at `server` (the suites' by default), its database aside. */
+export const connectionEnv = (server = postgresServer): Record<string, string> => ({
+  DB_HOSTNAME: server.host,
+  DB_PORT: String(server.port),
+  DB_USERNAME: server.user,
+  DB_PASSWORD: server.password,
+});
+
 /** The database to connect to for CREATE and DROP DATABASE. */
 export const adminDatabase = process.env.DB_NAME ?? defaults.name;
 

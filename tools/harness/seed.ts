@@ -5,7 +5,7 @@ import { RECOUNT_VOTES } from '../../migrations/20261125000005_post_vote_counts'
 import { migrateToLatest } from '../../service/src/db/migrator';
 import { createLogger } from '../../service/src/logger';
 import { loadSettings } from '../../service/src/settings';
-import { countOf, knexTo, postgresServer } from './postgres';
+import { connectionEnv, countOf, knexTo, postgresServer } from './postgres';
 
 export const BENCH_PASSWORD = 'bench-password-123';
 /** In about one title in ten thousand, and in about one in ten. */
@@ -28,10 +28,7 @@ export const benchServiceEnv = (database: string, server = pgConnection): Record
   LOG_LEVEL: 'warn',
   SECRET_KEY: 'bench-signing-secret-that-is-long-enough-0123456789',
   BCRYPT_ROUNDS: '12',
-  DB_HOSTNAME: server.host,
-  DB_PORT: String(server.port),
-  DB_USERNAME: server.user,
-  DB_PASSWORD: server.password,
+  ...connectionEnv(server),
   DB_NAME: database,
 });
 
@@ -152,10 +149,7 @@ export async function seed(
 
   const settings = loadSettings({
     ...process.env,
-    DB_HOSTNAME: server.host,
-    DB_PORT: String(server.port),
-    DB_USERNAME: server.user,
-    DB_PASSWORD: server.password,
+    ...connectionEnv(server),
     DB_NAME: database,
     LOG_LEVEL: 'warn',
     DB_STATEMENT_TIMEOUT_MS: '600000',
