@@ -48,7 +48,7 @@ export function healthRouter(
         return;
       }
       let standby: boolean;
-      // On a connection of its own (Database.readiness): requests filling the pool are load, not a
+      // On a connection of its own (Database.isStandby): requests filling the pool are load, not a
       // database that has gone, and load alone must not take every replica out of rotation.
       try {
         standby = await withTimeout(

@@ -2,12 +2,19 @@ import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { ReplicatedPostgres } from '../../tools/harness/replicated-postgres';
 import { sample, scrape } from '../../tools/harness/metrics-text';
 import {
+  account,
+  call,
+  connect,
+  isProblem,
   readBackTraffic,
   readingApis,
   report,
   sleep,
+  startOn,
   statusCounts,
   stopAllServices,
+  untilStopped,
+  vote,
   type ServiceProcess,
 } from './support';
 
@@ -17,7 +24,8 @@ import {
  * replay paused on one standby: every write is read back at once by its writer through the other
  * process (their token reads the primary); most anonymous reads run on the standbys, none staler
  * than DB_READ_MAX_LAG_MS; the paused standby gets none once a probe has seen its lag past the bound.
- * The faults are standby-faults.test.ts's.
+ * And with one process's whole pool held by requests waiting on a lock: its anonymous reads are
+ * still no staler than the bound. The faults are standby-faults.test.ts's.
  */
 const MAX_LAG_MS = 1000;
 const PAIRS = 5000;
@@ -204,6 +212,81 @@ describe('Reads on standbys', () => {
       } finally {
         await stopAllServices();
         for (const bouncer of bouncers) await bouncer.destroy();
+      }
+    },
+    CASE_TIMEOUT_MS,
+  );
+
+  test(
+    "When a process's own pool is held by requests waiting on a lock, then its anonymous feed is still never staler than the bound: a page with every post acknowledged before it, or a 503",
+    async () => {
+      const database = await caseDatabase('busy_pool');
+      try {
+        // Statements may wait far longer than a pooled connection is: two held votes keep its pool.
+        const busy = await startOn(cluster.primaryPort, database, {
+          DB_READ_HOSTNAME: cluster.standbyPorts.map((port) => `127.0.0.1:${String(port)}`).join(','),
+          DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
+          DB_STATEMENT_TIMEOUT_MS: '20000',
+          DB_POOL_MAX: '2',
+        });
+        const writer = await startOn(cluster.primaryPort, database);
+        const token = await account(writer.base, 'busy-pool@example.com');
+        const seed = await call(writer.base, '/posts/', { token, json: { title: 'seed', content: 'c' } });
+        const seedId = (seed.body as { id: number }).id;
+        const admin = connect(database, cluster.primaryPort);
+        const lock = await admin.transaction();
+        await lock.raw('LOCK TABLE votes IN SHARE MODE');
+        const holders = untilStopped(
+          Array.from({ length: 4 }, () => async () => {
+            await vote(busy.base, token, seedId, 1, 30_000);
+          }),
+        );
+        const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
+        let acknowledgedAt = 0;
+        try {
+          // Longer than a wait for a pooled connection: a position read queued behind the votes has given up.
+          await sleep(4000);
+          for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
+          const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
+          expect(fresh.status).toBe(201);
+          acknowledgedAt = Date.now();
+          const freshId = (fresh.body as { id: number }).id;
+          const reader = async () => {
+            while (Date.now() < acknowledgedAt + 8000) {
+              const sentAt = Date.now();
+              const page = await call(busy.base, '/posts/public?limit=100', { timeoutMs: 15_000 });
+              const posts = page.status === 200 ? (page.body as { id: number }[]) : [];
+              pages.push({
+                sentAt,
+                status: page.status,
+                problem: isProblem(page),
+                hasFresh: posts.some((p) => p.id === freshId),
+              });
+              await sleep(150);
+            }
+          };
+          await Promise.all([reader(), reader(), reader()]);
+        } finally {
+          await lock.rollback();
+          await holders.stop();
+          await admin.destroy();
+          for (const port of cluster.standbyPorts) await cluster.resumeReplay(port);
+        }
+        const pastBound = pages.filter((p) => p.sentAt >= acknowledgedAt + MAX_LAG_MS);
+        const stale = pastBound.filter((p) => p.status === 200 && !p.hasFresh);
+        report('standby reads busy pool', {
+          pagesPastBound: statusCounts(pastBound),
+          staleBeyondBound: stale.length,
+          holderFailures: holders.failures.length,
+        });
+        expect(holders.failures).toEqual([]);
+        expect(pastBound.length).toBeGreaterThan(0);
+        expect(stale).toEqual([]);
+        expect(pastBound.every((p) => p.status === 200 || (p.status === 503 && p.problem))).toBe(true);
+        // The pool was in fact held: the reads the standbys could not serve waited for it in vain.
+        expect(pastBound.some((p) => p.status === 503)).toBe(true);
+      } finally {
+        await stopAllServices();
       }
     },
     CASE_TIMEOUT_MS,

@@ -349,14 +349,15 @@ export async function openDatabase(settings: { db: DatabaseConfig }, logger: Log
   return db.hostname ? openPostgres(db, logger) : openEmbedded(db, logger);
 }
 
-/** The primary's pool, one per standby endpoint, and the readiness probe's own connection. */
+/** The primary's pool, one per standby endpoint, and the probes' own connection. */
 function openPostgres(db: DatabaseConfig, logger: Logger): Database {
   const instance = postgresPool(db, logger, db.poolMax, db.statementTimeoutMs);
-  // Opened at the first probe, after the migrations' connection has closed (main.ts): a process
-  // holds at most poolMax + 1 connections.
+  // The readiness probe's and, with standbys, the reading of the primary's WAL position: requests
+  // holding every pooled connection must stop neither. While the migrations' connection is open the
+  // request pool is idle, so a process holds at most poolMax + 1 connections.
   // Half the probe's time per try, with no grace: a connection that went silent (its node lost
   // without a reset) is dropped at once and the second try opens a new one, in time to answer.
-  const readiness = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
+  const probes = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
   const runner = (pool: Knex) =>
     statementRunner(pool, postgresSend(db.preparedStatements), (connection, send, sql) =>
       budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, sql, send),
@@ -364,7 +365,7 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
   const run = runner(instance);
   const reads = readRouter({
     primary: run,
-    primaryKnex: instance,
+    positionKnex: probes,
     maxLagMs: db.readMaxLagMs,
     logger,
     // Each standby endpoint a pool of its own, as the primary's but for its host.
@@ -382,9 +383,9 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
     knex: instance,
     isStandby: async () => {
       try {
-        return await standby(readiness);
+        return await standby(probes);
       } catch {
-        return standby(readiness);
+        return standby(probes);
       }
     },
     kind: 'postgres',
@@ -401,7 +402,7 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
       };
     },
     close: async () => {
-      await Promise.all([reads.close(), instance.destroy(), readiness.destroy()]);
+      await Promise.all([reads.close(), instance.destroy(), probes.destroy()]);
     },
   };
 }
@@ -435,7 +436,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     // No standbys: every read on the one database.
     reads: readRouter({
       primary: run,
-      primaryKnex: instance,
+      positionKnex: instance,
       maxLagMs: db.readMaxLagMs,
       logger,
       standbys: [],

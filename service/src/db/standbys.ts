@@ -163,18 +163,18 @@ function guardedForm<P extends object>(inner: Statement<P>): Statement<P & Guard
 
 export interface ReadRouterOptions {
   primary: Run;
-  /** The primary's pool, where its WAL position is read. */
-  primaryKnex: Knex;
+  /** Where the primary's WAL position is read: a connection outside the request pool, which requests may hold. */
+  positionKnex: Knex;
   standbys: StandbyPool[];
   maxLagMs: number;
   logger: Logger;
 }
 
 /** Records the primary's WAL position, the reads' measure of freshness; logs once when it is not readable. */
-async function readPosition(primaryKnex: Knex, positions: PrimaryPositions, logger: Logger): Promise<void> {
+async function readPosition(positionKnex: Knex, positions: PrimaryPositions, logger: Logger): Promise<void> {
   const at = Date.now();
   try {
-    const { rows } = await primaryKnex.raw<{ rows: { lsn: string }[] }>(
+    const { rows } = await positionKnex.raw<{ rows: { lsn: string }[] }>(
       'SELECT pg_current_wal_lsn()::text AS lsn',
     );
     const lsn = rows[0]?.lsn;
@@ -285,7 +285,7 @@ function primaryOnly(primary: Run, counts: ReadCounts): ReadRouter {
 
 /** Reads on standbys when there are any; otherwise every read on the primary. */
 export function readRouter(options: ReadRouterOptions): ReadRouter {
-  const { primary, primaryKnex, maxLagMs, logger } = options;
+  const { primary, positionKnex, maxLagMs, logger } = options;
   const counts: ReadCounts = {
     primary: 0,
     standby: 0,
@@ -307,7 +307,7 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
   let closed = false;
 
   const stopped = () => closed;
-  repeat(POSITION_INTERVAL_MS, () => readPosition(primaryKnex, positions, logger), stopped);
+  repeat(POSITION_INTERVAL_MS, () => readPosition(positionKnex, positions, logger), stopped);
   repeat(
     PROBE_INTERVAL_MS,
     () => Promise.all(states.map((state) => probe(state, positions, maxLagMs, skipAfterMiss))),
