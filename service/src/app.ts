@@ -18,7 +18,7 @@ import { apiHeaders } from './http/security-headers';
 import { tokenIssuer, tokenKeys } from './http/tokens';
 import type { Logger } from './logger';
 import { createMetrics, type Metrics } from './metrics';
-import { visiblePostOwner } from './posts/posts.repository';
+import { visiblePost, visiblePostOwner } from './posts/posts.repository';
 import { postsDocs, postsRoutes } from './posts/posts.routes';
 import type { Settings } from './settings';
 import { requestSpans, routeSpans } from './tracing';
@@ -105,12 +105,10 @@ export function createApp({
   const api = exactRouter();
   postsRoutes(api, db, auth, settings);
   // A post the voter cannot read cannot be voted on: the posts' visibility rule, handed to votes.
-  votesRoutes(
-    api,
-    db,
-    auth,
-    async (postId, userId) => (await visiblePostOwner(db, postId, { userId })) !== undefined,
-  );
+  votesRoutes(api, db, auth, {
+    visible: async (postId, userId) => (await visiblePostOwner(db, postId, { userId })) !== undefined,
+    query: visiblePost,
+  });
   usersRoutes(api, db, { ...settings, signing: keys.signing });
   app.use(api);
   app.use(docsRouter(openApiDocument()));

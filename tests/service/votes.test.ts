@@ -7,9 +7,12 @@ import {
   type Account,
   type PostBody,
   postsFixture,
+  testOnPostgres,
   vote,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
+import { pollUntil } from '../../tools/harness/poll';
+import { countOf } from '../../tools/harness/postgres';
 
 const ADDED = { message: 'successfully added vote' };
 const DELETED = { message: 'successfully deleted vote' };
@@ -172,6 +175,32 @@ describe('Validation', () => {
 });
 
 describe('Concurrency', () => {
+  testOnPostgres(
+    "When the owner hides a post while a vote on it waits for the post's row, then the vote answers 404 and is not stored",
+    async () => {
+      const post = await freshPost();
+      const knex = service.db.knex;
+      const change = await knex.transaction();
+      let voting: Promise<request.Response> | undefined;
+      try {
+        // What the owner's PUT does: the post's row locked, then changed, then committed.
+        await change('posts').where({ id: post.id }).forUpdate().select('id');
+        voting = vote(service.app, bob, post.id, 1).then((res) => res);
+        const waiting = () =>
+          countOf(knex, "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+        await pollUntil(waiting, (n) => n > 0, { withinMs: 10_000 });
+        await change('posts').where({ id: post.id }).update({ published: false });
+        await change.commit();
+      } finally {
+        if (!change.isCompleted()) await change.rollback();
+      }
+      const res = await voting;
+      expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
+      expect(await countOf(knex, 'votes WHERE post_id = ?', [post.id])).toBe(0);
+      expect(await totalOf(post, alice)).toBe(0);
+    },
+  );
+
   test('When 50 identical votes arrive at once, then exactly one is 201, the rest 409, none ≥ 500, and the total is 1; when 50 withdrawals follow at once, exactly one is 201, the rest 404, and the total is 0', async () => {
     const post = await freshPost();
     const n = 50;

@@ -29,6 +29,7 @@ import {
   listStatement,
   postOwnerStatements,
   postStatements,
+  visiblePost,
   type ListParams,
 } from '../../service/src/posts/posts.repository';
 import { loadSettings } from '../../service/src/settings';
@@ -79,7 +80,7 @@ const findUserById = prepared(userById);
 const findUserByEmail = prepared(userByEmail);
 const postForUser = prepared(postStatements.user);
 const postOwnerForUser = prepared(postOwnerStatements.user);
-const voteInsert = prepared(insertVote);
+const voteInsert = prepared(insertVote(visiblePost));
 const voteDelete = prepared(deleteVote);
 
 interface Row {
@@ -274,18 +275,22 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
   }
   if (req.method === 'POST' && path === '/votes/') {
     const vote = JSON.parse(await readBody(req)) as { post_id: number; dir: number };
-    const [post] = await run<{ user_id: number }, { id: number; userId: number }>(postOwnerForUser, {
-      id: vote.post_id,
-      userId: user.id,
-    });
-    if (!post) {
-      send(res, 404, { detail: 'not found' });
-      return;
-    }
+    const postVisible = async () =>
+      (
+        await run<{ user_id: number }, { id: number; userId: number }>(postOwnerForUser, {
+          id: vote.post_id,
+          userId: user.id,
+        })
+      ).length > 0;
     if (vote.dir === 1) {
       const inserted = await run(voteInsert, { userId: user.id, postId: vote.post_id });
       if (inserted.length > 0) send(res, 201, { message: 'successfully added vote' });
-      else send(res, 409, { detail: 'voted' });
+      else if (await postVisible()) send(res, 409, { detail: 'voted' });
+      else send(res, 404, { detail: 'not found' });
+      return;
+    }
+    if (!(await postVisible())) {
+      send(res, 404, { detail: 'not found' });
       return;
     }
     const deleted = await run(voteDelete, { userId: user.id, postId: vote.post_id });

@@ -325,6 +325,13 @@ export async function visiblePostOwner(
   return rows[0]?.user_id;
 }
 
+/**
+ * The post `id` as `userId`'s user may see it, as a query another feature's statement reads from
+ * (voting inserts its vote from it), so the rule stays written once.
+ */
+export const visiblePost = (knex: Knex, id: number, userId: number): Knex.QueryBuilder =>
+  knex('posts').where('id', id).modify(visibleTo({ userId }));
+
 /** A request's `Idempotency-Key`, and the digest of what it asked, which a retry must repeat. */
 export interface IdempotencyKey {
   key: string;

@@ -1,16 +1,41 @@
+import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { brokenConstraint } from '../db/errors';
-import { statement } from '../db/statements';
+import { statement, type Statement } from '../db/statements';
 
 type VoteKey = { userId: number; postId: number };
 
-export const insertVote = statement<VoteKey>('vote_insert', (knex, param) =>
-  knex('votes')
-    .insert({ user_id: param('userId'), post_id: param('postId') })
-    .onConflict(['user_id', 'post_id'])
-    .ignore()
-    .returning('post_id'),
-);
+/** The post `id` if `userId`'s user may see it, as a query: the posts' visibility rule, which app.ts hands in. */
+export type VisiblePost = (knex: Knex, id: number, userId: number) => Knex.QueryBuilder;
+
+const insertVotes = new WeakMap<VisiblePost, Statement<VoteKey>>();
+
+/**
+ * The vote, inserted from the post's row as the voter may see it, locked FOR SHARE until the vote
+ * commits: a change that hides the post either waits for the vote or is seen by it (the row is read
+ * again once the change commits), and a deletion waits. The post's row is locked before the vote's,
+ * in the order a deletion and a withdrawal take them too. One statement per visibility rule.
+ */
+export function insertVote(visible: VisiblePost): Statement<VoteKey> {
+  let made = insertVotes.get(visible);
+  if (!made) {
+    made = statement<VoteKey>('vote_insert', (knex, param) =>
+      knex.raw('INSERT INTO ?? (??, ??) ? ON CONFLICT (??, ??) DO NOTHING RETURNING ??', [
+        'votes',
+        'user_id',
+        'post_id',
+        visible(knex, param('postId'), param('userId'))
+          .select(knex.raw('?::integer', [param('userId')]), 'id')
+          .forShare(),
+        'user_id',
+        'post_id',
+        'post_id',
+      ]),
+    );
+    insertVotes.set(visible, made);
+  }
+  return made;
+}
 
 /**
  * Withdraws a vote, locking the post's row (FOR KEY SHARE, as the count's trigger does) before the
@@ -28,22 +53,22 @@ export const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
 );
 
 /**
- * Adds a vote. The primary key (user_id, post_id) decides between simultaneous identical votes:
- * exactly one insert wins, the others see the conflict.
+ * Adds a vote on a post the voter may see: `not-added` when there is none (missing or hidden) or
+ * their vote is there already. The primary key (user_id, post_id) decides between simultaneous
+ * identical votes: exactly one insert wins, the others see the conflict.
  */
 export async function addVote(
   db: Database,
+  visible: VisiblePost,
   userId: number,
   postId: number,
-): Promise<'added' | 'exists' | 'no-post' | 'no-user'> {
+): Promise<'added' | 'not-added' | 'no-user'> {
   try {
-    const inserted = await db.run(insertVote, { userId, postId });
-    return inserted.length > 0 ? 'added' : 'exists';
+    const inserted = await db.run(insertVote(visible), { userId, postId });
+    return inserted.length > 0 ? 'added' : 'not-added';
   } catch (error) {
-    // The post, or the voter's own user, was deleted between the checks and the insert.
-    const key = brokenConstraint(error, '23503');
-    if (key === 'votes_post_id_foreign') return 'no-post';
-    if (key === 'votes_user_id_foreign') return 'no-user';
+    // The voter's own user was deleted after they were looked up.
+    if (brokenConstraint(error, '23503') === 'votes_user_id_foreign') return 'no-user';
     throw error;
   }
 }

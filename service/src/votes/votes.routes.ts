@@ -5,14 +5,18 @@ import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
 import { validate } from '../http/validation';
-import { addVote, removeVote } from './votes.repository';
+import { addVote, removeVote, type VisiblePost } from './votes.repository';
 import { voteInput } from './votes.schemas';
 
 /**
- * Whether the user may see the post: the posts' one visibility rule (posts.repository's
- * visiblePostOwner), which the app hands in so that voting does not reach into the posts.
+ * The posts' one visibility rule (posts.repository's), which the app hands in so that voting does
+ * not reach into the posts: whether the user may see the post, and the post as a query a vote is
+ * inserted from.
  */
-export type PostVisible = (postId: number, userId: number) => Promise<boolean>;
+export interface VisiblePosts {
+  visible: (postId: number, userId: number) => Promise<boolean>;
+  query: VisiblePost;
+}
 
 /** Voting, added to the app's one API router (app.ts). */
 export function votesRoutes(
@@ -20,7 +24,7 @@ export function votesRoutes(
   db: Database,
   // Voting needs only the caller's id.
   auth: Authentication<Identified>,
-  postVisible: PostVisible,
+  posts: VisiblePosts,
 ): void {
   router
     .route('/votes/')
@@ -31,20 +35,21 @@ export function votesRoutes(
       // The caller's deletion since the look-up takes their drafts and votes with it: each 404 and
       // 409 below is 401 if their user is gone (unlessGone), a query only on those answers.
       const missingPost = () => me.unlessGone(postNotFound(vote.post_id));
-      // A post the caller cannot read cannot be voted on either.
-      if (!(await postVisible(vote.post_id, userId))) throw await missingPost();
 
       if (vote.dir === 1) {
-        const outcome = await addVote(db, userId, vote.post_id);
-        if (outcome === 'no-post') throw await missingPost();
+        // A post the caller cannot read cannot be voted on either: the insert itself asks.
+        const outcome = await addVote(db, posts.query, userId, vote.post_id);
         if (outcome === 'no-user') throw unknownCaller();
-        if (outcome === 'exists')
+        if (outcome === 'not-added') {
+          if (!(await posts.visible(vote.post_id, userId))) throw await missingPost();
           throw await me.unlessGone(
             new ApiError(409, `user ${userId} has already voted on post ${vote.post_id}`),
           );
+        }
         sendJson(res.status(201), { message: 'successfully added vote' });
         return;
       }
+      if (!(await posts.visible(vote.post_id, userId))) throw await missingPost();
       if (!(await removeVote(db, userId, vote.post_id)))
         throw await me.unlessGone(new ApiError(404, 'Vote does not exist'));
       sendJson(res.status(201), { message: 'successfully deleted vote' });
