@@ -342,12 +342,13 @@ const table = {
     }),
     statementTimeoutMs: variable({
       env: 'DB_STATEMENT_TIMEOUT_MS',
-      rule: Joi.number().integer().min(100).max(600_000).default(2000),
+      // Twice budget.ts's least for a statement: as much again for the wait and statements before it.
+      rule: Joi.number().integer().min(200).max(600_000).default(2000),
       docs: {
         summary:
           "A statement running longer than this is cancelled on the server and the request answers 503; it is also a request's database budget: its waits for a pooled connection and its statements together get no longer (see [The data tier](operations.md#the-data-tier-poolers-failover-lost-nodes))",
         detail:
-          "Only the time on the database counts against the budget, not the time between (reading the body, say); a request that gets no connection in time, or has no time left for its next statement, answers 503 with Retry-After. The cancel is a cancel request, which poolers pass on; a connection that does not answer it within 0.5 s more is dropped. 2000 + 500 stays below the proxy's 3 s upstream time-out, so the client gets a clear answer, not a gateway error.",
+          "Only the time on the database counts against the budget, not the time between (reading the body, say); a request that gets no connection in time, or has no time left for its next statement, answers 503 with Retry-After. The cancel is a cancel request, which poolers pass on; a connection that does not answer it within 0.5 s more is dropped. 2000 + 500 stays below the proxy's 3 s upstream time-out, so the client gets a clear answer, not a gateway error. At least 200: a statement is sent only with 100 ms or more of the budget left, and this leaves as much again for the wait for a connection and the statements before it. On the embedded database no statement is cut short: PGlite runs in the service's thread and does not enforce statement_timeout, so a slow statement runs to its end, and until then the whole process, probes included, answers nothing; only the waits for its one connection are bounded.",
       },
     }),
     /** Named prepared statements for the hot queries; off for poolers that do not track them. */

@@ -51,6 +51,11 @@ describe('values.schema.json', () => {
       '/config/corsAllowedOrigins/0',
     ],
     ['bcrypt rounds below 10', { 'config.bcryptRounds': '8' }, '/config/bcryptRounds'],
+    [
+      "a statement time-out below the service's least, 200",
+      { 'database.statementTimeoutMs': '199' },
+      "at '/database/statementTimeoutMs': minimum: got 199, want 200",
+    ],
     ['a SECRET_KEY shorter than 32 characters', { 'secret.secretKey': 'short' }, '/secret/secretKey'],
     ['an unknown key inside ingress', { 'ingress.hosts': 'x' }, "additional properties 'hosts' not allowed"],
     ['a probe with an action of its own', { 'readinessProbe.httpGet.path': '/' }, '/readinessProbe'],

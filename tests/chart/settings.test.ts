@@ -104,6 +104,13 @@ describe.each(environments)('Settings of %s', (environment) => {
   });
 });
 
+describe('The statement time-out', () => {
+  it("When database.statementTimeoutMs is the service's least, 200, then helm accepts it and the pods read it", async () => {
+    const objects = await render(valuesOf('dev', { 'database.statementTimeoutMs': '200' }));
+    expect(configMapData(objects).DB_STATEMENT_TIMEOUT_MS).toBe('200');
+  });
+});
+
 describe('Secrets', () => {
   it('When no SECRET_KEY is given (dev), then the chart creates a Secret with a generated 64-character key and a database password', async () => {
     const secret = findOne(await renderEnvironment('dev'), 'Secret', 'social-posts');

@@ -122,6 +122,22 @@ test('When a request pauses between its statements for longer than its budget, t
   expect(rows).toEqual([{ n: 8 }]);
 });
 
+test("When DB_STATEMENT_TIMEOUT_MS is its least, 200, then it is accepted and a request's waits and statements fit its budget; half of it refuses them", async () => {
+  const least = loadSettings(testEnv({ ...fresh.env, DB_STATEMENT_TIMEOUT_MS: '200' })).db.statementTimeoutMs;
+  expect(least).toBe(200);
+  // Three waits for a connection and three statements: the caller's user, the post, the change, say.
+  const work = async () => [
+    await db.run(echo, { n: 9 }),
+    await db.run(echo, { n: 10 }),
+    (await db.knex.raw<{ rows: { n: number }[] }>('SELECT 11 AS n')).rows,
+  ];
+  expect(await withRequestBudget(least, work)).toEqual([[{ n: 9 }], [{ n: 10 }], [{ n: 11 }]]);
+  // The floor the setting had: the first wait leaves less than a statement is sent with.
+  const half = await timed(withRequestBudget(least / 2, work));
+  expect(half.error).toMatchObject({ name: 'RequestBudgetError' });
+  expect((half.error as Error).message).toMatch(/budget of 100 ms .* was spent/);
+});
+
 describeOnPostgres('On PostgreSQL, where a statement is cancelled from the client side', () => {
   let admin: Knex;
   beforeAll(() => {

@@ -424,12 +424,12 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     connection: () => ({ pglite }) as unknown as Knex.StaticConnectionConfig,
     log: knexLog(logger),
   });
-  // PGlite keeps no statements between queries, and its own statement_timeout bounds each one:
-  // it runs in this thread, where no timer could cut a statement short.
+  // PGlite keeps no statements between queries, and nothing cuts one short: it does not enforce
+  // statement_timeout, and it runs in this thread, where no timer fires until the statement ends.
   const run = statementRunner(instance, pgliteSend, (_connection, send) => send());
   return {
     knex: instance,
-    // PGlite has one session: a probe waits for the statement before it, bounded by its 1 s.
+    // PGlite has one session: a probe waits for it, and cannot time out while a statement holds this thread.
     isStandby: () => standby(instance),
     kind: 'embedded',
     run,
@@ -441,7 +441,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       logger,
       standbys: [],
     }),
-    // PGlite has one session: migrations share it, with their time-out set per transaction.
+    // PGlite has one session: migrations share it, and the time-out they set there is not enforced.
     forMigrations: () => ({
       knex: instance,
       timeoutMs: db.migrationTimeoutMs,

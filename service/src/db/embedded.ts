@@ -43,8 +43,8 @@ export async function openPGlite(
   if (dir !== 'memory://') mkdirSync(dir, { recursive: true });
   const pglite = new EmbeddedPGlite(dir, { extensions: { pg_trgm } });
   await pglite.waitReady;
-  // PGlite has one session and no pooler, so a session-wide setting covers every query; the
-  // server enforces it, as PGlite runs in this thread and no client-side timer could fire.
+  // PGlite does not enforce it (it runs in this thread and cancels nothing); it is set all the same
+  // so the one session carries the service's settings, which migrations read and set back.
   await pglite.exec(`SET statement_timeout = ${String(statementTimeoutMs)}`);
   return { pglite, ClientPgLite };
 }
