@@ -56,6 +56,16 @@ describe('values.schema.json', () => {
       { 'database.statementTimeoutMs': '199' },
       "at '/database/statementTimeoutMs': minimum: got 199, want 200",
     ],
+    [
+      "a statement time-out above the service's most",
+      { 'database.statementTimeoutMs': '600001' },
+      "at '/database/statementTimeoutMs': maximum: got 600,001, want 600,000",
+    ],
+    [
+      "a pool above the service's most",
+      { 'database.poolMax': '101' },
+      "at '/database/poolMax': maximum: got 101, want 100",
+    ],
     ['a SECRET_KEY shorter than 32 characters', { 'secret.secretKey': 'short' }, '/secret/secretKey'],
     ['an unknown key inside ingress', { 'ingress.hosts': 'x' }, "additional properties 'hosts' not allowed"],
     ['a probe with an action of its own', { 'readinessProbe.httpGet.path': '/' }, '/readinessProbe'],
