@@ -369,7 +369,7 @@ const table = {
         summary:
           'Statement time-out of migrations (at start-up and `npm run migrate`), apart from the request one',
         detail:
-          'Migrations may rightly run far longer than a request: a large CREATE INDEX, a rewrite of a big table.',
+          'Migrations may rightly run far longer than a request: a large CREATE INDEX, a rewrite of a big table. Not enforced on the embedded database, which cuts no statement short (see DB_STATEMENT_TIMEOUT_MS).',
       },
     }),
     /** How long one migration statement waits for a table lock before the migration is tried again. */
