@@ -546,6 +546,8 @@ const table = {
     docs: {
       section: 'Passwords',
       summary: 'bcrypt cost of password hashes: tests may use 4, production never below 10',
+      detail:
+        "A password hashed at another cost is hashed again at this one at its owner's next successful login; until then a wrong password for that account takes the old cost's time, which tells it apart from an unknown e-mail.",
     },
   }),
   /** How many password hashes or checks run at once; the rest wait (users.routes.ts). */

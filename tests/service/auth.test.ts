@@ -1,5 +1,7 @@
+import bcrypt from 'bcrypt';
 import jwt from 'jsonwebtoken';
 import request from 'supertest';
+import { createApp } from '../../service/src/app';
 import { sleep } from '../../tools/harness/client';
 import {
   bearer,
@@ -62,6 +64,33 @@ describe('POST /login', () => {
     const password = 'x'.repeat(72);
     await api().post('/users/').send({ email, password }).expect(201);
     expect((await login({ username: email, password: `${password}tail` })).status).toBe(403);
+  });
+
+  test('When BCRYPT_ROUNDS has changed since a password was hashed, then a failed login leaves the hash and the next successful one makes it again at the new cost', async () => {
+    const email = uniqueEmail();
+    const password = 'correct horse battery';
+    await api().post('/users/').send({ email, password }).expect(201);
+    const stored = async () =>
+      ((await svc.db.knex('users').where({ email }).first()) as { password: string }).password;
+    const before = await stored();
+    expect(bcrypt.getRounds(before)).toBe(svc.settings.bcryptRounds);
+    const raised = svc.settings.bcryptRounds + 1;
+    const app = createApp({
+      db: svc.db,
+      settings: { ...svc.settings, bcryptRounds: raised },
+      logger: svc.logger,
+    });
+    const loginThere = (pass: string) =>
+      request(app).post('/login').type('form').send({ username: email, password: pass });
+
+    expect((await loginThere('wrong horse battery')).status).toBe(403);
+    expect(await stored()).toBe(before);
+    await loginThere(password).expect(200);
+    const after = await stored();
+    expect(bcrypt.getRounds(after)).toBe(raised);
+    expect(await bcrypt.compare(password, after)).toBe(true);
+    await loginThere(password).expect(200);
+    expect(await stored()).toBe(after);
   });
 
   test.each([

@@ -34,6 +34,16 @@ export async function createUser(
   }
 }
 
+/** Replaces a user's password hash with `next`, unless it is no longer `previous`. */
+export async function replacePasswordHash(
+  db: Database,
+  id: number,
+  previous: string,
+  next: string,
+): Promise<void> {
+  await db.knex('users').where({ id, password: previous }).update({ password: next });
+}
+
 export const userById = statement<{ id: number }>('user_by_id', (knex, param) =>
   knex('users').select(PUBLIC_COLUMNS).where('id', param('id')),
 );

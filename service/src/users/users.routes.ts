@@ -11,7 +11,7 @@ import { signAccessToken, type TokenKey } from '../http/tokens';
 import { validate } from '../http/validation';
 import { normaliseEmail } from './email';
 import { userSchema } from './user';
-import { createUser, findUserByEmail } from './users.repository';
+import { createUser, findUserByEmail, replacePasswordHash } from './users.repository';
 import { bcryptComparable, loginForm, userCreate } from './users.schemas';
 
 export interface UsersOptions {
@@ -63,7 +63,8 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
     })
     .all(methodNotAllowed(['POST']));
 
-  // Compared against when the e-mail is unknown, at the same cost as a real hash.
+  // Compared against when the e-mail is unknown, at the cost every hash has once its owner logged
+  // in since BCRYPT_ROUNDS last changed.
   const dummyHash = hash(randomBytes(18).toString('base64'));
 
   router
@@ -78,6 +79,10 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       const comparable = bcryptComparable(form.password);
       const matches = await compare(form.password, user?.password ?? (await dummyHash));
       if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
+      // A hash made at another cost is made again at this one: until it is, a wrong password for
+      // this account takes that cost's time, which tells it apart from an unknown e-mail.
+      if (bcrypt.getRounds(user.password) !== options.bcryptRounds)
+        await replacePasswordHash(db, user.id, user.password, await hash(form.password));
       sendJson(res, {
         access_token: signAccessToken(
           user.id,
@@ -146,7 +151,8 @@ export const usersDocs = {
  *       OAuth2 password-style form login: `username` is the e-mail address, normalised as at
  *       registration. The token comes only in this body (no cookie), which a foreign origin cannot
  *       read. The form must be UTF-8 (no other charset). An unknown e-mail and a
- *       wrong password get the same 403 after the same work, so e-mails cannot be probed. Only this
+ *       wrong password get the same 403 after the same work, so e-mails cannot be probed (a
+ *       password hashed before BCRYPT_ROUNDS changed is hashed again at its next login). Only this
  *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
  *       `/users/`).
  *     requestBody:
