@@ -244,7 +244,7 @@ describe('Reads on standbys', () => {
         const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
         let acknowledgedAt = 0;
         try {
-          // Longer than a wait for a pooled connection: a position read queued behind the votes has given up.
+          // Longer than a wait for a pooled connection: a position read queued behind the votes would have given up.
           await sleep(4000);
           for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
           const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
