@@ -4,7 +4,8 @@
  * moves to a promoted standby), and it can `stall`: from then on nothing it holds forwards a byte
  * either way and nothing is closed, the way connections behave when a node vanishes from the
  * network (no FIN, no RST, no answer); and it can lose the answer to one statement
- * (`loseAnswerTo`). A connection closed by the target is closed to the client.
+ * (`loseAnswerTo`), or hold one back a while (`delayAnswerTo`), and it can hold back cancel requests
+ * (`delayCancels`). A connection closed by the target is closed to the client.
  */
 import net from 'node:net';
 import { freePort } from './service';
@@ -17,7 +18,16 @@ interface Pair {
   deaf?: boolean;
   /** Once deaf, closed when the target's answer comes, rather than left open. */
   closeOnAnswer?: boolean;
+  /** The target's answer to what it sent last is held back this long. */
+  holdAnswerMs?: number;
+  /** What came back while the answer is held, passed on in order when the hold ends. */
+  held?: Buffer[];
+  /** Whether anything has come from the client yet: a cancel request comes first and alone. */
+  spoken?: boolean;
 }
+
+/** The protocol's CancelRequest: 16 bytes, the code 80877102 after the length. */
+const isCancelRequest = (chunk: Buffer): boolean => chunk.length === 16 && chunk.readInt32BE(4) === 80877102;
 
 export class Relay {
   port = 0;
@@ -25,6 +35,8 @@ export class Relay {
   private readonly pairs = new Set<Pair>();
   private stalled = false;
   private loseAnswerAfter: { marker: string; close: boolean } | undefined;
+  private delayAnswerAfter: { marker: string; ms: number } | undefined;
+  private cancelDelayMs = 0;
 
   constructor(
     private targetPort: number,
@@ -66,6 +78,17 @@ export class Relay {
     upstream.on('close', drop);
     client.on('data', (chunk: Buffer) => {
       if (pair.stalled) return;
+      const first = pair.spoken !== true;
+      pair.spoken = true;
+      if (first && this.cancelDelayMs > 0 && isCancelRequest(chunk)) {
+        setTimeout(() => upstream.write(chunk), this.cancelDelayMs);
+        return;
+      }
+      const delay = this.delayAnswerAfter;
+      if (delay && chunk.includes(delay.marker)) {
+        this.delayAnswerAfter = undefined;
+        pair.holdAnswerMs = delay.ms;
+      }
       const loss = this.loseAnswerAfter;
       if (loss && chunk.includes(loss.marker)) {
         this.loseAnswerAfter = undefined;
@@ -74,8 +97,22 @@ export class Relay {
       }
       upstream.write(chunk);
     });
-    upstream.on('data', (chunk) => {
+    upstream.on('data', (chunk: Buffer) => {
       if (pair.stalled) return;
+      if (pair.held) {
+        pair.held.push(chunk);
+        return;
+      }
+      if (pair.holdAnswerMs !== undefined) {
+        const held = [chunk];
+        pair.held = held;
+        setTimeout(() => {
+          pair.held = undefined;
+          for (const part of held) client.write(part);
+        }, pair.holdAnswerMs);
+        pair.holdAnswerMs = undefined;
+        return;
+      }
       if (!pair.deaf) client.write(chunk);
       else if (pair.closeOnAnswer) drop();
     });
@@ -95,6 +132,22 @@ export class Relay {
    */
   loseAnswerTo(marker: string, { close = false }: { close?: boolean } = {}): void {
     this.loseAnswerAfter = { marker, close };
+  }
+
+  /**
+   * The answer to the next message sent with `marker` in it reaches the client `ms` late, as on a
+   * slow link: the target has answered, the client has not heard yet.
+   */
+  delayAnswerTo(marker: string, ms: number): void {
+    this.delayAnswerAfter = { marker, ms };
+  }
+
+  /**
+   * Cancel requests reach the target `ms` late: each comes on a connection of its own, whose set-up
+   * (a pooler's too) can make it slower than the statements' own connection.
+   */
+  delayCancels(ms: number): void {
+    this.cancelDelayMs = ms;
   }
 
   /** New connections go to `port` and forward again; the stalled ones stay stalled. */

@@ -178,5 +178,9 @@ export async function withDeadline<T>(
     connection.off?.('notice', warned);
   }
   if (state.unconfirmed) throw new CommitUnconfirmedError(bound);
+  // The cancel sent at the deadline may still be on its way and would land on the transaction's next
+  // statement, its COMMIT's wait for a synchronous standby among them: the transaction ends here.
+  if (state.expired && !decides && connection.getTransactionStatus?.() === 'T')
+    throw new StatementTimeoutError(bound, undefined);
   return result;
 }
