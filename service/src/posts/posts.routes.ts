@@ -295,8 +295,9 @@ export const postsDocs = {
  *       descending), so consecutive pages never overlap or skip. Also answers at `/posts`.
  *       Paging: `skip` (an offset; deep pages get slower) or `cursor` (a keyset position, equally
  *       fast at any depth), never both. Every page with more posts after it carries
- *       `Link: <…>; rel="next"`; follow it until a page has none. Posts created during such a walk
- *       appear only on a fresh walk from the first page.
+ *       `Link: <…>; rel="next"`; follow it until a page has none. A post sorts by the moment its
+ *       creation began: one created during such a walk shows on a fresh walk from the first page,
+ *       not on this one, unless its creation was already under way when the walk started.
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
  *     parameters:
  *       - $ref: '#/components/parameters/limit'
