@@ -18,7 +18,7 @@ export interface Published {
 }
 
 /** A signing key made for this run only, written as the legacy keyring files Helm reads. */
-function throwawayKey(work: string): { name: string; secring: string; pubring: string } {
+export function throwawayKey(work: string): { name: string; secring: string; pubring: string } {
   const gnupg = path.join(work, 'gnupg');
   mkdirSync(gnupg, { recursive: true, mode: 0o700 });
   const gpg = (args: string[]) =>
@@ -46,6 +46,8 @@ export async function publish(work: string, image?: string): Promise<Published> 
       keyring: key.secring,
       plainHttp: true,
       out: path.join(work, 'out'),
+      // A throwaway release of the tree as it is, edits and all: nobody relies on its recorded commit.
+      allowUncommitted: true,
       ...(image ? { image } : {}),
     });
     return { registry, record, pubring: key.pubring };

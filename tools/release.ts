@@ -6,9 +6,12 @@
  * also listed in the referrers tag schema's index for registries without the referrers API; the
  * chart, its default image set to that digest, is signed and pushed to `oci://<registry>/charts`.
  * `release.json` in the output folder records versions, commit and digests; `--record` writes the
- * digests under the version's record line of the changelog.
+ * digests under the version's record line of the changelog. Before anything is built or pushed it
+ * refuses (releaseRefusals) a tree whose versions are out of step or whose changes are not
+ * committed, a key helm cannot sign with, and a version whose image or chart is published already;
+ * `--check --registry …` runs those checks alone.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -177,8 +180,8 @@ function npmSbom(out: string): string {
   return file;
 }
 
-/** A copy of the chart whose default image is the one pushed, by digest. */
-function chartWithImage(repository: string, digest: string): string {
+/** A copy of the chart whose default image is the one pushed, by digest (the release workflow's too). */
+export function chartWithImage(repository: string, digest: string): string {
   const folder = mkdtempSync(path.join(tmpdir(), 'social-posts-chart-'));
   const chart = path.join(folder, 'social-posts');
   cpSync(path.join(repoRoot, 'chart'), chart, { recursive: true });
@@ -199,12 +202,101 @@ export interface ReleaseOptions {
   plainHttp: boolean;
   out: string;
   record?: string;
+  /** Only for a throwaway release into a throwaway registry (the tests'), whose recorded commit nobody relies on. */
+  allowUncommitted?: boolean;
+}
+
+/** Whether the registry holds `reference`; a failure other than "not there" throws, so nothing is assumed absent. */
+function inRegistry(reference: string, plainHttp: boolean): boolean {
+  try {
+    exec('skopeo', [
+      'inspect',
+      '--raw',
+      ...(plainHttp ? ['--tls-verify=false'] : []),
+      `docker://${reference}`,
+    ]);
+    return true;
+  } catch (error) {
+    const stderr = String((error as { stderr?: unknown }).stderr ?? error);
+    if (/manifest unknown|name unknown|repository name not known/i.test(stderr)) return false;
+    throw new Error(`cannot tell whether ${reference} is in the registry: ${stderr.trim()}`, {
+      cause: error,
+    });
+  }
+}
+
+/** Whether helm signs with the key: a package of the chart signed into a scratch folder. */
+function signingProblem(key: string, keyring: string, root: string): string | undefined {
+  const folder = mkdtempSync(path.join(tmpdir(), 'social-posts-signing-'));
+  try {
+    const signed = spawnSync(
+      ensureTools().helm,
+      [
+        'package',
+        '--sign',
+        '--key',
+        key,
+        '--keyring',
+        keyring,
+        '--destination',
+        folder,
+        path.join(root, 'chart'),
+      ],
+      { encoding: 'utf8' },
+    );
+    if (signed.status === 0) return undefined;
+    return `helm cannot sign with the key "${key}" of ${keyring}: ${signed.stderr.trim()}`;
+  } finally {
+    rmSync(folder, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Why this tree may not be released into the registry, checked before anything is built or pushed:
+ * versions out of step, changes not committed (the image would not be the recorded commit), a key
+ * helm cannot sign with (checked when given), or this version's image or chart already published.
+ */
+export function releaseRefusals(
+  options: Pick<ReleaseOptions, 'registry' | 'plainHttp' | 'allowUncommitted'> & {
+    key?: string;
+    keyring?: string;
+  },
+  root: string = repoRoot,
+): string[] {
+  const problems = versionProblems(root).filter((problem) => !problem.includes('is not in this clone'));
+  if (!options.allowUncommitted) {
+    const changed = exec('git', ['-C', root, 'status', '--porcelain'])
+      .split('\n')
+      .map((line) => line.trim())
+      .filter(Boolean);
+    if (changed.length > 0)
+      problems.push(
+        `the tree has changes that are not committed (${changed.slice(0, 5).join(', ')}): commit them or set them aside, the release records the commit it was cut from`,
+      );
+  }
+  if (options.key !== undefined && options.keyring !== undefined) {
+    const signing = signingProblem(options.key, options.keyring, root);
+    if (signing) problems.push(signing);
+  }
+  const versions = treeVersions(root);
+  for (const reference of [
+    `${options.registry}/social-posts:${versions.app}`,
+    `${options.registry}/charts/social-posts:${versions.chart}`,
+  ]) {
+    try {
+      if (inRegistry(reference, options.plainHttp))
+        problems.push(`${reference} is in the registry already: a published version is never replaced`);
+    } catch (error) {
+      problems.push(error instanceof Error ? error.message : String(error));
+    }
+  }
+  return problems;
 }
 
 export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const versions = treeVersions();
-  const problems = versionProblems().filter((problem) => !problem.includes('is not in this clone'));
-  if (problems.length > 0) throw new Error(`the versions are not in step: ${problems.join('; ')}`);
+  const problems = releaseRefusals(options);
+  if (problems.length > 0) throw new Error(`the release is refused: ${problems.join('; ')}`);
   const commit = exec('git', ['rev-parse', 'HEAD']).trim();
   const registryHost = options.registry.split('/')[0] ?? '';
   const registryPath = options.registry.split('/').slice(1).join('/');
@@ -294,11 +386,23 @@ async function main(): Promise<void> {
       'plain-http': { type: 'boolean', default: false },
       out: { type: 'string', default: path.join(repoRoot, 'dist', 'release') },
       record: { type: 'string' },
+      check: { type: 'boolean', default: false },
     },
   });
+  if (values.check && values.registry) {
+    // The refusals alone (the release workflow's first step); the key only when given.
+    const problems = releaseRefusals({
+      registry: values.registry,
+      plainHttp: values['plain-http'],
+      ...(values.key && values.keyring ? { key: values.key, keyring: values.keyring } : {}),
+    });
+    if (problems.length > 0) throw new Error(`the release is refused: ${problems.join('; ')}`);
+    log(`nothing refuses this release into ${values.registry}`);
+    return;
+  }
   if (!values.registry || !values.key || !values.keyring)
     throw new Error(
-      'usage: npm run release -- --registry HOST[:PORT]/PATH --key NAME --keyring SECRING [--image REF] [--plain-http] [--out DIR] [--record CHANGELOG.md]',
+      'usage: npm run release -- --registry HOST[:PORT]/PATH --key NAME --keyring SECRING [--image REF] [--plain-http] [--out DIR] [--record CHANGELOG.md], or --check --registry HOST[:PORT]/PATH [--plain-http] [--key NAME --keyring SECRING]',
     );
   const record = await release({
     registry: values.registry,
