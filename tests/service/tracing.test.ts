@@ -112,6 +112,8 @@ type ExportedSpan = ReturnType<typeof exported>;
 class Collector {
   readonly spans: ExportedSpan[] = [];
   readonly contentTypes = new Set<string>();
+  /** Every body as it arrived, undecoded: what a collector stores includes what the decoding above leaves out. */
+  readonly bodies: string[] = [];
   private server: Server | undefined;
   endpoint = '';
 
@@ -120,6 +122,7 @@ class Collector {
       void buffer(req).then((body) => {
         const type = req.headers['content-type'] ?? '';
         this.contentTypes.add(type);
+        this.bodies.push(body.toString('utf8'));
         if (req.url !== '/v1/traces') {
           res.writeHead(404).end();
           return;
@@ -374,6 +377,26 @@ describe.each([
     expect(descendants(spans, root)).toEqual(expect.arrayContaining(statements));
     const recorded = JSON.stringify(spans);
     for (const value of [email, password, 'quince', 'traced again']) expect(recorded).not.toContain(value);
+  });
+
+  test("When a statement knex sends fails (a registration of an address taken), then its error span says why with the statement's placeholders, none of its values", async () => {
+    const email = `taken-${protocol.replace('/', '-')}@example.com`;
+    const password = 'a password nobody may read';
+    expect((await call(svc.base, '/users/', { json: { email, password } })).status).toBe(201);
+    const traceId = newTraceId();
+    const again = await fetch(`${svc.base}/users/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: traceparent(traceId) },
+      body: JSON.stringify({ email, password }),
+    });
+    expect(again.status).toBe(409);
+    const insert = (await collector.trace(traceId)).filter((s) => s.name === 'INSERT users');
+    expect(insert.map((s) => s.status.code)).toEqual([STATUS_ERROR]);
+    // The exception event and the status message, which the decoding above leaves out, are in the bodies.
+    const received = collector.bodies.join('\n');
+    expect(received).toContain('duplicate key value violates unique constraint');
+    expect(received).toContain('values ($1, $2)');
+    for (const secret of [email, '$2b$']) expect(received).not.toContain(secret);
   });
 
   test('When the traceparent is malformed, then it is ignored: the request is answered and starts a trace of its own', async () => {
