@@ -19,19 +19,25 @@ class RequestBudget {
   private active = 0;
   private since = 0;
 
-  constructor(readonly ms: number) {}
+  /** A share's time is the request's too: `parent` is the budget it was carved from. */
+  constructor(
+    readonly ms: number,
+    private readonly parent?: RequestBudget,
+  ) {}
 
   left(): number {
     const running = this.active > 0 ? performance.now() - this.since : 0;
-    return this.ms - this.spentMs - running;
+    return Math.min(this.ms - this.spentMs - running, this.parent?.left() ?? Infinity);
   }
 
   start(): void {
     if (this.active++ === 0) this.since = performance.now();
+    this.parent?.start();
   }
 
   stop(): void {
     if (--this.active === 0) this.spentMs += performance.now() - this.since;
+    this.parent?.stop();
   }
 }
 
@@ -40,6 +46,16 @@ const current = new AsyncLocalStorage<RequestBudget>();
 /** Runs `work` (an HTTP request's handling) with a database budget of `ms`. */
 export function withRequestBudget<T>(ms: number, work: () => T): T {
   return current.run(new RequestBudget(ms), work);
+}
+
+/**
+ * Runs `work` with `share` (0 to 1) of what is left of the request's budget, its time counted
+ * against the request's as well: what comes after it keeps the rest. Outside a request, `work` as is.
+ */
+export function withBudgetShare<T>(share: number, work: () => Promise<T>): Promise<T> {
+  const budget = current.getStore();
+  if (!budget) return work();
+  return current.run(new RequestBudget(Math.floor(budget.left() * share), budget), work);
 }
 
 /** Raised when a request's database budget runs out before it got a connection or sent a statement. */

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { withBudgetShare } from './budget';
 import type { Statement } from './statements';
 
 /**
@@ -24,6 +25,8 @@ const POSITION_INTERVAL_MS = 100;
 const PROBE_INTERVAL_MS = 250;
 /** How long positions are kept: the lag gauge reads at most this far back. */
 const HISTORY_MS = 10 * 60_000;
+/** The share of what is left of a request's database budget that one standby may take. */
+const STANDBY_SHARE = 0.5;
 
 /** Runs a statement on one pool (connection.ts's statement runner). */
 export type Run = <Row, P extends object>(statement: Statement<P>, params: P) => Promise<Row[]>;
@@ -338,7 +341,10 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
         reason = state.setAside;
         continue;
       }
-      const read = await readOnStandby<Row, P>(state, statement, params, standbyLeast, skipAfterMiss, logger);
+      // Half of what is left at most: a standby that hangs (its node lost) leaves the primary the rest.
+      const read = await withBudgetShare(STANDBY_SHARE, () =>
+        readOnStandby<Row, P>(state, statement, params, standbyLeast, skipAfterMiss, logger),
+      );
       if (Array.isArray(read)) {
         counts.standby++;
         return read;
