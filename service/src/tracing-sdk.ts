@@ -45,6 +45,7 @@ import {
   ATTR_USER_AGENT_ORIGINAL,
 } from '@opentelemetry/semantic-conventions';
 import type { Request, RequestHandler, Response } from 'express';
+import { settledStatus } from './http/pipelining';
 import type { Logger } from './logger';
 import type { SamplerName, Settings } from './settings';
 import { tracingStarted } from './tracing';
@@ -175,7 +176,8 @@ const REQUEST_SPANS = createContextKey('social-posts request spans');
 /** Both spans end when the connection is done with the answer: the route's, then the request's. */
 function endRequestSpans(spans: RequestSpans, req: Request, res: Response): void {
   const route = matchedRoute(req);
-  const status = res.statusCode;
+  // As the request log and the metrics: 499 when the client left before the answer was sent in full.
+  const status = settledStatus(res);
   if (spans.route) {
     if (route !== undefined) {
       spans.route.setAttribute(ATTR_HTTP_ROUTE, route);

@@ -325,6 +325,36 @@ describe.each([
     expect(descendants(spans, root)).toEqual(expect.arrayContaining(statements));
   });
 
+  test('When the client closes the connection before the answer, then the request span says 499, as the request log does, not a status never sent', async () => {
+    const traceId = newTraceId();
+    const requestId = `closed-early-${protocol.replace('/', '-')}`;
+    const socket = connect(svc.port, '127.0.0.1');
+    await once(socket, 'connect');
+    // A head that announces a body, and half of it: the client is gone before the answer.
+    socket.write(
+      [
+        'POST /users/ HTTP/1.1',
+        'Host: 127.0.0.1',
+        `traceparent: ${traceparent(traceId)}`,
+        `X-Request-Id: ${requestId}`,
+        'Content-Type: application/json',
+        'Content-Length: 100',
+        '',
+        '{"email":',
+      ].join('\r\n'),
+    );
+    await sleep(200);
+    socket.destroy();
+    const root = serverSpan(await collector.trace(traceId));
+    const line = await pollUntil(
+      () => svc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === requestId && 'res' in l),
+      (found) => found !== undefined,
+      { withinMs: 5000, everyMs: 50 },
+    );
+    expect((line.value?.res as { status?: number } | undefined)?.status).toBe(499);
+    expect(root.attributes['http.response.status_code']).toBe(499);
+  });
+
   test("When a handler's statements are built by knex (an insert, a transaction), then each is a span named by its operation and table, with none of its values", async () => {
     const email = `traced-${protocol.replace('/', '-')}@example.com`;
     const password = 'a traced password';
