@@ -125,6 +125,9 @@ describe('Without standbys', () => {
 describeOnPostgres('With a read endpoint', () => {
   // The test's PostgreSQL as its own read endpoint: not in recovery, it passes every replay check.
   const service = fixture(() => startTestService({ DB_READ_HOSTNAME: process.env.DB_HOSTNAME ?? '' }));
+  const leastBudget = fixture(() =>
+    startTestService({ DB_READ_HOSTNAME: process.env.DB_HOSTNAME ?? '', DB_STATEMENT_TIMEOUT_MS: '200' }),
+  );
   const unreachable = fixture(async () =>
     startTestService({ DB_READ_HOSTNAME: `127.0.0.1:${String(await freePort())}` }),
   );
@@ -153,6 +156,17 @@ describeOnPostgres('With a read endpoint', () => {
     expect((anonymous.body as { title: string }[]).map((p) => p.title)).toEqual(['third', 'second', 'first']);
     expect(anonymous.body).toEqual(signedIn.body);
     expect(anonymous.headers.link).toEqual(signedIn.headers.link);
+  });
+
+  test('When DB_STATEMENT_TIMEOUT_MS is its least, then the anonymous feed still reads on the standby endpoint', async () => {
+    await positioned(leastBudget);
+    const counts = {
+      ...leastBudget.db.reads.counts,
+      fallbacks: { ...leastBudget.db.reads.counts.fallbacks },
+    };
+    for (let i = 0; i < 5; i++) await request(leastBudget.app).get('/posts/public?limit=1').expect(200);
+    expect(leastBudget.db.reads.counts.standby).toBe(counts.standby + 5);
+    expect(leastBudget.db.reads.counts.fallbacks).toEqual(counts.fallbacks);
   });
 
   test('When a search matches nothing, then the standby endpoint answers an empty page, not a fallback', async () => {

@@ -48,16 +48,6 @@ export function withRequestBudget<T>(ms: number, work: () => T): T {
   return current.run(new RequestBudget(ms), work);
 }
 
-/**
- * Runs `work` with `share` (0 to 1) of what is left of the request's budget, its time counted
- * against the request's as well: what comes after it keeps the rest. Outside a request, `work` as is.
- */
-export function withBudgetShare<T>(share: number, work: () => Promise<T>): Promise<T> {
-  const budget = current.getStore();
-  if (!budget) return work();
-  return current.run(new RequestBudget(Math.floor(budget.left() * share), budget), work);
-}
-
 /** Raised when a request's database budget runs out before it got a connection or sent a statement. */
 export class RequestBudgetError extends Error {
   override name = 'RequestBudgetError';
@@ -78,6 +68,20 @@ export interface Bound {
  * lend a connection to a statement refused at once.
  */
 const SMALLEST_BOUND_MS = 100;
+
+/**
+ * Runs `work` with `share` (0 to 1) of what is left of the request's budget, its time counted
+ * against the request's as well: what comes after it keeps the rest. Never less than twice the
+ * smallest bound (or all that is left): a share too short to wait for a connection and send a
+ * statement would refuse `work` every time. Outside a request, `work` as is.
+ */
+export function withBudgetShare<T>(share: number, work: () => Promise<T>): Promise<T> {
+  const budget = current.getStore();
+  if (!budget) return work();
+  const left = budget.left();
+  const ms = Math.max(Math.floor(left * share), Math.min(Math.floor(left), 2 * SMALLEST_BOUND_MS));
+  return current.run(new RequestBudget(ms, budget), work);
+}
 
 /**
  * Runs `work`, a wait or a statement whose own limit is `limitMs`, under the smaller of that limit
