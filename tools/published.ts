@@ -47,7 +47,7 @@ export async function publish(work: string, image?: string): Promise<Published> 
       plainHttp: true,
       out: path.join(work, 'out'),
       // A throwaway release of the tree as it is, edits and all: nobody relies on its recorded commit.
-      allowUncommitted: true,
+      throwaway: true,
       ...(image ? { image } : {}),
     });
     return { registry, record, pubring: key.pubring };

@@ -19,7 +19,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseDocument } from 'yaml';
 import { build, commandLine, IMAGE } from './container';
-import { treeVersions, versionProblems } from './harness/releases';
+import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
 import { ensureBase } from './stand-in-base';
@@ -202,8 +202,8 @@ export interface ReleaseOptions {
   plainHttp: boolean;
   out: string;
   record?: string;
-  /** Only for a throwaway release into a throwaway registry (the tests'), whose recorded commit nobody relies on. */
-  allowUncommitted?: boolean;
+  /** A throwaway release into a throwaway registry (the tests'): of the tree as it is, named by nothing. */
+  throwaway?: boolean;
 }
 
 /** Whether the registry holds `reference`; a failure other than "not there" throws, so nothing is assumed absent. */
@@ -253,18 +253,25 @@ function signingProblem(key: string, keyring: string, root: string): string | un
 
 /**
  * Why this tree may not be released into the registry, checked before anything is built or pushed:
- * versions out of step, changes not committed (the image would not be the recorded commit), a key
- * helm cannot sign with (checked when given), or this version's image or chart already published.
+ * versions out of step, changes listed under Unreleased or not committed (the image would hold
+ * what its version does not name), a key helm cannot sign with (checked when given), or this
+ * version's image or chart already published.
  */
 export function releaseRefusals(
-  options: Pick<ReleaseOptions, 'registry' | 'plainHttp' | 'allowUncommitted'> & {
+  options: Pick<ReleaseOptions, 'registry' | 'plainHttp' | 'throwaway'> & {
     key?: string;
     keyring?: string;
   },
   root: string = repoRoot,
 ): string[] {
   const problems = versionProblems(root).filter((problem) => !problem.includes('is not in this clone'));
-  if (!options.allowUncommitted) {
+  if (!options.throwaway) {
+    const { unreleased } = parseChangelog(readFileSync(path.join(root, 'CHANGELOG.md'), 'utf8'));
+    const [first, ...more] = unreleased;
+    if (first !== undefined)
+      problems.push(
+        `CHANGELOG.md lists changes under [Unreleased] ("${first.slice(2)}"${more.length > 0 ? ` and ${String(more.length)} more` : ''}), which this release would ship without naming them: move them into the section of the version to release`,
+      );
     const changed = exec('git', ['-C', root, 'status', '--porcelain'])
       .split('\n')
       .map((line) => line.trim())

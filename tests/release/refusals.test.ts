@@ -68,7 +68,7 @@ const releaseInto = (registryPath: string, keyName: string) =>
     image: 'social-posts:never-built',
     plainHttp: true,
     out: path.join(work, registryPath),
-    allowUncommitted: true,
+    throwaway: true,
   });
 
 describe('What a release refuses before pushing anything', () => {
@@ -96,24 +96,44 @@ describe('What a release refuses before pushing anything', () => {
     expect(await tags('chart-there/social-posts')).toEqual([]);
   });
 
-  it('When the tree has changes that are not committed, then the release is refused; once committed, it is not', () => {
+  it('When the changelog lists changes under Unreleased, or the tree has changes that are not committed, then the release is refused naming each; once named in a release and committed, it is not', () => {
     const clone = path.join(work, 'clone');
-    execFileSync('git', ['clone', '-q', '--shared', '--no-checkout', root, clone]);
-    execFileSync('git', [
-      '-C',
-      clone,
-      'checkout',
-      '-q',
-      '--detach',
-      execFileSync('git', ['-C', root, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim(),
-    ]);
+    execFileSync('git', ['clone', '-q', '--shared', root, clone]);
+    const changelog = path.join(clone, 'CHANGELOG.md');
+    const commit = (text: string) => {
+      writeFileSync(changelog, text);
+      execFileSync('git', [
+        '-C',
+        clone,
+        '-c',
+        'user.name=R',
+        '-c',
+        'user.email=r@example.com',
+        'commit',
+        '-qam',
+        'c',
+      ]);
+    };
+    const withUnreleased = (entries: string) =>
+      readFileSync(changelog, 'utf8').replace(
+        /## \[Unreleased\]\n[\s\S]*?\n## \[/,
+        `## [Unreleased]\n\n${entries}## [`,
+      );
     const options = { registry: `${registry.host}/clone`, plainHttp: true };
+    commit(withUnreleased(''));
     expect(releaseRefusals(options, clone)).toEqual([]);
+
+    commit(withUnreleased('### Fixed\n\n- A fix no release names.\n\n'));
+    expect(releaseRefusals(options, clone)).toEqual([
+      expect.stringMatching(/lists changes under \[Unreleased\] \("A fix no release names\."\)/),
+    ]);
+
+    commit(withUnreleased(''));
     const file = path.join(clone, 'service', 'src', 'app.ts');
     writeFileSync(file, `${readFileSync(file, 'utf8')}\n// an edit\n`);
-    expect(releaseRefusals(options, clone).join('\n')).toMatch(
-      /changes that are not committed \(.*service\/src\/app\.ts/,
-    );
+    expect(releaseRefusals(options, clone)).toEqual([
+      expect.stringMatching(/changes that are not committed \(.*service\/src\/app\.ts/),
+    ]);
   });
 });
 

@@ -334,12 +334,13 @@ describe('The release checks on a repository of the same shape', () => {
 describe('The changelog form', () => {
   const good = `# Changelog\n\nPreamble.\n\n## [Unreleased]\n\n### Added\n\n- Soon.\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n${section('1.0.0', '2026-11-25', '0.2.0', 'a'.repeat(40))}`;
 
-  it('When the file is in form, then its releases are read newest first, pending without a commit', () => {
+  it('When the file is in form, then its releases are read newest first, pending without a commit, and the entries under Unreleased apart', () => {
     expect(parseChangelog(good)).toEqual({
       releases: [
         { version: '1.1.0', chartVersion: '0.3.0', commit: null, date: '2026-11-26' },
         { version: '1.0.0', chartVersion: '0.2.0', commit: 'a'.repeat(40), date: '2026-11-25' },
       ],
+      unreleased: ['- Soon.'],
       problems: [],
       unreadable: [],
     });

@@ -23,6 +23,8 @@ export interface Release {
 export interface ParsedChangelog {
   /** Newest first, Unreleased excluded. */
   releases: Release[];
+  /** The entries listed under Unreleased: changes in the tree that no release names yet. */
+  unreleased: string[];
   /** What keeps the file from Keep a Changelog form or from these rules, one sentence each. */
   problems: string[];
   /** Those of the problems that leave a release's record unreadable (also in `problems`). */
@@ -82,12 +84,16 @@ export function parseChangelog(text: string): ParsedChangelog {
   if (sections[0]?.heading !== '## [Unreleased]') problems.push('the first section is not "## [Unreleased]"');
 
   const releases: Release[] = [];
+  const unreleased: string[] = [];
   sections.forEach(({ heading, body }, index) => {
     const subsections = headedParts(body, '### ');
     for (const name of subsections.map((part) => part.heading.slice(4)))
       if (!SUBSECTIONS.includes(name))
         problems.push(`"${heading}" has a subsection "${name}" (allowed: ${SUBSECTIONS.join(', ')})`);
-    if (index === 0 && heading === '## [Unreleased]') return;
+    if (index === 0 && heading === '## [Unreleased]') {
+      unreleased.push(...body.filter((line) => line.startsWith('- ')));
+      return;
+    }
 
     const match = RELEASE_HEADING.exec(heading);
     if (!match) {
@@ -129,7 +135,7 @@ export function parseChangelog(text: string): ParsedChangelog {
     if (release.commit !== null && older.commit === null)
       problems.push(`${older.version} is still pending below the recorded ${release.version}`);
   });
-  return { releases, problems, unreadable };
+  return { releases, unreleased, problems, unreadable };
 }
 
 function readText(root: string, file: string): string {
