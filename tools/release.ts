@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseDocument } from 'yaml';
-import { build, commandLine, IMAGE } from './container';
+import { build, commandLine, engine, IMAGE } from './container';
 import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
@@ -319,7 +319,11 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const imageRepository = `${options.registry}/social-posts`;
   const imageRef = `${imageRepository}:${versions.app}`;
   log(`pushing ${local} as ${imageRef}`);
-  exec(...commandLine(['push', ...tls, local, `docker://${imageRef}`]));
+  if (engine().name === 'docker') {
+    // docker pushes a tag, and has no TLS switch: its daemon's insecure-registries list allows plain HTTP.
+    exec(...commandLine(['tag', local, imageRef]));
+    exec(...commandLine(['push', imageRef]));
+  } else exec(...commandLine(['push', ...tls, local, `docker://${imageRef}`]));
   const image = manifestDigest(imageRef, options.plainHttp);
   const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
   log(`image ${imageRepository}@${image.digest}`);
