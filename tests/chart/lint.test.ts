@@ -76,6 +76,12 @@ describe('values.schema.json', () => {
       { 'ingress.proxyNextUpstream': 'error retry' },
       '/ingress/proxyNextUpstream',
     ],
+    // nginx would send a POST again after the first replica may have written it: a second post.
+    [
+      'non_idempotent in ingress.proxyNextUpstream',
+      { 'ingress.proxyNextUpstream': 'error non_idempotent' },
+      '/ingress/proxyNextUpstream',
+    ],
     [
       'zero ingress.proxyNextUpstreamTries',
       { 'ingress.proxyNextUpstreamTries': '0' },

@@ -8,6 +8,7 @@ import {
   findOne,
   must,
   podAnnotations,
+  refusedEach,
   render,
   renderedBeforeAll,
   renderEnvironment,
@@ -108,6 +109,41 @@ describe('The statement time-out', () => {
   it("When database.statementTimeoutMs is the service's least, 200, then helm accepts it and the pods read it", async () => {
     const objects = await render(valuesOf('dev', { 'database.statementTimeoutMs': '200' }));
     expect(configMapData(objects).DB_STATEMENT_TIMEOUT_MS).toBe('200');
+  });
+
+  // A request answers at the latest its database budget plus the 0.5 s cancel grace after it starts.
+  refusedEach<Record<string, string>>([
+    [
+      'a statement time-out the Ingress gives up before',
+      { 'database.statementTimeoutMs': '5000' },
+      'ingress.proxyReadTimeout (3 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (5500 ms)',
+    ],
+    [
+      'an Ingress read time-out below the default budget',
+      { 'ingress.proxyReadTimeout': '2' },
+      'ingress.proxyReadTimeout (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
+    ],
+    [
+      'a Gateway read time-out below the default budget',
+      { 'gateway.enabled': 'true', 'gateway.parentRef.name': 'gw', 'gateway.timeouts.readSeconds': '2' },
+      'gateway.timeouts.readSeconds (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
+    ],
+    [
+      'a drain shorter than a request may take',
+      { 'config.shutdownTimeoutSeconds': '2' },
+      'config.shutdownTimeoutSeconds (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
+    ],
+  ])('When the values carry %s, then helm template fails naming both values', (set) => valuesOf('dev', set));
+
+  it('When database.statementTimeoutMs is raised with the proxy read time-out and the drain above it, then helm accepts it', async () => {
+    const objects = await render(
+      valuesOf('dev', {
+        'database.statementTimeoutMs': '10000',
+        'ingress.proxyReadTimeout': '11',
+        'config.shutdownTimeoutSeconds': '11',
+      }),
+    );
+    expect(configMapData(objects).DB_STATEMENT_TIMEOUT_MS).toBe('10000');
   });
 });
 
