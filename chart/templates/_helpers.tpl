@@ -355,6 +355,14 @@ Guards across values, which values.schema.json cannot express.
 {{- fail (printf "cnpg.pooler.parameters.%s: set it with its own value (cnpg.pooler.maxClientConn, defaultPoolSize, maxPreparedStatements), which the connection budget checks" $key) }}
 {{- end }}
 {{- end }}
+{{- /* PostgreSQL's spellings of off; local returns before any standby has the commit. */}}
+{{- $syncCommit := lower (toString (get .Values.cnpg.cluster.parameters "synchronous_commit" | default "on")) }}
+{{- if and .Values.cnpg.enabled (has $syncCommit (list "off" "false" "no" "0")) }}
+{{- fail (printf "cnpg.cluster.parameters.synchronous_commit %q acknowledges a commit before the primary's disk has it, so a crash loses it; leave it unset (on), or remote_write or remote_apply" $syncCommit) }}
+{{- end }}
+{{- if and .Values.cnpg.enabled (eq $syncCommit "local") (gt (int .Values.cnpg.cluster.instances) 1) (eq .Values.cnpg.cluster.synchronous.dataDurability "required") }}
+{{- fail "cnpg.cluster.parameters.synchronous_commit \"local\" acknowledges a commit before a standby has it, so a failover loses it although cnpg.cluster.synchronous.dataDurability is required; leave it unset (on), or remote_write or remote_apply" }}
+{{- end }}
 {{- if hasKey .Values.cnpg.cluster.parameters "max_connections" }}
 {{- fail "cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections, which the connection budget checks" }}
 {{- end }}

@@ -197,6 +197,16 @@ describe('CloudNativePG: options', () => {
     expect(cluster.spec.postgresql.synchronous).toBeUndefined();
   });
 
+  it('When synchronous_commit asks a standby for more (remote_apply), then the Cluster gets it beside the synchronous standby', async () => {
+    const objects = await render(
+      withCnpg({}, { setString: { 'cnpg.cluster.parameters.synchronous_commit': 'remote_apply' } }),
+    );
+    const cluster = findOne(objects, 'Cluster');
+    expectCrdValid(cluster);
+    expect(cluster.spec.postgresql.parameters.synchronous_commit).toBe('remote_apply');
+    expect(cluster.spec.postgresql.synchronous).toMatchObject({ dataDurability: 'required' });
+  });
+
   it('When more PgBouncer settings are given, then they join the managed ones and may replace server_login_retry', async () => {
     const objects = await render(
       withCnpg(
@@ -359,6 +369,17 @@ describe('CloudNativePG: values that cannot work fail the render with one line',
       "the cluster's max_connections is set through the free-form parameters",
       { setString: { 'cnpg.cluster.parameters.max_connections': '500' } },
       'cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections',
+    ],
+    // Either acknowledges a commit that a failover (local) or a crash (off) loses.
+    [
+      'commits return before a standby has them',
+      { setString: { 'cnpg.cluster.parameters.synchronous_commit': 'local' } },
+      'cnpg.cluster.parameters.synchronous_commit "local" acknowledges a commit before a standby has it',
+    ],
+    [
+      'commits return before the disk has them',
+      { setString: { 'cnpg.cluster.parameters.synchronous_commit': 'off' } },
+      'cnpg.cluster.parameters.synchronous_commit "off" acknowledges a commit before the primary\'s disk has it',
     ],
     [
       'prepared statements are on and PgBouncer tracks none',
