@@ -61,6 +61,17 @@ describe('values.schema.json', () => {
       { 'database.statementTimeoutMs': '600001' },
       "at '/database/statementTimeoutMs': maximum: got 600,001, want 600,000",
     ],
+    // The service refuses these at start: new pods would crash-loop and the rollout stall.
+    [
+      "a shutdown delay above the service's most",
+      { 'config.shutdownDelaySeconds': '121', terminationGracePeriodSeconds: '300' },
+      "at '/config/shutdownDelaySeconds': maximum: got 121, want 120",
+    ],
+    [
+      "a drain above the service's most",
+      { 'config.shutdownTimeoutSeconds': '601', terminationGracePeriodSeconds: '700' },
+      "at '/config/shutdownTimeoutSeconds': maximum: got 601, want 600",
+    ],
     [
       "a pool above the service's most",
       { 'database.poolMax': '101' },
