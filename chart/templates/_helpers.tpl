@@ -309,14 +309,17 @@ Guards across values, which values.schema.json cannot express.
 {{- if le (mul (int64 .Values.config.shutdownTimeoutSeconds) 1000) $answerMs }}
 {{- fail (printf "config.shutdownTimeoutSeconds (%d s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (%d ms): the drain would close the socket of a request whose write may still commit, and the client would see an error for it" (int .Values.config.shutdownTimeoutSeconds) (int $answerMs)) }}
 {{- end }}
-{{- $proxyRead := dict }}
+{{- $proxyReads := list }}
 {{- if .Values.gateway.enabled }}
-{{- $proxyRead = dict "name" "gateway.timeouts.readSeconds" "seconds" (int .Values.gateway.timeouts.readSeconds) }}
-{{- else if .Values.ingress.enabled }}
-{{- $proxyRead = dict "name" "ingress.proxyReadTimeout" "seconds" (int .Values.ingress.proxyReadTimeout) }}
+{{- $proxyReads = append $proxyReads (dict "name" "gateway.timeouts.readSeconds" "seconds" (int .Values.gateway.timeouts.readSeconds)) }}
 {{- end }}
-{{- if and $proxyRead (le (mul (int64 $proxyRead.seconds) 1000) $answerMs) }}
+{{- if .Values.ingress.enabled }}
+{{- $proxyReads = append $proxyReads (dict "name" "ingress.proxyReadTimeout" "seconds" (int .Values.ingress.proxyReadTimeout)) }}
+{{- end }}
+{{- range $proxyRead := $proxyReads }}
+{{- if le (mul (int64 $proxyRead.seconds) 1000) $answerMs }}
 {{- fail (printf "%s (%d s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (%d ms): the proxy would answer 504 while a write may still commit; raise %s or lower database.statementTimeoutMs" $proxyRead.name (int $proxyRead.seconds) (int $answerMs) $proxyRead.name) }}
+{{- end }}
 {{- end }}
 {{- $startBudget := add (int .Values.database.startupWaitSeconds) (div (add (int64 .Values.database.migrationTimeoutMs) 999) 1000) }}
 {{- $probeWindow := add (int (.Values.startupProbe.initialDelaySeconds | default 0)) (mul (int (.Values.startupProbe.periodSeconds | default 10)) (int (.Values.startupProbe.failureThreshold | default 3))) }}

@@ -129,6 +129,16 @@ describe('The statement time-out', () => {
       'gateway.timeouts.readSeconds (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
     ],
     [
+      'an Ingress read time-out below the default budget beside a Gateway whose time-out outlasts it',
+      {
+        'gateway.enabled': 'true',
+        'gateway.parentRef.name': 'gw',
+        'gateway.timeouts.readSeconds': '10',
+        'ingress.proxyReadTimeout': '2',
+      },
+      'ingress.proxyReadTimeout (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
+    ],
+    [
       'a drain shorter than a request may take',
       { 'config.shutdownTimeoutSeconds': '2' },
       'config.shutdownTimeoutSeconds (2 s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (2500 ms)',
