@@ -24,8 +24,8 @@ import {
  * replay paused on one standby: every write is read back at once by its writer through the other
  * process (their token reads the primary); most anonymous reads run on the standbys, none staler
  * than DB_READ_MAX_LAG_MS; the paused standby gets none once a probe has seen its lag past the bound.
- * And with one process's whole pool held by requests waiting on a lock: its anonymous reads are
- * still no staler than the bound. The faults are standby-faults.test.ts's.
+ * And with one process's whole pool, or the server connections of the pooler in front of the
+ * primary, held by requests waiting on a lock: its anonymous reads are still no staler than the bound. The faults are standby-faults.test.ts's.
  */
 const MAX_LAG_MS = 1000;
 const PAIRS = 5000;
@@ -287,6 +287,88 @@ describe('Reads on standbys', () => {
         expect(pastBound.some((p) => p.status === 503)).toBe(true);
       } finally {
         await stopAllServices();
+      }
+    },
+    CASE_TIMEOUT_MS,
+  );
+
+  test(
+    'When the pooler in front of the primary has every server connection held by requests waiting on a lock while writes go on through another, then a process behind it still serves no anonymous page staler than the bound: a page with every post acknowledged before it, or a 503',
+    async () => {
+      const database = await caseDatabase('busy_pooler');
+      // One pooler instance of several: its two server connections are what the processes behind it share.
+      const bouncer = new OwnPgBouncer({
+        version: '1.24',
+        target: { host: '127.0.0.1', port: cluster.primaryPort },
+        poolSize: 2,
+      });
+      try {
+        await bouncer.start();
+        const holder = await startOn(bouncer.port, database, { DB_STATEMENT_TIMEOUT_MS: '20000' });
+        const busy = await startOn(bouncer.port, database, {
+          DB_READ_HOSTNAME: cluster.standbyPorts.map((port) => `127.0.0.1:${String(port)}`).join(','),
+          DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
+        });
+        // Another pod, through another pooler instance: its writes are acknowledged meanwhile.
+        const writer = await startOn(cluster.primaryPort, database);
+        const token = await account(writer.base, 'busy-pooler@example.com');
+        const seed = await call(writer.base, '/posts/', { token, json: { title: 'seed', content: 'c' } });
+        const seedId = (seed.body as { id: number }).id;
+        const admin = connect(database, cluster.primaryPort);
+        const lock = await admin.transaction();
+        await lock.raw('LOCK TABLE votes IN SHARE MODE');
+        const holders = untilStopped(
+          Array.from({ length: 4 }, () => async () => {
+            await vote(holder.base, token, seedId, 1, 30_000);
+          }),
+        );
+        const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
+        let acknowledgedAt = 0;
+        try {
+          // Past a few reads of the primary's position, each queued in the pooler behind the votes.
+          await sleep(4000);
+          for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
+          const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
+          expect(fresh.status).toBe(201);
+          acknowledgedAt = Date.now();
+          const freshId = (fresh.body as { id: number }).id;
+          const reader = async () => {
+            while (Date.now() < acknowledgedAt + 6000) {
+              const sentAt = Date.now();
+              const page = await call(busy.base, '/posts/public?limit=100', { timeoutMs: 15_000 });
+              const posts = page.status === 200 ? (page.body as { id: number }[]) : [];
+              pages.push({
+                sentAt,
+                status: page.status,
+                problem: isProblem(page),
+                hasFresh: posts.some((p) => p.id === freshId),
+              });
+              await sleep(150);
+            }
+          };
+          await Promise.all([reader(), reader(), reader()]);
+        } finally {
+          await lock.rollback();
+          await holders.stop();
+          await admin.destroy();
+          for (const port of cluster.standbyPorts) await cluster.resumeReplay(port);
+        }
+        const pastBound = pages.filter((p) => p.sentAt >= acknowledgedAt + MAX_LAG_MS);
+        const stale = pastBound.filter((p) => p.status === 200 && !p.hasFresh);
+        report('standby reads busy pooler', {
+          pagesPastBound: statusCounts(pastBound),
+          staleBeyondBound: stale.length,
+          holderFailures: holders.failures.length,
+        });
+        expect(holders.failures).toEqual([]);
+        expect(pastBound.length).toBeGreaterThan(0);
+        expect(stale).toEqual([]);
+        expect(pastBound.every((p) => p.status === 200 || (p.status === 503 && p.problem))).toBe(true);
+        // The pooler was in fact held: the reads the standbys could not serve waited for it in vain.
+        expect(pastBound.some((p) => p.status === 503)).toBe(true);
+      } finally {
+        await stopAllServices();
+        await bouncer.destroy();
       }
     },
     CASE_TIMEOUT_MS,

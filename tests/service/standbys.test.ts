@@ -103,6 +103,19 @@ describe("The primary's positions", () => {
     expect(positions.required(5000, 1000)).toBe(parseLsn('1/0'));
   });
 
+  test('When the reads of the position fail, then the last one seen counts as lost only once nothing was seen within the bound', () => {
+    const positions = new PrimaryPositions();
+    positions.record(parseLsn('0/100'), 0);
+    positions.unreachable = true;
+    // Seen within the bound: that position holds every write acknowledged before the bound.
+    expect(positions.lost(900, 1000)).toBe(false);
+    // Past it: writes acknowledged since may be missing from it, so the standby must vouch for itself.
+    expect(positions.required(1500, 1000)).toBe(parseLsn('0/100'));
+    expect(positions.lost(1500, 1000)).toBe(true);
+    positions.unreachable = false;
+    expect(positions.lost(1500, 1000)).toBe(false);
+  });
+
   test('When a promoted standby reports a lower position, then the history starts again from it', () => {
     const positions = new PrimaryPositions();
     positions.record(parseLsn('0/900'), 0);

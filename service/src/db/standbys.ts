@@ -86,6 +86,14 @@ export class PrimaryPositions {
     return this.unreachable ? this.seen.at(-1)?.lsn : undefined;
   }
 
+  /**
+   * Whether the position `required` gives at `now` is only the last one seen before the reads of it
+   * failed: writes acknowledged since are not in it, unless the primary has in fact gone.
+   */
+  lost(now: number, maxLagMs: number): boolean {
+    return this.unreachable && !this.seen.some((s) => s.last >= now - maxLagMs);
+  }
+
   /** How long the primary has had WAL a standby at `replayed` lacks (0: it has all that was seen). */
   lagMs(replayed: bigint, now: number): number {
     const ahead = this.seen.find((s) => s.lsn > replayed);
@@ -118,16 +126,20 @@ interface StandbyState {
   lagMs: number | undefined;
 }
 
-/** The parameter carrying the least replay position. */
+/** The parameters carrying the least replay position, and whether it is only the last one seen. */
 interface GuardParams {
   standbyLeast: string;
+  primaryLost: boolean;
 }
 
 /**
  * The statement as a standby runs it: the check of the replay position first, in a gating filter
  * the plan evaluates once before reading anything, then the statement itself, its rows in its order,
  * or none when the standby is behind. One row always comes back, so "behind" and "no rows" differ.
- * OFFSET 0 keeps the statement a subquery of its own, under the gate.
+ * OFFSET 0 keeps the statement a subquery of its own, under the gate. While the primary's position
+ * cannot be read, which a pooler whose server connections are all busy causes as well as a failover,
+ * a standby serves only if it has lost its primary too (no WAL receiver connected) and has replayed
+ * all it received: one still streaming may lack writes acknowledged since the last position seen.
  */
 function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardParams> {
   const compiled = new WeakMap<Knex, { text: string; values: (params: P & GuardParams) => unknown[] }>();
@@ -140,9 +152,11 @@ function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardPara
       const slot = values({} as P).length + 1;
       const made = {
         text:
-          `SELECT g.standby_fresh, q.* FROM (SELECT (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn) AS standby_fresh) g ` +
+          `SELECT g.standby_fresh, q.* FROM (SELECT (NOT pg_is_in_recovery() OR (pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn ` +
+          `AND (NOT $${String(slot + 1)}::boolean OR (pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
+          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver))))) AS standby_fresh) g ` +
           `LEFT JOIN LATERAL (SELECT true AS standby_row, o.* FROM (${text}) o WHERE g.standby_fresh OFFSET 0) q ON true`,
-        values: (params: P & GuardParams) => [...values(params), params.standbyLeast],
+        values: (params: P & GuardParams) => [...values(params), params.standbyLeast, params.primaryLost],
       };
       compiled.set(knex, made);
       return made;
@@ -236,13 +250,13 @@ function repeat(intervalMs: number, round: () => Promise<unknown>, stopped: () =
 
 /**
  * The statement on one standby, in its guarded form: its rows, or why the primary must answer
- * instead (the standby failed, or had not replayed `standbyLeast`), the standby set aside for it.
+ * instead (the standby failed, or failed the check `guard` sets), the standby set aside for it.
  */
 async function readOnStandby<Row, P extends object>(
   state: StandbyState,
   statement: Statement<P>,
   params: P,
-  standbyLeast: string,
+  guard: GuardParams,
   skipAfterMiss: boolean,
   logger: Logger,
 ): Promise<Row[] | FallbackReason> {
@@ -250,7 +264,7 @@ async function readOnStandby<Row, P extends object>(
   try {
     rows = await state.pool.run<GuardedRow, P & GuardParams>(guardedForm(statement), {
       ...params,
-      standbyLeast,
+      ...guard,
     });
   } catch (error) {
     logger.debug({ err: error, standby: state.pool.name }, 'reads on standbys: a standby failed a read');
@@ -328,9 +342,10 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
   };
 
   const run: Run = async <Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]> => {
-    const least = positions.required(Date.now(), maxLagMs);
+    const now = Date.now();
+    const least = positions.required(now, maxLagMs);
     if (least === undefined) return onPrimary<Row, P>(statement, params, 'no_primary_position');
-    const standbyLeast = lsnText(least);
+    const guard = { standbyLeast: lsnText(least), primaryLost: positions.lost(now, maxLagMs) };
     let reason: FallbackReason = 'lagging';
     const start = next;
     next = (next + 1) % states.length;
@@ -343,7 +358,7 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
       }
       // Half of what is left at most: a standby that hangs (its node lost) leaves the primary the rest.
       const read = await withBudgetShare(STANDBY_SHARE, () =>
-        readOnStandby<Row, P>(state, statement, params, standbyLeast, skipAfterMiss, logger),
+        readOnStandby<Row, P>(state, statement, params, guard, skipAfterMiss, logger),
       );
       if (Array.isArray(read)) {
         counts.standby++;
