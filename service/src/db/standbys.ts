@@ -140,6 +140,8 @@ interface GuardParams {
  * cannot be read, which a pooler whose server connections are all busy causes as well as a failover,
  * a standby serves only if it has lost its primary too (no WAL receiver connected) and has replayed
  * all it received: one still streaming may lack writes acknowledged since the last position seen.
+ * A promoted one must have reached the position too: promoted while the primary at DB_HOSTNAME goes
+ * on taking writes, it has none of them.
  */
 function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardParams> {
   const compiled = new WeakMap<Knex, { text: string; values: (params: P & GuardParams) => unknown[] }>();
@@ -152,9 +154,10 @@ function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardPara
       const slot = values({} as P).length + 1;
       const made = {
         text:
-          `SELECT g.standby_fresh, q.* FROM (SELECT (NOT pg_is_in_recovery() OR (pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn ` +
+          `SELECT g.standby_fresh, q.* FROM (SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn ` +
           `AND (NOT $${String(slot + 1)}::boolean OR (pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
-          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver))))) AS standby_fresh) g ` +
+          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver))) ` +
+          `ELSE $${String(slot + 1)}::boolean OR pg_current_wal_lsn() >= $${String(slot)}::pg_lsn END) AS standby_fresh) g ` +
           `LEFT JOIN LATERAL (SELECT true AS standby_row, o.* FROM (${text}) o WHERE g.standby_fresh OFFSET 0) q ON true`,
         values: (params: P & GuardParams) => [...values(params), params.standbyLeast, params.primaryLost],
       };
@@ -218,7 +221,8 @@ async function probe(
     );
     const row = rows[0];
     const now = Date.now();
-    // A primary where a standby was expected (a promoted one) has everything it has.
+    // A primary where a standby was expected (a promoted one) has no replay lag; whether it has the
+    // primary's position is each statement's check.
     if (!row?.standby) {
       state.lagMs = 0;
       state.fit = true;
