@@ -14,7 +14,8 @@ import type { Statement } from './statements';
  * current position is read and kept with the time it was seen; a read needs a standby whose replay
  * position is at least the oldest position seen within the bound. The check travels with the read
  * itself (one round trip, on whichever server a pooler hands the statement to), and a standby that
- * fails it is skipped until a probe finds it caught up. An idle primary keeps its position, so a
+ * fails it is skipped until a probe finds it caught up. The times are the monotonic clock's: a wall
+ * clock stepped back would make old positions look recent. An idle primary keeps its position, so a
  * standby that has replayed everything passes however long ago the last write was; one cut off from
  * the primary falls behind the first write made without it.
  */
@@ -192,7 +193,7 @@ export interface ReadRouterOptions {
 
 /** Records the primary's WAL position, the reads' measure of freshness; logs once when it is not readable. */
 async function readPosition(positionKnex: Knex, positions: PrimaryPositions, logger: Logger): Promise<void> {
-  const at = Date.now();
+  const at = performance.now();
   try {
     const { rows } = await positionKnex.raw<{ rows: { lsn: string }[] }>(
       'SELECT pg_current_wal_lsn()::text AS lsn',
@@ -220,7 +221,7 @@ async function probe(
       'SELECT pg_last_wal_replay_lsn()::text AS replayed, pg_is_in_recovery() AS standby',
     );
     const row = rows[0];
-    const now = Date.now();
+    const now = performance.now();
     // A primary where a standby was expected (a promoted one) has no replay lag; whether it has the
     // primary's position is each statement's check.
     if (!row?.standby) {
@@ -346,7 +347,7 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
   };
 
   const run: Run = async <Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]> => {
-    const now = Date.now();
+    const now = performance.now();
     const least = positions.required(now, maxLagMs);
     if (least === undefined) return onPrimary<Row, P>(statement, params, 'no_primary_position');
     const guard = { standbyLeast: lsnText(least), primaryLost: positions.lost(now, maxLagMs) };
