@@ -184,6 +184,82 @@ async function steadyCase(
   expect(pausedAtBound.calls).toBeGreaterThan(0);
 }
 
+/** What a process needs to read the anonymous feed on both standbys within the bound. */
+const readEnv = () => ({
+  DB_READ_HOSTNAME: cluster.standbyPorts.map((port) => `127.0.0.1:${String(port)}`).join(','),
+  DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
+});
+
+/**
+ * Four votes from `holder` wait on a lock on votes, holding the primary's connections `busy` reads
+ * through (its pool, or its pooler's); replay is paused on both standbys, another process, straight
+ * to the primary, acknowledges a post, and three readers read `busy`'s anonymous feed for `readMs`:
+ * each page past the bound has that post, or is a 503 problem, and some are (the connections were held).
+ */
+async function feedWhilePrimaryHeld(
+  label: string,
+  database: string,
+  holder: ServiceProcess,
+  busy: ServiceProcess,
+  readMs: number,
+): Promise<void> {
+  const writer = await startOn(cluster.primaryPort, database);
+  const token = await account(writer.base, `${database}@example.com`);
+  const seed = await call(writer.base, '/posts/', { token, json: { title: 'seed', content: 'c' } });
+  const seedId = (seed.body as { id: number }).id;
+  const admin = connect(database, cluster.primaryPort);
+  const lock = await admin.transaction();
+  await lock.raw('LOCK TABLE votes IN SHARE MODE');
+  const holders = untilStopped(
+    Array.from({ length: 4 }, () => async () => {
+      await vote(holder.base, token, seedId, 1, 30_000);
+    }),
+  );
+  const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
+  let acknowledgedAt = 0;
+  try {
+    await sleep(4000);
+    for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
+    const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
+    expect(fresh.status).toBe(201);
+    acknowledgedAt = Date.now();
+    const freshId = (fresh.body as { id: number }).id;
+    const reader = async () => {
+      while (Date.now() < acknowledgedAt + readMs) {
+        const sentAt = Date.now();
+        const page = await call(busy.base, '/posts/public?limit=100', { timeoutMs: 15_000 });
+        const posts = page.status === 200 ? (page.body as { id: number }[]) : [];
+        pages.push({
+          sentAt,
+          status: page.status,
+          problem: isProblem(page),
+          hasFresh: posts.some((p) => p.id === freshId),
+        });
+        await sleep(150);
+      }
+    };
+    await Promise.all([reader(), reader(), reader()]);
+  } finally {
+    await lock.rollback();
+    await holders.stop();
+    await admin.destroy();
+    for (const port of cluster.standbyPorts) await cluster.resumeReplay(port);
+  }
+  const pastBound = pages.filter((p) => p.sentAt >= acknowledgedAt + MAX_LAG_MS);
+  const stale = pastBound.filter((p) => p.status === 200 && !p.hasFresh);
+  report(label, {
+    pagesPastBound: statusCounts(pastBound),
+    staleBeyondBound: stale.length,
+    holderFailures: holders.failures.length,
+  });
+  expect(holders.failures).toEqual([]);
+  expect(pastBound.length).toBeGreaterThan(0);
+  expect(stale).toEqual([]);
+  expect(pastBound.every((p) => p.status === 200 || (p.status === 503 && p.problem))).toBe(true);
+  // The connections were in fact held: the reads the standbys could not serve waited for them in vain.
+  expect(pastBound.some((p) => p.status === 503)).toBe(true);
+}
+
 describe('Reads on standbys', () => {
   test(
     `When replay is paused on one of two standbys under mixed traffic through two processes, then ${String(PAIRS)} writes are each read back at once, at least 90 % of anonymous feed reads run on standbys, none staler than the bound, and the paused one is skipped past it (direct)`,
@@ -224,67 +300,12 @@ describe('Reads on standbys', () => {
       try {
         // Statements may wait far longer than a pooled connection is: two held votes keep its pool.
         const busy = await startOn(cluster.primaryPort, database, {
-          DB_READ_HOSTNAME: cluster.standbyPorts.map((port) => `127.0.0.1:${String(port)}`).join(','),
-          DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
+          ...readEnv(),
           DB_STATEMENT_TIMEOUT_MS: '20000',
           DB_POOL_MAX: '2',
         });
-        const writer = await startOn(cluster.primaryPort, database);
-        const token = await account(writer.base, 'busy-pool@example.com');
-        const seed = await call(writer.base, '/posts/', { token, json: { title: 'seed', content: 'c' } });
-        const seedId = (seed.body as { id: number }).id;
-        const admin = connect(database, cluster.primaryPort);
-        const lock = await admin.transaction();
-        await lock.raw('LOCK TABLE votes IN SHARE MODE');
-        const holders = untilStopped(
-          Array.from({ length: 4 }, () => async () => {
-            await vote(busy.base, token, seedId, 1, 30_000);
-          }),
-        );
-        const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
-        let acknowledgedAt = 0;
-        try {
-          // Longer than a wait for a pooled connection: a position read queued behind the votes would have given up.
-          await sleep(4000);
-          for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
-          const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
-          expect(fresh.status).toBe(201);
-          acknowledgedAt = Date.now();
-          const freshId = (fresh.body as { id: number }).id;
-          const reader = async () => {
-            while (Date.now() < acknowledgedAt + 8000) {
-              const sentAt = Date.now();
-              const page = await call(busy.base, '/posts/public?limit=100', { timeoutMs: 15_000 });
-              const posts = page.status === 200 ? (page.body as { id: number }[]) : [];
-              pages.push({
-                sentAt,
-                status: page.status,
-                problem: isProblem(page),
-                hasFresh: posts.some((p) => p.id === freshId),
-              });
-              await sleep(150);
-            }
-          };
-          await Promise.all([reader(), reader(), reader()]);
-        } finally {
-          await lock.rollback();
-          await holders.stop();
-          await admin.destroy();
-          for (const port of cluster.standbyPorts) await cluster.resumeReplay(port);
-        }
-        const pastBound = pages.filter((p) => p.sentAt >= acknowledgedAt + MAX_LAG_MS);
-        const stale = pastBound.filter((p) => p.status === 200 && !p.hasFresh);
-        report('standby reads busy pool', {
-          pagesPastBound: statusCounts(pastBound),
-          staleBeyondBound: stale.length,
-          holderFailures: holders.failures.length,
-        });
-        expect(holders.failures).toEqual([]);
-        expect(pastBound.length).toBeGreaterThan(0);
-        expect(stale).toEqual([]);
-        expect(pastBound.every((p) => p.status === 200 || (p.status === 503 && p.problem))).toBe(true);
-        // The pool was in fact held: the reads the standbys could not serve waited for it in vain.
-        expect(pastBound.some((p) => p.status === 503)).toBe(true);
+        // Longer than a wait for a pooled connection: a position read queued behind the votes would have given up.
+        await feedWhilePrimaryHeld('standby reads busy pool', database, busy, busy, 8000);
       } finally {
         await stopAllServices();
       }
@@ -305,67 +326,9 @@ describe('Reads on standbys', () => {
       try {
         await bouncer.start();
         const holder = await startOn(bouncer.port, database, { DB_STATEMENT_TIMEOUT_MS: '20000' });
-        const busy = await startOn(bouncer.port, database, {
-          DB_READ_HOSTNAME: cluster.standbyPorts.map((port) => `127.0.0.1:${String(port)}`).join(','),
-          DB_READ_MAX_LAG_MS: String(MAX_LAG_MS),
-        });
-        // Another pod, through another pooler instance: its writes are acknowledged meanwhile.
-        const writer = await startOn(cluster.primaryPort, database);
-        const token = await account(writer.base, 'busy-pooler@example.com');
-        const seed = await call(writer.base, '/posts/', { token, json: { title: 'seed', content: 'c' } });
-        const seedId = (seed.body as { id: number }).id;
-        const admin = connect(database, cluster.primaryPort);
-        const lock = await admin.transaction();
-        await lock.raw('LOCK TABLE votes IN SHARE MODE');
-        const holders = untilStopped(
-          Array.from({ length: 4 }, () => async () => {
-            await vote(holder.base, token, seedId, 1, 30_000);
-          }),
-        );
-        const pages: { sentAt: number; status: number; problem: boolean; hasFresh: boolean }[] = [];
-        let acknowledgedAt = 0;
-        try {
-          // Past a few reads of the primary's position, each queued in the pooler behind the votes.
-          await sleep(4000);
-          for (const port of cluster.standbyPorts) await cluster.pauseReplay(port);
-          const fresh = await call(writer.base, '/posts/', { token, json: { title: 'fresh', content: 'c' } });
-          expect(fresh.status).toBe(201);
-          acknowledgedAt = Date.now();
-          const freshId = (fresh.body as { id: number }).id;
-          const reader = async () => {
-            while (Date.now() < acknowledgedAt + 6000) {
-              const sentAt = Date.now();
-              const page = await call(busy.base, '/posts/public?limit=100', { timeoutMs: 15_000 });
-              const posts = page.status === 200 ? (page.body as { id: number }[]) : [];
-              pages.push({
-                sentAt,
-                status: page.status,
-                problem: isProblem(page),
-                hasFresh: posts.some((p) => p.id === freshId),
-              });
-              await sleep(150);
-            }
-          };
-          await Promise.all([reader(), reader(), reader()]);
-        } finally {
-          await lock.rollback();
-          await holders.stop();
-          await admin.destroy();
-          for (const port of cluster.standbyPorts) await cluster.resumeReplay(port);
-        }
-        const pastBound = pages.filter((p) => p.sentAt >= acknowledgedAt + MAX_LAG_MS);
-        const stale = pastBound.filter((p) => p.status === 200 && !p.hasFresh);
-        report('standby reads busy pooler', {
-          pagesPastBound: statusCounts(pastBound),
-          staleBeyondBound: stale.length,
-          holderFailures: holders.failures.length,
-        });
-        expect(holders.failures).toEqual([]);
-        expect(pastBound.length).toBeGreaterThan(0);
-        expect(stale).toEqual([]);
-        expect(pastBound.every((p) => p.status === 200 || (p.status === 503 && p.problem))).toBe(true);
-        // The pooler was in fact held: the reads the standbys could not serve waited for it in vain.
-        expect(pastBound.some((p) => p.status === 503)).toBe(true);
+        const busy = await startOn(bouncer.port, database, readEnv());
+        // Past a few reads of the primary's position, each queued in the pooler behind the votes.
+        await feedWhilePrimaryHeld('standby reads busy pooler', database, holder, busy, 6000);
       } finally {
         await stopAllServices();
         await bouncer.destroy();
