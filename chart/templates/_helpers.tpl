@@ -304,7 +304,7 @@ Guards across values, which values.schema.json cannot express.
 {{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed config.shutdownDelaySeconds + config.shutdownTimeoutSeconds (%d), or Kubernetes kills pods mid-drain" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
 {{- end }}
-{{- /* The longest a request waits for its answer: its database budget plus the 0.5 s cancel grace. */}}
+{{- /* The longest a request waits for its answer: its database budget plus the cancel grace. */}}
 {{- $answerMs := add (int64 .Values.database.statementTimeoutMs) 500 }}
 {{- if le (mul (int64 .Values.config.shutdownTimeoutSeconds) 1000) $answerMs }}
 {{- fail (printf "config.shutdownTimeoutSeconds (%d s) must exceed database.statementTimeoutMs + 0.5 s cancel grace (%d ms): the drain would close the socket of a request whose write may still commit, and the client would see an error for it" (int .Values.config.shutdownTimeoutSeconds) (int $answerMs)) }}

@@ -111,7 +111,7 @@ describe('The statement time-out', () => {
     expect(configMapData(objects).DB_STATEMENT_TIMEOUT_MS).toBe('200');
   });
 
-  // A request answers at the latest its database budget plus the 0.5 s cancel grace after it starts.
+  // A request answers at the latest its database budget plus the cancel grace after it starts.
   refusedEach<Record<string, string>>([
     [
       'a statement time-out the Ingress gives up before',
