@@ -57,7 +57,7 @@ const prodPgBouncer = {
 };
 
 describe('CloudNativePG: what prod renders', () => {
-  it('When the prod values are rendered, then three instances replicate synchronously to one standby, so an acknowledged write survives a failover', () => {
+  it('When the prod values are rendered, then three instances replicate synchronously to one standby and a failover promotes only a standby that has every synchronous commit, so an acknowledged write survives it', () => {
     const cluster = findOne(prod, 'Cluster');
     expect(cluster.metadata.name).toBe('social-posts-db');
     expect(cluster.spec.instances).toBe(3);
@@ -65,6 +65,7 @@ describe('CloudNativePG: what prod renders', () => {
       method: 'any',
       number: 1,
       dataDurability: 'required',
+      failoverQuorum: true,
     });
     expect(cluster.metadata.annotations?.['helm.sh/resource-policy']).toBe('keep');
   });
@@ -195,6 +196,16 @@ describe('CloudNativePG: options', () => {
     const cluster = findOne(objects, 'Cluster');
     expectCrdValid(cluster);
     expect(cluster.spec.postgresql.synchronous).toBeUndefined();
+  });
+
+  it('When failoverQuorum is turned off, then the Cluster promotes the most advanced reachable standby, as CloudNativePG does by default', async () => {
+    const objects = await render(withCnpg({ 'cnpg.cluster.synchronous.failoverQuorum': 'false' }));
+    const cluster = findOne(objects, 'Cluster');
+    expectCrdValid(cluster);
+    expect(cluster.spec.postgresql.synchronous).toMatchObject({
+      dataDurability: 'required',
+      failoverQuorum: false,
+    });
   });
 
   it('When synchronous_commit asks a standby for more (remote_apply), then the Cluster gets it beside the synchronous standby', async () => {
