@@ -151,6 +151,13 @@ const cases: Case[] = [
     send: (req, e) => raw('application/json', malformed(e))(req),
     status: 400,
   },
+  ...['null', '"a string"', '42'].map((text): Case => ({
+    label: `valid JSON that is not an object (${text})`,
+    credentials: 'valid',
+    send: (req) => raw('application/json', text)(req),
+    status: 422,
+    detail: 'Invalid body: value must be of type object',
+  })),
   {
     label: 'a body over 100 kB',
     credentials: 'valid',

@@ -94,7 +94,8 @@ export const SHARED_RESPONSES = {
     'The request body must be application/json',
   ),
   ValidationError: {
-    description: 'Invalid fields; `errors` lists each.',
+    description:
+      'Invalid fields; `errors` lists each. A JSON body that is not an object (`null`, `"x"`, `42`, `[]`) is refused as a whole (`field`: `body`).',
     content: problem({
       title: 'Unprocessable Entity',
       status: 422,

@@ -172,6 +172,8 @@ export const jsonBody: RequestHandler[] = [
   decoding(
     express.json({
       limit: BODY_LIMIT_BYTES,
+      // Any JSON text is parsed: a scalar (`null`, `"x"`) is valid JSON, and validation refuses it (422).
+      strict: false,
       type: (req) => mediaType(req as Request) === JSON_TYPE,
       verify: requireUtf8,
     }),

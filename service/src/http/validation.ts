@@ -12,7 +12,8 @@ export function validate<T>(
   where: 'body' | 'query' | 'path',
 ): T {
   if (where !== 'body') refuseNonCanonical(schema, value, where);
-  const result = schema.validate(value ?? {}, {
+  // No body at all is checked as an empty one; a JSON `null` is refused as what it is, not an object.
+  const result = schema.validate(value === undefined ? {} : value, {
     abortEarly: false,
     stripUnknown: true,
     // JSON bodies carry real types; query and path values arrive as strings and are converted.
