@@ -188,7 +188,18 @@ describe('Errors', () => {
   test('When a known path gets an unsupported method, then 405 with Allow', async () => {
     const res = await api().patch('/posts/1').set(bearer(account)).send({});
     expectProblem(res, 405);
-    expect(res.headers.allow).toBe('GET, PUT, DELETE');
+    expect(res.headers.allow).toBe('GET, HEAD, PUT, DELETE');
+  });
+
+  test.each([
+    ['/posts/', 'GET, HEAD, POST'],
+    ['/posts/public', 'GET, HEAD'],
+    ['/posts/1', 'GET, HEAD, PUT, DELETE'],
+  ])('When %s answers 405, then its Allow names HEAD, which it serves', async (path, allow) => {
+    const res = await api().patch(path).set(bearer(account)).send({});
+    expectProblem(res, 405);
+    expect(res.headers.allow).toBe(allow);
+    expect((await api().head(path).set(bearer(account))).status).not.toBe(405);
   });
 
   test('When a path under /docs ends in package.json, then the usual 404 problem+json', async () => {

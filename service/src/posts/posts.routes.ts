@@ -193,7 +193,7 @@ function collectionRoutes(router: Router, db: Database, auth: Authentication<Use
     .route(['/posts/', '/posts'])
     .get(list)
     .post(auth.required, ...jsonBody, create)
-    .all(methodNotAllowed(['GET', 'POST']));
+    .all(methodNotAllowed(['GET', 'HEAD', 'POST']));
 }
 
 /** `/posts/public`: the feed anyone may read, without a token. */
@@ -208,7 +208,7 @@ function publicFeedRoutes(router: Router, db: Database, unindexed: Slots): void 
       const on: ReadTarget = req.headers.authorization === undefined ? 'standby' : 'primary';
       sendPage(req, res, rawQuery, query, await listPage(db, unindexed, 'public', query, on));
     })
-    .all(methodNotAllowed(['GET']));
+    .all(methodNotAllowed(['GET', 'HEAD']));
 }
 
 /** `/posts/{id}`: reading one post, and its owner replacing or deleting it. */
@@ -232,7 +232,7 @@ function onePostRoutes(router: Router, db: Database, auth: Authentication<User>)
       await changeOwnPost(db, auth.caller(req), req, id, (on) => deletePost(on, id));
       res.status(204).end();
     })
-    .all(methodNotAllowed(['GET', 'PUT', 'DELETE']));
+    .all(methodNotAllowed(['GET', 'HEAD', 'PUT', 'DELETE']));
 }
 
 export interface PostsOptions {
