@@ -620,6 +620,43 @@ describe('Search', () => {
   });
 });
 
+describe('If-None-Match on PUT and DELETE /posts/{id}', () => {
+  const etagOf = async (id: number): Promise<string> =>
+    (await getPost(alice, id).expect(200)).headers.etag as string;
+  const update = (id: number, ifNoneMatch: string) =>
+    api()
+      .put(`/posts/${id}`)
+      .set(bearer(alice))
+      .set('If-None-Match', ifNoneMatch)
+      .send({ title: 'Overwritten', content: 'x' });
+
+  test.each([
+    ['*', () => '*'],
+    ['the current ETag', (tag: string) => tag],
+    ['the current ETag without W/', (tag: string) => tag.slice(2)],
+    ['a list holding the current ETag', (tag: string) => `W/"other", ${tag}`],
+    ['a value that is no tag', () => 'garbage'],
+  ])('When If-None-Match is %s, then PUT and DELETE are 412 and nothing changes', async (_name, form) => {
+    const title = `Kept ${token()}`;
+    const created = await newPost(service.app, alice, { title });
+    const value = form(await etagOf(created.id));
+    expectProblem(await update(created.id, value), 412);
+    expectProblem(
+      await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-None-Match', value),
+      412,
+    );
+    expect(await titleOf(created.id)).toBe(title);
+  });
+
+  test('When If-None-Match names only an older version, then PUT and DELETE go ahead', async () => {
+    const created = await newPost(service.app, alice, { title: `Older ${token()}` });
+    const older = await etagOf(created.id);
+    await replace(created.id, { title: 'Changed', content: 'c' }).expect(200);
+    expect((await update(created.id, older)).status).toBe(200);
+    await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-None-Match', older).expect(204);
+  });
+});
+
 describe('If-Match on PUT and DELETE /posts/{id}', () => {
   const etagOf = async (account: Account, id: number): Promise<string> => {
     const res = await getPost(account, id).expect(200);

@@ -102,6 +102,14 @@ function components(parts: readonly DocsPart[]) {
           'Change only the version of the post this names: the `ETag` of a GET of it (weak tags are compared as such, `W/` or not), several separated by commas, or `*` for any. A post changed since (an edit, a vote) no longer matches: 412, and nothing changes. Without it the last writer wins.',
         schema: { type: 'string', example: 'W/"1c4-Qk0xFAqHqgYb4G2jL0J0kNNpmu8"' },
       },
+      ifNoneMatchChange: {
+        in: 'header',
+        name: 'If-None-Match',
+        required: false,
+        description:
+          'Change only a version of the post this does not name: `*` (any existing post) or an `ETag` of it, compared as If-Match compares them, is 412 and nothing changes; a value that is neither `*` nor a list of tags is 412 too.',
+        schema: { type: 'string', example: '*' },
+      },
       idempotencyKey: {
         in: 'header',
         name: 'Idempotency-Key',

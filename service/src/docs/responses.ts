@@ -70,10 +70,10 @@ export const SHARED_RESPONSES = {
     'post with id: 9 was not found',
   ),
   PreconditionFailed: response(
-    "`If-Match` names no current version of the post (it changed since the client read it, or the value is not `*` or a list of entity-tags); nothing was changed. Read the post again (GET) and send that answer's `ETag`.",
+    "`If-Match` names no current version of the post (it changed since the client read it, or the value is not `*` or a list of entity-tags), or `If-None-Match` is `*`, names the current version or cannot be read; nothing was changed. Read the post again (GET) and send that answer's `ETag`.",
     412,
     'Precondition Failed',
-    "The post has changed since the ETag given in If-Match: read it again (GET) and use that answer's ETag",
+    "The post is not the one If-Match names, or is one If-None-Match names: read it again (GET) and use that answer's ETag",
   ),
   Conflict: response(
     'Already exists (a second vote, a taken e-mail).',

@@ -9,13 +9,10 @@ export type IfMatch = { any: true } | { any: false; tags: string[] };
 const ENTITY_TAG = /\s*((?:W\/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)/y;
 
 /**
- * The request's If-Match, or undefined when it has none. A value that is neither `*` nor a list of
- * entity-tags matches nothing: the client asked for a condition, and one that cannot be read
- * cannot be confirmed.
+ * A list of entity-tags or `*` as a condition header carries it. A value that is neither matches
+ * nothing: the client asked for a condition, and one that cannot be read cannot be confirmed.
  */
-export function ifMatch(req: IncomingMessage): IfMatch | undefined {
-  const value = req.headers['if-match'];
-  if (value === undefined) return undefined;
+function entityTags(value: string): IfMatch {
   if (value.trim() === '*') return { any: true };
   const tags: string[] = [];
   ENTITY_TAG.lastIndex = 0;
@@ -28,6 +25,18 @@ export function ifMatch(req: IncomingMessage): IfMatch | undefined {
   return { any: false, tags };
 }
 
+/** The request's If-Match, or undefined when it has none. */
+export function ifMatch(req: IncomingMessage): IfMatch | undefined {
+  const value = req.headers['if-match'];
+  return value === undefined ? undefined : entityTags(value);
+}
+
+/** The request's If-None-Match, or undefined when it has none (a change then must not match it). */
+export function ifNoneMatch(req: IncomingMessage): IfMatch | undefined {
+  const value = req.headers['if-none-match'];
+  return value === undefined ? undefined : entityTags(value);
+}
+
 /** The opaque part of a tag: every ETag the service sends is weak (W/), and is compared without it. */
 const opaque = (tag: string): string => (tag.startsWith('W/') ? tag.slice(2) : tag);
 
@@ -36,14 +45,29 @@ const opaque = (tag: string): string => (tag.startsWith('W/') ? tag.slice(2) : t
  * service's tags are weak (the JSON's hash), so the weak comparison of RFC 9110 §8.8.3.2 is the one
  * that can match them: `W/"…"` and `"…"` name the same tag.
  */
-export function conditionHolds(condition: IfMatch, body: unknown): boolean {
+function conditionHolds(condition: IfMatch, body: unknown): boolean {
   if (condition.any) return true;
   const current = opaque(jsonTag(JSON.stringify(body)));
   return condition.tags.some((tag) => opaque(tag) === current);
 }
 
+/**
+ * Whether a change may go ahead on the resource whose GET answers `body` (RFC 9110 §13.2.2): its
+ * If-Match names it, and its If-None-Match neither is `*` nor names it. An If-None-Match that
+ * cannot be read holds as little as such an If-Match: the client asked not to overwrite something.
+ */
+export function changeConditionsHold(
+  match: IfMatch | undefined,
+  noneMatch: IfMatch | undefined,
+  body: unknown,
+): boolean {
+  if (match && !conditionHolds(match, body)) return false;
+  if (!noneMatch) return true;
+  return !noneMatch.any && noneMatch.tags.length > 0 && !conditionHolds(noneMatch, body);
+}
+
 export const preconditionFailed = (): ApiError =>
   new ApiError(
     412,
-    "The post has changed since the ETag given in If-Match: read it again (GET) and use that answer's ETag",
+    "The post is not the one If-Match names, or is one If-None-Match names: read it again (GET) and use that answer's ETag",
   );

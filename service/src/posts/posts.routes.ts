@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
 import { unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
-import { conditionHolds, ifMatch, preconditionFailed } from '../http/conditional';
+import { changeConditionsHold, ifMatch, ifNoneMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { idempotencyKey, keyReused, requestDigest } from '../http/idempotency';
 import { sendJson } from '../http/json';
@@ -109,8 +109,8 @@ const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessG
 
 /**
  * Runs `change` on the caller's own post and returns what it returned (undefined: the post vanished):
- * under the request's If-Match, checked and changed under the post's row lock, when it has one;
- * after the ownership check otherwise (the last writer wins).
+ * under the request's If-Match and If-None-Match, checked and changed under the post's row lock,
+ * when it has either; after the ownership check otherwise (the last writer wins).
  */
 async function changeOwnPost<T>(
   db: Database,
@@ -121,10 +121,11 @@ async function changeOwnPost<T>(
 ): Promise<T> {
   const userId = me.user.id;
   const missing = () => vanished(me, id);
-  const condition = ifMatch(req);
-  if (condition) {
-    const result = await conditionalChange(db, id, userId, (post) => conditionHolds(condition, post), change);
-    return outcome(result, missing);
+  const match = ifMatch(req);
+  const noneMatch = ifNoneMatch(req);
+  if (match || noneMatch) {
+    const holds = (post: unknown) => changeConditionsHold(match, noneMatch, post);
+    return outcome(await conditionalChange(db, id, userId, holds, change), missing);
   }
   await assertOwnPost(db, id, userId, missing);
   const changed = await change(db);
@@ -397,6 +398,7 @@ export const postsDocs = {
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
  *     parameters:
  *       - $ref: '#/components/parameters/ifMatch'
+ *       - $ref: '#/components/parameters/ifNoneMatchChange'
  *     requestBody:
  *       required: true
  *       content:
@@ -424,6 +426,7 @@ export const postsDocs = {
  *     security: [{ bearerAuth: [] }, { oauth2Password: [] }]
  *     parameters:
  *       - $ref: '#/components/parameters/ifMatch'
+ *       - $ref: '#/components/parameters/ifNoneMatchChange'
  *     responses:
  *       204: { description: Deleted; no body. }
  *       400: { $ref: '#/components/responses/BadRequest' }
