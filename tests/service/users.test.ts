@@ -45,6 +45,7 @@ describe('POST /users/', () => {
       'password',
     ],
     ['a password with a NUL', { email: 'x@example.com', password: 'pass\u0000word123' }, 'password'],
+    ['a password with a lone surrogate', { email: 'x@example.com', password: '\ud800password' }, 'password'],
   ])('When the body has %s, then 422 names the field and nothing is stored', async (_name, body, field) => {
     const before = await countOf(svc.db.knex, 'users');
     const res = await request(svc.app).post('/users/').send(body);

@@ -19,9 +19,14 @@ const password = Joi.string()
   .custom((value: string, helpers) => {
     if (Buffer.byteLength(value, 'utf8') > BCRYPT_MAX_BYTES)
       return helpers.message({ custom: `{#label} must be at most ${BCRYPT_MAX_BYTES} bytes in UTF-8` });
+    // UTF-8 has no lone surrogate: it would be hashed as U+FFFD, which a password not sent then matches.
+    if (/\p{Cs}/u.test(value))
+      return helpers.message({
+        custom: '{#label} must not contain a lone surrogate (\\uD800 to \\uDFFF without its pair)',
+      });
     return nulError(value, helpers) ?? value;
   })
-  .description(`8 characters to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL.`);
+  .description(`8 characters to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL, no lone surrogate.`);
 
 export interface UserCreate {
   email: string;
