@@ -81,3 +81,16 @@ export const idSchema = (): Joi.NumberSchema => Joi.number().integer().min(1).ma
 export function nulError(value: string, helpers: Joi.CustomHelpers): Joi.ErrorReport | undefined {
   return hasNul(value) ? helpers.message({ custom: '{#label} must not contain NUL characters' }) : undefined;
 }
+
+/** Half of a surrogate pair without the other: no character, and UTF-8 cannot store it as sent. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** For a joi `custom` rule: the lone-surrogate refusal of text fields, or undefined when there is none. */
+export function loneSurrogateError(value: string, helpers: Joi.CustomHelpers): Joi.ErrorReport | undefined {
+  return LONE_SURROGATE.test(value)
+    ? helpers.message({
+        custom:
+          '{#label} must not contain a lone surrogate (\\uD800 to \\uDFFF without its pair): it is not a character',
+      })
+    : undefined;
+}

@@ -1,11 +1,9 @@
 import Joi from 'joi';
-import { idSchema, nulError } from '../http/validation';
+import { idSchema, loneSurrogateError, nulError } from '../http/validation';
 import { CURSOR_MAX_LENGTH, decodeCursor, type Position } from './posts.cursor';
 
 /** A control character other than tab, line feed and carriage return (NUL has a message of its own). */
 const CONTROL = /(?![\t\n\r])\p{Cc}/u;
-/** Half of a surrogate pair without the other: no character, and UTF-8 cannot store it as sent. */
-const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * Text that is not only whitespace and that PostgreSQL stores as sent (no NUL, no lone surrogate),
@@ -24,11 +22,8 @@ function text(max: number): Joi.StringSchema {
           custom:
             '{#label} must not contain control characters other than tab, line feed and carriage return',
         });
-      if (LONE_SURROGATE.test(value))
-        return helpers.message({
-          custom:
-            '{#label} must not contain a lone surrogate (\\uD800 to \\uDFFF without its pair): it is not a character',
-        });
+      const surrogate = loneSurrogateError(value, helpers);
+      if (surrogate) return surrogate;
       if (value.trim() === '') return helpers.message({ custom: '{#label} must not be blank' });
       return value;
     })

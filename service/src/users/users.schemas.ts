@@ -1,6 +1,6 @@
 import Joi from 'joi';
 import { hasNul } from '../db/limits';
-import { nulError } from '../http/validation';
+import { loneSurrogateError, nulError } from '../http/validation';
 import { normaliseEmail } from './email';
 
 /** bcrypt reads this many bytes and ignores the rest. */
@@ -19,12 +19,8 @@ const password = Joi.string()
   .custom((value: string, helpers) => {
     if (Buffer.byteLength(value, 'utf8') > BCRYPT_MAX_BYTES)
       return helpers.message({ custom: `{#label} must be at most ${BCRYPT_MAX_BYTES} bytes in UTF-8` });
-    // UTF-8 has no lone surrogate: it would be hashed as U+FFFD, which a password not sent then matches.
-    if (/\p{Cs}/u.test(value))
-      return helpers.message({
-        custom: '{#label} must not contain a lone surrogate (\\uD800 to \\uDFFF without its pair)',
-      });
-    return nulError(value, helpers) ?? value;
+    // A lone surrogate would be hashed as U+FFFD, which a password not sent then matches.
+    return loneSurrogateError(value, helpers) ?? nulError(value, helpers) ?? value;
   })
   .description(`8 characters to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL, no lone surrogate.`);
 
