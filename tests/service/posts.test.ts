@@ -620,9 +620,13 @@ describe('Search', () => {
   });
 });
 
+/** The ETag a GET of the post answers `account` with. */
+const etagOf = async (account: Account, id: number): Promise<string> => {
+  const res = await getPost(account, id).expect(200);
+  return res.headers.etag as string;
+};
+
 describe('If-None-Match on PUT and DELETE /posts/{id}', () => {
-  const etagOf = async (id: number): Promise<string> =>
-    (await getPost(alice, id).expect(200)).headers.etag as string;
   const update = (id: number, ifNoneMatch: string) =>
     api()
       .put(`/posts/${id}`)
@@ -639,7 +643,7 @@ describe('If-None-Match on PUT and DELETE /posts/{id}', () => {
   ])('When If-None-Match is %s, then PUT and DELETE are 412 and nothing changes', async (_name, form) => {
     const title = `Kept ${token()}`;
     const created = await newPost(service.app, alice, { title });
-    const value = form(await etagOf(created.id));
+    const value = form(await etagOf(alice, created.id));
     expectProblem(await update(created.id, value), 412);
     expectProblem(
       await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-None-Match', value),
@@ -650,7 +654,7 @@ describe('If-None-Match on PUT and DELETE /posts/{id}', () => {
 
   test('When If-None-Match names only an older version, then PUT and DELETE go ahead', async () => {
     const created = await newPost(service.app, alice, { title: `Older ${token()}` });
-    const older = await etagOf(created.id);
+    const older = await etagOf(alice, created.id);
     await replace(created.id, { title: 'Changed', content: 'c' }).expect(200);
     expect((await update(created.id, older)).status).toBe(200);
     await api().delete(`/posts/${created.id}`).set(bearer(alice)).set('If-None-Match', older).expect(204);
@@ -658,10 +662,6 @@ describe('If-None-Match on PUT and DELETE /posts/{id}', () => {
 });
 
 describe('If-Match on PUT and DELETE /posts/{id}', () => {
-  const etagOf = async (account: Account, id: number): Promise<string> => {
-    const res = await getPost(account, id).expect(200);
-    return res.headers.etag as string;
-  };
   const update = (id: number, ifMatch: string | undefined, title: string) => {
     const req = api().put(`/posts/${id}`).set(bearer(alice));
     if (ifMatch !== undefined) void req.set('If-Match', ifMatch);
