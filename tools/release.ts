@@ -209,12 +209,7 @@ export interface ReleaseOptions {
 /** Whether the registry holds `reference`; a failure other than "not there" throws, so nothing is assumed absent. */
 function inRegistry(reference: string, plainHttp: boolean): boolean {
   try {
-    exec('skopeo', [
-      'inspect',
-      '--raw',
-      ...(plainHttp ? ['--tls-verify=false'] : []),
-      `docker://${reference}`,
-    ]);
+    manifestDigest(reference, plainHttp);
     return true;
   } catch (error) {
     const stderr = String((error as { stderr?: unknown }).stderr ?? error);
