@@ -1,4 +1,5 @@
 import { openDatabase } from './db/connection';
+import { EmbeddedInUseError } from './db/embedded';
 import {
   appliedMigrations,
   knownMigrations,
@@ -68,7 +69,8 @@ async function run(args: string[]): Promise<void> {
 
 run(process.argv.slice(2)).catch((error: unknown) => {
   // A setting at fault, or a command the database never saw, says so alone; a migration's failure says which step.
-  const plain = error instanceof SettingsError || error instanceof UsageError;
+  const plain =
+    error instanceof SettingsError || error instanceof UsageError || error instanceof EmbeddedInUseError;
   process.stderr.write(
     `${plain ? '' : 'migration failed: '}${error instanceof Error ? error.message : String(error)}\n`,
   );

@@ -396,7 +396,8 @@ const table = {
       env: 'DB_EMBEDDED_DIR',
       rule: Joi.string().default('.data/pglite'),
       docs: {
-        summary: 'Embedded database files, used only when `DB_HOSTNAME` is unset; `memory://` keeps nothing',
+        summary:
+          'Embedded database files, used only when `DB_HOSTNAME` is unset, by one process at a time (`<dir>.lock` holds its id); `memory://` keeps nothing',
       },
     }),
     /**

@@ -1,5 +1,5 @@
 import { createServer, type AddressInfo } from 'node:net';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -9,6 +9,7 @@ import { Relay } from '../../tools/harness/relay';
 import { freePort, ROOT, spawnScript, startService, stopAll } from '../../tools/harness/service';
 import { loadSettings } from '../../service/src/settings';
 import {
+  describeOnEmbedded,
   describeOnPostgres,
   freshDatabaseEnv,
   migratedDatabaseEnv,
@@ -302,6 +303,41 @@ describe('Migrations at start-up', () => {
     ]);
     expect(svc.stdout()).not.toContain('listening');
   });
+});
+
+describeOnEmbedded('One process per embedded database folder', () => {
+  test('When a second process opens the folder one holds, then it exits 1 naming DB_EMBEDDED_DIR and the holder, and no acknowledged write is lost; once the holder is gone, killed or stopped, the folder opens again', async () => {
+    const copy = await migratedDatabaseEnv();
+    try {
+      const dir = copy.env.DB_EMBEDDED_DIR ?? '';
+      const first = await startService(baseEnv(copy.env));
+      const account = { email: 'held@example.com', password: 'password123' };
+      expect((await call(first.base, '/users/', { json: account })).status).toBe(201);
+
+      const inUse = `DB_EMBEDDED_DIR=${dir} is in use by process ${String(first.pid)} (another npm start, npm run dev or npm run migrate on the same folder): stop it, or set DB_EMBEDDED_DIR to another folder`;
+      const second = spawnService(baseEnv({ ...copy.env, METRICS_PORT: '0' }));
+      expect(await second.exited).toBe(1);
+      expect(second.stderr().trim()).toBe(`start-up failed: ${inUse}`);
+      const migrate = spawnScript('service/src/migrate.ts', baseEnv(copy.env), { args: ['status'] });
+      expect(await migrate.exited).toBe(1);
+      expect(migrate.stderr().trim()).toBe(inUse);
+      // The refused opener wrote nothing: the holder still answers for the account it stored.
+      const logIn = { form: { username: account.email, password: account.password } };
+      expect((await call(first.base, '/login', logIn)).status).toBe(200);
+
+      // Killed, it cannot give the folder back: the next start takes over what it left.
+      await first.stop('SIGKILL');
+      const third = await startService(baseEnv(copy.env));
+      expect((await call(third.base, '/login', logIn)).status).toBe(200);
+      // Stopped, it gives the folder back: nothing is left for the next start to judge.
+      third.child.kill('SIGTERM');
+      expect(await third.exited).toBe(0);
+      expect(existsSync(`${dir}.lock`)).toBe(false);
+    } finally {
+      await stopAll();
+      await copy.drop();
+    }
+  }, 90_000);
 });
 
 describe('Graceful shutdown', () => {

@@ -417,7 +417,11 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       ? 'opening the embedded database'
       : 'creating the embedded database (PGlite initdb: the first start waits for it)',
   );
-  const { pglite, ClientPgLite } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
+  const {
+    pglite,
+    ClientPgLite,
+    close: closePGlite,
+  } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
   const instance = knex({
     client: requestClient(ClientPgLite),
     dialect: 'postgres',
@@ -450,7 +454,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     }),
     close: async () => {
       await instance.destroy();
-      if (!pglite.closed) await pglite.close();
+      await closePGlite();
     },
   };
 }

@@ -1,4 +1,5 @@
-import { mkdirSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import path from 'node:path';
 import type { Extension, PGlite } from '@electric-sql/pglite';
 import type knex from 'knex';
 
@@ -34,17 +35,114 @@ function loadEmbedded(): EmbeddedModules {
   }
 }
 
-/** A PGlite database in `dir` (or in memory for `memory://`), ready, and the knex client for it. */
+/** Another process (or another open in this one) holds the embedded database's folder. */
+export class EmbeddedInUseError extends Error {
+  override name = 'EmbeddedInUseError';
+}
+
+/** Folders this process holds: a second open here would write over the first as another process's would. */
+const held = new Set<string>();
+
+/** Whether `pid` names a live process other than this one (kill 0 only asks). */
+function alive(pid: number): boolean {
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Takes `<dir>.lock`, holding this process's id, and returns what gives it back. PGlite locks
+ * nothing, and two processes on one folder each commit over the other's pages, so the second opener
+ * is refused as PostgreSQL refuses a second postmaster; a file left by a process that is gone
+ * (killed, or a container's earlier life under the same id) is taken over.
+ */
+function lockFolder(dir: string): () => void {
+  const folder = path.resolve(dir);
+  const file = `${folder}.lock`;
+  const inUse = (holder: string) =>
+    new EmbeddedInUseError(
+      `DB_EMBEDDED_DIR=${dir} is in use by ${holder} (another npm start, npm run dev or npm run migrate on the same folder): ` +
+        'stop it, or set DB_EMBEDDED_DIR to another folder',
+    );
+  if (held.has(folder)) throw inUse('this process');
+  // Bounded: each pass either takes the file or removes one left by a process that is gone.
+  for (let attempt = 0; attempt < 10; attempt += 1) {
+    let fd: number;
+    try {
+      fd = openSync(file, 'wx');
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      let pid: number;
+      try {
+        pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
+      } catch (read) {
+        if ((read as NodeJS.ErrnoException).code === 'ENOENT') continue;
+        throw read;
+      }
+      if (alive(pid)) throw inUse(`process ${String(pid)}`);
+      try {
+        unlinkSync(file);
+      } catch (gone) {
+        if ((gone as NodeJS.ErrnoException).code !== 'ENOENT') throw gone;
+      }
+      continue;
+    }
+    try {
+      writeSync(fd, `${String(process.pid)}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    held.add(folder);
+    const release = () => {
+      if (!held.delete(folder)) return;
+      process.removeListener('exit', release);
+      try {
+        if (Number.parseInt(readFileSync(file, 'utf8'), 10) === process.pid) unlinkSync(file);
+      } catch {
+        // Gone already: nothing to give back.
+      }
+    };
+    // An exit without close (a fatal start-up line, a test process ending) leaves no file behind.
+    process.once('exit', release);
+    return release;
+  }
+  throw inUse(`a process that keeps replacing ${file}`);
+}
+
+/**
+ * A PGlite database in `dir` (or in memory for `memory://`), ready, the knex client for it, and
+ * `close`, which closes it and gives back the folder's lock.
+ */
 export async function openPGlite(
   dir: string,
   statementTimeoutMs: number,
-): Promise<{ pglite: PGlite; ClientPgLite: typeof knex.Client }> {
+): Promise<{ pglite: PGlite; ClientPgLite: typeof knex.Client; close: () => Promise<void> }> {
   const { PGlite: EmbeddedPGlite, pg_trgm, ClientPgLite } = loadEmbedded();
-  if (dir !== 'memory://') mkdirSync(dir, { recursive: true });
+  let release = (): void => undefined;
+  if (dir !== 'memory://') {
+    mkdirSync(dir, { recursive: true });
+    release = lockFolder(dir);
+  }
   const pglite = new EmbeddedPGlite(dir, { extensions: { pg_trgm } });
-  await pglite.waitReady;
-  // PGlite does not enforce it (it runs in this thread and cancels nothing); it is set all the same
-  // so the one session carries the service's settings, which migrations read and set back.
-  await pglite.exec(`SET statement_timeout = ${String(statementTimeoutMs)}`);
-  return { pglite, ClientPgLite };
+  const close = async () => {
+    try {
+      if (!pglite.closed) await pglite.close();
+    } finally {
+      release();
+    }
+  };
+  try {
+    await pglite.waitReady;
+    // PGlite does not enforce it (it runs in this thread and cancels nothing); it is set all the same
+    // so the one session carries the service's settings, which migrations read and set back.
+    await pglite.exec(`SET statement_timeout = ${String(statementTimeoutMs)}`);
+  } catch (error) {
+    await close().catch(() => undefined);
+    throw error;
+  }
+  return { pglite, ClientPgLite, close };
 }
