@@ -318,9 +318,14 @@ describeOnEmbedded('One process per embedded database folder', () => {
       const second = spawnService(baseEnv({ ...copy.env, METRICS_PORT: '0' }));
       expect(await second.exited).toBe(1);
       expect(second.stderr().trim()).toBe(`start-up failed: ${inUse}`);
-      const migrate = spawnScript('service/src/migrate.ts', baseEnv(copy.env), { args: ['status'] });
+      // The same folder by another name (a symlink) is the same folder.
+      const link = `${dir}-link`;
+      symlinkSync(dir, link);
+      const migrate = spawnScript('service/src/migrate.ts', baseEnv({ DB_EMBEDDED_DIR: link }), {
+        args: ['status'],
+      });
       expect(await migrate.exited).toBe(1);
-      expect(migrate.stderr().trim()).toBe(inUse);
+      expect(migrate.stderr().trim()).toBe(inUse.replace(`=${dir} `, `=${link} `));
       // The refused opener wrote nothing: the holder still answers for the account it stored.
       const logIn = { form: { username: account.email, password: account.password } };
       expect((await call(first.base, '/login', logIn)).status).toBe(200);
@@ -335,6 +340,7 @@ describeOnEmbedded('One process per embedded database folder', () => {
       expect(existsSync(`${dir}.lock`)).toBe(false);
     } finally {
       await stopAll();
+      rmSync(`${copy.env.DB_EMBEDDED_DIR ?? ''}-link`, { force: true });
       await copy.drop();
     }
   }, 90_000);

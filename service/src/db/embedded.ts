@@ -1,5 +1,4 @@
-import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
-import path from 'node:path';
+import { closeSync, mkdirSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync } from 'node:fs';
 import type { Extension, PGlite } from '@electric-sql/pglite';
 import type knex from 'knex';
 
@@ -61,7 +60,8 @@ function alive(pid: number): boolean {
  * (killed, or a container's earlier life under the same id) is taken over.
  */
 function lockFolder(dir: string): () => void {
-  const folder = path.resolve(dir);
+  // The real path: a symlink or a relative spelling of the folder names the same lock.
+  const folder = realpathSync(dir);
   const file = `${folder}.lock`;
   const inUse = (holder: string) =>
     new EmbeddedInUseError(
