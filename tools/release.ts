@@ -6,10 +6,11 @@
  * also listed in the referrers tag schema's index for registries without the referrers API; the
  * chart, its default image set to that digest, is signed and pushed to `oci://<registry>/charts`.
  * `release.json` in the output folder records versions, commit and digests; `--record` writes the
- * digests under the version's record line of the changelog. Before anything is built or pushed it
- * refuses (releaseRefusals) a tree whose versions are out of step or whose changes are not
- * committed, a key helm cannot sign with, and a version whose image or chart is published already;
- * `--check --registry …` runs those checks alone.
+ * digests under the version's record line of the changelog. Image and SBOMs go with the login
+ * podman and skopeo read, the chart with helm's. Before anything is built or pushed it refuses
+ * (releaseRefusals) a tree whose versions are out of step or whose changes are not committed, a
+ * key helm cannot sign with, a version whose image or chart is published already, and a repository
+ * that would not take the push with its tool's login; `--check --registry …` runs those checks alone.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -22,6 +23,7 @@ import { build, commandLine, engine, IMAGE } from './container';
 import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
+import { pushRefusal, registrySession } from './registry-login';
 import { ensureBase } from './stand-in-base';
 import { ensureTools } from './tools';
 
@@ -69,94 +71,98 @@ function manifestDigest(reference: string, plainHttp: boolean): { digest: string
   return { digest: sha256(raw), raw };
 }
 
-/** Pushes one blob through the distribution API (a monolithic upload). */
-async function pushBlob(base: string, repository: string, data: Buffer): Promise<string> {
-  const digest = sha256(data);
-  const start = await fetch(`${base}/v2/${repository}/blobs/uploads/`, { method: 'POST' });
-  if (start.status !== 202) throw new Error(`blob upload to ${repository}: ${start.status}`);
-  const location = new URL(start.headers.get('location') ?? '', base);
-  location.searchParams.set('digest', digest);
-  const put = await fetch(location, {
-    method: 'PUT',
-    headers: { 'content-type': 'application/octet-stream' },
-    body: new Uint8Array(data),
-  });
-  if (put.status !== 201)
-    throw new Error(`blob ${digest} to ${repository}: ${put.status} ${await put.text()}`);
-  return digest;
-}
-
-async function putManifest(
-  base: string,
-  repository: string,
-  reference: string,
-  mediaType: string,
-  body: string,
-): Promise<void> {
-  const answer = await fetch(`${base}/v2/${repository}/manifests/${reference}`, {
-    method: 'PUT',
-    headers: { 'content-type': mediaType },
-    body,
-  });
-  if (answer.status !== 201)
-    throw new Error(`manifest ${reference} to ${repository}: ${answer.status} ${await answer.text()}`);
-}
-
 /**
  * Attaches files to a manifest as OCI 1.1 artifacts (`subject` set to it), and lists them in the
  * referrers tag schema's index so that clients find them on registries without the referrers API.
+ * skopeo pushes each artifact, by digest and unchanged, from an OCI layout written here, with the
+ * login it pushed the image with; the index goes through the registry's API with that same login,
+ * as skopeo would drop its descriptors' `artifactType`.
  */
 async function attachArtifacts(
-  registryHost: string,
-  repository: string,
+  repository: { host: string; path: string },
   subject: { digest: string; raw: string; mediaType: string },
   files: { file: string; artifactType: string }[],
   plainHttp: boolean,
 ): Promise<{ file: string; manifestDigest: string }[]> {
-  const base = `${plainHttp ? 'http' : 'https'}://${registryHost}`;
-  const config = Buffer.from(EMPTY_CONFIG.content);
-  const configDigest = await pushBlob(base, repository, config);
-  const attached: { file: string; manifestDigest: string; artifactType: string; size: number }[] = [];
-  for (const { file, artifactType } of files) {
-    const data = readFileSync(file);
-    const layerDigest = await pushBlob(base, repository, data);
-    const manifest = JSON.stringify({
-      schemaVersion: 2,
-      mediaType: OCI_MANIFEST,
-      artifactType,
-      config: { mediaType: EMPTY_CONFIG.mediaType, digest: configDigest, size: config.length },
-      layers: [
-        {
-          mediaType: artifactType,
-          digest: layerDigest,
-          size: data.length,
-          annotations: { 'org.opencontainers.image.title': path.basename(file) },
+  const layout = mkdtempSync(path.join(tmpdir(), 'social-posts-artifacts-'));
+  try {
+    const blobs = path.join(layout, 'blobs', 'sha256');
+    mkdirSync(blobs, { recursive: true });
+    const store = (data: Buffer | string): { digest: string; size: number } => {
+      const digest = sha256(data);
+      writeFileSync(path.join(blobs, digest.slice('sha256:'.length)), data);
+      return { digest, size: Buffer.byteLength(data) };
+    };
+    const config = store(EMPTY_CONFIG.content);
+    const attached = files.map(({ file, artifactType }) => {
+      const layer = store(readFileSync(file));
+      const manifest = JSON.stringify({
+        schemaVersion: 2,
+        mediaType: OCI_MANIFEST,
+        artifactType,
+        config: { mediaType: EMPTY_CONFIG.mediaType, ...config },
+        layers: [
+          {
+            mediaType: artifactType,
+            ...layer,
+            annotations: { 'org.opencontainers.image.title': path.basename(file) },
+          },
+        ],
+        subject: {
+          mediaType: subject.mediaType,
+          digest: subject.digest,
+          size: Buffer.byteLength(subject.raw),
         },
-      ],
-      subject: { mediaType: subject.mediaType, digest: subject.digest, size: Buffer.byteLength(subject.raw) },
-      annotations: { 'org.opencontainers.image.created': new Date().toISOString() },
+        annotations: { 'org.opencontainers.image.created': new Date().toISOString() },
+      });
+      return { file: path.basename(file), artifactType, ...store(manifest) };
     });
-    const digest = sha256(manifest);
-    await putManifest(base, repository, digest, OCI_MANIFEST, manifest);
-    attached.push({
-      file: path.basename(file),
-      manifestDigest: digest,
-      artifactType,
-      size: Buffer.byteLength(manifest),
+    writeFileSync(path.join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    writeFileSync(
+      path.join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: OCI_INDEX,
+        manifests: attached.map(({ file, digest, size }) => ({
+          mediaType: OCI_MANIFEST,
+          digest,
+          size,
+          annotations: { 'org.opencontainers.image.ref.name': file },
+        })),
+      }),
+    );
+    const target = `${repository.host}/${repository.path}`;
+    for (const { file, digest } of attached)
+      exec('skopeo', [
+        'copy',
+        '--preserve-digests',
+        ...(plainHttp ? ['--dest-tls-verify=false'] : []),
+        `oci:${layout}:${file}`,
+        `docker://${target}@${digest}`,
+      ]);
+    const index = JSON.stringify({
+      schemaVersion: 2,
+      mediaType: OCI_INDEX,
+      manifests: attached.map(({ digest, size, artifactType }) => ({
+        mediaType: OCI_MANIFEST,
+        digest,
+        size,
+        artifactType,
+      })),
     });
+    const session = await registrySession(repository.host, repository.path, plainHttp, 'containers');
+    const tag = subject.digest.replace(':', '-');
+    const put = await fetch(`${session.base}/v2/${repository.path}/manifests/${tag}`, {
+      method: 'PUT',
+      headers: { ...session.headers, 'content-type': OCI_INDEX },
+      body: index,
+    });
+    if (put.status !== 201)
+      throw new Error(`the referrers index ${target}:${tag}: ${String(put.status)} ${await put.text()}`);
+    return attached.map(({ file, digest }) => ({ file, manifestDigest: digest }));
+  } finally {
+    rmSync(layout, { recursive: true, force: true });
   }
-  const index = JSON.stringify({
-    schemaVersion: 2,
-    mediaType: OCI_INDEX,
-    manifests: attached.map((artifact) => ({
-      mediaType: OCI_MANIFEST,
-      digest: artifact.manifestDigest,
-      size: artifact.size,
-      artifactType: artifact.artifactType,
-    })),
-  });
-  await putManifest(base, repository, subject.digest.replace(':', '-'), OCI_INDEX, index);
-  return attached.map(({ file, manifestDigest: digest }) => ({ file, manifestDigest: digest }));
 }
 
 /**
@@ -249,16 +255,17 @@ function signingProblem(key: string, keyring: string, root: string): string | un
 /**
  * Why this tree may not be released into the registry, checked before anything is built or pushed:
  * versions out of step, changes listed under Unreleased or not committed (the image would hold
- * what its version does not name), a key helm cannot sign with (checked when given), or this
- * version's image or chart already published.
+ * what its version does not name), a key helm cannot sign with (checked when given), this
+ * version's image or chart already published, or a repository that would not take the push with
+ * the login its tool reads (else the image went out and its SBOMs or chart did not).
  */
-export function releaseRefusals(
+export async function releaseRefusals(
   options: Pick<ReleaseOptions, 'registry' | 'plainHttp' | 'throwaway'> & {
     key?: string;
     keyring?: string;
   },
   root: string = repoRoot,
-): string[] {
+): Promise<string[]> {
   const problems = versionProblems(root).filter((problem) => !problem.includes('is not in this clone'));
   if (!options.throwaway) {
     const { unreleased } = parseChangelog(readFileSync(path.join(root, 'CHANGELOG.md'), 'utf8'));
@@ -292,12 +299,27 @@ export function releaseRefusals(
       problems.push(error instanceof Error ? error.message : String(error));
     }
   }
+  const host = options.registry.split('/')[0] ?? '';
+  const under = options.registry.split('/').slice(1);
+  for (const [repository, tool] of [
+    ['social-posts', 'containers'],
+    ['charts/social-posts', 'helm'],
+  ] as const) {
+    try {
+      const refusal = await pushRefusal(host, [...under, repository].join('/'), options.plainHttp, tool);
+      if (refusal) problems.push(refusal);
+    } catch (error) {
+      problems.push(
+        `cannot tell whether ${options.registry}/${repository} takes pushes: ${error instanceof Error ? error.message : String(error)}`,
+      );
+    }
+  }
   return problems;
 }
 
 export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const versions = treeVersions();
-  const problems = releaseRefusals(options);
+  const problems = await releaseRefusals(options);
   if (problems.length > 0) throw new Error(`the release is refused: ${problems.join('; ')}`);
   const commit = exec('git', ['rev-parse', 'HEAD']).trim();
   const registryHost = options.registry.split('/')[0] ?? '';
@@ -326,8 +348,7 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const sbomFiles = [imageSbom(local, versions.app, options.out), npmSbom(options.out)];
   const repositoryPath = [registryPath, 'social-posts'].filter(Boolean).join('/');
   const sboms = await attachArtifacts(
-    registryHost,
-    repositoryPath,
+    { host: registryHost, path: repositoryPath },
     { ...image, mediaType: imageMediaType },
     sbomFiles.map((file) => ({ file, artifactType: SBOM_MEDIA_TYPE })),
     options.plainHttp,
@@ -397,7 +418,7 @@ async function main(): Promise<void> {
   });
   if (values.check && values.registry) {
     // The refusals alone (the release workflow's first step); the key only when given.
-    const problems = releaseRefusals({
+    const problems = await releaseRefusals({
       registry: values.registry,
       plainHttp: values['plain-http'],
       ...(values.key && values.keyring ? { key: values.key, keyring: values.keyring } : {}),

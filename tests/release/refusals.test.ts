@@ -96,7 +96,7 @@ describe('What a release refuses before pushing anything', () => {
     expect(await tags('chart-there/social-posts')).toEqual([]);
   });
 
-  it('When the changelog lists changes under Unreleased, or the tree has changes that are not committed, then the release is refused naming each; once named in a release and committed, it is not', () => {
+  it('When the changelog lists changes under Unreleased, or the tree has changes that are not committed, then the release is refused naming each; once named in a release and committed, it is not', async () => {
     const clone = path.join(work, 'clone');
     execFileSync('git', ['clone', '-q', '--shared', root, clone]);
     const changelog = path.join(clone, 'CHANGELOG.md');
@@ -121,17 +121,17 @@ describe('What a release refuses before pushing anything', () => {
       );
     const options = { registry: `${registry.host}/clone`, plainHttp: true };
     commit(withUnreleased(''));
-    expect(releaseRefusals(options, clone)).toEqual([]);
+    expect(await releaseRefusals(options, clone)).toEqual([]);
 
     commit(withUnreleased('### Fixed\n\n- A fix no release names.\n\n'));
-    expect(releaseRefusals(options, clone)).toEqual([
+    expect(await releaseRefusals(options, clone)).toEqual([
       expect.stringMatching(/lists changes under \[Unreleased\] \("A fix no release names\."\)/),
     ]);
 
     commit(withUnreleased(''));
     const file = path.join(clone, 'service', 'src', 'app.ts');
     writeFileSync(file, `${readFileSync(file, 'utf8')}\n// an edit\n`);
-    expect(releaseRefusals(options, clone)).toEqual([
+    expect(await releaseRefusals(options, clone)).toEqual([
       expect.stringMatching(/changes that are not committed \(.*service\/src\/app\.ts/),
     ]);
   });
