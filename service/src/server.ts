@@ -129,6 +129,8 @@ function shutDownOnSignal(
       // The last requests' spans, still in the exporter's batch.
       await flushTraces();
       logger.info('shutdown complete');
+      // A shutdown the process began itself for a failure (the embedded database's WAL) exits non-zero.
+      if (process.exitCode) process.exit(process.exitCode);
     },
     logger: (message, error) => {
       logger.error({ err: error }, message);

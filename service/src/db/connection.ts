@@ -417,11 +417,19 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       ? 'opening the embedded database'
       : 'creating the embedded database (PGlite initdb: the first start waits for it)',
   );
+  // Nothing more can be asked of it (embedded.ts): the process stops, through the graceful shutdown
+  // when serving, so the requests under way get their 503 first; a restart recovers the folder.
   const {
     pglite,
     ClientPgLite,
     close: closePGlite,
-  } = await openPGlite(db.embeddedDir, db.statementTimeoutMs);
+    walFailed,
+  } = await openPGlite(db.embeddedDir, db.statementTimeoutMs, (error) => {
+    logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+    process.exitCode = 1;
+    // Before the shutdown handler is in place (start-up, the migrate command) the error itself ends the process.
+    if (process.listenerCount('SIGTERM') > 0) process.kill(process.pid, 'SIGTERM');
+  });
   const instance = knex({
     client: requestClient(ClientPgLite),
     dialect: 'postgres',
@@ -453,7 +461,8 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       close: () => Promise.resolve(),
     }),
     close: async () => {
-      await instance.destroy();
+      // After its WAL failed PGlite is asked nothing more; closing it then only gives back its folder.
+      if (!walFailed()) await instance.destroy();
       await closePGlite();
     },
   };

@@ -1,5 +1,5 @@
 import { closeSync, mkdirSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync } from 'node:fs';
-import type { Extension, PGlite } from '@electric-sql/pglite';
+import type { Extension, PGlite, QueryOptions, Results } from '@electric-sql/pglite';
 import type knex from 'knex';
 
 interface EmbeddedModules {
@@ -113,24 +113,76 @@ function lockFolder(dir: string): () => void {
   throw inUse(`a process that keeps replacing ${file}`);
 }
 
+/** PGlite's error when it could not write its WAL (a full disk): its next statement never returns. */
+const WAL_WRITE_FAILED = /"pg_wal\/|could not write to log file/;
+
+/** Every statement after the embedded database failed to write its WAL, which is never sent to it. */
+class EmbeddedWalError extends Error {
+  override name = 'EmbeddedWalError';
+}
+
+/** Whether the embedded database has failed to write its WAL: the first such failure, once it has. */
+interface WalState {
+  failure?: EmbeddedWalError;
+}
+
+/**
+ * PGlite whose statements stop at the first failed write of its WAL: after one, PGlite spins on
+ * the next statement for ever, holding this thread, so no request, probe or signal is served
+ * again. The failed statement itself rolled back, and every earlier commit is in the WAL.
+ */
+function guardedPGlite(
+  Base: typeof PGlite,
+  state: WalState,
+  onWalFailed: (error: Error) => void,
+): typeof PGlite {
+  class Guarded extends Base {
+    override async query<T>(query: string, params?: unknown[], options?: QueryOptions): Promise<Results<T>> {
+      if (state.failure) throw state.failure;
+      try {
+        return await super.query<T>(query, params, options);
+      } catch (error) {
+        if (error instanceof Error && WAL_WRITE_FAILED.test(error.message)) {
+          state.failure = new EmbeddedWalError(
+            `the embedded database could not write its WAL (${error.message}): it answers nothing after that, so the process stops; free space in DB_EMBEDDED_DIR and start again (every write answered 2xx is kept)`,
+            { cause: error },
+          );
+          onWalFailed(state.failure);
+        }
+        throw error;
+      }
+    }
+  }
+  return Guarded;
+}
+
 /**
  * A PGlite database in `dir` (or in memory for `memory://`), ready, the knex client for it, and
- * `close`, which closes it and gives back the folder's lock.
+ * `close`, which closes it and gives back the folder's lock. `onWalFailed` hears of a failed write
+ * of the WAL, after which every statement is refused.
  */
 export async function openPGlite(
   dir: string,
   statementTimeoutMs: number,
-): Promise<{ pglite: PGlite; ClientPgLite: typeof knex.Client; close: () => Promise<void> }> {
+  onWalFailed: (error: Error) => void,
+): Promise<{
+  pglite: PGlite;
+  ClientPgLite: typeof knex.Client;
+  close: () => Promise<void>;
+  walFailed: () => boolean;
+}> {
   const { PGlite: EmbeddedPGlite, pg_trgm, ClientPgLite } = loadEmbedded();
   let release = (): void => undefined;
   if (dir !== 'memory://') {
     mkdirSync(dir, { recursive: true });
     release = lockFolder(dir);
   }
-  const pglite = new EmbeddedPGlite(dir, { extensions: { pg_trgm } });
+  const state: WalState = {};
+  const pglite = new (guardedPGlite(EmbeddedPGlite, state, onWalFailed))(dir, { extensions: { pg_trgm } });
   const close = async () => {
     try {
-      if (!pglite.closed) await pglite.close();
+      // After its WAL failed PGlite is asked nothing more, a close (which writes a checkpoint) included.
+      if (!pglite.closed && !state.failure) await pglite.close();
     } finally {
       release();
     }
@@ -144,5 +196,5 @@ export async function openPGlite(
     await close().catch(() => undefined);
     throw error;
   }
-  return { pglite, ClientPgLite, close };
+  return { pglite, ClientPgLite, close, walFailed: () => state.failure !== undefined };
 }
