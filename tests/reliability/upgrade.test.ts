@@ -1,8 +1,8 @@
 /**
  * A rolling upgrade must be invisible to clients: no 5xx, no answer over the statement budget, every
  * acknowledged write kept, the vote counts right once backfilled, the surge replica ready in time.
- * It runs from each of `upgradeSources`, so one upgrade always migrates under traffic, on databases
- * large enough that a migration holding a lock for its whole length shows.
+ * It runs from each release this one promises to upgrade in place from (`upgradeSources`), on
+ * databases large enough that a migration holding a lock for its whole length shows.
  */
 import { appliedMigrations } from '../../service/src/db/migrator';
 import { account, call, login, vote } from '../../tools/harness/client';
@@ -32,8 +32,8 @@ const VOTE_COUNTS_MIGRATION = '20261125000005_post_vote_counts';
 /** The upgrade from the previous release. */
 const POSTS = Number(process.env.UPGRADE_POSTS ?? 200_000);
 /**
- * The upgrade that migrates when the previous release's does not: smaller, so its backfill ends
- * while the traffic still runs, yet large enough that a whole-table lock would miss the budget.
+ * The upgrades from older releases: smaller, so a backfill ends while the traffic still runs, yet
+ * large enough that a whole-table lock would miss the budget.
  */
 const SCHEMA_POSTS = Number(process.env.UPGRADE_SCHEMA_POSTS ?? 50_000);
 const RATE = Number(process.env.UPGRADE_RATE ?? 90);

@@ -6,6 +6,7 @@ import {
   changelogProblems,
   changeProblems,
   compareSemVer,
+  inPlaceFrom,
   migrationsAt,
   parseChangelog,
   previousRelease,
@@ -37,16 +38,21 @@ describe('The releases of this tree', () => {
     expect(readReleases()).toContainEqual(previous);
   });
 
-  it('When the upgrade suite asks which releases to upgrade from, then it gets the previous one first, and among them one whose upgrade applies migrations', () => {
+  it('When the upgrade suite asks which releases to upgrade from, then it gets the previous one first and the oldest this one upgrades in place from last, each with the migrations its upgrade applies', () => {
     const sources = upgradeSources();
     expect(sources[0]?.release).toEqual(previousRelease());
+    expect(sources.at(-1)?.release).toEqual(inPlaceFrom());
     for (const source of sources)
       expect(source.migrations).toEqual(
         treeMigrations().filter((name) => !migrationsAt(source.release.commit ?? '').includes(name)),
       );
-    // So some upgrade of the suite runs migrations while the release before them serves.
-    expect(sources.some((source) => source.migrations.length > 0)).toBe(true);
-    expect(sources.length).toBe(sources[0]?.migrations.length === 0 ? 2 : 1);
+  });
+
+  it('When docs/operations.md says which releases this one upgrades in place from, then it names the oldest one CHANGELOG.md states', () => {
+    const text = readFileSync(path.join(__dirname, '..', '..', 'docs', 'operations.md'), 'utf8');
+    expect(text.replace(/\s+/g, ' ')).toContain(
+      `${treeVersions().app} upgrades in place from ${inPlaceFrom().version} or any later release`,
+    );
   });
 
   it("When docs/operations.md gives each release's last migration (for migrate down --to), then every recorded release has its row, with its chart and the last migration its commit ships", () => {
@@ -117,8 +123,8 @@ function lockFile(version: string, runtimeVersion = '1.0.0', devVersion = '2.0.0
   return `${JSON.stringify({ name: 'app', version, lockfileVersion: 3, requires: true, packages }, null, 2)}\n`;
 }
 
-const section = (version: string, date: string, chart: string, commit: string) =>
-  `## [${version}] - ${date}\n\nChart ${chart} · commit ${commit}\n\n### Added\n\n- It.\n\n### Upgrading\n\n- Nothing.\n`;
+const section = (version: string, date: string, chart: string, commit: string, upgrading = '- Nothing.') =>
+  `## [${version}] - ${date}\n\nChart ${chart} · commit ${commit}\n\n### Added\n\n- It.\n\n### Upgrading\n\n${upgrading}\n`;
 
 function scratchRoot(): string {
   const root = mkdtempSync(path.join(tmpdir(), 'releases-'));
@@ -167,6 +173,26 @@ const with110Section = (text: string) =>
     '## [Unreleased]\n\n',
     `## [Unreleased]\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n`,
   );
+
+function setVersion(root: string, version: string): void {
+  edit(root, 'package.json', (text) => text.replace(/"version": "[^"]+"/, `"version": "${version}"`));
+}
+
+/** Cuts release `version` in the scratch repository: its section, its release commit, then its record. */
+function cutRelease(root: string, version: string, chart: string): void {
+  setVersion(root, version);
+  edit(root, 'CHANGELOG.md', (text) =>
+    text.replace(
+      '## [Unreleased]\n\n',
+      `## [Unreleased]\n\n${section(version, '2026-11-26', chart, 'pending')}\n`,
+    ),
+  );
+  git(root, 'add', '-A');
+  git(root, 'commit', '-qm', `Release ${version}`);
+  const commit = git(root, 'rev-parse', 'HEAD');
+  edit(root, 'CHANGELOG.md', (text) => text.replace('commit pending', `commit ${commit}`));
+  git(root, 'commit', '-qam', `Record ${version}`);
+}
 
 /** Prepares release 1.1.0 (chart 0.3.0) in the working tree, as its release commit would. */
 function prepare110(root: string): void {
@@ -240,28 +266,51 @@ describe('The release checks on a repository of the same shape', () => {
     },
   );
 
-  it('When the previous release ships every migration of the tree, then the suite also upgrades from the newest release that lacks some; once the tree adds one, from the previous release alone', () => {
+  it('When the tree states the oldest release it upgrades in place from, then the suite upgrades from the previous release and from each older one down to it that first shipped its migrations', () => {
     const root = releasedRepository();
+    cutRelease(root, '1.0.1', '0.2.1');
     write(root, 'migrations/20260101000001_a.ts', 'export {};\n');
-    write(root, 'migrations/index.ts', 'export {};\n');
-    prepare110(root);
-    git(root, 'add', '-A');
-    git(root, 'commit', '-qm', 'Release 1.1.0');
-    const commit = git(root, 'rev-parse', 'HEAD');
-    edit(root, 'CHANGELOG.md', (t) => t.replace('commit pending', `commit ${commit}`));
+    cutRelease(root, '1.1.0', '0.3.0');
     // 1.2.0 in preparation, without a migration of its own.
-    edit(root, 'package.json', (t) => t.replace('"version": "1.1.0"', '"version": "1.2.0"'));
+    const promise = (upgrading: string) => {
+      edit(root, 'CHANGELOG.md', (t) =>
+        t.replace(/(## \[1\.2\.0\][^]*?### Upgrading\n\n).*\n/, `$1${upgrading}\n`),
+      );
+    };
+    setVersion(root, '1.2.0');
+    edit(root, 'CHANGELOG.md', (t) =>
+      t.replace(
+        '## [Unreleased]\n\n',
+        `## [Unreleased]\n\n${section('1.2.0', '2026-11-27', '0.4.0', 'pending')}\n`,
+      ),
+    );
     const from = () => upgradeSources(root).map((s) => [s.release.version, s.why, s.migrations]);
+    expect(from).toThrow('CHANGELOG.md\'s 1.2.0 does not state under Upgrading "- In place from X.Y.Z');
+
+    promise('- In place from 1.0.0 or any later release.');
+    // 1.0.1 ships 1.0.0's migrations, so its upgrade is 1.0.0's.
     expect(from()).toEqual([
       ['1.1.0', 'previous release', []],
-      ['1.0.0', 'newest release with other migrations', ['20260101000001_a']],
+      ['1.0.0', 'older release upgraded in place', ['20260101000001_a']],
     ]);
+    promise('- In place from 1.0.1 or any later release: nothing is required.');
+    expect(from()).toEqual([
+      ['1.1.0', 'previous release', []],
+      ['1.0.1', 'older release upgraded in place', ['20260101000001_a']],
+    ]);
+    promise('- In place from 1.1.0 or any later release.');
+    expect(from()).toEqual([['1.1.0', 'previous release', []]]);
     write(root, 'migrations/20260102000002_b.ts', 'export {};\n');
     expect(from()).toEqual([['1.1.0', 'previous release', ['20260102000002_b']]]);
-    expect(recordedRelease('1.0.0', root).commit).toMatch(/^[0-9a-f]{40}$/);
-    expect(() => recordedRelease('0.9.0', root)).toThrow(
-      'no release 0.9.0 with a commit (recorded: 1.1.0, 1.0.0)',
-    );
+    promise('- In place from 1.0.0 or any later release.');
+    expect(from()).toEqual([
+      ['1.1.0', 'previous release', ['20260102000002_b']],
+      ['1.0.0', 'older release upgraded in place', ['20260101000001_a', '20260102000002_b']],
+    ]);
+
+    promise('- In place from 0.9.0 or any later release.');
+    expect(from).toThrow('no release 0.9.0 with a commit (recorded: 1.1.0, 1.0.1, 1.0.0)');
+    expect(recordedRelease('1.0.1', root).commit).toMatch(/^[0-9a-f]{40}$/);
   });
 
   it("When the recorded release's commit is not in the clone, then the check says to fetch full history", () => {
@@ -337,8 +386,14 @@ describe('The changelog form', () => {
   it('When the file is in form, then its releases are read newest first, pending without a commit, and the entries under Unreleased apart', () => {
     expect(parseChangelog(good)).toEqual({
       releases: [
-        { version: '1.1.0', chartVersion: '0.3.0', commit: null, date: '2026-11-26' },
-        { version: '1.0.0', chartVersion: '0.2.0', commit: 'a'.repeat(40), date: '2026-11-25' },
+        { version: '1.1.0', chartVersion: '0.3.0', commit: null, date: '2026-11-26', inPlaceFrom: null },
+        {
+          version: '1.0.0',
+          chartVersion: '0.2.0',
+          commit: 'a'.repeat(40),
+          date: '2026-11-25',
+          inPlaceFrom: null,
+        },
       ],
       unreleased: ['- Soon.'],
       problems: [],
@@ -387,6 +442,11 @@ describe('The changelog form', () => {
       'an Upgrading says nothing',
       (t: string) => t.replace(/(## \[1\.0\.0\][^]*?### Upgrading\n)\n- Nothing\.\n/, '$1'),
       /says nothing/,
+    ],
+    [
+      'a release upgrades in place from one not before it',
+      (t: string) => t.replace('- Nothing.', '- In place from 1.1.0 or any later release.'),
+      /"## \[1\.1\.0\] - 2026-11-26": in place from 1\.1\.0, which does not come before 1\.1\.0/,
     ],
     [
       'a subsection is not one of the form',

@@ -18,6 +18,8 @@ export interface Release {
   /** The commit the release was cut from; null while it is being prepared (`commit pending`). */
   commit: string | null;
   date: string | null;
+  /** The oldest release it upgrades in place from, as its Upgrading part states; null where it states none. */
+  inPlaceFrom: string | null;
 }
 
 export interface ParsedChangelog {
@@ -33,6 +35,8 @@ export interface ParsedChangelog {
 
 const RELEASE_HEADING = /^## \[([^\]]+)\] - (\S+)$/;
 const RECORD_LINE = /^Chart (\S+) · commit ([0-9a-f]{40}|pending)$/;
+/** The line of a release's Upgrading part that states the oldest release it upgrades in place from. */
+const IN_PLACE_LINE = /^- In place from (\S+) or any later release\b/;
 const SUBSECTIONS = ['Added', 'Changed', 'Deprecated', 'Removed', 'Fixed', 'Security', 'Upgrading'];
 
 /** A SemVer 2.0.0 version written exactly (no leading "v" or "=", no spaces), build metadata allowed. */
@@ -117,7 +121,12 @@ export function parseChangelog(text: string): ParsedChangelog {
     if (!upgrading) problems.push(`"${heading}" has no "### Upgrading" subsection`);
     else if (upgrading.body.join('').trim() === '')
       problems.push(`"${heading}": its "### Upgrading" says nothing (write "Nothing." when so)`);
-    releases.push({ version, chartVersion, commit: commit === 'pending' ? null : commit, date });
+    const inPlaceFrom = upgrading?.body.map((line) => IN_PLACE_LINE.exec(line)?.[1]).find(Boolean) ?? null;
+    if (inPlaceFrom !== null && !isSemVer(inPlaceFrom))
+      problems.push(`"${heading}": in place from ${inPlaceFrom}, which is not a semantic version`);
+    else if (inPlaceFrom !== null && notAfter(version, inPlaceFrom))
+      problems.push(`"${heading}": in place from ${inPlaceFrom}, which does not come before ${version}`);
+    releases.push({ version, chartVersion, commit: commit === 'pending' ? null : commit, date, inPlaceFrom });
   });
 
   // Newest first: each release after its predecessor in versions, chart versions and dates.
@@ -192,40 +201,46 @@ export interface UpgradeSource {
   /** This tree's migrations the release does not have: what the upgrade from it applies. */
   migrations: string[];
   /** Why the suite upgrades from it. */
-  why: 'previous release' | 'newest release with other migrations';
+  why: 'previous release' | 'older release upgraded in place';
+}
+
+/** The oldest release this tree upgrades in place from, as its CHANGELOG.md section states. */
+export function inPlaceFrom(root: string = ROOT): Release {
+  const current = String(packageJson(root).version);
+  const own = readReleases(root).find((release) => release.version === current);
+  if (!own?.inPlaceFrom)
+    throw new Error(
+      `CHANGELOG.md's ${current} does not state under Upgrading "- In place from X.Y.Z or any later release"`,
+    );
+  return recordedRelease(own.inPlaceFrom, root);
 }
 
 /**
- * The releases the upgrade suite upgrades from: the previous release, as a rolling upgrade by one
- * release does; and, when the upgrade from it applies no migration, also the newest recorded release
- * that lacks some of this tree's migrations, as an operator who skipped releases upgrades, so that
- * one upgrade always migrates under traffic.
+ * The releases the upgrade suite upgrades from, newest first: the previous release, as a rolling
+ * upgrade by one release does, and every older release this tree promises to upgrade in place from
+ * that is the first to ship its set of migrations (a later one with the same set migrates the same way).
  */
 export function upgradeSources(root: string = ROOT): UpgradeSource[] {
   const tree = treeMigrations(root);
-  const differing = (release: Release): string[] => {
-    const theirs = new Set(migrationsAt(release.commit as string, root));
-    return tree.filter((name) => !theirs.has(name));
-  };
   const previous = previousRelease(root);
-  const sources: UpgradeSource[] = [
-    { release: previous, migrations: differing(previous), why: 'previous release' },
-  ];
-  if (sources[0]?.migrations.length !== 0) return sources;
-  const current = packageJson(root).version;
-  const older = readReleases(root).find(
-    (release) =>
-      release.commit !== null &&
-      release.version !== current &&
-      release.version !== previous.version &&
-      differing(release).length > 0,
-  );
-  if (older)
-    sources.push({
-      release: older,
-      migrations: differing(older),
-      why: 'newest release with other migrations',
-    });
+  const oldest = inPlaceFrom(root);
+  const promised = readReleases(root)
+    .filter(
+      (release) =>
+        release.commit !== null &&
+        compareSemVer(release.version, previous.version) <= 0 &&
+        compareSemVer(release.version, oldest.version) >= 0,
+    )
+    .reverse();
+  const sources: UpgradeSource[] = [];
+  for (const release of promised) {
+    const theirs = new Set(migrationsAt(release.commit as string, root));
+    const migrations = tree.filter((name) => !theirs.has(name));
+    if (release.version === previous.version)
+      sources.unshift({ release, migrations, why: 'previous release' });
+    else if (!isDeepStrictEqual(migrations, sources[0]?.migrations))
+      sources.unshift({ release, migrations, why: 'older release upgraded in place' });
+  }
   return sources;
 }
 
