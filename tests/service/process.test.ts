@@ -1,5 +1,14 @@
 import { createServer, type AddressInfo } from 'node:net';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -314,7 +323,7 @@ describeOnEmbedded('One process per embedded database folder', () => {
       const account = { email: 'held@example.com', password: 'password123' };
       expect((await call(first.base, '/users/', { json: account })).status).toBe(201);
 
-      const inUse = `DB_EMBEDDED_DIR=${dir} is in use by process ${String(first.pid)} (another npm start, npm run dev or npm run migrate on the same folder): stop it, or set DB_EMBEDDED_DIR to another folder`;
+      const inUse = `DB_EMBEDDED_DIR=${dir} is in use by process ${String(first.pid)} (another npm start, npm run dev or npm run migrate on the same folder): stop it, or set DB_EMBEDDED_DIR to another folder (if it is none of these, a process that reused the id of one gone, remove ${realpathSync(dir)}.lock)`;
       const second = spawnService(baseEnv({ ...copy.env, METRICS_PORT: '0' }));
       expect(await second.exited).toBe(1);
       expect(second.stderr().trim()).toBe(`start-up failed: ${inUse}`);

@@ -66,7 +66,7 @@ function lockFolder(dir: string): () => void {
   const inUse = (holder: string) =>
     new EmbeddedInUseError(
       `DB_EMBEDDED_DIR=${dir} is in use by ${holder} (another npm start, npm run dev or npm run migrate on the same folder): ` +
-        'stop it, or set DB_EMBEDDED_DIR to another folder',
+        `stop it, or set DB_EMBEDDED_DIR to another folder (if it is none of these, a process that reused the id of one gone, remove ${file})`,
     );
   if (held.has(folder)) throw inUse('this process');
   // Bounded: each pass either takes the file or removes one left by a process that is gone.
