@@ -9,7 +9,13 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import jwt from 'jsonwebtoken';
-import type { RegistryLogin } from './registry';
+
+export interface RegistryLogin {
+  username: string;
+  password: string;
+  /** What a token for this login may do (bearer only); all by default. */
+  may?: ('pull' | 'push')[];
+}
 
 export interface TokenServerConfig {
   service: string;

@@ -13,7 +13,7 @@ import { makeCa } from './certificates';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sleep } from './client';
-import type { TokenServerConfig } from './registry-tokens';
+import type { RegistryLogin, TokenServerConfig } from './registry-tokens';
 import { freePort } from './service';
 
 export interface Registry {
@@ -22,13 +22,6 @@ export interface Registry {
   /** The folder the registry stores blobs and manifests in (a test alters them there). */
   storage: string;
   stop(): Promise<void>;
-}
-
-export interface RegistryLogin {
-  username: string;
-  password: string;
-  /** What a token for this login may do (bearer only); all by default. */
-  may?: ('pull' | 'push')[];
 }
 
 const SERVICE = 'social-posts-tests';
