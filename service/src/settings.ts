@@ -397,7 +397,7 @@ const table = {
       rule: Joi.string().default('.data/pglite'),
       docs: {
         summary:
-          'Embedded database files, used only when `DB_HOSTNAME` is unset, by one process at a time (`<dir>.lock` holds its id); `memory://` keeps nothing',
+          'Embedded database files, used only when `DB_HOSTNAME` is unset, by one process at a time (its `social-posts.lock` names it); `memory://` keeps nothing',
       },
     }),
     /**

@@ -8,6 +8,7 @@ import {
   realpathSync,
   rmSync,
   symlinkSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -323,7 +324,7 @@ describeOnEmbedded('One process per embedded database folder', () => {
       const account = { email: 'held@example.com', password: 'password123' };
       expect((await call(first.base, '/users/', { json: account })).status).toBe(201);
 
-      const inUse = `DB_EMBEDDED_DIR=${dir} is in use by process ${String(first.pid)} (another npm start, npm run dev or npm run migrate on the same folder): stop it, or set DB_EMBEDDED_DIR to another folder (if it is none of these, a process that reused the id of one gone, remove ${realpathSync(dir)}.lock)`;
+      const inUse = `DB_EMBEDDED_DIR=${dir} is in use by process ${String(first.pid)} (another npm start, npm run dev or npm run migrate on the same folder): stop it, or set DB_EMBEDDED_DIR to another folder (if it is none of these, a process that reused the id of one gone, remove ${path.join(realpathSync(dir), 'social-posts.lock')})`;
       const second = spawnService(baseEnv({ ...copy.env, METRICS_PORT: '0' }));
       expect(await second.exited).toBe(1);
       expect(second.stderr().trim()).toBe(`start-up failed: ${inUse}`);
@@ -346,13 +347,64 @@ describeOnEmbedded('One process per embedded database folder', () => {
       // Stopped, it gives the folder back: nothing is left for the next start to judge.
       third.child.kill('SIGTERM');
       expect(await third.exited).toBe(0);
-      expect(existsSync(`${dir}.lock`)).toBe(false);
+      expect(existsSync(path.join(dir, 'social-posts.lock'))).toBe(false);
     } finally {
       await stopAll();
       rmSync(`${copy.env.DB_EMBEDDED_DIR ?? ''}-link`, { force: true });
       await copy.drop();
     }
   }, 90_000);
+});
+
+describeOnEmbedded('One process per embedded database folder, when several start at once', () => {
+  /** Openers that load everything first, then all open `dir` at `at` (epoch ms), and say which held it. */
+  async function openTogether(dir: string, count: number): Promise<string[]> {
+    const script = path.join(dir, '..', `opener-${path.basename(dir)}.ts`);
+    writeFileSync(
+      script,
+      [
+        `import { openPGlite } from ${JSON.stringify(path.join(ROOT, 'service/src/db/embedded'))};`,
+        // Loaded before the instant, as the service loads it before it opens: the opens meet.
+        `require(${JSON.stringify(require.resolve('@electric-sql/pglite'))});`,
+        `const at = Number(process.env.AT);`,
+        `while (Date.now() < at);`,
+        `openPGlite(${JSON.stringify(dir)}, 2000, () => undefined).then(`,
+        `  async ({ close }) => { process.stdout.write('held'); await new Promise((r) => setTimeout(r, 1500)); await close(); },`,
+        `  (error: Error) => { process.stdout.write(error.name); },`,
+        `);`,
+      ].join('\n'),
+    );
+    const at = String(Date.now() + 4000);
+    const openers = Array.from({ length: count }, () =>
+      spawnScript(script, { ...process.env, AT: at }, { cwd: ROOT }),
+    );
+    await Promise.all(openers.map((opener) => opener.exited));
+    return openers.map((opener) => opener.stdout()).sort();
+  }
+
+  test.each([
+    ['no lock is there', undefined],
+    ['a killed process left its lock', '2147483646\n'],
+  ])(
+    'When four processes open one folder in the same instant and %s, then exactly one holds it and the others are refused',
+    async (_case, leftover) => {
+      const parent = mkdtempSync(path.join(tmpdir(), 'sp-together-'));
+      try {
+        const dir = path.join(parent, 'db');
+        mkdirSync(dir);
+        if (leftover) writeFileSync(path.join(dir, 'social-posts.lock'), leftover);
+        expect(await openTogether(dir, 4)).toEqual([
+          'EmbeddedInUseError',
+          'EmbeddedInUseError',
+          'EmbeddedInUseError',
+          'held',
+        ]);
+      } finally {
+        rmSync(parent, { recursive: true, force: true });
+      }
+    },
+    90_000,
+  );
 });
 
 describe('Graceful shutdown', () => {

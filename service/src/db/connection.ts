@@ -428,7 +428,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
     process.exitCode = 1;
     // Before the shutdown handler is in place (start-up, the migrate command) the error itself ends the process.
-    if (process.listenerCount('SIGTERM') > 0) process.kill(process.pid, 'SIGTERM');
+    if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
   });
   const instance = knex({
     client: requestClient(ClientPgLite),

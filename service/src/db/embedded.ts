@@ -1,4 +1,15 @@
-import { closeSync, mkdirSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import path from 'node:path';
 import type { Extension, PGlite, QueryOptions, Results } from '@electric-sql/pglite';
 import type knex from 'knex';
 
@@ -53,68 +64,93 @@ function alive(pid: number): boolean {
   }
 }
 
+/** Waits `ms` on this thread: the lock is taken once, at start-up, before anything else runs. */
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** The process id a lock file names, or undefined when it is gone or holds none. */
+function holderOf(file: string): number | undefined {
+  try {
+    const pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
+    return Number.isSafeInteger(pid) ? pid : undefined;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw error;
+  }
+}
+
 /**
- * Takes `<dir>.lock`, holding this process's id, and returns what gives it back. PGlite locks
- * nothing, and two processes on one folder each commit over the other's pages, so the second opener
- * is refused as PostgreSQL refuses a second postmaster; a file left by a process that is gone
- * (killed, or a container's earlier life under the same id) is taken over.
+ * Removes `file` if it still names `pid` (a process that is gone), under `<file>.takeover`: two
+ * starts that both found the same leftover must not each remove what the other has just taken.
+ */
+function takeOver(file: string, pid: number | undefined): void {
+  const mutex = `${file}.takeover`;
+  try {
+    closeSync(openSync(mutex, 'wx'));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    // Held only between a read and an unlink: one older than a second was left by a crash there.
+    if (Date.now() - statSync(mutex).mtimeMs > 1000) rmSync(mutex, { force: true });
+    return;
+  }
+  try {
+    if (holderOf(file) === pid) rmSync(file, { force: true });
+  } finally {
+    rmSync(mutex, { force: true });
+  }
+}
+
+/**
+ * Takes `social-posts.lock` in the folder, holding this process's id, and returns what gives it
+ * back. PGlite locks nothing, and two processes on one folder each commit over the other's pages,
+ * so the second opener is refused as PostgreSQL refuses a second postmaster; a file left by a
+ * process that is gone (killed, or a container's earlier life under the same id) is taken over.
  */
 function lockFolder(dir: string): () => void {
   // The real path: a symlink or a relative spelling of the folder names the same lock.
   const folder = realpathSync(dir);
-  const file = `${folder}.lock`;
+  const file = path.join(folder, 'social-posts.lock');
   const inUse = (holder: string) =>
     new EmbeddedInUseError(
       `DB_EMBEDDED_DIR=${dir} is in use by ${holder} (another npm start, npm run dev or npm run migrate on the same folder): ` +
         `stop it, or set DB_EMBEDDED_DIR to another folder (if it is none of these, a process that reused the id of one gone, remove ${file})`,
     );
   if (held.has(folder)) throw inUse('this process');
-  // Bounded: each pass either takes the file or removes one left by a process that is gone.
-  for (let attempt = 0; attempt < 10; attempt += 1) {
-    let fd: number;
-    try {
-      fd = openSync(file, 'wx');
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      let pid: number;
+  // Written whole first and linked into place: the lock never exists without its holder's id.
+  const mine = `${file}.${String(process.pid)}`;
+  writeFileSync(mine, `${String(process.pid)}\n`);
+  try {
+    for (let attempt = 0; attempt < 50; attempt += 1) {
       try {
-        pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
-      } catch (read) {
-        if ((read as NodeJS.ErrnoException).code === 'ENOENT') continue;
-        throw read;
+        linkSync(mine, file);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+        const pid = holderOf(file);
+        if (pid !== undefined && alive(pid)) throw inUse(`process ${String(pid)}`);
+        takeOver(file, pid);
+        pause(10);
+        continue;
       }
-      if (alive(pid)) throw inUse(`process ${String(pid)}`);
-      try {
-        unlinkSync(file);
-      } catch (gone) {
-        if ((gone as NodeJS.ErrnoException).code !== 'ENOENT') throw gone;
-      }
-      continue;
+      held.add(folder);
+      const release = () => {
+        if (!held.delete(folder)) return;
+        process.removeListener('exit', release);
+        if (holderOf(file) === process.pid) rmSync(file, { force: true });
+      };
+      // An exit without close (a fatal start-up line, a test process ending) leaves no file behind.
+      process.once('exit', release);
+      return release;
     }
-    try {
-      writeSync(fd, `${String(process.pid)}\n`);
-    } finally {
-      closeSync(fd);
-    }
-    held.add(folder);
-    const release = () => {
-      if (!held.delete(folder)) return;
-      process.removeListener('exit', release);
-      try {
-        if (Number.parseInt(readFileSync(file, 'utf8'), 10) === process.pid) unlinkSync(file);
-      } catch {
-        // Gone already: nothing to give back.
-      }
-    };
-    // An exit without close (a fatal start-up line, a test process ending) leaves no file behind.
-    process.once('exit', release);
-    return release;
+  } finally {
+    rmSync(mine, { force: true });
   }
   throw inUse(`a process that keeps replacing ${file}`);
 }
 
 /** PGlite's error when it could not write its WAL (a full disk): its next statement never returns. */
-const WAL_WRITE_FAILED = /"pg_wal\/|could not write to log file/;
+const WAL_WRITE_FAILED =
+  /^could not (?:write|extend|fsync|create)[^"]* "pg_wal\/|^could not write to log file /;
 
 /** Every statement after the embedded database failed to write its WAL, which is never sent to it. */
 class EmbeddedWalError extends Error {
@@ -144,7 +180,7 @@ function guardedPGlite(
       } catch (error) {
         if (error instanceof Error && WAL_WRITE_FAILED.test(error.message)) {
           state.failure = new EmbeddedWalError(
-            `the embedded database could not write its WAL (${error.message}): it answers nothing after that, so the process stops; free space in DB_EMBEDDED_DIR and start again (every write answered 2xx is kept)`,
+            `the embedded database could not write its WAL (${error.message}): it answers nothing after that, so the process stops; free space in DB_EMBEDDED_DIR and start again (every write answered 2xx is in the folder)`,
             { cause: error },
           );
           onWalFailed(state.failure);
