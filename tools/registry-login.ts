@@ -13,6 +13,9 @@ import path from 'node:path';
 
 export type LoginOf = 'containers' | 'helm';
 
+/** How long one answer of the registry may take: a release check that hangs helps no one. */
+export const ANSWER_MS = 30_000;
+
 interface Login {
   /** `user:password`, base64, as the auth files keep it. */
   auth: string;
@@ -31,12 +34,9 @@ function authFiles(tool: LoginOf): string[] {
   const runtime = process.env.XDG_RUNTIME_DIR
     ? path.join(process.env.XDG_RUNTIME_DIR, 'containers')
     : path.join('/run/containers', String(process.getuid?.() ?? 0));
-  return [
-    ...(process.env.REGISTRY_AUTH_FILE ? [process.env.REGISTRY_AUTH_FILE] : []),
-    path.join(runtime, 'auth.json'),
-    path.join(config, 'containers', 'auth.json'),
-    docker,
-  ];
+  // A file the user names is the only one podman and skopeo read.
+  if (process.env.REGISTRY_AUTH_FILE) return [process.env.REGISTRY_AUTH_FILE];
+  return [path.join(runtime, 'auth.json'), path.join(config, 'containers', 'auth.json'), docker];
 }
 
 /** A key of `auths` as the repository it covers: a host, or a host and path; a URL key names its host. */
@@ -48,7 +48,11 @@ function covers(key: string): string {
 /** The login for `repository` (host/path/name): the most specific key of the first file holding one. */
 function loginFor(repository: string, tool: LoginOf): Login | undefined {
   const parts = repository.split('/');
-  const scopes = parts.map((_, index) => parts.slice(0, parts.length - index).join('/'));
+  // helm keys its logins by host alone; podman and skopeo also by a repository's path.
+  const scopes =
+    tool === 'helm'
+      ? parts.slice(0, 1)
+      : parts.map((_, index) => parts.slice(0, parts.length - index).join('/'));
   for (const file of authFiles(tool)) {
     if (!existsSync(file)) continue;
     const { auths = {} } = JSON.parse(readFileSync(file, 'utf8')) as {
@@ -92,7 +96,7 @@ export async function registrySession(
   const base = `${plainHttp ? 'http' : 'https'}://${host}`;
   const login = loginFor(`${host}/${repository}`, tool);
   const session = { base, headers: {}, loginFile: login?.file };
-  const ping = await fetch(`${base}/v2/`);
+  const ping = await fetch(`${base}/v2/`, { signal: AbortSignal.timeout(ANSWER_MS) });
   await ping.body?.cancel();
   if (ping.status !== 401) return session;
   const { scheme, params } = parseChallenge(ping.headers.get('www-authenticate') ?? '');
@@ -100,9 +104,14 @@ export async function registrySession(
   if (scheme === 'basic') return { ...session, headers: basic ?? {} };
   if (scheme !== 'bearer' || !params.realm) return session;
   const realm = new URL(params.realm);
+  // The login goes to the realm: never in clear unless the registry itself is spoken to in clear.
+  if (realm.protocol !== 'https:' && !plainHttp)
+    throw new Error(
+      `${host} names a token realm not on HTTPS (${params.realm}): its login is not sent there`,
+    );
   if (params.service) realm.searchParams.set('service', params.service);
   realm.searchParams.set('scope', `repository:${repository}:pull,push`);
-  const answer = await fetch(realm, basic ? { headers: basic } : {});
+  const answer = await fetch(realm, { headers: basic ?? {}, signal: AbortSignal.timeout(ANSWER_MS) });
   if (answer.status !== 200) {
     await answer.body?.cancel();
     return session;
@@ -129,6 +138,7 @@ export async function pushRefusal(
   const start = await fetch(`${session.base}/v2/${repository}/blobs/uploads/`, {
     method: 'POST',
     headers: session.headers,
+    signal: AbortSignal.timeout(ANSWER_MS),
   });
   await start.body?.cancel();
   if (start.status === 202) {
@@ -137,6 +147,7 @@ export async function pushRefusal(
       const cancel = await fetch(new URL(upload, session.base), {
         method: 'DELETE',
         headers: session.headers,
+        signal: AbortSignal.timeout(ANSWER_MS),
       });
       await cancel.body?.cancel();
     }

@@ -23,7 +23,7 @@ import { build, commandLine, engine, IMAGE } from './container';
 import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
-import { pushRefusal, registrySession } from './registry-login';
+import { ANSWER_MS, pushRefusal, registrySession } from './registry-login';
 import { ensureBase } from './stand-in-base';
 import { ensureTools } from './tools';
 
@@ -156,6 +156,7 @@ async function attachArtifacts(
       method: 'PUT',
       headers: { ...session.headers, 'content-type': OCI_INDEX },
       body: index,
+      signal: AbortSignal.timeout(ANSWER_MS),
     });
     if (put.status !== 201)
       throw new Error(`the referrers index ${target}:${tag}: ${String(put.status)} ${await put.text()}`);
