@@ -121,7 +121,9 @@ export function parseChangelog(text: string): ParsedChangelog {
     if (!upgrading) problems.push(`"${heading}" has no "### Upgrading" subsection`);
     else if (upgrading.body.join('').trim() === '')
       problems.push(`"${heading}": its "### Upgrading" says nothing (write "Nothing." when so)`);
-    const inPlaceFrom = upgrading?.body.map((line) => IN_PLACE_LINE.exec(line)?.[1]).find(Boolean) ?? null;
+    // The part's first line, where the changelog's header says it stands.
+    const first = upgrading?.body.find((line) => line.trim() !== '') ?? '';
+    const inPlaceFrom = IN_PLACE_LINE.exec(first)?.[1] ?? null;
     if (inPlaceFrom !== null && !isSemVer(inPlaceFrom))
       problems.push(`"${heading}": in place from ${inPlaceFrom}, which is not a semantic version`);
     else if (inPlaceFrom !== null && notAfter(version, inPlaceFrom))
@@ -241,7 +243,11 @@ export function upgradeSources(root: string = ROOT): UpgradeSource[] {
     else if (!isDeepStrictEqual(migrations, sources[0]?.migrations))
       sources.unshift({ release, migrations, why: 'older release upgraded in place' });
   }
-  return sources;
+  // An older release with the previous one's migrations upgrades as the previous one does.
+  const [newest, ...older] = sources;
+  return newest
+    ? [newest, ...older.filter((source) => !isDeepStrictEqual(source.migrations, newest.migrations))]
+    : [];
 }
 
 interface PackageJson {
