@@ -1,9 +1,10 @@
 /**
  * `npm run release` into a registry that takes nothing without a login, as every forge's asks for
- * one: by password (htpasswd) and by a token for it (as GHCR and Harbor do). The logins are written
- * by `skopeo login` and `helm registry login`, the release runs as its own process with them, and
- * the SBOMs are found from the image's digest with the same login, as docs/operations.md tells an
- * operator; a login that may not push, or none for helm, is refused before anything is pushed.
+ * one: by password (htpasswd) and by a token for it (as GHCR and Harbor do). The logins are in
+ * auth files as `skopeo login` and `helm registry login` write them, the release runs as its own
+ * process with them, and the SBOMs are found from the image's digest with the same login, as
+ * docs/operations.md tells an operator; a login that may not push, or none for helm, is refused
+ * before anything is pushed.
  */
 import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
