@@ -31,11 +31,11 @@ function authFiles(tool: LoginOf): string[] {
     const helmHome = process.env.HELM_CONFIG_HOME ?? path.join(config, 'helm');
     return [process.env.HELM_REGISTRY_CONFIG ?? path.join(helmHome, 'registry', 'config.json'), docker];
   }
+  // A file the user names is the only one podman and skopeo read.
+  if (process.env.REGISTRY_AUTH_FILE) return [process.env.REGISTRY_AUTH_FILE];
   const runtime = process.env.XDG_RUNTIME_DIR
     ? path.join(process.env.XDG_RUNTIME_DIR, 'containers')
     : path.join('/run/containers', String(process.getuid?.() ?? 0));
-  // A file the user names is the only one podman and skopeo read.
-  if (process.env.REGISTRY_AUTH_FILE) return [process.env.REGISTRY_AUTH_FILE];
   return [path.join(runtime, 'auth.json'), path.join(config, 'containers', 'auth.json'), docker];
 }
 

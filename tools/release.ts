@@ -213,6 +213,12 @@ export interface ReleaseOptions {
   throwaway?: boolean;
 }
 
+/** `HOST[:PORT]/PATH` as the registry's host and the path there of one of its repositories. */
+function repositoryIn(registry: string, repository: string): { host: string; path: string } {
+  const [host = '', ...under] = registry.split('/');
+  return { host, path: [...under, repository].join('/') };
+}
+
 /** Whether the registry holds `reference`; a failure other than "not there" throws, so nothing is assumed absent. */
 function inRegistry(reference: string, plainHttp: boolean): boolean {
   try {
@@ -300,14 +306,13 @@ export async function releaseRefusals(
       problems.push(error instanceof Error ? error.message : String(error));
     }
   }
-  const host = options.registry.split('/')[0] ?? '';
-  const under = options.registry.split('/').slice(1);
   for (const [repository, tool] of [
     ['social-posts', 'containers'],
     ['charts/social-posts', 'helm'],
   ] as const) {
     try {
-      const refusal = await pushRefusal(host, [...under, repository].join('/'), options.plainHttp, tool);
+      const { host, path: at } = repositoryIn(options.registry, repository);
+      const refusal = await pushRefusal(host, at, options.plainHttp, tool);
       if (refusal) problems.push(refusal);
     } catch (error) {
       problems.push(
@@ -323,8 +328,6 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const problems = await releaseRefusals(options);
   if (problems.length > 0) throw new Error(`the release is refused: ${problems.join('; ')}`);
   const commit = exec('git', ['rev-parse', 'HEAD']).trim();
-  const registryHost = options.registry.split('/')[0] ?? '';
-  const registryPath = options.registry.split('/').slice(1).join('/');
   const tls = options.plainHttp ? ['--tls-verify=false'] : [];
   mkdirSync(options.out, { recursive: true });
 
@@ -347,9 +350,8 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   log(`image ${imageRepository}@${image.digest}`);
 
   const sbomFiles = [imageSbom(local, versions.app, options.out), npmSbom(options.out)];
-  const repositoryPath = [registryPath, 'social-posts'].filter(Boolean).join('/');
   const sboms = await attachArtifacts(
-    { host: registryHost, path: repositoryPath },
+    repositoryIn(options.registry, 'social-posts'),
     { ...image, mediaType: imageMediaType },
     sbomFiles.map((file) => ({ file, artifactType: SBOM_MEDIA_TYPE })),
     options.plainHttp,
