@@ -224,30 +224,30 @@ export function inPlaceFrom(root: string = ROOT): Release {
  */
 export function upgradeSources(root: string = ROOT): UpgradeSource[] {
   const tree = treeMigrations(root);
+  const differing = (release: Release): string[] => {
+    const theirs = new Set(migrationsAt(release.commit as string, root));
+    return tree.filter((name) => !theirs.has(name));
+  };
   const previous = previousRelease(root);
   const oldest = inPlaceFrom(root);
-  const promised = readReleases(root)
+  const sources: UpgradeSource[] = [
+    { release: previous, migrations: differing(previous), why: 'previous release' },
+  ];
+  // Oldest first, so that of the releases with one set of migrations the first to ship it is kept.
+  const older = readReleases(root)
     .filter(
       (release) =>
         release.commit !== null &&
-        compareSemVer(release.version, previous.version) <= 0 &&
+        compareSemVer(release.version, previous.version) < 0 &&
         compareSemVer(release.version, oldest.version) >= 0,
     )
     .reverse();
-  const sources: UpgradeSource[] = [];
-  for (const release of promised) {
-    const theirs = new Set(migrationsAt(release.commit as string, root));
-    const migrations = tree.filter((name) => !theirs.has(name));
-    if (release.version === previous.version)
-      sources.unshift({ release, migrations, why: 'previous release' });
-    else if (!isDeepStrictEqual(migrations, sources[0]?.migrations))
-      sources.unshift({ release, migrations, why: 'older release upgraded in place' });
+  for (const release of older) {
+    const migrations = differing(release);
+    if (!sources.some((source) => isDeepStrictEqual(source.migrations, migrations)))
+      sources.splice(1, 0, { release, migrations, why: 'older release upgraded in place' });
   }
-  // An older release with the previous one's migrations upgrades as the previous one does.
-  const [newest, ...older] = sources;
-  return newest
-    ? [newest, ...older.filter((source) => !isDeepStrictEqual(source.migrations, newest.migrations))]
-    : [];
+  return sources;
 }
 
 interface PackageJson {
