@@ -90,7 +90,7 @@ function takeOver(file: string, pid: number | undefined): void {
     closeSync(openSync(mutex, 'wx'));
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    // Held only between a read and an unlink: one older than a second was left by a crash there.
+    // Held only between a read and an unlink: an old one was left by a crash there.
     if (Date.now() - statSync(mutex).mtimeMs > 1000) rmSync(mutex, { force: true });
     return;
   }
