@@ -2,6 +2,9 @@
  * The Gateway translation on its own: the NGINX Gateway Fabric mapping k8s-tests/README.md documents, with
  * the chart's own rendered objects, and loud refusals of anything else.
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ensureTools } from '../../tools/tools';
 import { translateGateway, type GatewayObject, type NginxSettings } from './gateway-config';
 import { gatewayInputs, renderChart } from './release';
@@ -65,6 +68,26 @@ test('When the rendered HTTPRoutes and policies are translated, then nginx.conf 
   expect(conf).not.toContain('location = / {');
   expect(conf).not.toContain('location /users');
   expect(conf.match(/proxy_pass /g)).toHaveLength(3);
+});
+
+test('When tracing is on, then the ObservabilityPolicy is accepted and changes nothing else, as NGINX Gateway Fabric writes no otel directive without NginxProxy telemetry', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gateway-tracing-'));
+  try {
+    const file = join(dir, 'tracing.yaml');
+    writeFileSync(file, 'tracing:\n  enabled: true\n  endpoint: http://otel-collector.observability:4318\n');
+    const traced = renderChart(ensureTools().helm, [
+      'k8s-tests/values-e2e-gateway.yaml',
+      file,
+    ]) as GatewayObject[];
+    expect(traced.filter((object) => object.kind === 'ObservabilityPolicy')).toHaveLength(1);
+    const conf = translateGateway(traced, gateway, values, settings);
+    const note = /^ *# ObservabilityPolicy social-posts: not accepted without NginxProxy telemetry.*\n/m;
+    expect(conf).toMatch(note);
+    expect(conf).not.toContain('otel_');
+    expect(conf.replace(note, '')).toBe(translateGateway(rendered, gateway, values, settings));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('When a PathPrefix has no trailing slash, then it gets "/p/" and "= /p"; when no rule matches "/", then "= /" answers 404', () => {
@@ -182,6 +205,22 @@ test.each<[string, () => GatewayObject[], string]>([
     'proxy buffering settings',
     () => withSpec('ProxySettingsPolicy', (s) => ({ ...s, buffering: { disable: true } })),
     'spec\\.buffering',
+  ],
+  [
+    'a span name on the ObservabilityPolicy',
+    () => [
+      ...rendered,
+      {
+        apiVersion: 'gateway.nginx.org/v1alpha2',
+        kind: 'ObservabilityPolicy',
+        metadata: { name: 'x' },
+        spec: {
+          targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'social-posts' }],
+          tracing: { strategy: 'ratio', spanName: 'api' },
+        },
+      },
+    ],
+    'tracing\\.spanName',
   ],
   [
     "Envoy Gateway's BackendTrafficPolicy",

@@ -1,6 +1,6 @@
 /**
  * Translates rendered Gateway API HTTPRoutes and NGINX Gateway Fabric policies (RateLimitPolicy,
- * ProxySettingsPolicy), the Gateway they attach to and NGINX Gateway Fabric's Helm values into an
+ * ProxySettingsPolicy, ObservabilityPolicy), the Gateway they attach to and NGINX Gateway Fabric's Helm values into an
  * nginx.conf, the way NGINX Gateway Fabric v2.6.7 configures its nginx for the features this
  * chart uses. Anything it does not model throws, as the Ingress translation (nginx-config.ts) does.
  *
@@ -25,7 +25,10 @@
  * - internal/controller/nginx/config/policies/proxysettings/generator.go: proxy_connect_timeout,
  *   proxy_read_timeout, proxy_send_timeout in each location of the targeted routes;
  * - internal/controller/state/graph/httproute.go (checkForUnsupportedHTTPFields): rule name,
- *   timeouts and retry are accepted with a warning and ignored, so the emulation refuses them.
+ *   timeouts and retry are accepted with a warning and ignored, so the emulation refuses them;
+ * - internal/controller/nginx/config/policies/observability/validator.go: an ObservabilityPolicy
+ *   is not accepted without telemetry in the NginxProxy (ValidateGlobalSettings), and then
+ *   generator.go writes nothing; the NginxProxy settings (nginx.config) are refused here.
  * The mapping and its gaps are listed in k8s-tests/README.md.
  */
 import { checkPath, defaultServer, emulatedConf, HostLocations, hostServer, refusal } from './proxy-config';
@@ -49,6 +52,7 @@ export interface NginxGatewayFabricValues {
 
 const GATEWAY_API = 'gateway.networking.k8s.io';
 const NGF_API = 'gateway.nginx.org/v1alpha1';
+const NGF_API_V1ALPHA2 = 'gateway.nginx.org/v1alpha2';
 /** Upstream answering 503 when a backend has no ready endpoint (NGF: nginx-503-server.sock). */
 const NO_ENDPOINTS_SOCKET = 'nginx-503-server.sock';
 
@@ -484,13 +488,14 @@ export function gatewayHost(objects: GatewayObject[]): string {
   return Array.isArray(hostnames) && typeof hostnames[0] === 'string' ? hostnames[0] : '';
 }
 
-/** The routes and the policies among the rendered objects; anything else is refused. */
+/** The routes, the policies and the ObservabilityPolicies among the rendered objects; anything else is refused. */
 function routesAndPolicies(
   objects: GatewayObject[],
   namespace: string,
-): { routeObjects: GatewayObject[]; policyObjects: GatewayObject[] } {
+): { routeObjects: GatewayObject[]; policyObjects: GatewayObject[]; observabilityObjects: GatewayObject[] } {
   const routeObjects: GatewayObject[] = [];
   const policyObjects: GatewayObject[] = [];
+  const observabilityObjects: GatewayObject[] = [];
   for (const object of objects) {
     const kind = `${object.apiVersion} ${object.kind}`;
     if (object.metadata.namespace !== undefined && object.metadata.namespace !== namespace)
@@ -498,12 +503,35 @@ function routesAndPolicies(
     if (kind === `${GATEWAY_API}/v1 HTTPRoute`) routeObjects.push(object);
     else if (kind === `${NGF_API} RateLimitPolicy` || kind === `${NGF_API} ProxySettingsPolicy`)
       policyObjects.push(object);
+    else if (kind === `${NGF_API_V1ALPHA2} ObservabilityPolicy`) observabilityObjects.push(object);
     else if (kind === `networking.k8s.io/v1 Ingress`)
       refuse(`Ingress ${object.metadata.name} next to the HTTPRoutes (render with gateway.enabled)`);
     // Other Gateway API kinds, other NGF policies, other implementations' policies (Envoy Gateway).
     else if (object.apiVersion.includes('gateway')) refuse(`${kind} ${object.metadata.name}`);
   }
-  return { routeObjects, policyObjects };
+  return { routeObjects, policyObjects, observabilityObjects };
+}
+
+/**
+ * A comment for each ObservabilityPolicy: NGF accepts one only when the NginxProxy has telemetry,
+ * which the emulation refuses (nginx.config), so no otel directive is written (nor could be: no otel module).
+ */
+function observabilityNotes(objects: GatewayObject[], routeNames: Set<string>): string[] {
+  const traced = new Set<string>();
+  return objects.map((object) => {
+    const what = `ObservabilityPolicy ${object.metadata.name}`;
+    const spec = modelled(object.spec, `${what}: spec`, ['targetRefs', 'tracing']);
+    modelled(spec.tracing ?? {}, `${what}: tracing`, ['strategy', 'ratio', 'context'], {
+      spanName: 'span names',
+      spanAttributes: 'span attributes',
+    });
+    for (const route of targets(spec, what, routeNames)) {
+      // NGF settles two tracing policies on one route by age: not modelled.
+      if (traced.has(route)) refuse(`two ObservabilityPolicy objects on HTTPRoute ${route}`);
+      traced.add(route);
+    }
+    return `  # ${what}: not accepted without NginxProxy telemetry, so no otel directive.`;
+  });
 }
 
 /** What the policies write into each targeted route's locations, and the rate limits' zones. */
@@ -621,18 +649,15 @@ export function translateGateway(
   const { gatewayClassName } = readFabricValues(fabricValues);
   const gateway = readGateway(gatewayObject, gatewayClassName);
   const namespace = settings.namespace;
-  const { routeObjects, policyObjects } = routesAndPolicies(objects, namespace);
+  const { routeObjects, policyObjects, observabilityObjects } = routesAndPolicies(objects, namespace);
 
   const upstreams = new Map<string, string[]>();
   const routes = routeObjects.map((object) =>
     readRoute(object, namespace, gateway, settings.endpoints, upstreams),
   );
   if (routes.length === 0) refuse('no HTTPRoute');
-  const { directives, zones } = policyDirectives(
-    policyObjects,
-    namespace,
-    new Set(routes.map((r) => r.name)),
-  );
+  const routeNames = new Set(routes.map((r) => r.name));
+  const { directives, zones } = policyDirectives(policyObjects, namespace, routeNames);
 
   // One server per host name: the locations of every route on that host.
   // NGF merges two routes' rules for one location or prefers one by route age: not modelled.
@@ -644,7 +669,10 @@ export function translateGateway(
         for (const location of rule.locations) servers.add(host, location, rule);
     }
 
-  const lines = httpContext(zones, upstreams, settings.prefix);
+  const lines = [
+    ...httpContext(zones, upstreams, settings.prefix),
+    ...observabilityNotes(observabilityObjects, routeNames),
+  ];
   lines.push(...defaultServer(settings, ['    default_type text/html;', '    return 404;']));
   for (const [host, locations] of servers.byHost) {
     lines.push(...hostServer(settings, host));

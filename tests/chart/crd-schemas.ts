@@ -20,6 +20,7 @@ const crdFiles = [
   'gateway.networking.k8s.io_httproutes.yaml',
   'gateway.nginx.org_ratelimitpolicies.yaml',
   'gateway.nginx.org_proxysettingspolicies.yaml',
+  'gateway.nginx.org_observabilitypolicies.yaml',
   'gateway.envoyproxy.io_backendtrafficpolicies.yaml',
   'postgresql.cnpg.io_clusters.yaml',
   'postgresql.cnpg.io_poolers.yaml',

@@ -202,6 +202,23 @@ describe('Gateway switches and refusals', () => {
         expect.stringContaining('(noDelays)'),
       ]),
     );
+    // NGF's ObservabilityPolicy: ratio is a whole percent up to 100, strategy ratio or parent.
+    const observability = {
+      apiVersion: 'gateway.nginx.org/v1alpha2',
+      kind: 'ObservabilityPolicy',
+      metadata: { name: 'z' },
+      spec: {
+        targetRefs: [{ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name: 'z' }],
+        tracing: { strategy: 'always', ratio: 0.25, sampling: 'ratio' },
+      },
+    };
+    expect(schemaProblems([observability])).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('/spec/tracing/strategy'),
+        expect.stringContaining('/spec/tracing/ratio'),
+        expect.stringContaining('(sampling)'),
+      ]),
+    );
     const badRoute = {
       apiVersion: 'gateway.networking.k8s.io/v1',
       kind: 'HTTPRoute',

@@ -273,6 +273,7 @@ export interface RenderedKinds {
   Cluster: Cluster;
   HTTPRoute: HTTPRoute;
   ObjectStore: ObjectStore;
+  ObservabilityPolicy: Policy;
   PodMonitor: PodMonitor;
   Pooler: Pooler;
   PrometheusRule: PrometheusRuleObject;

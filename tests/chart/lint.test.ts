@@ -195,5 +195,19 @@ describe('Guards across values', () => {
       { values: ['values-dev.yaml'], set: { 'tracing.enabled': 'true' } },
       'tracing.endpoint is required with tracing.enabled',
     ],
+    [
+      "NGINX Gateway Fabric's tracing ratio would not be the service's (not a whole percent)",
+      {
+        values: ['values-dev.yaml'],
+        set: {
+          'tracing.enabled': 'true',
+          'tracing.endpoint': 'http://otel-collector.observability:4318',
+          'gateway.enabled': 'true',
+          'gateway.parentRef.name': 'shared',
+        },
+        setJson: { 'tracing.samplingRatio': 0.005 },
+      },
+      'tracing.samplingRatio 0.005 is not a whole percent',
+    ],
   ])('When %s, then rendering fails saying why', (options) => options);
 });

@@ -8,6 +8,7 @@ import {
   renderedBeforeAll,
   renderRefused,
 } from './helm';
+import { schemaProblems } from './kubernetes-schemas';
 
 const traced = {
   'tracing.enabled': 'true',
@@ -114,10 +115,51 @@ describe('Tracing in the chart', () => {
       });
   });
 
+  it('When tracing is on with the Ingress path, then no ObservabilityPolicy is rendered', () => {
+    expect(findAll(on, 'ObservabilityPolicy')).toEqual([]);
+  });
+
   // Without an endpoint, rendering fails: lint.test.ts's guards.
   it('When the sampling ratio is outside 0 to 1, then the values schema refuses it', async () => {
     expect(
       await renderRefused({ ...base, set: traced, setJson: { 'tracing.samplingRatio': 1.5 } }),
     ).toContain('samplingRatio');
+  });
+});
+
+describe('Tracing on the Gateway API path', () => {
+  const gateway = { ...traced, 'gateway.enabled': 'true', 'gateway.parentRef.name': 'shared' };
+  const ngf = renderedBeforeAll(() =>
+    render({ ...base, set: gateway, setJson: { 'tracing.samplingRatio': 0.25 } }),
+  );
+  const route = (name: string) => ({ group: 'gateway.networking.k8s.io', kind: 'HTTPRoute', name });
+
+  it("When tracing is on with NGINX Gateway Fabric, then one ObservabilityPolicy samples both HTTPRoutes at the service's ratio and hands the trace context on, valid against NGF's CRD", () => {
+    expect(findAll(ngf, 'ObservabilityPolicy').map((p) => [p.apiVersion, p.metadata.name, p.spec])).toEqual([
+      [
+        'gateway.nginx.org/v1alpha2',
+        'social-posts',
+        {
+          targetRefs: [route('social-posts-auth'), route('social-posts')],
+          tracing: { strategy: 'ratio', ratio: 25, context: 'propagate' },
+        },
+      ],
+    ]);
+    expect(configMapData(ngf).OTEL_TRACES_SAMPLER_ARG).toBe('0.25');
+    expect(schemaProblems(ngf)).toEqual([]);
+  });
+
+  it('When the implementation is Envoy Gateway or none, tracing.gateway.enabled is false or tracing is off, then no ObservabilityPolicy is rendered', async () => {
+    const renders = await Promise.all(
+      [
+        { 'gateway.rateLimit.implementation': 'envoy-gateway' } as Record<string, string>,
+        { 'gateway.rateLimit.implementation': 'none' },
+        { 'tracing.gateway.enabled': 'false' },
+        { 'tracing.enabled': 'false' },
+      ].map((set) => render({ ...base, set: { ...gateway, ...set } })),
+    );
+    expect(renders.map((objects) => findAll(objects, 'ObservabilityPolicy').length)).toEqual([0, 0, 0, 0]);
+    // The same renders still carry the routes: only the policy is left out.
+    expect(renders.map((objects) => findAll(objects, 'HTTPRoute').length)).toEqual([2, 2, 2, 2]);
   });
 });
