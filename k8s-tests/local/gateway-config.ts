@@ -1,8 +1,8 @@
 /**
  * Translates rendered Gateway API HTTPRoutes and NGINX Gateway Fabric policies (RateLimitPolicy,
- * ProxySettingsPolicy, ObservabilityPolicy), the Gateway they attach to and NGINX Gateway Fabric's Helm values into an
- * nginx.conf, the way NGINX Gateway Fabric v2.6.7 configures its nginx for the features this
- * chart uses. Anything it does not model throws, as the Ingress translation (nginx-config.ts) does.
+ * ProxySettingsPolicy, ObservabilityPolicy), the Gateway they attach to and NGINX Gateway Fabric's
+ * Helm values into an nginx.conf, the way NGINX Gateway Fabric v2.6.7 configures its nginx for the
+ * features this chart uses. Anything it does not model throws, as the Ingress translation (nginx-config.ts) does.
  *
  * Source read (repository nginx/nginx-gateway-fabric, tag v2.6.7, commit
  * 5e34a17a8f7787e90f41d1af91258a556f0795b4):
