@@ -2,7 +2,8 @@
  * Translates rendered Gateway API HTTPRoutes and NGINX Gateway Fabric policies (RateLimitPolicy,
  * ProxySettingsPolicy, ObservabilityPolicy), the Gateway they attach to and NGINX Gateway Fabric's
  * Helm values into an nginx.conf, the way NGINX Gateway Fabric v2.6.7 configures its nginx for the
- * features this chart uses. Anything it does not model throws, as the Ingress translation (nginx-config.ts) does.
+ * features this chart uses. Anything it does not model throws, as the Ingress translation
+ * (nginx-config.ts) does.
  *
  * Source read (repository nginx/nginx-gateway-fabric, tag v2.6.7, commit
  * 5e34a17a8f7787e90f41d1af91258a556f0795b4):
@@ -488,7 +489,7 @@ export function gatewayHost(objects: GatewayObject[]): string {
   return Array.isArray(hostnames) && typeof hostnames[0] === 'string' ? hostnames[0] : '';
 }
 
-/** The routes, the policies and the ObservabilityPolicies among the rendered objects; anything else is refused. */
+/** The routes and the policies (ObservabilityPolicies apart) among the rendered objects; anything else is refused. */
 function routesAndPolicies(
   objects: GatewayObject[],
   namespace: string,
