@@ -11,7 +11,7 @@ import {
   vote,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
-import { pollUntil } from '../../tools/harness/poll';
+import { pollUntil, waitFor } from '../../tools/harness/poll';
 import { countOf } from '../../tools/harness/postgres';
 
 const ADDED = { message: 'successfully added vote' };
@@ -193,6 +193,40 @@ describe('Concurrency', () => {
         await change.commit();
       } finally {
         if (!change.isCompleted()) await change.rollback();
+      }
+      const res = await voting;
+      expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);
+      expect(await countOf(knex, 'votes WHERE post_id = ?', [post.id])).toBe(0);
+      expect(await totalOf(post, alice)).toBe(0);
+    },
+  );
+
+  testOnPostgres(
+    'When the owner hides a post while a vote on it waits for its row, and shows it again before the vote is answered, then the vote answers 404, not 409, and is not stored',
+    async () => {
+      const post = await freshPost();
+      const knex = service.db.knex;
+      const waitingOn = (query: string) =>
+        waitFor(`a statement like ${query} waiting for a lock`, 10_000, async () => {
+          const where = "pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+          return (await countOf(knex, `${where} AND query LIKE ?`, [query])) > 0;
+        });
+      const hide = await knex.transaction();
+      const show = await knex.transaction();
+      let voting: Promise<request.Response> | undefined;
+      try {
+        await hide('posts').where({ id: post.id }).update({ published: false });
+        voting = vote(service.app, bob, post.id, 1).then((res) => res);
+        await waitingOn('%INSERT INTO "votes"%');
+        // Queued behind the insert: the vote's next read of posts waits until the post shows again.
+        const locked = show.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE').then(() => undefined);
+        await waitingOn('LOCK TABLE posts%');
+        await hide.commit();
+        await locked;
+        await show('posts').where({ id: post.id }).update({ published: true });
+        await show.commit();
+      } finally {
+        for (const trx of [hide, show]) if (!trx.isCompleted()) await trx.rollback();
       }
       const res = await voting;
       expect(expectProblem(res, 404).detail).toBe(`post with id: ${post.id} was not found`);

@@ -283,9 +283,12 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
         })
       ).length > 0;
     if (vote.dir === 1) {
-      const inserted = await run(voteInsert, { userId: user.id, postId: vote.post_id });
-      if (inserted.length > 0) send(res, 201, { message: 'successfully added vote' });
-      else if (await postVisible()) send(res, 409, { detail: 'voted' });
+      const [inserted] = await run<{ visible: boolean; added: boolean }, { userId: number; postId: number }>(
+        voteInsert,
+        { userId: user.id, postId: vote.post_id },
+      );
+      if (inserted?.added) send(res, 201, { message: 'successfully added vote' });
+      else if (inserted?.visible) send(res, 409, { detail: 'voted' });
       else send(res, 404, { detail: 'not found' });
       return;
     }

@@ -10,27 +10,40 @@ export type VisiblePost = (knex: Knex, id: number, userId: number) => Knex.Query
 
 const insertVotes = new WeakMap<VisiblePost, Statement<VoteKey>>();
 
+/** What the vote's insert saw: the post visible to the voter, and whether the vote went in. */
+interface VoteInsertRow {
+  visible: boolean;
+  added: boolean;
+}
+
 /**
  * The vote, inserted from the post's row as the voter may see it, locked FOR SHARE until the vote
  * commits: a change that hides the post either waits for the vote or is seen by it (the row is read
  * again once the change commits), and a deletion waits. The post's row is locked before the vote's,
- * in the order a deletion and a withdrawal take them too. One statement per visibility rule.
+ * in the order a deletion and a withdrawal take them too. Its one row says whether the post was
+ * visible as well, so a vote not added is told apart (missing or already cast) by what the insert
+ * saw, not by a later read the post may have changed for. One statement per visibility rule.
  */
 export function insertVote(visible: VisiblePost): Statement<VoteKey> {
   let made = insertVotes.get(visible);
   if (!made) {
     made = statement<VoteKey>('vote_insert', (knex, param) =>
-      knex.raw('INSERT INTO ?? (??, ??) ? ON CONFLICT (??, ??) DO NOTHING RETURNING ??', [
-        'votes',
-        'user_id',
-        'post_id',
-        visible(knex, param('postId'), param('userId'))
-          .select(knex.raw('?::integer', [param('userId')]), 'id')
-          .forShare(),
-        'user_id',
-        'post_id',
-        'post_id',
-      ]),
+      knex.raw(
+        `WITH post AS ?,
+         added AS (INSERT INTO ?? (??, ??) SELECT ?::integer, ?? FROM post ON CONFLICT (??, ??) DO NOTHING RETURNING ??)
+         SELECT EXISTS (SELECT 1 FROM post) AS visible, EXISTS (SELECT 1 FROM added) AS added`,
+        [
+          visible(knex, param('postId'), param('userId')).select('id').forShare(),
+          'votes',
+          'user_id',
+          'post_id',
+          param('userId'),
+          'id',
+          'user_id',
+          'post_id',
+          'post_id',
+        ],
+      ),
     );
     insertVotes.set(visible, made);
   }
@@ -53,19 +66,20 @@ export const deleteVote = statement<VoteKey>('vote_delete', (knex, param) =>
 );
 
 /**
- * Adds a vote on a post the voter may see: `not-added` when there is none (missing or hidden) or
- * their vote is there already. The primary key (user_id, post_id) decides between simultaneous
- * identical votes: exactly one insert wins, the others see the conflict.
+ * Adds a vote on a post the voter may see: `missing` when there is none (missing or hidden),
+ * `voted` when their vote is there already. The primary key (user_id, post_id) decides between
+ * simultaneous identical votes: exactly one insert wins, the others see the conflict.
  */
 export async function addVote(
   db: Database,
   visible: VisiblePost,
   userId: number,
   postId: number,
-): Promise<'added' | 'not-added' | 'no-user'> {
+): Promise<'added' | 'voted' | 'missing' | 'no-user'> {
   try {
-    const inserted = await db.run(insertVote(visible), { userId, postId });
-    return inserted.length > 0 ? 'added' : 'not-added';
+    const [row] = await db.run<VoteInsertRow, VoteKey>(insertVote(visible), { userId, postId });
+    if (row?.added) return 'added';
+    return row?.visible ? 'voted' : 'missing';
   } catch (error) {
     // The voter's own user was deleted after they were looked up.
     if (brokenConstraint(error, '23503') === 'votes_user_id_foreign') return 'no-user';

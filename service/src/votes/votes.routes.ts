@@ -37,15 +37,15 @@ export function votesRoutes(
       const missingPost = () => me.unlessGone(postNotFound(vote.post_id));
 
       if (vote.dir === 1) {
-        // A post the caller cannot read cannot be voted on either: the insert itself asks.
+        // A post the caller cannot read cannot be voted on either: the insert itself asks, and
+        // says which of the two kept the vote out, as the post was when it looked.
         const outcome = await addVote(db, posts.query, userId, vote.post_id);
         if (outcome === 'no-user') throw unknownCaller();
-        if (outcome === 'not-added') {
-          if (!(await posts.visible(vote.post_id, userId))) throw await missingPost();
+        if (outcome === 'missing') throw await missingPost();
+        if (outcome === 'voted')
           throw await me.unlessGone(
             new ApiError(409, `user ${userId} has already voted on post ${vote.post_id}`),
           );
-        }
         sendJson(res.status(201), { message: 'successfully added vote' });
         return;
       }
