@@ -1,6 +1,5 @@
 import type { Knex } from 'knex';
-import { createIndexConcurrently, dropIndexConcurrently } from '../service/src/db/concurrent-index';
-import { errorFields } from '../service/src/db/errors';
+import { createUniqueIndexSettling, dropIndexConcurrently } from '../service/src/db/concurrent-index';
 
 /**
  * One account per address in any letter case, on every locale: a unique index on
@@ -17,23 +16,14 @@ import { errorFields } from '../service/src/db/errors';
 export const config = { transaction: false };
 
 const INDEX = 'users_email_folded_unique';
-const TRIES = 3;
 
 export async function up(knex: Knex): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    await markLookalikes(knex);
-    try {
-      await createIndexConcurrently(
-        knex,
-        INDEX,
-        'users (fold_case(email), (CASE WHEN email_lookalike THEN id ELSE 0 END))',
-        { unique: true },
-      );
-      return;
-    } catch (error) {
-      if (errorFields(error).code !== '23505' || attempt >= TRIES) throw error;
-    }
-  }
+  await createUniqueIndexSettling(
+    knex,
+    INDEX,
+    'users (fold_case(email), (CASE WHEN email_lookalike THEN id ELSE 0 END))',
+    markLookalikes,
+  );
 }
 
 /** Marks every account but the oldest whose address folds to the same as another's. */

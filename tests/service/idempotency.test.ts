@@ -4,7 +4,21 @@
  * making a second one.
  */
 import request from 'supertest';
-import { bearer, databaseSnapshot, expectProblem, postsFixture, uniqueToken, type Account } from './helpers';
+import { createApp } from '../../service/src/app';
+import { indexState } from '../../service/src/db/concurrent-index';
+import { migrateToLatest } from '../../service/src/db/migrator';
+import { createLogger } from '../../service/src/logger';
+import {
+  bearer,
+  databaseSnapshot,
+  expectProblem,
+  migrateFirst,
+  newAccount,
+  onFresh,
+  postsFixture,
+  uniqueToken,
+  type Account,
+} from './helpers';
 import { countOf } from '../../tools/harness/postgres';
 
 const { service, alice, bob } = postsFixture(['alice', 'bob']);
@@ -112,3 +126,37 @@ test('When no key is sent, then each request makes a post of its own', async () 
   await create(alice, undefined, { title, content: 'c' }).expect(201);
   expect(await countOf(service.db.knex, 'posts WHERE title = ?', [title])).toBe(2);
 });
+
+test('When the unique index was undone while one key went on several posts, then migrating again keeps every post, the oldest keeps the key and a retry answers with it', async () => {
+  await onFresh({}, async (db, _another, settings) => {
+    // The schema of migrate down --to 20261129000010: the key's columns without the index.
+    await migrateFirst(db, 10);
+    const app = createApp({ db, settings, logger: createLogger('silent') });
+    const carol = await newAccount(app);
+    const send = (key?: string) => {
+      const req = request(app).post('/posts/').set(bearer(carol));
+      return (key === undefined ? req : req.set('Idempotency-Key', key)).send({ title: 't', content: 'c' });
+    };
+    const key = uniqueToken('k');
+    const first = (await send(key).expect(201)).body as { id: number };
+    const others = [await send().expect(201), await send().expect(201)].map(
+      (r) => (r.body as { id: number }).id,
+    );
+    // What retries racing without the index leave: the first post's key and digest on the others too.
+    const keyed = await db
+      .knex('posts')
+      .where({ id: first.id })
+      .first<{ idempotency_key: string; idempotency_digest: string }>(
+        'idempotency_key',
+        'idempotency_digest',
+      );
+    await db.knex('posts').whereIn('id', others).update(keyed);
+
+    await migrateToLatest(db, createLogger('silent'));
+
+    expect(await indexState(db.knex, 'posts_user_id_idempotency_key_unique')).toBe('valid');
+    expect(await countOf(db.knex, 'posts WHERE user_id = ?', [carol.user.id])).toBe(3);
+    expect(await db.knex('posts').where({ idempotency_key: key }).pluck('id')).toEqual([first.id]);
+    expect(((await send(key).expect(201)).body as { id: number }).id).toBe(first.id);
+  });
+}, 120_000);

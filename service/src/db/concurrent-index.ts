@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { errorFields } from './errors';
 
 /**
  * Indexes on existing tables, built and dropped without blocking writes (docs/migrations.md, rule
@@ -45,6 +46,31 @@ export async function createIndexConcurrently(
   if ((await indexState(knex, name)) === 'invalid') await dropIndexConcurrently(knex, name);
   const unique = options.unique ? 'UNIQUE ' : '';
   await knex.raw(`CREATE ${unique}INDEX CONCURRENTLY IF NOT EXISTS ?? ON ${definition}`, [name]);
+}
+
+/** How many times a unique build that met a duplicate is tried, each after settling the rows anew. */
+const UNIQUE_TRIES = 3;
+
+/**
+ * A unique index on rows that may already break it: `settle` makes the keys distinct without
+ * deleting a row, then the index is built. A release still serving may write a duplicate between
+ * the two; the build then fails on it (23505) and both run again.
+ */
+export async function createUniqueIndexSettling(
+  knex: Knex,
+  name: string,
+  definition: string,
+  settle: (knex: Knex) => Promise<void>,
+): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    await settle(knex);
+    try {
+      await createIndexConcurrently(knex, name, definition, { unique: true });
+      return;
+    } catch (error) {
+      if (errorFields(error).code !== '23505' || attempt >= UNIQUE_TRIES) throw error;
+    }
+  }
 }
 
 /** `DROP INDEX CONCURRENTLY IF EXISTS <name>`: a migration's `down`, and a failed build's leftover. */
