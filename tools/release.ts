@@ -11,6 +11,8 @@
  * (releaseRefusals) a tree whose versions are out of step or whose changes are not committed, a
  * key helm cannot sign with, a version whose image or chart is published already, and a repository
  * that would not take the push with its tool's login; `--check --registry …` runs those checks alone.
+ * A version whose image went out without its chart (an interrupted release) it completes, if that
+ * image is the very one it would push; `--check` names it.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -263,13 +265,16 @@ function signingProblem(key: string, keyring: string, root: string): string | un
  * Why this tree may not be released into the registry, checked before anything is built or pushed:
  * versions out of step, changes listed under Unreleased or not committed (the image would hold
  * what its version does not name), a key helm cannot sign with (checked when given), this
- * version's image or chart already published, or a repository that would not take the push with
- * the login its tool reads (else the image went out and its SBOMs or chart did not).
+ * version's image or chart already published (but for the image alone when `completing`), or a
+ * repository that would not take the push with the login its tool reads (else the image went out
+ * and its SBOMs or chart did not).
  */
 export async function releaseRefusals(
   options: Pick<ReleaseOptions, 'registry' | 'plainHttp' | 'throwaway'> & {
     key?: string;
     keyring?: string;
+    /** The release's own check: this version's image without its chart is for it to complete. */
+    completing?: boolean;
   },
   root: string = repoRoot,
 ): Promise<string[]> {
@@ -295,16 +300,21 @@ export async function releaseRefusals(
     if (signing) problems.push(signing);
   }
   const versions = treeVersions(root);
-  for (const reference of [
-    `${options.registry}/social-posts:${versions.app}`,
-    `${options.registry}/charts/social-posts:${versions.chart}`,
-  ]) {
-    try {
-      if (inRegistry(reference, options.plainHttp))
-        problems.push(`${reference} is in the registry already: a published version is never replaced`);
-    } catch (error) {
-      problems.push(error instanceof Error ? error.message : String(error));
-    }
+  const imageRef = `${options.registry}/social-posts:${versions.app}`;
+  const chartRef = `${options.registry}/charts/social-posts:${versions.chart}`;
+  try {
+    const chartThere = inRegistry(chartRef, options.plainHttp);
+    // The image without its chart is an interrupted release: release() completes it if it is the same image.
+    if (inRegistry(imageRef, options.plainHttp) && (chartThere || !options.completing))
+      problems.push(
+        chartThere
+          ? `${imageRef} is in the registry already: a published version is never replaced`
+          : `${imageRef} is in the registry already, without its chart (an interrupted release): \`npm run release\` from the commit and image that pushed it completes it; a published version is never replaced`,
+      );
+    if (chartThere)
+      problems.push(`${chartRef} is in the registry already: a published version is never replaced`);
+  } catch (error) {
+    problems.push(error instanceof Error ? error.message : String(error));
   }
   for (const [repository, tool] of [
     ['social-posts', 'containers'],
@@ -323,9 +333,55 @@ export async function releaseRefusals(
   return problems;
 }
 
+/**
+ * Refuses to complete an interrupted release unless the image under its tag is `local` itself: the
+ * same config digest, so the same layers, history and labels, built from this commit again.
+ */
+function sameImageOrRefuse(reference: string, local: string, plainHttp: boolean): void {
+  const { raw } = manifestDigest(reference, plainHttp);
+  const pushed = (JSON.parse(raw) as { config?: { digest?: string } }).config?.digest ?? 'none';
+  let built = 'none (not in the engine)';
+  try {
+    built = exec(...commandLine(['image', 'inspect', '--format', '{{.Id}}', local])).trim();
+  } catch {
+    // No such local image: it cannot be the one pushed.
+  }
+  if (!built.startsWith('sha256:')) built = built.startsWith('none') ? built : `sha256:${built}`;
+  if (pushed !== built)
+    throw new Error(
+      `the release is refused: ${reference} is in the registry already and is not this release's image (its config ${pushed}, this one's ${built}): a published version is never replaced`,
+    );
+  log(
+    `${reference} is this release's image (config ${built}), pushed by an interrupted release: completing it`,
+  );
+}
+
+/** The SBOMs the referrers tag lists for `digest` whose subject it is, by file title. */
+function attachedSboms(
+  repository: string,
+  digest: string,
+  plainHttp: boolean,
+): { file: string; manifestDigest: string }[] {
+  const indexRef = `${repository}:${digest.replace(':', '-')}`;
+  if (!inRegistry(indexRef, plainHttp)) return [];
+  const index = JSON.parse(manifestDigest(indexRef, plainHttp).raw) as {
+    manifests?: { digest: string; artifactType?: string }[];
+  };
+  return (index.manifests ?? [])
+    .filter((entry) => entry.artifactType === SBOM_MEDIA_TYPE)
+    .flatMap((entry) => {
+      const manifest = JSON.parse(manifestDigest(`${repository}@${entry.digest}`, plainHttp).raw) as {
+        subject?: { digest?: string };
+        layers?: { annotations?: Record<string, string> }[];
+      };
+      const file = manifest.layers?.[0]?.annotations?.['org.opencontainers.image.title'];
+      return manifest.subject?.digest === digest && file ? [{ file, manifestDigest: entry.digest }] : [];
+    });
+}
+
 export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const versions = treeVersions();
-  const problems = await releaseRefusals(options);
+  const problems = await releaseRefusals({ ...options, completing: true });
   if (problems.length > 0) throw new Error(`the release is refused: ${problems.join('; ')}`);
   const commit = exec('git', ['rev-parse', 'HEAD']).trim();
   const tls = options.plainHttp ? ['--tls-verify=false'] : [];
@@ -339,24 +395,38 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   }
   const imageRepository = `${options.registry}/social-posts`;
   const imageRef = `${imageRepository}:${versions.app}`;
-  log(`pushing ${local} as ${imageRef}`);
-  if (engine().name === 'docker') {
-    // docker pushes a tag, and has no TLS switch: its daemon's insecure-registries list allows plain HTTP.
-    exec(...commandLine(['tag', local, imageRef]));
-    exec(...commandLine(['push', imageRef]));
-  } else exec(...commandLine(['push', ...tls, local, `docker://${imageRef}`]));
+  const completing = inRegistry(imageRef, options.plainHttp);
+  if (completing) sameImageOrRefuse(imageRef, local, options.plainHttp);
+  else {
+    log(`pushing ${local} as ${imageRef}`);
+    if (engine().name === 'docker') {
+      // docker pushes a tag, and has no TLS switch: its daemon's insecure-registries list allows plain HTTP.
+      exec(...commandLine(['tag', local, imageRef]));
+      exec(...commandLine(['push', imageRef]));
+    } else exec(...commandLine(['push', ...tls, local, `docker://${imageRef}`]));
+  }
   const image = manifestDigest(imageRef, options.plainHttp);
   const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
   log(`image ${imageRepository}@${image.digest}`);
 
-  const sbomFiles = [imageSbom(local, versions.app, options.out), npmSbom(options.out)];
-  const sboms = await attachArtifacts(
-    repositoryIn(options.registry, 'social-posts'),
-    { ...image, mediaType: imageMediaType },
-    sbomFiles.map((file) => ({ file, artifactType: SBOM_MEDIA_TYPE })),
-    options.plainHttp,
+  const sbomTitles = ['sbom-image.cdx.json', 'sbom-npm-production.cdx.json'];
+  const attached = completing ? attachedSboms(imageRepository, image.digest, options.plainHttp) : [];
+  const sboms =
+    attached.length === sbomTitles.length &&
+    sbomTitles.every((title) => attached.some((sbom) => sbom.file === title))
+      ? attached
+      : await attachArtifacts(
+          repositoryIn(options.registry, 'social-posts'),
+          { ...image, mediaType: imageMediaType },
+          [imageSbom(local, versions.app, options.out), npmSbom(options.out)].map((file) => ({
+            file,
+            artifactType: SBOM_MEDIA_TYPE,
+          })),
+          options.plainHttp,
+        );
+  log(
+    `SBOMs ${sboms === attached ? 'attached already' : 'attached'} to the image: ${sboms.map((sbom) => sbom.manifestDigest).join(', ')}`,
   );
-  log(`SBOMs attached to the image: ${sboms.map((sbom) => sbom.manifestDigest).join(', ')}`);
 
   const { helm } = ensureTools();
   const chartDir = chartWithImage(imageRepository, image.digest);

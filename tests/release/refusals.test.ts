@@ -78,13 +78,16 @@ describe('What a release refuses before pushing anything', () => {
     expect(await tags('wrong-key/charts/social-posts')).toEqual([]);
   });
 
-  it("When this version's image is in the registry already, then the release is refused and the tag keeps what it held", async () => {
+  it("When this version's image is in the registry already and is not the image this release would push, then the release is refused and the tag keeps what it held", async () => {
     const { app } = treeVersions();
     await pushTag('image-there/social-posts', app);
     await expect(releaseInto('image-there', key.name)).rejects.toThrow(
-      `${registry.host}/image-there/social-posts:${app} is in the registry already`,
+      `${registry.host}/image-there/social-posts:${app} is in the registry already and is not this release's image`,
     );
     expect(await tags('image-there/social-posts')).toEqual([app]);
+    expect(
+      await releaseRefusals({ registry: `${registry.host}/image-there`, plainHttp: true, throwaway: true }),
+    ).toEqual([expect.stringContaining(`social-posts:${app} is in the registry already, without its chart`)]);
   });
 
   it("When this version's chart is in the registry already, then the release is refused and no image is pushed", async () => {

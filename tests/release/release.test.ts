@@ -1,7 +1,8 @@
 /**
- * `npm run release` against a real registry (Debian's docker-registry on a local port): the chart
- * pulled as an operator does (`helm pull oci://… --verify`), the image by its recorded digest, the
- * SBOMs read back from the registry; then a chart and an image altered after release, refused.
+ * `npm run release` against a real registry (Debian's docker-registry on a local port), cut off
+ * once its image is pushed and run again, which completes it: the chart pulled as an operator does
+ * (`helm pull oci://… --verify`), the image by its recorded digest, the SBOMs read back from the
+ * registry; then a chart and an image altered after release, refused.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -20,7 +21,7 @@ import { parse } from 'yaml';
 import { engine, IMAGE, imageExists, runLimits } from '../../tools/container';
 import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/published';
 import type { Registry } from '../../tools/harness/registry';
-import { SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
+import { releaseRefusals, SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
 import { ensureTools } from '../../tools/tools';
 
 const helm = ensureTools().helm;
@@ -28,6 +29,7 @@ let published: Published;
 let registry: Registry;
 let work = '';
 let record: ReleaseRecord;
+let interrupted = '';
 
 const run = (command: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
   spawnSync(command, args, { encoding: 'utf8', env: { ...process.env, ...env } });
@@ -35,8 +37,9 @@ const run = (command: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
 beforeAll(async () => {
   work = mkdtempSync(path.join(tmpdir(), 'social-posts-release-test-'));
   // CI builds the image in its own step first; without it the release builds it.
-  published = await publish(work, imageExists(IMAGE) ? IMAGE : undefined);
+  published = await publish(work, imageExists(IMAGE) ? IMAGE : undefined, '[release] image ');
   ({ registry, record } = published);
+  interrupted = published.interrupted ?? '';
 });
 
 afterAll(async () => {
@@ -56,6 +59,19 @@ const pullImage = (tag: string) =>
   ]);
 
 describe('A release in the registry', () => {
+  it('When a release was killed once its image was pushed and is run again, then it completes that version with the image it pushed, and a further release is refused', async () => {
+    expect(interrupted).toBe(`[release] image ${record.image}@${record.imageDigest}`);
+    const refusals = await releaseRefusals({
+      registry: record.image.replace(/\/social-posts$/, ''),
+      plainHttp: true,
+      throwaway: true,
+    });
+    expect(refusals).toEqual([
+      `${record.image}:${record.version} is in the registry already: a published version is never replaced`,
+      `${record.chart.replace(/^oci:\/\//, '')}:${record.chartVersion} is in the registry already: a published version is never replaced`,
+    ]);
+  });
+
   it('When the chart is pulled with --verify, then its signature holds and its default image is the pushed one by digest', () => {
     const pulled = pullChart(path.join(work, 'pulled'));
     expect(pulled.stderr + pulled.stdout).toContain(record.chartDigest);
