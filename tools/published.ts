@@ -69,6 +69,8 @@ export async function publish(work: string, image?: string, interruptAt?: string
 
 /** The line a release in processes of its own logged when they were killed, all at once. */
 async function killedAt(line: string, options: ReleaseOptions): Promise<string> {
+  const scratch = path.join(options.out, 'killed-tmp');
+  mkdirSync(scratch, { recursive: true });
   const child = spawn(
     path.join(repoRoot, 'node_modules', '.bin', 'tsx'),
     ['--eval', `require('./tools/release').release(JSON.parse(process.env.RELEASE_OPTIONS))`],
@@ -77,7 +79,8 @@ async function killedAt(line: string, options: ReleaseOptions): Promise<string> 
       cwd: repoRoot,
       detached: true,
       stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, RELEASE_OPTIONS: JSON.stringify(options) },
+      // Its scratch folders in the test's own, which go with it: killed, it removes none.
+      env: { ...process.env, RELEASE_OPTIONS: JSON.stringify(options), TMPDIR: scratch },
     },
   );
   const exited = new Promise((resolve) => child.once('exit', resolve));
