@@ -14,7 +14,22 @@ import path from 'node:path';
 export type LoginOf = 'containers' | 'helm';
 
 /** How long one answer of the registry may take: a release check that hangs helps no one. */
-export const ANSWER_MS = 30_000;
+const ANSWER_MS = 30_000;
+
+/**
+ * A request to the registry on a connection of its own: the release blocks for minutes between its
+ * requests (build, push, SBOMs), so a connection kept alive would be reused after a front end closed it.
+ */
+export function registryFetch(
+  url: string | URL,
+  init: Omit<RequestInit, 'headers'> & { headers?: Record<string, string> } = {},
+): Promise<Response> {
+  return fetch(url, {
+    ...init,
+    headers: { ...init.headers, connection: 'close' },
+    signal: AbortSignal.timeout(ANSWER_MS),
+  });
+}
 
 interface Login {
   /** `user:password`, base64, as the auth files keep it. */
@@ -96,7 +111,7 @@ export async function registrySession(
   const base = `${plainHttp ? 'http' : 'https'}://${host}`;
   const login = loginFor(`${host}/${repository}`, tool);
   const session = { base, headers: {}, loginFile: login?.file };
-  const ping = await fetch(`${base}/v2/`, { signal: AbortSignal.timeout(ANSWER_MS) });
+  const ping = await registryFetch(`${base}/v2/`);
   await ping.body?.cancel();
   if (ping.status !== 401) return session;
   const { scheme, params } = parseChallenge(ping.headers.get('www-authenticate') ?? '');
@@ -111,7 +126,7 @@ export async function registrySession(
     );
   if (params.service) realm.searchParams.set('service', params.service);
   realm.searchParams.set('scope', `repository:${repository}:pull,push`);
-  const answer = await fetch(realm, { headers: basic ?? {}, signal: AbortSignal.timeout(ANSWER_MS) });
+  const answer = await registryFetch(realm, { headers: basic ?? {} });
   if (answer.status !== 200) {
     await answer.body?.cancel();
     return session;
@@ -135,19 +150,17 @@ export async function pushRefusal(
   tool: LoginOf,
 ): Promise<string | undefined> {
   const session = await registrySession(host, repository, plainHttp, tool);
-  const start = await fetch(`${session.base}/v2/${repository}/blobs/uploads/`, {
+  const start = await registryFetch(`${session.base}/v2/${repository}/blobs/uploads/`, {
     method: 'POST',
     headers: session.headers,
-    signal: AbortSignal.timeout(ANSWER_MS),
   });
   await start.body?.cancel();
   if (start.status === 202) {
     const upload = start.headers.get('location');
     if (upload) {
-      const cancel = await fetch(new URL(upload, session.base), {
+      const cancel = await registryFetch(new URL(upload, session.base), {
         method: 'DELETE',
         headers: session.headers,
-        signal: AbortSignal.timeout(ANSWER_MS),
       });
       await cancel.body?.cancel();
     }

@@ -25,7 +25,7 @@ import { build, commandLine, engine, IMAGE } from './container';
 import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
 import { imageSbom } from './image-sbom';
-import { ANSWER_MS, pushRefusal, registrySession } from './registry-login';
+import { pushRefusal, registryFetch, registrySession } from './registry-login';
 import { ensureBase } from './stand-in-base';
 import { ensureTools } from './tools';
 
@@ -154,11 +154,10 @@ async function attachArtifacts(
     });
     const session = await registrySession(repository.host, repository.path, plainHttp, 'containers');
     const tag = subject.digest.replace(':', '-');
-    const put = await fetch(`${session.base}/v2/${repository.path}/manifests/${tag}`, {
+    const put = await registryFetch(`${session.base}/v2/${repository.path}/manifests/${tag}`, {
       method: 'PUT',
       headers: { ...session.headers, 'content-type': OCI_INDEX },
       body: index,
-      signal: AbortSignal.timeout(ANSWER_MS),
     });
     if (put.status !== 201)
       throw new Error(`the referrers index ${target}:${tag}: ${String(put.status)} ${await put.text()}`);

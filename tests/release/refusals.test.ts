@@ -1,16 +1,21 @@
 /**
  * What `npm run release` refuses before it builds or pushes anything, against a real registry on a
- * local port, and the release workflow's chart step run as the workflow runs it.
+ * local port, its requests to a registry whose front end closes idle connections, and the release
+ * workflow's chart step run as the workflow runs it.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { connect } from 'node:net';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
+import { sleep } from '../../tools/harness/client';
 import { startRegistry, type Registry } from '../../tools/harness/registry';
+import { freePort } from '../../tools/harness/service';
 import { treeVersions } from '../../tools/harness/releases';
 import { throwawayKey } from '../../tools/published';
+import { pushRefusal } from '../../tools/registry-login';
 import { release, releaseRefusals } from '../../tools/release';
 
 const root = path.join(__dirname, '..', '..');
@@ -137,6 +142,38 @@ describe('What a release refuses before pushing anything', () => {
     expect(await releaseRefusals(options, clone)).toEqual([
       expect.stringMatching(/changes that are not committed \(.*service\/src\/app\.ts/),
     ]);
+  });
+});
+
+describe('A registry behind a front end that closes idle connections', () => {
+  it('When the release has been busy longer than the front end keeps a connection open, then its next request to the registry is answered', async () => {
+    const port = await freePort();
+    const front = spawn('socat', [
+      '-T',
+      '1',
+      `TCP-LISTEN:${port},bind=127.0.0.1,fork,reuseaddr`,
+      `TCP:${registry.host}`,
+    ]);
+    try {
+      const listening = () =>
+        new Promise<boolean>((resolve) => {
+          const socket = connect(port, '127.0.0.1', () => {
+            socket.destroy();
+            resolve(true);
+          });
+          socket.on('error', () => {
+            resolve(false);
+          });
+        });
+      while (!(await listening())) await sleep(100);
+      const host = `127.0.0.1:${String(port)}`;
+      expect(await pushRefusal(host, 'idle/social-posts', true, 'containers')).toBeUndefined();
+      // A build, a push or an SBOM blocks the release's event loop like this, for minutes.
+      execFileSync('sleep', ['2']);
+      expect(await pushRefusal(host, 'idle/social-posts', true, 'containers')).toBeUndefined();
+    } finally {
+      front.kill();
+    }
   });
 });
 
