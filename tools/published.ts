@@ -87,7 +87,8 @@ async function killedAt(line: string, options: ReleaseOptions): Promise<string> 
   const lines = createInterface({ input: child.stdout });
   for await (const logged of lines)
     if (logged.startsWith(line)) {
-      process.kill(-(child.pid ?? 0), 'SIGKILL');
+      // Its whole process group (podman, skopeo); without a pid there is no group to signal.
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
       await exited;
       return logged;
     }

@@ -142,18 +142,26 @@ async function attachArtifacts(
         `oci:${layout}:${file}`,
         `docker://${target}@${digest}`,
       ]);
+    const tag = subject.digest.replace(':', '-');
+    const ours = new Set(attached.map(({ artifactType }) => artifactType));
+    // What others listed under the tag since (a signature, say) stays; ours replace their kind.
+    const others = referrersOf(`${target}:${tag}`, plainHttp).filter(
+      (entry) => !ours.has(entry.artifactType ?? ''),
+    );
     const index = JSON.stringify({
       schemaVersion: 2,
       mediaType: OCI_INDEX,
-      manifests: attached.map(({ digest, size, artifactType }) => ({
-        mediaType: OCI_MANIFEST,
-        digest,
-        size,
-        artifactType,
-      })),
+      manifests: [
+        ...others,
+        ...attached.map(({ digest, size, artifactType }) => ({
+          mediaType: OCI_MANIFEST,
+          digest,
+          size,
+          artifactType,
+        })),
+      ],
     });
     const session = await registrySession(repository.host, repository.path, plainHttp, 'containers');
-    const tag = subject.digest.replace(':', '-');
     const put = await registryFetch(`${session.base}/v2/${repository.path}/manifests/${tag}`, {
       method: 'PUT',
       headers: { ...session.headers, 'content-type': OCI_INDEX },
@@ -308,7 +316,7 @@ export async function releaseRefusals(
       problems.push(
         chartThere
           ? `${imageRef} is in the registry already: a published version is never replaced`
-          : `${imageRef} is in the registry already, without its chart (an interrupted release): \`npm run release\` from the commit and image that pushed it completes it; a published version is never replaced`,
+          : `${imageRef} is in the registry already, without its chart (an interrupted release): \`npm run release\` run again with the image it pushed completes it; one the forge's workflow pushed needs a new version, as a published version is never replaced`,
       );
     if (chartThere)
       problems.push(`${chartRef} is in the registry already: a published version is never replaced`);
@@ -355,18 +363,25 @@ function sameImageOrRefuse(reference: string, local: string, plainHttp: boolean)
   );
 }
 
+/** The entries of a referrers tag's index (`<repository>:sha256-<hex>`), none when there is no such tag. */
+function referrersOf(
+  indexRef: string,
+  plainHttp: boolean,
+): { mediaType: string; digest: string; size: number; artifactType?: string }[] {
+  if (!inRegistry(indexRef, plainHttp)) return [];
+  const index = JSON.parse(manifestDigest(indexRef, plainHttp).raw) as {
+    manifests?: { mediaType: string; digest: string; size: number; artifactType?: string }[];
+  };
+  return index.manifests ?? [];
+}
+
 /** The SBOMs the referrers tag lists for `digest` whose subject it is, by file title. */
-function attachedSboms(
+export function attachedSboms(
   repository: string,
   digest: string,
   plainHttp: boolean,
 ): { file: string; manifestDigest: string }[] {
-  const indexRef = `${repository}:${digest.replace(':', '-')}`;
-  if (!inRegistry(indexRef, plainHttp)) return [];
-  const index = JSON.parse(manifestDigest(indexRef, plainHttp).raw) as {
-    manifests?: { digest: string; artifactType?: string }[];
-  };
-  return (index.manifests ?? [])
+  return referrersOf(`${repository}:${digest.replace(':', '-')}`, plainHttp)
     .filter((entry) => entry.artifactType === SBOM_MEDIA_TYPE)
     .flatMap((entry) => {
       const manifest = JSON.parse(manifestDigest(`${repository}@${entry.digest}`, plainHttp).raw) as {
@@ -437,6 +452,11 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   }
   const chartPackage = path.join(options.out, `social-posts-${versions.chart}.tgz`);
   const chartRepository = `${options.registry}/charts`;
+  // helm push replaces a tag: another run of this version may have pushed the chart meanwhile.
+  if (inRegistry(`${chartRepository}/social-posts:${versions.chart}`, options.plainHttp))
+    throw new Error(
+      `the release is refused: ${chartRepository}/social-posts:${versions.chart} went into the registry while this release ran (another release of this version): a published version is never replaced`,
+    );
   exec(helm, [
     'push',
     chartPackage,

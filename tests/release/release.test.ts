@@ -21,7 +21,7 @@ import { parse } from 'yaml';
 import { engine, IMAGE, imageExists, runLimits } from '../../tools/container';
 import { chartFile, publish, pullChart as pullPublished, type Published } from '../../tools/published';
 import type { Registry } from '../../tools/harness/registry';
-import { releaseRefusals, SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
+import { attachedSboms, releaseRefusals, SBOM_MEDIA_TYPE, type ReleaseRecord } from '../../tools/release';
 import { ensureTools } from '../../tools/tools';
 
 const helm = ensureTools().helm;
@@ -70,6 +70,9 @@ describe('A release in the registry', () => {
       `${record.image}:${record.version} is in the registry already: a published version is never replaced`,
       `${record.chart.replace(/^oci:\/\//, '')}:${record.chartVersion} is in the registry already: a published version is never replaced`,
     ]);
+    // What a further completing run would find listed for the image, and keep: the two it recorded.
+    const byFile = (sboms: { file: string }[]) => [...sboms].sort((a, b) => a.file.localeCompare(b.file));
+    expect(byFile(attachedSboms(record.image, record.imageDigest, true))).toEqual(byFile(record.sboms));
   });
 
   it('When the chart is pulled with --verify, then its signature holds and its default image is the pushed one by digest', () => {
