@@ -48,6 +48,9 @@ function ensureCdxgen(): string {
   return path.join(target, 'node_modules', '.bin', 'cdxgen');
 }
 
+/** The image SBOM's file name, also its title in the registry. */
+export const IMAGE_SBOM_FILE = 'sbom-image.cdx.json';
+
 /**
  * Writes the SBOM of a local image (`name`, as the engine knows it) into `out`, as the release's
  * component `social-posts` at `version`; returns the file's path. cdxgen reads the image's file
@@ -58,7 +61,7 @@ function ensureCdxgen(): string {
 export function imageSbom(image: string, version: string, out: string): string {
   const cdxgen = ensureCdxgen();
   const work = mkdtempSync(path.join(tmpdir(), 'social-posts-image-sbom-'));
-  const file = path.join(out, 'sbom-image.cdx.json');
+  const file = path.join(out, IMAGE_SBOM_FILE);
   const container = run(['create', image], { quiet: true }).trim();
   try {
     const archive = path.join(work, 'rootfs.tar');

@@ -24,7 +24,7 @@ import { parseDocument } from 'yaml';
 import { build, commandLine, engine, IMAGE } from './container';
 import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
 import { repoRoot } from './node-release';
-import { imageSbom } from './image-sbom';
+import { IMAGE_SBOM_FILE, imageSbom } from './image-sbom';
 import { pushRefusal, registryFetch, registrySession } from './registry-login';
 import { ensureBase } from './stand-in-base';
 import { ensureTools } from './tools';
@@ -175,13 +175,16 @@ async function attachArtifacts(
   }
 }
 
+/** The npm SBOM's file name, also its title in the registry. */
+const NPM_SBOM_FILE = 'sbom-npm-production.cdx.json';
+
 /**
  * The production npm tree in CycloneDX, from the lock file, by CycloneDX's own npm generator:
  * `npm sbom --omit dev` leaves some of the lock's production packages out.
  * Flattened, so that a package nested under another's node_modules is a component of its own.
  */
 function npmSbom(out: string): string {
-  const file = path.join(out, 'sbom-npm-production.cdx.json');
+  const file = path.join(out, NPM_SBOM_FILE);
   exec(path.join(repoRoot, 'node_modules', '.bin', 'cyclonedx-npm'), [
     '--omit',
     'dev',
@@ -349,11 +352,12 @@ function sameImageOrRefuse(reference: string, local: string, plainHttp: boolean)
   const pushed = (JSON.parse(raw) as { config?: { digest?: string } }).config?.digest ?? 'none';
   let built = 'none (not in the engine)';
   try {
-    built = exec(...commandLine(['image', 'inspect', '--format', '{{.Id}}', local])).trim();
+    // podman prints the id bare, docker with its algorithm.
+    const id = exec(...commandLine(['image', 'inspect', '--format', '{{.Id}}', local])).trim();
+    built = id.startsWith('sha256:') ? id : `sha256:${id}`;
   } catch {
     // No such local image: it cannot be the one pushed.
   }
-  if (!built.startsWith('sha256:')) built = built.startsWith('none') ? built : `sha256:${built}`;
   if (pushed !== built)
     throw new Error(
       `the release is refused: ${reference} is in the registry already and is not this release's image (its config ${pushed}, this one's ${built}): a published version is never replaced`,
@@ -423,7 +427,7 @@ export async function release(options: ReleaseOptions): Promise<ReleaseRecord> {
   const imageMediaType = (JSON.parse(image.raw) as { mediaType?: string }).mediaType ?? OCI_MANIFEST;
   log(`image ${imageRepository}@${image.digest}`);
 
-  const sbomTitles = ['sbom-image.cdx.json', 'sbom-npm-production.cdx.json'];
+  const sbomTitles = [IMAGE_SBOM_FILE, NPM_SBOM_FILE];
   const attached = completing ? attachedSboms(imageRepository, image.digest, options.plainHttp) : [];
   const sboms =
     attached.length === sbomTitles.length &&
