@@ -389,7 +389,10 @@ async function postMadeWith(
     db
       .knex('posts')
       .select(...POST_COLUMNS, 'idempotency_digest')
-      .where({ user_id: userId, idempotency_key: key }),
+      .where({ user_id: userId, idempotency_key: key })
+      // The oldest, as migration 20261129000011 keeps it, should duplicates exist while it is undone.
+      .orderBy('id')
+      .limit(1),
   )) as (PostWithOwnerRow & { idempotency_digest: string })[];
   return rows[0];
 }
