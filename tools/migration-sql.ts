@@ -355,14 +355,20 @@ export function runSquawk(
   options: { config?: string; reporter?: 'tty' | 'gcc' | 'json' } = {},
 ): SquawkResult {
   const squawk = squawkBinary();
-  const runs: [string[], string][] = [
-    [files.inTransaction, '--assume-in-transaction'],
-    [files.outside, '--no-assume-in-transaction'],
+  const runs: [string[], string[]][] = [
+    [files.inTransaction, ['--assume-in-transaction']],
+    // Outside a transaction the migrator sends no session SET (migrator.ts, runOutside), which would
+    // stay on a pooler's server connection: the time-outs come with a direct connection, and behind
+    // a pooler its client-side deadline bounds each statement.
+    [
+      files.outside,
+      ['--no-assume-in-transaction', '--exclude=require-lock-timeout,require-statement-timeout'],
+    ],
   ];
   const done: SquawkRun[] = [];
   for (const [paths, transaction] of runs) {
     if (paths.length === 0) continue;
-    const args = [`--config=${options.config ?? DEFAULT_CONFIG}`, transaction];
+    const args = [`--config=${options.config ?? DEFAULT_CONFIG}`, ...transaction];
     if (options.reporter) args.push(`--reporter=${options.reporter}`);
     const result = spawnSync(squawk, [...args, ...paths], { cwd: dir, encoding: 'utf8' });
     if (result.error) throw result.error;

@@ -1,8 +1,12 @@
+import type { Knex } from 'knex';
 import { migrations } from '../../migrations';
+import { serviceEnv } from '../../tools/harness/env';
 import { OwnPgBouncer } from '../../tools/harness/pgbouncer';
 import { pollUntil } from '../../tools/harness/poll';
 import { detailOf } from '../../tools/harness/problem';
+import { knexTo, postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
+import { spawnScript } from '../../tools/harness/service';
 import {
   account,
   call,
@@ -222,6 +226,79 @@ describe('Behind PgBouncer 1.18 with the defaults', () => {
     for (const line of logged) expect(String(line.hint)).toMatch(/set DB_PREPARED_STATEMENTS=false/);
   });
 });
+
+describe('Behind PgBouncer 1.24 whose server connections are all in use by other clients', () => {
+  // Many server connections, each busy most of the time: a statement lands on a random one.
+  const SERVERS = 16;
+  const database = scratchDatabase('pgb124_busy');
+  const bouncer = new OwnPgBouncer({
+    version: '1.24',
+    target: { host: pg.host, port: pg.port },
+    poolSize: SERVERS,
+  });
+  beforeAll(() => bouncer.start());
+  afterAll(() => bouncer.destroy());
+
+  test("When a migration that runs outside a transaction is undone and applied again through the pooler while other clients use its server connections, then none of their statements is cut off and none runs with the migration's time-outs", async () => {
+    const names = Object.keys(migrations).sort();
+    const migrate = async (...args: string[]) => {
+      const env = serviceEnv(
+        { DB_HOSTNAME: '127.0.0.1', DB_PORT: String(bouncer.port), DB_NAME: database.name },
+        'postgres',
+      );
+      const command = spawnScript('service/src/migrate.ts', env, { args });
+      expect(await command.exited).toBe(0);
+    };
+    await migrate('latest');
+    const clients = knexTo(database.name, SERVERS, {
+      ...postgresServer,
+      host: '127.0.0.1',
+      port: bouncer.port,
+    });
+    const failures: string[] = [];
+    const seen = new Map<string, number>();
+    let running = true;
+    const client = async () => {
+      while (running) {
+        try {
+          const [row] = await rowsOfClient(clients);
+          const key = `${row?.lock ?? '?'}/${row?.statement ?? '?'}`;
+          seen.set(key, (seen.get(key) ?? 0) + 1);
+        } catch (error) {
+          failures.push(error instanceof Error ? error.message : String(error));
+        }
+      }
+    };
+    const loops = Array.from({ length: SERVERS }, client);
+    try {
+      // The last migration builds its unique index outside a transaction, and drops it outside one.
+      for (let round = 0; round < 3; round++) {
+        await migrate('down', '--to', names.at(-2) ?? '');
+        await migrate('latest');
+      }
+    } finally {
+      running = false;
+      await Promise.all(loops);
+      await clients.destroy();
+    }
+    report('pgbouncer 1.24 migration beside busy clients', {
+      statements: [...seen.values()].reduce((a, b) => a + b, 0),
+      settings: [...seen.keys()].join(','),
+      failures: failures.length,
+    });
+
+    expect(failures.slice(0, 5)).toEqual([]);
+    expect([...seen.keys()]).toEqual(['0/0']);
+  });
+});
+
+/** One client statement: it holds its server connection a moment and says what time-outs the session has. */
+const rowsOfClient = async (k: Knex) =>
+  (
+    await k.raw<{ rows: { lock: string; statement: string }[] }>(
+      "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement, pg_sleep(0.01)",
+    )
+  ).rows;
 
 describe('Behind PgBouncer 1.24 whose server connection breaks just after PostgreSQL acted', () => {
   const database = scratchDatabase('pgb124_lost');

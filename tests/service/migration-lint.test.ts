@@ -130,7 +130,7 @@ describeOnPostgres('Migration lint', () => {
 });
 
 describeOnPostgres('Migration lint of a migration outside the transaction', () => {
-  test("When a migration builds an index CONCURRENTLY with `config = { transaction: false }`, then its statements go to a file of their own, headed by the migrator's time-outs, and squawk accepts them", async () => {
+  test('When a migration builds an index CONCURRENTLY with `config = { transaction: false }`, then its statements go to a file of their own, with no session setting that could stay on a pooled server connection, and squawk accepts them', async () => {
     await withTempDir(async (out) => {
       const result = await lintMigrations({
         out,
@@ -147,9 +147,8 @@ describeOnPostgres('Migration lint of a migration outside the transaction', () =
       expect(result.files.outside).toContain(file);
       expect(result.files.inTransaction).not.toContain('29990101000006_lint_probe_concurrently.sql');
       const sql = readFileSync(path.join(out, file), 'utf8');
-      expect(sql).toMatch(
-        /SET lock_timeout = \d+;[^]*SET statement_timeout = \d+;[^]*CREATE INDEX CONCURRENTLY IF NOT EXISTS "posts_lint_probe" ON posts \(title\);/,
-      );
+      expect(sql).toMatch(/CREATE INDEX CONCURRENTLY IF NOT EXISTS "posts_lint_probe" ON posts \(title\);/);
+      expect(sql).not.toMatch(/\bSET\b/i);
       expect(result.runs.map((run) => rulesByFile(run.output))).toEqual([{}, {}]);
       expect(result.status).toBe(0);
     });

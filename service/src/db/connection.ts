@@ -32,7 +32,12 @@ export interface Database {
   /** Where reads that may go to a standby run (standbys.ts): `reads.run`; the primary without DB_READ_HOSTNAME. */
   reads: ReadRouter;
   /** Opens the migrations' connection (on the embedded database, its one session). */
-  forMigrations(): MigrationConnection;
+  /**
+   * A connection for migrations. `sessionTimeouts`: the migration's lock_timeout and statement
+   * time-out go in its startup packet, so they are its session's own and end with it; a pooler
+   * refuses that (its server sessions are shared), and PGlite ignores it.
+   */
+  forMigrations(sessionTimeouts?: boolean): MigrationConnection;
   /**
    * Whether the database is a standby (read-only), for readiness; rejects when it does not answer.
    * PostgreSQL: on one connection of its own, outside the request pool, so a pool busy with
@@ -313,9 +318,11 @@ function postgresPool(
   poolMax: number,
   timeoutMs: number,
   graceMs = CANCEL_GRACE_MS,
+  options?: string,
 ): Knex {
-  // Only what every pooler passes in the startup packet: no statement_timeout, no options.
+  // Only what every pooler passes in the startup packet: no statement_timeout, no options, unless asked.
   const connection = {
+    ...(options && { options }),
     host: db.hostname,
     port: db.port,
     user: db.username,
@@ -391,9 +398,12 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
     kind: 'postgres',
     run,
     reads,
-    forMigrations: () => {
+    forMigrations: (sessionTimeouts = false) => {
       // One connection, opened for the migrations and closed after them.
-      const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs);
+      const options = sessionTimeouts
+        ? `-c lock_timeout=${String(db.migrationLockTimeoutMs)} -c statement_timeout=${String(db.migrationTimeoutMs)}`
+        : undefined;
+      const migrations = postgresPool(db, logger, 1, db.migrationTimeoutMs, CANCEL_GRACE_MS, options);
       return {
         knex: migrations,
         timeoutMs: db.migrationTimeoutMs,

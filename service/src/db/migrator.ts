@@ -166,7 +166,15 @@ async function onSecondConnection(
   db: Database,
   use: (c: MigrationConnection) => Promise<void>,
 ): Promise<void> {
-  const connection = db.forMigrations();
+  let connection = db.forMigrations(true);
+  try {
+    await connection.knex.raw('SELECT 1');
+  } catch (error) {
+    await connection.close();
+    // A pooler in front: the migration runs without session time-outs (runOutside).
+    if (!/unsupported startup parameter/i.test(errorFields(error).message)) throw error;
+    connection = db.forMigrations();
+  }
   try {
     await use(connection);
   } finally {
@@ -175,8 +183,13 @@ async function onSecondConnection(
 }
 
 /**
- * Runs a migration's `up` or `down` on `connection` outside any transaction, under the same
- * lock_timeout and statement time-out the migration transaction sets, then sets both back.
+ * Runs a migration's `up` or `down` on `connection` outside any transaction. On PostgreSQL no
+ * session `SET` is sent: behind a pooler in transaction mode it would stay on whichever server
+ * connection took it, in other clients' sessions, and ending that session to be rid of it broke
+ * the request it was serving. Direct to PostgreSQL the time-outs came with the connection
+ * (onSecondConnection); behind a pooler the connection's own deadline bounds each statement, and a
+ * concurrent index build's lock holds up no request. On PGlite, the one session the app goes on
+ * using, the migration's time-outs are set and then set back.
  */
 async function runOutside(
   connection: MigrationConnection,
@@ -187,66 +200,41 @@ async function runOutside(
   const run = migrations[name]?.[direction];
   if (!run) throw new Error(`migration ${name} has no ${direction}`);
   const k = connection.knex;
-  const { rows } = await k.raw<{ rows: { lock: string; statement: string }[] }>(
-    "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
-  );
-  const [before] = rows;
-  const sets = `SET lock_timeout = ${String(connection.lockTimeoutMs)}; SET statement_timeout = ${String(connection.timeoutMs)}`;
-  let pid: number | undefined;
-  if ('pglite' in k.client) {
-    // One session, no pooler: nothing to find again, and PGlite takes one statement a message.
-    for (const set of sets.split('; ')) await k.raw(set);
-  } else {
-    // One message, so one server session, takes both and says which it is.
-    const taken = await k.raw<{ rows: { pid: number }[] }[]>(`${sets}; SELECT pg_backend_pid() AS pid`);
-    pid = (Array.isArray(taken) ? taken.at(-1) : undefined)?.rows[0]?.pid;
-  }
   const started = Date.now();
-  try {
-    await run(k);
-  } finally {
-    if (before) await setBack(k, pid, before, logger);
-  }
+  if ('pglite' in k.client) await withSessionTimeouts(connection, () => run(k), logger);
+  else await run(k);
   logger.info(
     { migration: name, direction, durationMs: Date.now() - started },
     'migration ran outside a transaction',
   );
 }
 
-/** How many times the set-back is sent to reach the server session that took the settings. */
-const SET_BACK_TRIES = 20;
-
-/**
- * Sets the time-outs back on the server session that took them. Behind a pooler in transaction
- * mode each statement outside a transaction may land on another server connection, and a session
- * left with the migration's lock_timeout would fail the next client's lock waits early: so the
- * set-back goes again until it lands there, and that session is ended when it never does. With no
- * session to find (`pid` unknown: PGlite's one session, which the app goes on using) it goes once.
- */
-async function setBack(
-  k: Knex,
-  pid: number | undefined,
-  before: { lock: string; statement: string },
+/** `use` under the migration's lock_timeout and statement time-out on PGlite's one session, then both set back. */
+async function withSessionTimeouts(
+  connection: MigrationConnection,
+  use: () => PromiseLike<unknown>,
   logger: Logger,
 ): Promise<void> {
-  // The session the set-back reached.
-  const sendSetBack = async () =>
-    (
-      await k.raw<{ rows: { pid: number }[] }>(
-        "SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false), pg_backend_pid() AS pid",
-        [before.lock, before.statement],
-      )
-    ).rows[0]?.pid;
+  const k = connection.knex;
+  const { rows } = await k.raw<{ rows: { lock: string; statement: string }[] }>(
+    "SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
+  );
+  const [before] = rows;
+  // PGlite takes one statement a message.
+  await k.raw(`SET lock_timeout = ${String(connection.lockTimeoutMs)}`);
+  await k.raw(`SET statement_timeout = ${String(connection.timeoutMs)}`);
   try {
-    if (pid === undefined) {
-      await sendSetBack();
-      return;
-    }
-    for (let attempt = 0; attempt < SET_BACK_TRIES; attempt++) if ((await sendSetBack()) === pid) return;
-    await k.raw('SELECT pg_terminate_backend(?)', [pid]);
-    logger.warn({ pid }, "a migration's time-outs could not be set back on its server session: ended it");
-  } catch (error) {
-    logger.warn({ err: error }, "a migration's time-outs could not be set back");
+    await use();
+  } finally {
+    if (before)
+      await k
+        .raw("SELECT set_config('lock_timeout', ?, false), set_config('statement_timeout', ?, false)", [
+          before.lock,
+          before.statement,
+        ])
+        .catch((error: unknown) => {
+          logger.warn({ err: error }, "a migration's time-outs could not be set back");
+        });
   }
 }
 
