@@ -138,23 +138,9 @@ function wrapMigrations(all: Record<string, Migration>, recording: MigrationReco
 function recordMigrationConnections(db: Database, recording: MigrationRecording): void {
   const { sent } = recording;
   const open = db.forMigrations.bind(db);
-  db.forMigrations = () => {
-    const connection = open();
-    // The migrator's SETs before a migration it runs outside a transaction belong to that
-    // migration's file, as its SET LOCALs head the in-transaction files.
-    let setup: SentStatement[] = [];
-    recordQueries(connection.knex, (statement) => {
-      const running = recording.running;
-      if (statement.inTransaction) return sent.push({ migration: running, statement });
-      if (running === undefined) {
-        if (/^\s*set\s/i.test(statement.sql)) setup.push(statement);
-        else sent.push({ migration: running, statement });
-        return;
-      }
-      for (const set of setup) sent.push({ migration: running, statement: set });
-      setup = [];
-      return sent.push({ migration: running, statement });
-    });
+  db.forMigrations = (sessionTimeouts?: boolean) => {
+    const connection = open(sessionTimeouts);
+    recordQueries(connection.knex, (statement) => sent.push({ migration: recording.running, statement }));
     return connection;
   };
 }
@@ -269,6 +255,21 @@ export interface SqlFiles {
   outside: string[];
 }
 
+/**
+ * What a migration sends outside a transaction has no session SET before it (migrator.ts,
+ * runOutside): one would stay on a pooler's server connection, in other clients' sessions.
+ */
+const OUTSIDE_A_TRANSACTION = [
+  {
+    rule: 'require-lock-timeout',
+    why: "direct to PostgreSQL its connection starts with the migration's lock_timeout; behind a pooler it has none, and a concurrent index build's lock holds up no request",
+  },
+  {
+    rule: 'require-statement-timeout',
+    why: "direct to PostgreSQL its connection starts with the migration's statement_timeout; behind a pooler the connection's client-side deadline bounds each statement",
+  },
+] as const;
+
 /** Writes the capture, its background statements too, into `dir`: one file per migration and kind. */
 export function writeSqlFiles(
   capture: CapturedMigrations,
@@ -284,11 +285,12 @@ export function writeSqlFiles(
     const inside = statements.filter((s) => s.inTransaction);
     const outside = statements.filter((s) => !s.inTransaction);
     const own = exceptions[name] ?? [];
-    const ignore =
-      own.length === 0
+    const ignoring = (rules: readonly { rule: string; why: string }[]) =>
+      rules.length === 0
         ? ''
-        : `\n${own.map((e) => `-- ${e.rule}: ${e.why}\n`).join('')}` +
-          `-- squawk-ignore-file ${own.map((e) => e.rule).join(', ')}`;
+        : `\n${rules.map((e) => `-- ${e.rule}: ${e.why}\n`).join('')}` +
+          `-- squawk-ignore-file ${rules.map((e) => e.rule).join(', ')}`;
+    const ignore = ignoring(own);
     if (inside.length > 0) {
       write(
         `${name}.sql`,
@@ -300,7 +302,7 @@ export function writeSqlFiles(
     if (outside.length > 0) {
       write(
         `${name}.outside-transaction.sql`,
-        `${name}: statements sent outside the transaction${ignore}`,
+        `${name}: statements sent outside the transaction${ignoring([...own, ...OUTSIDE_A_TRANSACTION])}`,
         outside,
       );
       files.outside.push(`${name}.outside-transaction.sql`);
@@ -355,20 +357,14 @@ export function runSquawk(
   options: { config?: string; reporter?: 'tty' | 'gcc' | 'json' } = {},
 ): SquawkResult {
   const squawk = squawkBinary();
-  const runs: [string[], string[]][] = [
-    [files.inTransaction, ['--assume-in-transaction']],
-    // Outside a transaction the migrator sends no session SET (migrator.ts, runOutside), which would
-    // stay on a pooler's server connection: the time-outs come with a direct connection, and behind
-    // a pooler its client-side deadline bounds each statement.
-    [
-      files.outside,
-      ['--no-assume-in-transaction', '--exclude=require-lock-timeout,require-statement-timeout'],
-    ],
+  const runs: [string[], string][] = [
+    [files.inTransaction, '--assume-in-transaction'],
+    [files.outside, '--no-assume-in-transaction'],
   ];
   const done: SquawkRun[] = [];
   for (const [paths, transaction] of runs) {
     if (paths.length === 0) continue;
-    const args = [`--config=${options.config ?? DEFAULT_CONFIG}`, ...transaction];
+    const args = [`--config=${options.config ?? DEFAULT_CONFIG}`, transaction];
     if (options.reporter) args.push(`--reporter=${options.reporter}`);
     const result = spawnSync(squawk, [...args, ...paths], { cwd: dir, encoding: 'utf8' });
     if (result.error) throw result.error;

@@ -4,7 +4,8 @@ import { errorFields } from './errors';
 /**
  * Indexes on existing tables, built and dropped without blocking writes (docs/migrations.md, rule
  * 5), for a migration that exports `config = { transaction: false }`: the migrator runs it alone,
- * outside its transaction, under the same lock_timeout and retries as every migration.
+ * outside its transaction: under the migration's lock_timeout and retries where its connection is to
+ * the server itself, under its client-side deadline alone behind a pooler.
  *
  * A concurrent build that fails (a lock time-out, a cancel, a crash) leaves its index behind,
  * INVALID: never used by queries, yet still updated by every write, and skipped by `IF NOT EXISTS`.

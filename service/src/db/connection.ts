@@ -31,11 +31,10 @@ export interface Database {
   run<Row, P extends object>(statement: Statement<P>, params: P): Promise<Row[]>;
   /** Where reads that may go to a standby run (standbys.ts): `reads.run`; the primary without DB_READ_HOSTNAME. */
   reads: ReadRouter;
-  /** Opens the migrations' connection (on the embedded database, its one session). */
   /**
-   * A connection for migrations. `sessionTimeouts`: the migration's lock_timeout and statement
-   * time-out go in its startup packet, so they are its session's own and end with it; a pooler
-   * refuses that (its server sessions are shared), and PGlite ignores it.
+   * Opens the migrations' connection (on the embedded database, its one session). With
+   * `sessionTimeouts` the migration's lock_timeout and statement time-out go in its startup packet,
+   * so they are its session's own and end with it; PgBouncer refuses that, and PGlite ignores it.
    */
   forMigrations(sessionTimeouts?: boolean): MigrationConnection;
   /**

@@ -157,28 +157,66 @@ async function nextStep(db: Database, trx: Knex.Transaction, logger: Logger): Pr
   if (db.kind === 'embedded') return { applied: [], more: true, afterLock: name };
   // A second connection: this one keeps the lock and touches no table the migration uses, so a
   // concurrent index build has nothing of ours to wait for.
-  await onSecondConnection(db, (outside) => runOutside(outside, name, 'up', logger));
+  await onSecondConnection(db, logger, (outside) => runOutside(outside, name, 'up', logger));
   await recordApplied(trx, name);
   return { applied: [name], more: pending.length > 1 };
 }
 
 async function onSecondConnection(
   db: Database,
+  logger: Logger,
   use: (c: MigrationConnection) => Promise<void>,
 ): Promise<void> {
   let connection = db.forMigrations(true);
+  let reason: string;
   try {
-    await connection.knex.raw('SELECT 1');
+    if (await reachesServerItself(connection.knex)) reason = '';
+    else reason = 'it reaches a pooler, which keeps no setting to one client';
   } catch (error) {
+    const { code, message } = errorFields(error);
+    // PgBouncer refuses them: "unsupported startup parameter". Anything else is the database's to report.
+    if (code !== '08P01' || !/unsupported startup parameter/i.test(message)) {
+      await connection.close();
+      throw error;
+    }
+    reason = message;
+  }
+  if (reason) {
     await connection.close();
-    // A pooler in front: the migration runs without session time-outs (runOutside).
-    if (!/unsupported startup parameter/i.test(errorFields(error).message)) throw error;
+    logger.info(
+      { reason },
+      'the migration runs without session time-outs: its connection is not to the server itself',
+    );
     connection = db.forMigrations();
   }
   try {
     await use(connection);
   } finally {
     await connection.close();
+  }
+}
+
+/**
+ * Whether `k`'s connection is a server session of its own: the backend PostgreSQL named when it
+ * opened (its cancel key) is the one running the statement. A pooler names one of its own, and may
+ * accept the time-outs in the startup packet and drop them or set them on a shared session.
+ */
+async function reachesServerItself(k: Knex): Promise<boolean> {
+  interface PgClient {
+    processID?: number;
+    query(sql: string): Promise<{ rows: { pid: number }[] }>;
+  }
+  // knex's own pool, to read what pg's client was told when it connected.
+  const pool = k.client as {
+    acquireConnection(): Promise<PgClient>;
+    releaseConnection(client: PgClient): Promise<unknown>;
+  };
+  const client = await pool.acquireConnection();
+  try {
+    const { rows } = await client.query('SELECT pg_backend_pid() AS pid');
+    return rows[0]?.pid === client.processID;
+  } finally {
+    await pool.releaseConnection(client);
   }
 }
 
@@ -359,7 +397,7 @@ export async function migrateDownTo(db: Database, logger: Logger, keep: string |
           return undefined;
         }
         if (db.kind === 'embedded') return name;
-        await onSecondConnection(db, (other) => runOutside(other, name, 'down', logger));
+        await onSecondConnection(db, logger, (other) => runOutside(other, name, 'down', logger));
         await trx('knex_migrations').where({ name }).delete();
         return undefined;
       });
