@@ -380,7 +380,7 @@ const table = {
         summary:
           'How long a migration statement waits for a lock on a table that requests use; past it the migration rolls back and is tried again after a pause, until DB_MIGRATION_TIMEOUT_MS has passed',
         detail:
-          'Requests queue behind a lock that is waited for, so this is the most a migration adds to a request waiting on the same table (docs/migrations.md).',
+          "Requests queue behind a lock that is waited for, so this is the most a migration adds to a request waiting on the same table (docs/migrations.md). A migration that runs outside a transaction (a concurrent index build, whose lock holds up no request) has it only on a connection to the server itself: behind a pooler it sets none, as a session setting there would stay in other clients' sessions.",
       },
     }),
     /** How long the start-up waits for an unreachable database before it gives up. */

@@ -204,7 +204,6 @@ async function onSecondConnection(
 async function reachesServerItself(k: Knex): Promise<boolean> {
   interface PgClient {
     processID?: number;
-    query(sql: string): Promise<{ rows: { pid: number }[] }>;
   }
   // knex's own pool, to read what pg's client was told when it connected.
   const pool = k.client as {
@@ -213,7 +212,10 @@ async function reachesServerItself(k: Knex): Promise<boolean> {
   };
   const client = await pool.acquireConnection();
   try {
-    const { rows } = await client.query('SELECT pg_backend_pid() AS pid');
+    // Through knex on that very connection, so the statement has the pool's deadline.
+    const { rows } = await k
+      .raw<{ rows: { pid: number }[] }>('SELECT pg_backend_pid() AS pid')
+      .connection(client);
     return rows[0]?.pid === client.processID;
   } finally {
     await pool.releaseConnection(client);
