@@ -390,7 +390,7 @@ async function postMadeWith(
       .knex('posts')
       .select(...POST_COLUMNS, 'idempotency_digest')
       .where({ user_id: userId, idempotency_key: key })
-      // The oldest, as migration 20261129000011 keeps it, should duplicates exist while it is undone.
+      // The oldest, which migration 20261129000011 keeps should a duplicate slip in while it builds its index.
       .orderBy('id')
       .limit(1),
   )) as (PostWithOwnerRow & { idempotency_digest: string })[];
