@@ -173,20 +173,13 @@ async function onSecondConnection(
     if (await reachesServerItself(connection.knex)) reason = '';
     else reason = 'it reaches a pooler, which keeps no setting to one client';
   } catch (error) {
-    const { code, message } = errorFields(error);
-    // PgBouncer refuses them: "unsupported startup parameter". Anything else is the database's to report.
-    if (code !== '08P01' || !/unsupported startup parameter/i.test(message)) {
-      await connection.close();
-      throw error;
-    }
-    reason = message;
+    // PgBouncer refuses them ("unsupported startup parameter"), other poolers in words of their own;
+    // a fault of the database itself fails the plain connection below as well.
+    reason = errorFields(error).message || 'the connection with time-outs failed';
   }
   if (reason) {
     await connection.close();
-    logger.info(
-      { reason },
-      'the migration runs without session time-outs: its connection is not to the server itself',
-    );
+    logger.info({ reason }, 'the migration runs without session time-outs, on a plain connection');
     connection = db.forMigrations();
   }
   try {
