@@ -245,7 +245,7 @@ const startupOptions = [
 
 describe.each(startupOptions)(
   'Behind PgBouncer 1.24 $told, whose server connections are all in use by other clients',
-  ({ settings, reason: expectedReason, label }) => {
+  ({ told, settings, reason: expectedReason, label }) => {
     // Many server connections, each busy most of the time: a statement lands on a random one.
     const SERVERS = 16;
     const database = scratchDatabase(label);
@@ -309,7 +309,7 @@ describe.each(startupOptions)(
         await Promise.all(loops);
         await clients.destroy();
       }
-      report('pgbouncer 1.24 migration beside busy clients', {
+      report(`pgbouncer 1.24 ${told}: migration beside busy clients`, {
         statements: [...seen.values()].reduce((a, b) => a + b, 0),
         settings: [...seen.keys()].join(','),
         failures: failures.length,
