@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { migrations } from '../../../migrations';
 import type { Database, MigrationConnection } from './connection';
+import type { DeadlineConnection } from './deadline';
 import { errorFields, errorWithHint, isDatabaseUnavailable } from './errors';
 import { withAdvisoryLock } from './lock';
 
@@ -168,15 +169,12 @@ async function onSecondConnection(
   use: (c: MigrationConnection) => Promise<void>,
 ): Promise<void> {
   let connection = db.forMigrations(true);
-  let reason: string;
-  try {
-    if (await reachesServerItself(connection.knex)) reason = '';
-    else reason = 'it reaches a pooler, which keeps no setting to one client';
-  } catch (error) {
+  const reason = await reachesServerItself(connection.knex).then(
+    (own) => (own ? undefined : 'it reaches a pooler, which keeps no setting to one client'),
     // PgBouncer refuses them ("unsupported startup parameter"), other poolers in words of their own;
     // a fault of the database itself fails the plain connection below as well.
-    reason = errorFields(error).message || 'the connection with time-outs failed';
-  }
+    (error: unknown) => errorFields(error).message || 'the connection with time-outs failed',
+  );
   if (reason) {
     await connection.close();
     logger.info({ reason }, 'the migration runs without session time-outs, on a plain connection');
@@ -195,13 +193,10 @@ async function onSecondConnection(
  * accept the time-outs in the startup packet and drop them or set them on a shared session.
  */
 async function reachesServerItself(k: Knex): Promise<boolean> {
-  interface PgClient {
-    processID?: number;
-  }
   // knex's own pool, to read what pg's client was told when it connected.
   const pool = k.client as {
-    acquireConnection(): Promise<PgClient>;
-    releaseConnection(client: PgClient): Promise<unknown>;
+    acquireConnection(): Promise<DeadlineConnection>;
+    releaseConnection(client: DeadlineConnection): Promise<unknown>;
   };
   const client = await pool.acquireConnection();
   try {
