@@ -1,14 +1,25 @@
 /**
- * A cancel request travels on a connection of its own, so it can reach the server after the
- * statement it was sent for has answered and the next one has started. Inside a transaction that
- * next one may be the COMMIT, waiting for a synchronous standby: the late cancel ends that wait,
- * PostgreSQL keeps the commit on the primary alone and answers success with a warning, and the
- * change must not be acknowledged as though the standby had it.
+ * A cancel that ends a commit's wait for a synchronous standby leaves the commit on the primary
+ * alone: PostgreSQL answers success with a warning, and every session then sees the change. It must
+ * not be acknowledged as though the standby had it: not when the cancel arrives late (it travels on
+ * a connection of its own and can land on the transaction's COMMIT), not when someone else sent it,
+ * and not through a retry, which finds the change already there.
  */
 import { Relay } from '../../tools/harness/relay';
 import { detailOf } from '../../tools/harness/problem';
+import { pollUntil } from '../../tools/harness/poll';
 import { queryServer } from '../../tools/harness/postgres';
-import { account, call, isProblem, OwnPostgres, report, startOn, stopAllServices } from './support';
+import {
+  account,
+  call,
+  isProblem,
+  OwnPostgres,
+  report,
+  startOn,
+  stopAllServices,
+  vote,
+  type Answer,
+} from './support';
 
 const STATEMENT_TIMEOUT_MS = 1000;
 
@@ -75,3 +86,79 @@ test("When a statement of a change's transaction answers just past its deadline 
   // Whatever the answer says, it is true of what the primary holds.
   if (stored?.title === 'after') expect(detailOf(put)).toMatch(/may or may not stand/);
 });
+
+const mayOrMayNotStand = (answer: Answer) => {
+  expect(answer.status).toBe(503);
+  expect(detailOf(answer)).toMatch(/may or may not stand/);
+};
+
+test("When someone else's cancel (an operator's pg_cancel_backend) ends a change's wait for a synchronous standby that never confirms, then the change is not acknowledged", async () => {
+  const svc = await startOn(own.port, 'postgres', { DB_STATEMENT_TIMEOUT_MS: '10000' });
+  const token = await account(svc.base, 'cancelled-by-another@example.com');
+  await setting('nobody');
+  const made = call(svc.base, '/posts/', { token, json: { title: 'waiting', content: 'c' } });
+  const waiting = await pollUntil(
+    () =>
+      queryServer<{ pid: number }>(
+        own.port,
+        'postgres',
+        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+      ),
+    (rows) => rows.length > 0,
+    { withinMs: 5000, everyMs: 50 },
+  );
+  expect(waiting.held).toBe(true);
+  await queryServer(own.port, 'postgres', 'SELECT pg_cancel_backend($1)', [waiting.value[0]?.pid]);
+  const answer = await made;
+  await setting('');
+  report('cancelled by another', {
+    post: `${String(answer.status)} ${detailOf(answer)}`,
+    ms: Math.round(answer.ms),
+  });
+  mayOrMayNotStand(answer);
+});
+
+test.each([
+  ['a post retried with its Idempotency-Key', 201],
+  ['a vote cast again', 409],
+  ['a registration sent again', 409],
+])(
+  "When %s finds the first request's change on the primary alone, then it is not acknowledged until the synchronous standby has the change",
+  async (label, confirmed) => {
+    const svc = await startOn(own.port, 'postgres', {
+      DB_STATEMENT_TIMEOUT_MS: String(STATEMENT_TIMEOUT_MS),
+    });
+    const name = label.split(' ')[1] as string;
+    const token = await account(svc.base, `retried-${name}@example.com`);
+    const post = await call(svc.base, '/posts/', { token, json: { title: 'to vote on', content: 'c' } });
+    const send: Record<string, () => Promise<Answer>> = {
+      post: () =>
+        call(svc.base, '/posts/', {
+          token,
+          json: { title: 'kept once', content: 'c' },
+          headers: { 'Idempotency-Key': 'retried-once' },
+        }),
+      vote: () => vote(svc.base, token, (post.body as { id: number }).id, 1),
+      registration: () =>
+        call(svc.base, '/users/', {
+          json: { email: 'registered-once@example.com', password: 'a long enough password' },
+        }),
+    };
+    const request = send[name] as () => Promise<Answer>;
+    // Every commit from now on waits for a standby that never comes, until the deadline's cancel.
+    await setting('nobody');
+    const first = await request();
+    const retried = await request();
+    await setting('');
+    const afterwards = await request();
+    report(`retried ${name}`, {
+      first: `${String(first.status)} ${detailOf(first)}`,
+      retried: `${String(retried.status)} ${detailOf(retried)}`,
+      afterwards: afterwards.status,
+    });
+    // The first commit stands on the primary alone: the retry finds it, and must not say it stands.
+    mayOrMayNotStand(first);
+    mayOrMayNotStand(retried);
+    expect(afterwards.status).toBe(confirmed);
+  },
+);

@@ -61,13 +61,14 @@ class StatementTimeoutError extends Error {
 /**
  * Raised when a cancel ended a commit's wait for the synchronous standby: PostgreSQL then keeps the
  * commit on the primary alone and answers success with a warning (SQLSTATE 01000), so the change
- * may be lost in a failover and must not be acknowledged.
+ * may be lost in a failover and must not be acknowledged. The cancel may be this statement's
+ * deadline's or anyone's: an operator's pg_cancel_backend, the server's own statement_timeout.
  */
 class CommitUnconfirmedError extends Error {
   override name = 'CommitUnconfirmedError';
-  constructor(bound: Bound) {
+  constructor(bound: Bound, expired: boolean) {
     super(
-      `statement cancelled at its ${String(bound.ms)} ms deadline while its commit waited for the synchronous standby: committed on the primary alone`,
+      `${expired ? `statement cancelled at its ${String(bound.ms)} ms deadline` : 'statement cancelled by the server or another session'} while its commit waited for the synchronous standby: committed on the primary alone`,
     );
   }
 }
@@ -138,9 +139,10 @@ export async function withDeadline<T>(
 ): Promise<T> {
   // An object, as the timer and the listener set it where the compiler's flow analysis does not look.
   const state = { expired: false, unconfirmed: false };
-  // The only warning a cancel draws from a statement that then succeeds: the ended replication wait.
+  // The only warning a cancel draws from a statement that then succeeds: the ended replication wait,
+  // on a statement that decides a change whoever cancelled it, on any other after this deadline's.
   const warned = (notice: { code?: string }) => {
-    if (state.expired && notice.code === '01000') state.unconfirmed = true;
+    if (notice.code === '01000' && (decides || state.expired)) state.unconfirmed = true;
   };
   connection.on?.('notice', warned);
   let again: NodeJS.Timeout | undefined;
@@ -177,7 +179,7 @@ export async function withDeadline<T>(
     clearTimeout(grace);
     connection.off?.('notice', warned);
   }
-  if (state.unconfirmed) throw new CommitUnconfirmedError(bound);
+  if (state.unconfirmed) throw new CommitUnconfirmedError(bound, state.expired);
   // The cancel sent at the deadline may still be on its way and would land on the transaction's next
   // statement, its COMMIT's wait for a synchronous standby among them: the transaction ends here.
   if (state.expired && !decides && connection.getTransactionStatus?.() === 'T')

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { readConfirmed } from '../db/confirmed';
 import type { Database } from '../db/connection';
 import { brokenConstraint } from '../db/errors';
 import { retryingRaces } from '../db/races';
@@ -367,7 +368,7 @@ export async function createPost(
   } catch (error) {
     if (brokenConstraint(error, '23503') === 'posts_user_id_foreign') return undefined;
     if (idempotency && brokenConstraint(error, '23505') === IDEMPOTENCY_INDEX) {
-      const earlier = await postMadeWith(db, owner.id, idempotency.key);
+      const earlier = await readConfirmed(db, (trx) => postMadeWith(trx, owner.id, idempotency.key));
       // Deleted since the insert met it: the key is free again, and this request makes the post.
       if (!earlier) return createPost(db, owner, input, idempotency);
       return earlier.idempotency_digest === idempotency.digest ? toPost(earlier) : 'key-reused';
@@ -378,21 +379,24 @@ export async function createPost(
   return { ...row, owner: { id: owner.id, email: owner.email, created_at: owner.created_at }, votes: 0 };
 }
 
-/** The post `userId` made with `key`, with the digest of the request that made it. */
+/**
+ * The post `userId` made with `key`, with the digest of the request that made it, locked in `trx`:
+ * a retry answers with it once the synchronous standby has it (readConfirmed).
+ */
 async function postMadeWith(
-  db: Database,
+  trx: Knex.Transaction,
   userId: number,
   key: string,
 ): Promise<(PostWithOwnerRow & { idempotency_digest: string }) | undefined> {
   const rows = (await withOwnerAndVotes(
-    db.knex,
-    db
-      .knex('posts')
+    trx,
+    trx('posts')
       .select(...POST_COLUMNS, 'idempotency_digest')
       .where({ user_id: userId, idempotency_key: key })
       // The oldest, which migration 20261129000011 keeps should a duplicate slip in while it builds its index.
       .orderBy('id')
-      .limit(1),
+      .limit(1)
+      .forKeyShare(),
   )) as (PostWithOwnerRow & { idempotency_digest: string })[];
   return rows[0];
 }

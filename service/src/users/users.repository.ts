@@ -1,3 +1,4 @@
+import { readConfirmed } from '../db/confirmed';
 import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
 import { hasNul } from '../db/limits';
@@ -29,9 +30,20 @@ export async function createUser(
   } catch (error) {
     // The unique index on fold_case(email) decides, so two simultaneous registrations cannot both
     // win, and an address taken in another letter case of any script is refused.
-    if (errorFields(error).code === '23505') return undefined;
-    throw error;
+    if (errorFields(error).code !== '23505') throw error;
+    // Deleted since the insert met it: the address is free again, and this request registers it.
+    return (await emailStands(db, email)) ? undefined : createUser(db, email, passwordHash);
   }
+}
+
+/** Whether an account holds the address, confirmed by the synchronous standby (readConfirmed). */
+async function emailStands(db: Database, email: string): Promise<boolean> {
+  return readConfirmed(
+    db,
+    async (trx) =>
+      (await trx('users').select('id').whereRaw('fold_case(email) = fold_case(?)', [email]).forKeyShare())
+        .length > 0,
+  );
 }
 
 /** Replaces a user's password hash with `next`, unless it is no longer `previous`. */

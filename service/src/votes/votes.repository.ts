@@ -22,7 +22,9 @@ interface VoteInsertRow {
  * again once the change commits), and a deletion waits. The post's row is locked before the vote's,
  * in the order a deletion and a withdrawal take them too. Its one row says whether the post was
  * visible as well, so a vote not added is told apart (missing or already cast) by what the insert
- * saw, not by a later read the post may have changed for. One statement per visibility rule.
+ * saw, not by a later read the post may have changed for. The lock writes to the WAL, so even a
+ * vote found cast already commits, waiting for the synchronous standby as readConfirmed's reads do:
+ * a 409 never rests on a vote the primary alone holds. One statement per visibility rule.
  */
 export function insertVote(visible: VisiblePost): Statement<VoteKey> {
   let made = insertVotes.get(visible);
