@@ -158,8 +158,10 @@ function requestAttributes(req: Request): Attributes {
   };
   // Through the trusted proxies only (the app's trust proxy), as the request log records it.
   if (req.ip !== undefined) attributes[ATTR_CLIENT_ADDRESS] = req.ip;
-  // The port the caller asked for, from Host (or the trusted proxies' X-Forwarded-Host).
-  const port = Number(req.host.slice(req.hostname.length + 1));
+  // The port the caller asked for, from Host (or the trusted proxies' X-Forwarded-Host). Express
+  // gives neither name nor port for a request without Host, which HTTP/1.0 may send.
+  const host = req.host as string | undefined;
+  const port = Number(host?.slice(req.hostname.length + 1));
   if (Number.isInteger(port) && port > 0) attributes[ATTR_SERVER_PORT] = port;
   const agent = req.headers['user-agent'];
   if (agent !== undefined) attributes[ATTR_USER_AGENT_ORIGINAL] = agent;

@@ -184,7 +184,10 @@ function serverSpan(spans: ExportedSpan[]): ExportedSpan {
 
 type Traced = ServiceProcess & { drop(): Promise<void> };
 
-async function startTraced(collector: Collector, overrides: Record<string, string> = {}): Promise<Traced> {
+async function startTraced(
+  collector: Pick<Collector, 'endpoint'>,
+  overrides: Record<string, string> = {},
+): Promise<Traced> {
   const fresh = await migratedDatabaseEnv();
   const svc = await startService(
     testEnv({
@@ -447,6 +450,90 @@ describe.each([
     expect(root.parentSpanId).toBe('');
     expect(root.attributes['http.response.status_code']).toBe(200);
   });
+
+  test('When a traced request has no Host, then it is answered as an untraced one is: an HTTP/1.0 request served, an HTTP/1.1 one refused with 400', async () => {
+    const ask = async (version: string) => {
+      const socket = connect(svc.port, '127.0.0.1');
+      await once(socket, 'connect');
+      const answer = text(socket);
+      socket.write(`GET /posts/public HTTP/${version}\r\ntraceparent: ${traceparent(newTraceId())}\r\n\r\n`);
+      return answer;
+    };
+    expect(await ask('1.0')).toMatch(/^HTTP\/1\.1 200 /);
+    const refused = await ask('1.1');
+    expect(refused).toMatch(/^HTTP\/1\.1 400 /);
+    expect(refused).toMatch(/Host/);
+  });
+
+  test('When requests come pipelined on one connection, then each is traced and logged in its own trace, its statements under its own span', async () => {
+    const traceIds = [newTraceId(), newTraceId(), newTraceId()];
+    const socket = connect(svc.port, '127.0.0.1');
+    await once(socket, 'connect');
+    const answers = text(socket);
+    // All in one write: the later requests wait for the earlier answers, and go on from them.
+    socket.write(
+      traceIds
+        .map(
+          (traceId, i) =>
+            `GET /posts/public?limit=${String(i + 1)} HTTP/1.1\r\nHost: 127.0.0.1\r\ntraceparent: ${traceparent(traceId)}\r\n` +
+            (i === traceIds.length - 1 ? 'Connection: close\r\n' : '') +
+            '\r\n',
+        )
+        .join(''),
+    );
+    expect((await answers).match(/HTTP\/1\.1 200 /g)).toHaveLength(3);
+    for (const traceId of traceIds) {
+      const spans = await collector.trace(traceId);
+      const root = serverSpan(spans);
+      const statements = spans.filter((s) => s.kind === CLIENT);
+      expect(statements.map((s) => s.name)).toEqual(['posts_public']);
+      expect(descendants(spans, root)).toEqual(expect.arrayContaining(statements));
+      const logged = svc.lines.filter(
+        (line) => line.msg === 'request completed' && line.trace_id === traceId,
+      );
+      expect(logged).toHaveLength(1);
+    }
+  });
+});
+
+describe('Tracing at shutdown', () => {
+  test.each([
+    ['refuses connections', 'closed'],
+    ['accepts connections and never answers', 'silent'],
+  ])(
+    'When the collector %s, then a SIGTERM still shuts down in full and exits 0, the lost spans logged',
+    async (_how, kind) => {
+      const silent = createServer(() => undefined);
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const { port } = silent.address() as AddressInfo;
+      if (kind === 'closed') await new Promise((resolve) => silent.close(resolve));
+      const collector = { endpoint: `http://127.0.0.1:${String(port)}` };
+      // The exporter's own time-out bounds the wait on a collector that never answers.
+      const svc = await startTraced(collector, {
+        OTEL_BSP_SCHEDULE_DELAY: '60000',
+        OTEL_EXPORTER_OTLP_TIMEOUT: '1000',
+      });
+      try {
+        const answer = await fetch(`${svc.base}/posts/public`, {
+          headers: { traceparent: traceparent(newTraceId()) },
+        });
+        expect(answer.status).toBe(200);
+        expect(await svc.stop('SIGTERM')).toBe(0);
+        expect(svc.lines.map((line) => line.msg)).toEqual(
+          expect.arrayContaining([
+            'the last spans could not be exported: they are lost',
+            'shutdown complete',
+          ]),
+        );
+      } finally {
+        await svc.stop();
+        await svc.drop();
+        silent.closeAllConnections();
+        if (kind === 'silent') await new Promise((resolve) => silent.close(resolve));
+      }
+    },
+    60_000,
+  );
 });
 
 describe('Sampling', () => {

@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { RequestHandler, Response } from 'express';
@@ -110,7 +111,9 @@ export const oneAnswerAtATime: RequestHandler = (req, res, next) => {
     // Node pauses the socket itself while answers are not flowing; resuming is a no-op then.
     if (left === 0 && !socket.destroyed) socket.resume();
   };
-  const start = () => {
+  // Called later from another request's answer (its 'finish' gives this one the socket) or from the
+  // queue: bound here, the request goes on in its own context (its database budget, its spans).
+  const start = AsyncResource.bind(() => {
     req.off('close', abandon);
     settle();
     answering++;
@@ -123,7 +126,7 @@ export const oneAnswerAtATime: RequestHandler = (req, res, next) => {
     res.once('finish', release);
     res.once('close', release);
     next();
-  };
+  });
   const placed = () => {
     if (answering < PIPELINED_ANSWERS_AT_ONCE) start();
     else queued.push(start);
