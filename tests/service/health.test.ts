@@ -2,7 +2,7 @@ import { waitForStatus } from '../../tools/harness/client';
 import { rawExchange } from '../../tools/harness/hostile';
 import { postgresServer } from '../../tools/harness/postgres';
 import { Relay } from '../../tools/harness/relay';
-import { fixture, startTestServer, testOnPostgres, usingPostgres } from './helpers';
+import { fixture, freshDatabaseEnv, startTestServer, testOnPostgres, usingPostgres } from './helpers';
 
 const ALLOWED = 'https://status.example.com';
 /** In front of PostgreSQL: closing it is, to the service, the database going away. */
@@ -118,4 +118,26 @@ describe('Health endpoints', () => {
     expect(ready?.status).toBe(200);
     expect((await get('/posts/public')).status).toBe(200);
   });
+
+  testOnPostgres(
+    "When the service's database is dropped under it, then the connections it opens are refused and API calls get 503 problem+json, not 500",
+    async () => {
+      const fresh = await freshDatabaseEnv();
+      const own = await startTestServer(fresh.env);
+      try {
+        expect((await fetch(`${own.base}/posts/public`)).status).toBe(200);
+        // Its pooled connections end with it (57P01); every new one is refused (3D000).
+        await fresh.drop();
+        for (let i = 0; i < 3; i++) {
+          const api = await fetch(`${own.base}/posts/public`);
+          expect(api.status).toBe(503);
+          expect(api.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+          expect(((await api.json()) as { detail: string }).detail).toMatch(/database/);
+        }
+        expect((await fetch(`${own.base}/healthz/ready`)).status).toBe(503);
+      } finally {
+        await own.close();
+      }
+    },
+  );
 });

@@ -106,6 +106,20 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   );
 }
 
+/** A server that refuses this service's login (28000, 28P01) or has no DB_NAME (3D000): its settings. */
+const LOGIN_REFUSED = new Set(['28000', '28P01', '3D000']);
+
+/**
+ * True when a connection opened while serving was refused its login or database: a password
+ * rotated on the server, a database dropped. No query was wrong, and the database is not there for
+ * this service: a request answers 503, as for a database that is away. At start-up these stop the
+ * start at once instead (startup.ts), as no retry would change them.
+ */
+export function isLoginRefused(error: unknown): boolean {
+  const { code } = errorFields(error);
+  return code !== undefined && LOGIN_REFUSED.has(code);
+}
+
 /**
  * What an operator should change, for errors that mean the set-up rather than the query is wrong;
  * logged beside the error. 42P05 and 26000 are a named statement met twice or not at all: a
@@ -118,6 +132,8 @@ export function operatorHint(error: unknown): string | undefined {
     return 'no synchronous standby confirmed the commit within DB_STATEMENT_TIMEOUT_MS: writes wait for one, so bring a standby back (or change the synchronous replication settings)';
   if (code === '42P05' || code === '26000')
     return 'a pooler in transaction mode does not track prepared statements: set DB_PREPARED_STATEMENTS=false, or max_prepared_statements above 0 on PgBouncer >= 1.21';
+  if (isLoginRefused(error))
+    return 'the database refused the login of DB_USERNAME, or has no DB_NAME: check DB_USERNAME, DB_PASSWORD and DB_NAME against the server (a password changed there reaches the service when it restarts)';
   if (errorFields(error).message === NO_TLS)
     return 'DB_SSL=true but the server offers no TLS: turn ssl on at the server (or the pooler), or set DB_SSL=false';
   if (code !== undefined && CERTIFICATE_REFUSED.has(code))

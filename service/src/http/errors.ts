@@ -1,6 +1,6 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
-import { errorFields, errorWithHint, isDatabaseUnavailable } from '../db/errors';
+import { errorFields, errorWithHint, isDatabaseUnavailable, isLoginRefused } from '../db/errors';
 import { isWriteRace } from '../db/races';
 import type { Logger } from '../logger';
 
@@ -109,7 +109,7 @@ function toApiError(error: unknown): ApiError | undefined {
   const { name } = errorFields(error);
   if (UNCONFIRMED.has(name)) return changeUnconfirmed;
   if (name === 'URIError') return new ApiError(400, 'The request path is not validly percent-encoded');
-  if (isDatabaseUnavailable(error)) return databaseUnavailable;
+  if (isDatabaseUnavailable(error) || isLoginRefused(error)) return databaseUnavailable;
   if (isWriteRace(error)) return writeRace;
   return undefined;
 }
