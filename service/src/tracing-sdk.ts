@@ -53,6 +53,12 @@ import { tracingStarted } from './tracing';
 /** What the OTEL_* settings hold. */
 export type TracingSettings = Settings['tracing'];
 
+/**
+ * The most of an attribute's value a span keeps: the caller's user agent and path could otherwise
+ * be as long as the request's headers allow, in each of the spans the export queue holds.
+ */
+const ATTRIBUTE_VALUE_LENGTH = 1024;
+
 /** The sampler OTEL_TRACES_SAMPLER names, as OpenTelemetry's environment specification defines each. */
 function samplerFor(name: SamplerName, ratio: number): Sampler {
   const root = (base: string): Sampler => {
@@ -120,6 +126,7 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     }),
     // The door (sampledAtTheDoor) has decided: every span that starts is in a request it took.
     sampler: new AlwaysOnSampler(),
+    spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH },
     spanProcessors: [new BatchSpanProcessor({ exporter, scheduledDelayMillis: settings.exportDelayMs })],
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());

@@ -465,6 +465,17 @@ describe.each([
     expect(refused).toMatch(/Host/);
   });
 
+  test("When a caller's user agent is longer than a span keeps, then its attribute is the value's first 1024 characters", async () => {
+    const traceId = newTraceId();
+    const agent = `agent/${'x'.repeat(8000)}`;
+    const answer = await fetch(`${svc.base}/posts/public`, {
+      headers: { traceparent: traceparent(traceId), 'user-agent': agent },
+    });
+    expect(answer.status).toBe(200);
+    const root = serverSpan(await collector.trace(traceId));
+    expect(root.attributes['user_agent.original']).toBe(agent.slice(0, 1024));
+  });
+
   test('When requests come pipelined on one connection, then each is traced and logged in its own trace, its statements under its own span', async () => {
     const traceIds = [newTraceId(), newTraceId(), newTraceId()];
     const socket = connect(svc.port, '127.0.0.1');
