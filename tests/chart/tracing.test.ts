@@ -115,6 +115,18 @@ describe('Tracing in the chart', () => {
       });
   });
 
+  it("When the Ingresses are not to trust a caller's span, then both ask ingress-nginx for a trace of its own", async () => {
+    const untrusting = await render({
+      ...base,
+      set: { ...traced, 'tracing.ingress.trustIncomingSpan': 'false' },
+    });
+    for (const ingress of findAll(untrusting, 'Ingress'))
+      expect(ingress.metadata?.annotations).toMatchObject({
+        'nginx.ingress.kubernetes.io/enable-opentelemetry': 'true',
+        'nginx.ingress.kubernetes.io/opentelemetry-trust-incoming-span': 'false',
+      });
+  });
+
   it('When tracing is on with the Ingress path, then no ObservabilityPolicy is rendered', () => {
     expect(findAll(on, 'ObservabilityPolicy')).toEqual([]);
   });
