@@ -57,6 +57,20 @@ describeOnPostgres('On PostgreSQL', () => {
     expect((await db.run<{ n: number }, { n: number }>(echo, { n: 7 }))[0]).toEqual({ n: 7 });
   });
 
+  test("When a change draws a warning that is not the end of a wait for a standby (a trigger's), then it stands and is answered as made", async () => {
+    await admin.raw('CREATE TABLE warned (n int)');
+    await admin.raw(
+      "CREATE FUNCTION warn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE WARNING 'a warning of its own'; RETURN NEW; END $$",
+    );
+    await admin.raw(
+      'CREATE TRIGGER warned_insert BEFORE INSERT ON warned FOR EACH ROW EXECUTE FUNCTION warn()',
+    );
+    const db = await open({});
+    // Outside a transaction the INSERT decides its change: a warning there would count if any did.
+    await expect(db.knex('warned').insert({ n: 1 })).resolves.toBeDefined();
+    expect(await countOf(admin, 'warned')).toBe(1);
+  });
+
   test('When a statement waits on a lock past its deadline, then it is cancelled, and the lock holder is untouched', async () => {
     const db = await open({ DB_STATEMENT_TIMEOUT_MS: '300' });
     await db.knex.raw('CREATE TABLE IF NOT EXISTS locked_here (id int)');

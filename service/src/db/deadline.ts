@@ -139,10 +139,12 @@ export async function withDeadline<T>(
 ): Promise<T> {
   // An object, as the timer and the listener set it where the compiler's flow analysis does not look.
   const state = { expired: false, unconfirmed: false };
-  // The only warning a cancel draws from a statement that then succeeds: the ended replication wait,
-  // on a statement that decides a change whoever cancelled it, on any other after this deadline's.
-  const warned = (notice: { code?: string }) => {
-    if (notice.code === '01000' && (decides || state.expired)) state.unconfirmed = true;
+  // The only warning a cancel draws from a statement that then succeeds is the ended replication
+  // wait: after this deadline's cancel, any; on a statement that decides a change, the wait's own
+  // (its routine names it), whoever cancelled it, as a plain warning has the same SQLSTATE.
+  const warned = (notice: { code?: string; routine?: string }) => {
+    if (notice.code !== '01000') return;
+    if (state.expired || (decides && notice.routine === 'SyncRepWaitForLSN')) state.unconfirmed = true;
   };
   connection.on?.('notice', warned);
   let again: NodeJS.Timeout | undefined;

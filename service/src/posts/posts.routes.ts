@@ -1,6 +1,7 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
+import { confirmSoFar } from '../db/confirmed';
 import { unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { changeConditionsHold, ifMatch, ifNoneMatch, preconditionFailed } from '../http/conditional';
@@ -120,7 +121,11 @@ async function changeOwnPost<T>(
   change: (on: Database | Knex.Transaction) => Promise<T | undefined>,
 ): Promise<T> {
   const userId = me.user.id;
-  const missing = () => vanished(me, id);
+  // Gone may be this caller's own deletion, retried: said once the synchronous standby has it.
+  const missing = async () => {
+    await confirmSoFar(db, userId);
+    return vanished(me, id);
+  };
   const match = ifMatch(req);
   const noneMatch = ifNoneMatch(req);
   if (match || noneMatch) {

@@ -1,6 +1,6 @@
 import { readConfirmed } from '../db/confirmed';
 import type { Database } from '../db/connection';
-import { errorFields } from '../db/errors';
+import { brokenConstraint, errorFields } from '../db/errors';
 import { hasNul } from '../db/limits';
 import { statement } from '../db/statements';
 import type { User } from './user';
@@ -14,6 +14,9 @@ const PUBLIC_COLUMNS = Object.keys({ id: true, email: true, created_at: true } s
   keyof User,
   true
 >);
+
+/** The unique indexes on the address: lower(email), as the database's locale folds it, and fold_case(email). */
+const EMAIL_INDEXES = new Set(['users_email_lower_unique', 'users_email_folded_unique']);
 
 /** Inserts a user; undefined when the e-mail is already taken (in any letter case). */
 export async function createUser(
@@ -31,6 +34,7 @@ export async function createUser(
     // The unique index on fold_case(email) decides, so two simultaneous registrations cannot both
     // win, and an address taken in another letter case of any script is refused.
     if (errorFields(error).code !== '23505') throw error;
+    if (!EMAIL_INDEXES.has(brokenConstraint(error, '23505') ?? '')) return undefined;
     // Deleted since the insert met it: the address is free again, and this request registers it.
     return (await emailStands(db, email)) ? undefined : createUser(db, email, passwordHash);
   }
@@ -41,8 +45,12 @@ async function emailStands(db: Database, email: string): Promise<boolean> {
   return readConfirmed(
     db,
     async (trx) =>
-      (await trx('users').select('id').whereRaw('fold_case(email) = fold_case(?)', [email]).forKeyShare())
-        .length > 0,
+      (
+        await trx('users')
+          .select('id')
+          .whereRaw('lower(email) = lower(?) OR fold_case(email) = fold_case(?)', [email, email])
+          .forKeyShare()
+      ).length > 0,
   );
 }
 
