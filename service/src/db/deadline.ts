@@ -30,8 +30,14 @@ export interface DeadlineConnection {
   /** The last ReadyForQuery's status: 'I' idle, 'T' inside a transaction, 'E' inside a failed one. */
   getTransactionStatus?(): string | null;
   /** pg's Client passes on the server's notices and warnings. */
-  on?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
-  off?(event: 'notice', listener: (notice: { code?: string }) => void): unknown;
+  on?(event: 'notice', listener: (notice: Notice) => void): unknown;
+  off?(event: 'notice', listener: (notice: Notice) => void): unknown;
+}
+
+/** The fields of a server's notice this reads: its SQLSTATE, and the server function that raised it. */
+interface Notice {
+  code?: string;
+  routine?: string;
 }
 
 interface CancelConnection {
@@ -142,7 +148,7 @@ export async function withDeadline<T>(
   // The only warning a cancel draws from a statement that then succeeds is the ended replication
   // wait: after this deadline's cancel, any; on a statement that decides a change, the wait's own
   // (its routine names it), whoever cancelled it, as a plain warning has the same SQLSTATE.
-  const warned = (notice: { code?: string; routine?: string }) => {
+  const warned = (notice: Notice) => {
     if (notice.code !== '01000') return;
     if (state.expired || (decides && notice.routine === 'SyncRepWaitForLSN')) state.unconfirmed = true;
   };
