@@ -1,6 +1,12 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
-import { errorFields, errorWithHint, isDatabaseUnavailable, isLoginRefused } from '../db/errors';
+import {
+  errorFields,
+  errorWithHint,
+  isDatabaseUnavailable,
+  isLoginRefused,
+  isUnconfirmed,
+} from '../db/errors';
 import { isWriteRace } from '../db/races';
 import type { Logger } from '../logger';
 
@@ -102,13 +108,11 @@ const changeUnconfirmed = new ApiError(
   { 'Retry-After': '1' },
 );
 
-const UNCONFIRMED = new Set(['CommitUnconfirmedError', 'ChangeInDoubtError']);
-
 function toApiError(error: unknown): ApiError | undefined {
   if (error instanceof ApiError) return error;
-  const { name } = errorFields(error);
-  if (UNCONFIRMED.has(name)) return changeUnconfirmed;
-  if (name === 'URIError') return new ApiError(400, 'The request path is not validly percent-encoded');
+  if (isUnconfirmed(error)) return changeUnconfirmed;
+  if (errorFields(error).name === 'URIError')
+    return new ApiError(400, 'The request path is not validly percent-encoded');
   if (isDatabaseUnavailable(error) || isLoginRefused(error)) return databaseUnavailable;
   if (isWriteRace(error)) return writeRace;
   return undefined;

@@ -3,7 +3,9 @@ import bcrypt from 'bcrypt';
 import type { Router } from 'express';
 import Joi from 'joi';
 import { Semaphore } from '../concurrency';
+import { confirmSoFar } from '../db/confirmed';
 import type { Database } from '../db/connection';
+import { isUnconfirmed } from '../db/errors';
 import { ApiError, methodNotAllowed } from '../http/errors';
 import { formBody, jsonBody } from '../http/body';
 import { sendJson } from '../http/json';
@@ -42,6 +44,27 @@ const tokenSchema = Joi.object<Token, true>({
 })
   .unknown()
   .meta({ className: 'Token' });
+
+/** A login whose account the synchronous standby may not have yet: no token names it until it does. */
+const accountUnconfirmed = new ApiError(
+  503,
+  'The database has not confirmed this account yet; try again shortly',
+  {},
+  { 'Retry-After': '1' },
+);
+
+/**
+ * Returns once the synchronous standby has the account `id` (confirmSoFar). A token names its
+ * account by id alone: a registration whose commit a cancel left on the primary alone would be lost
+ * in a failover, its id then given to the next account registered, which the token would act as.
+ */
+async function accountConfirmed(db: Database, id: number): Promise<void> {
+  try {
+    await confirmSoFar(db, id);
+  } catch (error) {
+    throw isUnconfirmed(error) ? accountUnconfirmed : error;
+  }
+}
 
 /** Registration and the form login, added to the app's one API router (app.ts). */
 export function usersRoutes(router: Router, db: Database, options: UsersOptions): void {
@@ -83,6 +106,7 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       // this account takes that cost's time, which tells it apart from an unknown e-mail.
       if (bcrypt.getRounds(user.password) !== options.bcryptRounds)
         await replacePasswordHash(db, user.id, user.password, await hash(form.password));
+      await accountConfirmed(db, user.id);
       sendJson(res, {
         access_token: signAccessToken(
           user.id,
@@ -152,7 +176,9 @@ export const usersDocs = {
  *       registration. The token comes only in this body (no cookie), which a foreign origin cannot
  *       read. The form must be UTF-8 (no other charset). An unknown e-mail and a
  *       wrong password get the same 403 after the same work, so e-mails cannot be probed (a
- *       password hashed before BCRYPT_ROUNDS changed is hashed again at its next login). Only this
+ *       password hashed before BCRYPT_ROUNDS changed is hashed again at its next login). A token
+ *       names its account by id, so none is issued until the synchronous standby has the account:
+ *       after a registration answered 503, a login may be 503 too until it does. Only this
  *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
  *       `/users/`).
  *     requestBody:
