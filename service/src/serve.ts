@@ -4,12 +4,12 @@ import { migrateWhenReachable } from './db/migrator';
 import type { Logger } from './logger';
 import { startServer } from './server';
 import type { Settings } from './settings';
-import { checkPorts, databaseProblem, listenProblem, StartupError } from './startup';
+import { checkPorts, databaseProblem, listenProblem, StartupError, warningsProblem } from './startup';
 
 /**
- * Ports → database → migrations → listen (API and metrics); any failure before serving exits 1
- * with one line naming what to change. Loaded by main.ts only after tracing has started, as it
- * loads pg.
+ * Ports → database → migrations → the server's warnings → listen (API and metrics); any failure
+ * before serving exits 1 with one line naming what to change. Loaded by main.ts only after tracing
+ * has started, as it loads pg.
  * @public main.ts loads it with require(), which knip does not follow.
  */
 export async function serve(settings: Settings, logger: Logger): Promise<void> {
@@ -26,13 +26,20 @@ export async function serve(settings: Settings, logger: Logger): Promise<void> {
     fail(error, error instanceof StartupError ? error.message : `start-up failed: ${String(error)}`);
   }
   const db = await openDatabase(settings, logger);
+  let silenced;
   try {
     await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
+    // The embedded database has no standby to be warned of.
+    if (settings.db.hostname) silenced = await warningsProblem(db, settings.db);
   } catch (error) {
     await db.close().catch(() => undefined);
     const problem = settings.db.hostname ? databaseProblem(settings.db, error) : undefined;
     const hint = operatorHint(error);
     fail(error, problem ?? `migrations failed: ${errorFields(error).message}${hint ? ` (${hint})` : ''}`);
+  }
+  if (silenced) {
+    await db.close().catch(() => undefined);
+    fail(undefined, silenced);
   }
   let listening;
   try {

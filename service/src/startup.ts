@@ -1,4 +1,5 @@
 import { createServer } from 'node:net';
+import type { Database } from './db/connection';
 import { errorFields, isDatabaseUnavailable, operatorHint } from './db/errors';
 import type { Settings } from './settings';
 
@@ -91,4 +92,21 @@ export function databaseProblem(db: DatabaseSettings, error: unknown): string | 
       : `${server} could not be reached ${waited} (${message || String(code)}): check that it runs and that DB_HOSTNAME and DB_PORT name it, or raise DB_STARTUP_WAIT_SECONDS`;
   }
   return undefined;
+}
+
+/**
+ * The line for a server that would not send the service its warnings: client_min_messages at
+ * `error` (for the role, the database, or PGOPTIONS) silences the one PostgreSQL sends when a
+ * cancel ends a commit's wait for the synchronous standby, by which a change kept on the primary
+ * alone is told apart (db/deadline.ts), and such a change would then be acknowledged.
+ */
+export async function warningsProblem(
+  db: Database,
+  settings: Pick<Settings['db'], 'name' | 'username'>,
+): Promise<string | undefined> {
+  const [row] = await db.knex.select<{ level: string }[]>(
+    db.knex.raw("current_setting('client_min_messages') AS level"),
+  );
+  if (row?.level.toLowerCase() !== 'error') return undefined;
+  return `client_min_messages is error for DB_USERNAME=${settings.username} on DB_NAME=${settings.name}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below where it is set (ALTER ROLE ${settings.username} RESET client_min_messages, ALTER DATABASE ${settings.name} RESET client_min_messages, or PGOPTIONS)`;
 }

@@ -274,6 +274,25 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
   });
 });
 
+describeOnPostgres("The server's warnings", () => {
+  test('When client_min_messages is error for the database, then the start stops with one line naming the setting, as a commit left on the primary alone would be acknowledged', async () => {
+    const fresh = await freshDatabaseEnv();
+    const admin = postgresConnection();
+    await admin.raw(`ALTER DATABASE ?? SET client_min_messages = error`, [String(fresh.env.DB_NAME)]);
+    await admin.destroy();
+    const svc = spawnService(baseEnv(fresh.env));
+    const code = await svc.exited;
+    await fresh.drop();
+    expect(code).toBe(1);
+    expect(fatalMessages(svc)).toEqual([
+      expect.stringMatching(
+        /^client_min_messages is error for DB_USERNAME=\S+ on DB_NAME=sp_test\S*, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, .*RESET client_min_messages.*; not starting$/,
+      ),
+    ]);
+    expect(svc.stdout()).not.toContain('listening');
+  });
+});
+
 describe('Migrations at start-up', () => {
   test('When a migration fails, then the process exits non-zero and never listens', async () => {
     // A table already in the way makes the first migration fail.
