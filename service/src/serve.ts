@@ -26,20 +26,30 @@ export async function serve(settings: Settings, logger: Logger): Promise<void> {
     fail(error, error instanceof StartupError ? error.message : `start-up failed: ${String(error)}`);
   }
   const db = await openDatabase(settings, logger);
-  let silenced;
   try {
     await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
-    // The embedded database has no standby to be warned of.
-    if (settings.db.hostname) silenced = await warningsProblem(db, settings.db);
   } catch (error) {
     await db.close().catch(() => undefined);
     const problem = settings.db.hostname ? databaseProblem(settings.db, error) : undefined;
     const hint = operatorHint(error);
     fail(error, problem ?? `migrations failed: ${errorFields(error).message}${hint ? ` (${hint})` : ''}`);
   }
-  if (silenced) {
-    await db.close().catch(() => undefined);
-    fail(undefined, silenced);
+  // The embedded database has no standby to be warned of.
+  if (settings.db.hostname) {
+    let silenced: string | undefined;
+    try {
+      silenced = await warningsProblem(db, settings.db);
+    } catch (error) {
+      await db.close().catch(() => undefined);
+      fail(
+        error,
+        `client_min_messages could not be read on DB_NAME=${settings.db.name}: ${errorFields(error).message}`,
+      );
+    }
+    if (silenced) {
+      await db.close().catch(() => undefined);
+      fail(undefined, silenced);
+    }
   }
   let listening;
   try {

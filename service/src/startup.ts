@@ -94,19 +94,42 @@ export function databaseProblem(db: DatabaseSettings, error: unknown): string | 
   return undefined;
 }
 
+const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
+
+/** Where a setting pg_settings says came from `source` is reset. */
+function resetAt(source: string, settings: Pick<Settings['db'], 'name' | 'username'>): string {
+  const role = quoted(settings.username);
+  const database = quoted(settings.name);
+  switch (source) {
+    case 'user':
+      return `ALTER ROLE ${role} RESET client_min_messages`;
+    case 'database':
+      return `ALTER DATABASE ${database} RESET client_min_messages`;
+    case 'database user':
+      return `ALTER ROLE ${role} IN DATABASE ${database} RESET client_min_messages`;
+    case 'configuration file':
+      return 'ALTER SYSTEM RESET client_min_messages, or postgresql.conf, then reload';
+    case 'client':
+      return 'the options this process connects with (PGOPTIONS)';
+    default:
+      return `where it is set (${source})`;
+  }
+}
+
 /**
  * The line for a server that would not send the service its warnings: client_min_messages at
- * `error` (for the role, the database, or PGOPTIONS) silences the one PostgreSQL sends when a
- * cancel ends a commit's wait for the synchronous standby, by which a change kept on the primary
- * alone is told apart (db/deadline.ts), and such a change would then be acknowledged.
+ * `error` silences the one PostgreSQL sends when a cancel ends a commit's wait for the synchronous
+ * standby, by which a change kept on the primary alone is told apart (db/deadline.ts), and such a
+ * change would then be acknowledged. The line says where the setting comes from.
  */
 export async function warningsProblem(
   db: Database,
   settings: Pick<Settings['db'], 'name' | 'username'>,
 ): Promise<string | undefined> {
-  const [row] = await db.knex.select<{ level: string }[]>(
-    db.knex.raw("current_setting('client_min_messages') AS level"),
-  );
-  if (row?.level.toLowerCase() !== 'error') return undefined;
-  return `client_min_messages is error for DB_USERNAME=${settings.username} on DB_NAME=${settings.name}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below where it is set (ALTER ROLE ${settings.username} RESET client_min_messages, ALTER DATABASE ${settings.name} RESET client_min_messages, or PGOPTIONS)`;
+  const [row] = await db
+    .knex<{ setting: string; source: string }>('pg_settings')
+    .select('setting', 'source')
+    .where('name', 'client_min_messages');
+  if (row?.setting.toLowerCase() !== 'error') return undefined;
+  return `client_min_messages is error for DB_USERNAME=${settings.username} on DB_NAME=${settings.name}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below (${resetAt(row.source, settings)})`;
 }

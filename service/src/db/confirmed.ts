@@ -16,10 +16,12 @@ export function readConfirmed<T>(db: Database, read: (trx: Knex.Transaction) => 
 
 /**
  * Waits until the synchronous standby has all the primary has committed so far, for an answer that
- * something is gone (a post deleted, a vote withdrawn): the deletion, this caller's own retried,
- * may have stood on the primary alone. It locks the caller's own user row in a transaction of its
- * own, which writes to the WAL, as readConfirmed's reads do.
+ * something is gone (a post deleted, a vote withdrawn) or that an account stands: the change, this
+ * caller's own retried, may have stood on the primary alone. It locks the caller's own user row in
+ * a transaction of its own, which writes to the WAL, as readConfirmed's reads do. False when that
+ * row is gone: nothing was locked, so nothing was confirmed.
  */
-export async function confirmSoFar(db: Database, userId: number): Promise<void> {
-  await readConfirmed(db, (trx) => trx('users').select('id').where('id', userId).forKeyShare());
+export async function confirmSoFar(db: Database, userId: number): Promise<boolean> {
+  const rows = await readConfirmed(db, (trx) => trx('users').select('id').where('id', userId).forKeyShare());
+  return rows.length > 0;
 }

@@ -106,13 +106,13 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   );
 }
 
-/** A server that refuses this service's login (28000, 28P01) or has no DB_NAME (3D000): its settings. */
 /** deadline.ts's errors for a change whose fate is unknown: a commit on the primary alone, an answer lost. */
 const UNCONFIRMED = new Set(['CommitUnconfirmedError', 'ChangeInDoubtError']);
 
 /** True when the database may or may not keep what a statement did (db/deadline.ts). */
 export const isUnconfirmed = (error: unknown): boolean => UNCONFIRMED.has(errorFields(error).name);
 
+/** A server that refuses this service's login (28000, 28P01) or has no DB_NAME (3D000): its settings. */
 const LOGIN_REFUSED = new Set(['28000', '28P01', '3D000']);
 
 /**

@@ -18,8 +18,10 @@ export class ApiError extends Error {
     readonly detail: string,
     readonly extra: Record<string, unknown> = {},
     readonly headers: Record<string, string> = {},
+    /** What the database threw, when this answer stands for it: logged in its place. */
+    cause?: unknown,
   ) {
-    super(detail);
+    super(detail, cause === undefined ? undefined : { cause });
   }
 }
 
@@ -123,7 +125,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error: unknown, req, res, _next) => {
     const known = toApiError(error);
     if (!known || known.status >= 500) {
-      logger.error({ ...errorWithHint(error), reqId: req.id }, 'request failed');
+      const logged = error instanceof ApiError && error.cause !== undefined ? error.cause : error;
+      logger.error({ ...errorWithHint(logged), reqId: req.id }, 'request failed');
     }
     if (res.headersSent) {
       // Part of the answer is already out; ending the socket is the only honest signal left.

@@ -410,6 +410,8 @@ export type ConditionalOutcome<T> =
  * the post's row is locked first, so no other change, vote or edit, comes between the check and
  * `change`, and of two editors holding the same ETag only the first wins. A post the caller cannot
  * see is `missing`, one they see but do not own `not-owner`; `change` runs in the same transaction.
+ * The lock writes to the WAL, so even a 412 comes after a commit that waited for the synchronous
+ * standby: what moved the tag (this caller's own change, resent after a 503) is confirmed by then.
  */
 export async function conditionalChange<T>(
   db: Database,

@@ -45,24 +45,27 @@ const tokenSchema = Joi.object<Token, true>({
   .unknown()
   .meta({ className: 'Token' });
 
-/** A login whose account the synchronous standby may not have yet: no token names it until it does. */
-const accountUnconfirmed = new ApiError(
-  503,
-  'The database has not confirmed this account yet; try again shortly',
-  {},
-  { 'Retry-After': '1' },
-);
+/** An unknown e-mail and a wrong password alike. */
+const invalidCredentials = (): ApiError => new ApiError(403, 'Invalid Credentials');
 
 /**
- * Returns once the synchronous standby has the account `id` (confirmSoFar). A token names its
- * account by id alone: a registration whose commit a cancel left on the primary alone would be lost
- * in a failover, its id then given to the next account registered, which the token would act as.
+ * Whether the account `id` stands, once the synchronous standby has it (confirmSoFar): a token
+ * names its account by id alone, and an account whose registration a cancel left on the primary
+ * alone may be lost in a failover, its id then given to the next account registered, which the
+ * token would act as. While no standby confirms, no login gets a token: 503.
  */
-async function accountConfirmed(db: Database, id: number): Promise<void> {
+async function accountStands(db: Database, id: number): Promise<boolean> {
   try {
-    await confirmSoFar(db, id);
+    return await confirmSoFar(db, id);
   } catch (error) {
-    throw isUnconfirmed(error) ? accountUnconfirmed : error;
+    if (!isUnconfirmed(error)) throw error;
+    throw new ApiError(
+      503,
+      'The database cannot confirm the account right now; try again shortly',
+      {},
+      { 'Retry-After': '1' },
+      error,
+    );
   }
 }
 
@@ -101,12 +104,13 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       // Registration refuses what bcrypt would not compare in full, so such a password never matches.
       const comparable = bcryptComparable(form.password);
       const matches = await compare(form.password, user?.password ?? (await dummyHash));
-      if (!user || !matches || !comparable) throw new ApiError(403, 'Invalid Credentials');
+      if (!user || !matches || !comparable) throw invalidCredentials();
       // A hash made at another cost is made again at this one: until it is, a wrong password for
       // this account takes that cost's time, which tells it apart from an unknown e-mail.
       if (bcrypt.getRounds(user.password) !== options.bcryptRounds)
         await replacePasswordHash(db, user.id, user.password, await hash(form.password));
-      await accountConfirmed(db, user.id);
+      // Deleted since the look-up: no account for the token to name.
+      if (!(await accountStands(db, user.id))) throw invalidCredentials();
       sendJson(res, {
         access_token: signAccessToken(
           user.id,
@@ -178,7 +182,7 @@ export const usersDocs = {
  *       wrong password get the same 403 after the same work, so e-mails cannot be probed (a
  *       password hashed before BCRYPT_ROUNDS changed is hashed again at its next login). A token
  *       names its account by id, so none is issued until the synchronous standby has the account:
- *       after a registration answered 503, a login may be 503 too until it does. Only this
+ *       after a registration answered 503, and whenever no standby confirms, a login is 503. Only this
  *       exact path answers; the proxy rate-limits it (10 a minute per client address, shared with
  *       `/users/`).
  *     requestBody:
