@@ -52,10 +52,12 @@ const invalidCredentials = (): ApiError => new ApiError(403, 'Invalid Credential
  * Whether the account `id` stands, once the synchronous standby has it (confirmSoFar): a token
  * names its account by id alone, and an account whose registration a cancel left on the primary
  * alone may be lost in a failover, its id then given to the next account registered, which the
- * token would act as. While no standby confirms, no login gets a token: 503.
+ * token would act as. While no standby confirms, no login gets a token: 503. `rehash`, a write
+ * the login makes first, waits for the standby too, and its 503 is the same.
  */
-async function accountStands(db: Database, id: number): Promise<boolean> {
+async function accountStands(db: Database, id: number, rehash?: () => Promise<void>): Promise<boolean> {
   try {
+    await rehash?.();
     return await confirmSoFar(db, id);
   } catch (error) {
     if (!isUnconfirmed(error)) throw error;
@@ -107,10 +109,12 @@ export function usersRoutes(router: Router, db: Database, options: UsersOptions)
       if (!user || !matches || !comparable) throw invalidCredentials();
       // A hash made at another cost is made again at this one: until it is, a wrong password for
       // this account takes that cost's time, which tells it apart from an unknown e-mail.
-      if (bcrypt.getRounds(user.password) !== options.bcryptRounds)
-        await replacePasswordHash(db, user.id, user.password, await hash(form.password));
+      const rehash =
+        bcrypt.getRounds(user.password) === options.bcryptRounds
+          ? undefined
+          : async () => replacePasswordHash(db, user.id, user.password, await hash(form.password));
       // Deleted since the look-up: no account for the token to name.
-      if (!(await accountStands(db, user.id))) throw invalidCredentials();
+      if (!(await accountStands(db, user.id, rehash))) throw invalidCredentials();
       sendJson(res, {
         access_token: signAccessToken(
           user.id,
