@@ -26,39 +26,37 @@ export async function serve(settings: Settings, logger: Logger): Promise<void> {
     fail(error, error instanceof StartupError ? error.message : `start-up failed: ${String(error)}`);
   }
   const db = await openDatabase(settings, logger);
+  const closeAndFail = async (error: unknown, line: string): Promise<never> => {
+    await db.close().catch(() => undefined);
+    fail(error, line);
+  };
   try {
     await migrateWhenReachable(db, logger, settings.db.startupWaitSeconds * 1000);
   } catch (error) {
-    await db.close().catch(() => undefined);
     const problem = settings.db.hostname ? databaseProblem(settings.db, error) : undefined;
     const hint = operatorHint(error);
-    fail(error, problem ?? `migrations failed: ${errorFields(error).message}${hint ? ` (${hint})` : ''}`);
+    return closeAndFail(
+      error,
+      problem ?? `migrations failed: ${errorFields(error).message}${hint ? ` (${hint})` : ''}`,
+    );
   }
   // The embedded database has no standby to be warned of.
-  if (settings.db.hostname) {
-    let silenced: string | undefined;
-    try {
-      silenced = await warningsProblem(db, settings.db);
-    } catch (error) {
-      await db.close().catch(() => undefined);
-      fail(
-        error,
-        `client_min_messages could not be read on DB_NAME=${settings.db.name}: ${errorFields(error).message}`,
-      );
-    }
-    if (silenced) {
-      await db.close().catch(() => undefined);
-      fail(undefined, silenced);
-    }
-  }
+  const silenced = settings.db.hostname
+    ? await warningsProblem(db, settings.db).catch((error: unknown) =>
+        closeAndFail(
+          error,
+          `client_min_messages could not be read on DB_NAME=${settings.db.name}: ${errorFields(error).message}`,
+        ),
+      )
+    : undefined;
+  if (silenced) return closeAndFail(undefined, silenced);
   let listening;
   try {
     listening = await startServer(settings, db, logger);
   } catch (error) {
     const problem = listenProblem(settings, error);
     if (!problem) throw error;
-    await db.close().catch(() => undefined);
-    fail(error, problem);
+    return closeAndFail(error, problem);
   }
   const { port, metricsPort } = listening;
   logger.info(

@@ -278,24 +278,21 @@ describeOnPostgres("The server's warnings", () => {
   test('When client_min_messages is error for the database, then the start stops with one line naming the setting and how to reset it, as a commit left on the primary alone would be acknowledged', async () => {
     const fresh = await freshDatabaseEnv();
     const admin = postgresConnection();
-    const svc = await (async () => {
-      try {
-        await admin.raw('ALTER DATABASE ?? SET client_min_messages = error', [String(fresh.env.DB_NAME)]);
-        const started = spawnService(baseEnv(fresh.env));
-        // Started, it would serve until stopped: the wait ends either way.
-        const code = await Promise.race([started.exited, sleep(20_000).then(() => 'still running')]);
-        return { started, code };
-      } finally {
-        await admin.destroy();
-      }
-    })();
-    await svc.started.stop();
+    try {
+      await admin.raw('ALTER DATABASE ?? SET client_min_messages = error', [String(fresh.env.DB_NAME)]);
+    } finally {
+      await admin.destroy();
+    }
+    const svc = spawnService(baseEnv(fresh.env));
+    // Started, it would serve until stopped: the wait ends either way.
+    const code = await Promise.race([svc.exited, sleep(20_000).then(() => 'still running')]);
+    await svc.stop();
     await fresh.drop();
-    expect(svc.code).toBe(1);
-    expect(fatalMessages(svc.started)).toEqual([
+    expect(code).toBe(1);
+    expect(fatalMessages(svc)).toEqual([
       `client_min_messages is error for DB_USERNAME=postgres on DB_NAME=${String(fresh.env.DB_NAME)}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below (ALTER DATABASE "${String(fresh.env.DB_NAME)}" RESET client_min_messages); not starting`,
     ]);
-    expect(svc.started.stdout()).not.toContain('listening');
+    expect(svc.stdout()).not.toContain('listening');
   });
 });
 
