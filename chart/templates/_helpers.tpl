@@ -363,8 +363,9 @@ Guards across values, which values.schema.json cannot express.
 {{- if and .Values.cnpg.enabled (has $syncCommit (list "off" "false" "no" "0")) }}
 {{- fail (printf "cnpg.cluster.parameters.synchronous_commit %q acknowledges a commit before the primary's disk has it, so a crash loses it; leave it unset (on), or remote_write or remote_apply" $syncCommit) }}
 {{- end }}
-{{- if and .Values.cnpg.enabled (eq $syncCommit "local") (gt (int .Values.cnpg.cluster.instances) 1) (eq .Values.cnpg.cluster.synchronous.dataDurability "required") }}
-{{- fail "cnpg.cluster.parameters.synchronous_commit \"local\" acknowledges a commit before a standby has it, so a failover loses it although cnpg.cluster.synchronous.dataDurability is required; leave it unset (on), or remote_write or remote_apply" }}
+{{- /* With preferred durability too: while a standby is there, local skips the wait for it, and the service refuses to start. */}}
+{{- if and .Values.cnpg.enabled (eq $syncCommit "local") (gt (int .Values.cnpg.cluster.instances) 1) }}
+{{- fail "cnpg.cluster.parameters.synchronous_commit \"local\" acknowledges a commit before a standby has it, so a failover loses it, and the service does not start with it; leave it unset (on), or remote_write or remote_apply" }}
 {{- end }}
 {{- if hasKey .Values.cnpg.cluster.parameters "max_connections" }}
 {{- fail "cnpg.cluster.parameters.max_connections: set cnpg.cluster.maxConnections, which the connection budget checks" }}

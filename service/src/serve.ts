@@ -4,10 +4,10 @@ import { migrateWhenReachable } from './db/migrator';
 import type { Logger } from './logger';
 import { startServer } from './server';
 import type { Settings } from './settings';
-import { checkPorts, databaseProblem, listenProblem, StartupError, warningsProblem } from './startup';
+import { checkPorts, databaseProblem, listenProblem, StartupError, durabilityProblem } from './startup';
 
 /**
- * Ports → database → migrations → the server's warnings → listen (API and metrics); any failure
+ * Ports → database → migrations → the server's durability settings → listen (API and metrics); any failure
  * before serving exits 1 with one line naming what to change. Loaded by main.ts only after tracing
  * has started, as it loads pg.
  * @public main.ts loads it with require(), which knip does not follow.
@@ -40,16 +40,16 @@ export async function serve(settings: Settings, logger: Logger): Promise<void> {
       problem ?? `migrations failed: ${errorFields(error).message}${hint ? ` (${hint})` : ''}`,
     );
   }
-  // The embedded database has no standby to be warned of.
-  const silenced = settings.db.hostname
-    ? await warningsProblem(db, settings.db).catch((error: unknown) =>
+  // The embedded database has no standby, and its settings are this process's own.
+  const unsafe = settings.db.hostname
+    ? await durabilityProblem(db, settings.db).catch((error: unknown) =>
         closeAndFail(
           error,
-          `client_min_messages could not be read on DB_NAME=${settings.db.name}: ${errorFields(error).message}`,
+          `the server's settings (pg_settings) could not be read on DB_NAME=${settings.db.name}: ${errorFields(error).message}`,
         ),
       )
     : undefined;
-  if (silenced) return closeAndFail(undefined, silenced);
+  if (unsafe) return closeAndFail(undefined, unsafe);
   let listening;
   try {
     listening = await startServer(settings, db, logger);

@@ -96,19 +96,19 @@ export function databaseProblem(db: DatabaseSettings, error: unknown): string | 
 
 const quoted = (name: string): string => `"${name.replaceAll('"', '""')}"`;
 
-/** Where a setting pg_settings says came from `source` is reset. */
-function resetAt(source: string, settings: Pick<Settings['db'], 'name' | 'username'>): string {
+/** Where `name`, which pg_settings says came from `source`, is reset. */
+function resetAt(name: string, source: string, settings: Pick<Settings['db'], 'name' | 'username'>): string {
   const role = quoted(settings.username);
   const database = quoted(settings.name);
   switch (source) {
     case 'user':
-      return `ALTER ROLE ${role} RESET client_min_messages`;
+      return `ALTER ROLE ${role} RESET ${name}`;
     case 'database':
-      return `ALTER DATABASE ${database} RESET client_min_messages`;
+      return `ALTER DATABASE ${database} RESET ${name}`;
     case 'database user':
-      return `ALTER ROLE ${role} IN DATABASE ${database} RESET client_min_messages`;
+      return `ALTER ROLE ${role} IN DATABASE ${database} RESET ${name}`;
     case 'configuration file':
-      return 'ALTER SYSTEM RESET client_min_messages, or postgresql.conf, then reload';
+      return `ALTER SYSTEM RESET ${name}, or postgresql.conf, then reload`;
     case 'client':
       return 'the options this process connects with (PGOPTIONS)';
     default:
@@ -116,20 +116,49 @@ function resetAt(source: string, settings: Pick<Settings['db'], 'name' | 'userna
   }
 }
 
+interface ServerSetting {
+  name: string;
+  setting: string;
+  source: string;
+}
+
+/** What each setting the service depends on must not be, and why: the rest of its line. */
+const UNSAFE: Record<string, (value: string, all: Map<string, ServerSetting>) => string | undefined> = {
+  // It silences the warning by which a commit kept on the primary alone is told apart (db/deadline.ts).
+  client_min_messages: (value) =>
+    value === 'error'
+      ? "which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below"
+      : undefined,
+  synchronous_commit: (value, all) => {
+    if (value === 'off')
+      return "which acknowledges a commit before the primary's disk has it, so a crash would lose an acknowledged change: set it to on (or remote_write, remote_apply)";
+    // Where no standby is named, local is what on does; where one is, it skips the wait for it.
+    if (value === 'local' && all.get('synchronous_standby_names')?.setting)
+      return 'which acknowledges a commit before the synchronous standby the server names (synchronous_standby_names) has it, so a failover would lose an acknowledged change: set it to on (or remote_write, remote_apply)';
+    return undefined;
+  },
+};
+
 /**
- * The line for a server that would not send the service its warnings: client_min_messages at
- * `error` silences the one PostgreSQL sends when a cancel ends a commit's wait for the synchronous
- * standby, by which a change kept on the primary alone is told apart (db/deadline.ts), and such a
- * change would then be acknowledged. The line says where the setting comes from.
+ * The line for a server whose settings for the service's role and database would have it
+ * acknowledge a change the database can lose: commits that wait for no standby (synchronous_commit),
+ * or that hide the warning when their wait is cut short (client_min_messages). The line says where
+ * the setting comes from and how to reset it there.
  */
-export async function warningsProblem(
+export async function durabilityProblem(
   db: Database,
   settings: Pick<Settings['db'], 'name' | 'username'>,
 ): Promise<string | undefined> {
-  const [row] = await db
-    .knex<{ setting: string; source: string }>('pg_settings')
-    .select('setting', 'source')
-    .where('name', 'client_min_messages');
-  if (row?.setting.toLowerCase() !== 'error') return undefined;
-  return `client_min_messages is error for DB_USERNAME=${settings.username} on DB_NAME=${settings.name}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below (${resetAt(row.source, settings)})`;
+  const rows = await db
+    .knex<ServerSetting>('pg_settings')
+    .select('name', 'setting', 'source')
+    .whereIn('name', [...Object.keys(UNSAFE), 'synchronous_standby_names']);
+  const all = new Map(rows.map((row) => [row.name, row]));
+  for (const [name, unsafe] of Object.entries(UNSAFE)) {
+    const row = all.get(name);
+    const why = row && unsafe(row.setting.toLowerCase(), all);
+    if (row && why)
+      return `${name} is ${row.setting} for DB_USERNAME=${settings.username} on DB_NAME=${settings.name}, ${why} (${resetAt(name, row.source, settings)})`;
+  }
+  return undefined;
 }

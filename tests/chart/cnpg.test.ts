@@ -388,6 +388,14 @@ describe('CloudNativePG: values that cannot work fail the render with one line',
       'cnpg.cluster.parameters.synchronous_commit "local" acknowledges a commit before a standby has it',
     ],
     [
+      'commits return before a standby has them, where writes go on without one',
+      {
+        set: { 'cnpg.cluster.synchronous.dataDurability': 'preferred' },
+        setString: { 'cnpg.cluster.parameters.synchronous_commit': 'local' },
+      },
+      'cnpg.cluster.parameters.synchronous_commit "local" acknowledges a commit before a standby has it',
+    ],
+    [
       'commits return before the disk has them',
       { setString: { 'cnpg.cluster.parameters.synchronous_commit': 'off' } },
       'cnpg.cluster.parameters.synchronous_commit "off" acknowledges a commit before the primary\'s disk has it',

@@ -9,12 +9,15 @@ import { Relay } from '../../tools/harness/relay';
 import { detailOf } from '../../tools/harness/problem';
 import { pollUntil } from '../../tools/harness/poll';
 import { queryServer } from '../../tools/harness/postgres';
+import { serviceEnv } from '../../tools/harness/env';
+import { spawnScript } from '../../tools/harness/service';
 import {
   account,
   call,
   isProblem,
   OwnPostgres,
   report,
+  sleep,
   startOn,
   stopAllServices,
   vote,
@@ -101,8 +104,12 @@ test("When a statement of a change's transaction answers just past its deadline 
 
 const MAY_OR_MAY_NOT_STAND = /may or may not stand/;
 
-/** The cases whose first request registers the account they then log in to. */
-const LOGINS = new Set(['login', 'rehash']);
+/** The cases whose first request is another: the registration of the account they log in to, the post's deletion. */
+const FIRST: Record<string, string> = {
+  login: 'registration',
+  rehash: 'registration',
+  voteOnDeleted: 'deletion',
+};
 
 /** A 503 whose detail says what `detail` does: by default, that the change may or may not stand. */
 const mayOrMayNotStand = (answer: Answer, detail = MAY_OR_MAY_NOT_STAND) => {
@@ -147,6 +154,8 @@ test.each([
   ['a withdrawal sent again', 'withdrawal', MAY_OR_MAY_NOT_STAND, 404],
   ['an edit sent again with the ETag read back', 'edit', MAY_OR_MAY_NOT_STAND, 200],
   ['an edit sent again with its first ETag', 'resent', MAY_OR_MAY_NOT_STAND, 412],
+  // The post gone may be the owner's own deletion, which a failover would bring back.
+  ['a vote on the post after its deletion', 'voteOnDeleted', MAY_OR_MAY_NOT_STAND, 404],
   // No token names an account that a failover would lose, its id then another's.
   ['a login after the registration', 'login', /cannot confirm the account/, 200],
   [
@@ -190,6 +199,7 @@ test.each([
           headers: { 'Idempotency-Key': 'retried-once' },
         }),
       vote: () => vote(svc.base, token, postId, 1),
+      voteOnDeleted: () => vote(svc.base, token, postId, 1),
       registration: () => call(svc.base, '/users/', { json: credentials }),
       deletion: () => call(svc.base, `/posts/${String(postId)}`, { method: 'DELETE', token }),
       withdrawal: () => vote(svc.base, token, postId, 0),
@@ -200,8 +210,7 @@ test.each([
       rehash: () => logIn(rehasher),
     };
     const request = send[name] as () => Promise<Answer>;
-    // A login's first request is the registration of the account it logs in to.
-    const firstRequest = LOGINS.has(name) ? (send.registration as () => Promise<Answer>) : request;
+    const firstRequest = send[FIRST[name] ?? name] as () => Promise<Answer>;
     const [first, retried] = await whileNoStandbyConfirms(async () => [
       await firstRequest(),
       await request(),
@@ -218,3 +227,30 @@ test.each([
     expect(afterwards.status).toBe(confirmed);
   },
 );
+
+test('When synchronous_commit is local for the database, then the service starts while the server names no synchronous standby (local is then what on does), and does not while it names one: it would acknowledge commits no standby has', async () => {
+  await queryServer(own.port, 'postgres', 'CREATE DATABASE local_commits');
+  await queryServer(own.port, 'postgres', 'ALTER DATABASE local_commits SET synchronous_commit = local');
+  const alone = await startOn(own.port, 'local_commits');
+  await alone.stop();
+  // Its commits skip the wait, so the migrations go through and the settings are read.
+  const svc = await whileNoStandbyConfirms(async () => {
+    const started = spawnScript(
+      'service/src/main.ts',
+      serviceEnv({
+        DB_HOSTNAME: '127.0.0.1',
+        DB_PORT: String(own.port),
+        DB_NAME: 'local_commits',
+        LOG_LEVEL: 'info',
+      }),
+    );
+    await Promise.race([started.exited, sleep(30_000)]);
+    await started.stop();
+    return started;
+  });
+  await queryServer(own.port, 'postgres', 'DROP DATABASE local_commits');
+  expect(await svc.exited).toBe(1);
+  expect(svc.lines.filter((line) => line.level === 60).map((line) => line.msg)).toEqual([
+    'synchronous_commit is local for DB_USERNAME=postgres on DB_NAME=local_commits, which acknowledges a commit before the synchronous standby the server names (synchronous_standby_names) has it, so a failover would lose an acknowledged change: set it to on (or remote_write, remote_apply) (ALTER DATABASE "local_commits" RESET synchronous_commit); not starting',
+  ]);
+});

@@ -274,26 +274,42 @@ describeOnPostgres('Waiting for the database at start-up (DB_STARTUP_WAIT_SECOND
   });
 });
 
-describeOnPostgres("The server's warnings", () => {
-  test('When client_min_messages is error for the database, then the start stops with one line naming the setting and how to reset it, as a commit left on the primary alone would be acknowledged', async () => {
-    const fresh = await freshDatabaseEnv();
-    const admin = postgresConnection();
-    try {
-      await admin.raw('ALTER DATABASE ?? SET client_min_messages = error', [String(fresh.env.DB_NAME)]);
-    } finally {
-      await admin.destroy();
-    }
-    const svc = spawnService(baseEnv(fresh.env));
-    // Started, it would serve until stopped: the wait ends either way.
-    const code = await Promise.race([svc.exited, sleep(20_000).then(() => 'still running')]);
-    await svc.stop();
-    await fresh.drop();
-    expect(code).toBe(1);
-    expect(fatalMessages(svc)).toEqual([
-      `client_min_messages is error for DB_USERNAME=postgres on DB_NAME=${String(fresh.env.DB_NAME)}, which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below (ALTER DATABASE "${String(fresh.env.DB_NAME)}" RESET client_min_messages); not starting`,
-    ]);
-    expect(svc.stdout()).not.toContain('listening');
-  });
+describeOnPostgres("The server's durability settings", () => {
+  // Either would have the service acknowledge a change the database can lose.
+  test.each([
+    [
+      'client_min_messages',
+      'error',
+      "which hides the warning PostgreSQL sends when a commit's wait for a synchronous standby is cut short, so such a change would be acknowledged: set it to warning or below",
+    ],
+    [
+      'synchronous_commit',
+      'off',
+      "which acknowledges a commit before the primary's disk has it, so a crash would lose an acknowledged change: set it to on (or remote_write, remote_apply)",
+    ],
+  ])(
+    'When %s is %s for the database, then the start stops with one line naming the setting and how to reset it',
+    async (name, value, why) => {
+      const fresh = await freshDatabaseEnv();
+      const database = String(fresh.env.DB_NAME);
+      const admin = postgresConnection();
+      try {
+        await admin.raw(`ALTER DATABASE ?? SET ${name} = ${value}`, [database]);
+      } finally {
+        await admin.destroy();
+      }
+      const svc = spawnService(baseEnv(fresh.env));
+      // Started, it would serve until stopped: the wait ends either way.
+      const code = await Promise.race([svc.exited, sleep(20_000).then(() => 'still running')]);
+      await svc.stop();
+      await fresh.drop();
+      expect(code).toBe(1);
+      expect(fatalMessages(svc)).toEqual([
+        `${name} is ${value} for DB_USERNAME=postgres on DB_NAME=${database}, ${why} (ALTER DATABASE "${database}" RESET ${name}); not starting`,
+      ]);
+      expect(svc.stdout()).not.toContain('listening');
+    },
+  );
 });
 
 describe('Migrations at start-up', () => {

@@ -1,4 +1,5 @@
 import type { Router } from 'express';
+import { confirmSoFar } from '../db/confirmed';
 import type { Database } from '../db/connection';
 import { unknownCaller, type Authentication, type Identified } from '../http/auth';
 import { jsonBody } from '../http/body';
@@ -33,8 +34,12 @@ export function votesRoutes(
       const me = auth.caller(req);
       const userId = me.user.id;
       // The caller's deletion since the look-up takes their drafts and votes with it: each 404 and
-      // 409 below is 401 if their user is gone (unlessGone), a query only on those answers.
-      const missingPost = () => me.unlessGone(postNotFound(vote.post_id));
+      // 409 below is 401 if their user is gone (unlessGone), a query only on those answers. A post
+      // gone may be the caller's own deletion on the primary alone: said once the standby has it.
+      const missingPost = async () => {
+        await confirmSoFar(db, userId);
+        return me.unlessGone(postNotFound(vote.post_id));
+      };
 
       if (vote.dir === 1) {
         // A post the caller cannot read cannot be voted on either: the insert itself asks, and
