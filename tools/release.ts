@@ -8,7 +8,8 @@
  * `release.json` in the output folder records versions, commit and digests; `--record` writes the
  * digests under the version's record line of the changelog. Image and SBOMs go with the login
  * podman and skopeo read, the chart with helm's. Before anything is built or pushed it refuses
- * (releaseRefusals) a tree whose versions are out of step or whose changes are not committed, a
+ * (releaseRefusals) a tree whose versions are out of step, whose service or chart changed since the
+ * newest recorded release without a new version, or whose changes are not committed, a
  * key helm cannot sign with, a version whose image or chart is published already, and a repository
  * that would not take the push with its tool's login; `--check --registry …` runs those checks alone.
  * A version whose image went out without its chart (an interrupted release) it completes, if that
@@ -22,7 +23,13 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseDocument } from 'yaml';
 import { build, commandLine, engine, IMAGE } from './container';
-import { parseChangelog, treeVersions, versionProblems } from './harness/releases';
+import {
+  changelogProblems,
+  changeProblems,
+  parseChangelog,
+  treeVersions,
+  versionProblems,
+} from './harness/releases';
 import { repoRoot } from './node-release';
 import { IMAGE_SBOM_FILE, imageSbom } from './image-sbom';
 import { pushRefusal, registryFetch, registrySession } from './registry-login';
@@ -290,6 +297,9 @@ export async function releaseRefusals(
 ): Promise<string[]> {
   const problems = versionProblems(root).filter((problem) => !problem.includes('is not in this clone'));
   if (!options.throwaway) {
+    // The tree as CI's release checks hold it: no service or chart change since the newest recorded
+    // release without a version past it, which would go out under that release's version.
+    problems.push(...changelogProblems(root), ...changeProblems(root));
     const { unreleased } = parseChangelog(readFileSync(path.join(root, 'CHANGELOG.md'), 'utf8'));
     const [first, ...more] = unreleased;
     if (first !== undefined)

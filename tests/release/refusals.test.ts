@@ -104,7 +104,7 @@ describe('What a release refuses before pushing anything', () => {
     expect(await tags('chart-there/social-posts')).toEqual([]);
   });
 
-  it('When the changelog lists changes under Unreleased, or the tree has changes that are not committed, then the release is refused naming each; once named in a release and committed, it is not', async () => {
+  it('When the changelog lists changes under Unreleased, the tree has changes that are not committed, or the service changed since the commit its version was recorded as cut from, then the release is refused naming each; once named in a release and committed, it is not', async () => {
     const clone = path.join(work, 'clone');
     execFileSync('git', ['clone', '-q', '--shared', root, clone]);
     const changelog = path.join(clone, 'CHANGELOG.md');
@@ -141,6 +141,19 @@ describe('What a release refuses before pushing anything', () => {
     writeFileSync(file, `${readFileSync(file, 'utf8')}\n// an edit\n`);
     expect(await releaseRefusals(options, clone)).toEqual([
       expect.stringMatching(/changes that are not committed \(.*service\/src\/app\.ts/),
+    ]);
+
+    // This version recorded as cut from the commit before the edit, then the edit committed: the
+    // edit would go out under that version.
+    const { app } = treeVersions(clone);
+    const cut = execFileSync('git', ['-C', clone, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
+    commit(readFileSync(changelog, 'utf8').replace(/(\nChart [^ ]+ · commit )pending\n/, `$1${cut}\n`));
+    expect(await releaseRefusals(options, clone)).toEqual([
+      expect.stringMatching(
+        new RegExp(
+          `^the service changed since ${app} .*package\\.json is still ${app}.*service/src/app\\.ts`,
+        ),
+      ),
     ]);
   });
 });
