@@ -5,7 +5,8 @@ import { account, call, report, sleep, startOn, statusCounts, stopAllServices } 
 /**
  * A standby of DB_READ_HOSTNAME promoted while the primary at DB_HOSTNAME goes on taking writes (a
  * promotion without fencing the old primary): it has none of the writes acknowledged since, so no
- * anonymous feed page past DB_READ_MAX_LAG_MS may come from it.
+ * anonymous feed page past DB_READ_MAX_LAG_MS may come from it, even once its own WAL runs past the
+ * primary's position.
  */
 const MAX_LAG_MS = 1000;
 
@@ -30,6 +31,10 @@ test('When the standby the anonymous feed is read from is promoted while writes 
   const before = await call(api.base, '/posts/public?limit=100');
   expect(before.status).toBe(200);
   await cluster.query(promoted, 'SELECT pg_promote()');
+  // Writes of its own and a finished segment (as archive_timeout makes one) put its WAL position
+  // past the primary's, on a history of its own: positions alone would call it fresh.
+  await cluster.query(promoted, 'CREATE TABLE split_off (x int)');
+  await cluster.query(promoted, 'SELECT pg_switch_wal()');
   const written: number[] = [];
   for (let i = 0; i < 5; i++) {
     const answer = await call(api.base, '/posts/', {

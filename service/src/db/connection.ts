@@ -364,9 +364,15 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
   // Half the probe's time per try, with no grace: a connection that went silent (its node lost
   // without a reset) is dropped at once and the second try opens a new one, in time to answer.
   const probes = postgresPool(db, logger, 1, DATABASE_CHECK_TIMEOUT_MS / 2, 0);
-  const runner = (pool: Knex) =>
+  const runner = (pool: Knex, graceMs = CANCEL_GRACE_MS) =>
     statementRunner(pool, postgresSend(db.preparedStatements), (connection, send, sql) =>
-      budgetedStatement(connection as unknown as DeadlineConnection, db.statementTimeoutMs, sql, send),
+      budgetedStatement(
+        connection as unknown as DeadlineConnection,
+        db.statementTimeoutMs,
+        sql,
+        send,
+        graceMs,
+      ),
     );
   const run = runner(instance);
   const reads = readRouter({
@@ -374,15 +380,18 @@ function openPostgres(db: DatabaseConfig, logger: Logger): Database {
     positionKnex: probes,
     maxLagMs: db.readMaxLagMs,
     logger,
-    // Each standby endpoint a pool of its own, as the primary's but for its host.
+    // Each standby endpoint a pool of its own, as the primary's but for its host. A read past its
+    // share is dropped with its connection at once, as the probes' are: waiting out a cancel's grace
+    // on standbys that went silent would spend the budget the primary's read needs after them.
     standbys: db.readHosts.map(({ host, port }) => {
       const pool = postgresPool(
         { ...db, hostname: host, port },
         logger,
         db.readPoolMax,
         db.statementTimeoutMs,
+        0,
       );
-      return { name: `${host}:${String(port)}`, knex: pool, run: runner(pool) };
+      return { name: `${host}:${String(port)}`, knex: pool, run: runner(pool, 0) };
     }),
   });
   return {

@@ -63,13 +63,17 @@ export class PrimaryPositions {
   private readonly seen: Seen[] = [];
   /** Whether the last attempt to read the position failed (the primary unreachable, or a standby there). */
   unreachable = false;
+  /** The primary's timeline (hex, as in WAL file names): positions compare only within one history. */
+  timeline = '';
 
-  record(lsn: bigint, at: number): void {
+  record(lsn: bigint, at: number, timeline = this.timeline): void {
     const last = this.seen.at(-1);
-    if (last && last.lsn === lsn) last.last = at;
-    else if (!last || lsn > last.lsn) this.seen.push({ lsn, first: at, last: at });
+    const sameHistory = timeline === this.timeline;
+    this.timeline = timeline;
+    if (sameHistory && last && last.lsn === lsn) last.last = at;
+    else if (sameHistory && (!last || lsn > last.lsn)) this.seen.push({ lsn, first: at, last: at });
     else {
-      // A lower position: a new primary promoted from a standby that had less. Start again from it.
+      // A lower position or another timeline: a new primary, promoted from a standby. Start again from it.
       this.seen.length = 0;
       this.seen.push({ lsn, first: at, last: at });
     }
@@ -127,10 +131,11 @@ interface StandbyState {
   lagMs: number | undefined;
 }
 
-/** The parameters carrying the least replay position, and whether it is only the last one seen. */
+/** The parameters carrying the least replay position, the primary's timeline, and whether the position is only the last one seen. */
 interface GuardParams {
   standbyLeast: string;
   primaryLost: boolean;
+  primaryTimeline: string;
 }
 
 /**
@@ -141,8 +146,11 @@ interface GuardParams {
  * cannot be read, which a pooler whose server connections are all busy causes as well as a failover,
  * a standby serves only if it has lost its primary too (no WAL receiver connected) and has replayed
  * all it received: one still streaming may lack writes acknowledged since the last position seen.
- * A promoted one must have reached the position too: promoted while the primary at DB_HOSTNAME goes
- * on taking writes, it has none of them.
+ * While the primary's position is known, a standby serves only while it streams (a WAL receiver
+ * connected): one that has stopped may hold WAL of a history the primary left (a failover's other
+ * standby, ahead of the one promoted). A promoted one must be on the primary's timeline and have
+ * reached its position: promoted while the primary at DB_HOSTNAME goes on taking writes, it has
+ * none of them, and its own WAL soon runs past that position on a history of its own.
  */
 function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardParams> {
   const compiled = new WeakMap<Knex, { text: string; values: (params: P & GuardParams) => unknown[] }>();
@@ -156,11 +164,17 @@ function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardPara
       const made = {
         text:
           `SELECT g.standby_fresh, q.* FROM (SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn ` +
-          `AND (NOT $${String(slot + 1)}::boolean OR (pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
-          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver))) ` +
-          `ELSE $${String(slot + 1)}::boolean OR pg_current_wal_lsn() >= $${String(slot)}::pg_lsn END) AS standby_fresh) g ` +
+          `AND (CASE WHEN $${String(slot + 1)}::boolean THEN pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
+          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver) ELSE EXISTS (SELECT FROM pg_stat_wal_receiver) END) ` +
+          `ELSE $${String(slot + 1)}::boolean OR (pg_current_wal_lsn() >= $${String(slot)}::pg_lsn ` +
+          `AND substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) = $${String(slot + 2)}::text) END) AS standby_fresh) g ` +
           `LEFT JOIN LATERAL (SELECT true AS standby_row, o.* FROM (${text}) o WHERE g.standby_fresh OFFSET 0) q ON true`,
-        values: (params: P & GuardParams) => [...values(params), params.standbyLeast, params.primaryLost],
+        values: (params: P & GuardParams) => [
+          ...values(params),
+          params.standbyLeast,
+          params.primaryLost,
+          params.primaryTimeline,
+        ],
       };
       compiled.set(knex, made);
       return made;
@@ -195,12 +209,12 @@ export interface ReadRouterOptions {
 async function readPosition(positionKnex: Knex, positions: PrimaryPositions, logger: Logger): Promise<void> {
   const at = performance.now();
   try {
-    const { rows } = await positionKnex.raw<{ rows: { lsn: string }[] }>(
-      'SELECT pg_current_wal_lsn()::text AS lsn',
+    const { rows } = await positionKnex.raw<{ rows: { lsn: string; timeline: string }[] }>(
+      'SELECT pg_current_wal_lsn()::text AS lsn, substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) AS timeline',
     );
-    const lsn = rows[0]?.lsn;
-    if (lsn === undefined) throw new Error('no WAL position');
-    positions.record(parseLsn(lsn), at);
+    const row = rows[0];
+    if (row === undefined) throw new Error('no WAL position');
+    positions.record(parseLsn(row.lsn), at, row.timeline);
     positions.unreachable = false;
   } catch (error) {
     if (!positions.unreachable)
@@ -350,7 +364,11 @@ export function readRouter(options: ReadRouterOptions): ReadRouter {
     const now = performance.now();
     const least = positions.required(now, maxLagMs);
     if (least === undefined) return onPrimary<Row, P>(statement, params, 'no_primary_position');
-    const guard = { standbyLeast: lsnText(least), primaryLost: positions.lost(now, maxLagMs) };
+    const guard = {
+      standbyLeast: lsnText(least),
+      primaryLost: positions.lost(now, maxLagMs),
+      primaryTimeline: positions.timeline,
+    };
     let reason: FallbackReason = 'lagging';
     const start = next;
     next = (next + 1) % states.length;
