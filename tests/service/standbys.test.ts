@@ -8,6 +8,7 @@ import request from 'supertest';
 import { PrimaryPositions, parseLsn } from '../../service/src/db/standbys';
 import { loadSettings } from '../../service/src/settings';
 import { pollUntil } from '../../tools/harness/poll';
+import { Relay } from '../../tools/harness/relay';
 import { freePort } from '../../tools/harness/service';
 import {
   bearer,
@@ -17,6 +18,7 @@ import {
   fixture,
   newAccount,
   newPost,
+  postgresConnection,
   postsFixture,
   startTestService,
   testEnv,
@@ -122,6 +124,15 @@ describe("The primary's positions", () => {
     positions.record(parseLsn('0/800'), 100);
     expect(positions.required(150, 1000)).toBe(parseLsn('0/800'));
   });
+
+  test("When the primary's timeline changes, then the history starts again from its position, even a higher one", () => {
+    const positions = new PrimaryPositions();
+    positions.record(parseLsn('0/900'), 0, '00000001');
+    positions.record(parseLsn('0/A00'), 100, '00000002');
+    expect(positions.timeline).toBe('00000002');
+    expect(positions.lagMs(parseLsn('0/900'), 150)).toBe(50);
+    expect(positions.required(150, 1000)).toBe(parseLsn('0/A00'));
+  });
 });
 
 describe('Without standbys', () => {
@@ -189,6 +200,41 @@ describeOnPostgres('With a read endpoint', () => {
     expect(res.body).toEqual([]);
     expect(service.db.reads.counts.standby).toBe(counts.standby + 1);
     expect(service.db.reads.counts.fallbacks).toEqual(counts.fallbacks);
+  });
+
+  test("When the feed's table is locked past the budget and cancels take a while to arrive, then the read is a 503 and neither its statement on the read endpoint nor the primary's is left waiting on the server", async () => {
+    // The read endpoint behind a relay that holds each cancel back, as a network's round trip does.
+    const relay = new Relay(Number(process.env.DB_PORT ?? 5432), process.env.DB_HOSTNAME);
+    await relay.start();
+    relay.delayCancels(100);
+    const behindRelay = await startTestService({ DB_READ_HOSTNAME: `127.0.0.1:${String(relay.port)}` });
+    const locker = postgresConnection(behindRelay.settings.db.name);
+    try {
+      await positioned(behindRelay);
+      const trx = await locker.transaction();
+      try {
+        await trx.raw('LOCK TABLE posts IN ACCESS EXCLUSIVE MODE');
+        expectProblem(await request(behindRelay.app).get('/posts/public?limit=1'), 503);
+        // The endpoint's statement is dropped at once at its share's end: its cancel must still stop it.
+        const waiting = await pollUntil(
+          async () =>
+            (
+              await trx.raw<{ rows: unknown[] }>(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'social-posts' AND wait_event_type = 'Lock'",
+              )
+            ).rows.length,
+          (count) => count === 0,
+          { withinMs: 2000 },
+        );
+        expect(waiting.value).toBe(0);
+      } finally {
+        await trx.rollback();
+      }
+    } finally {
+      await locker.destroy();
+      await behindRelay.close();
+      await relay.close();
+    }
   });
 
   test('When the read endpoint refuses connections, then the feed answers from the primary and the fallback is counted', async () => {

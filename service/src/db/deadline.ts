@@ -158,7 +158,9 @@ export async function withDeadline<T>(
   const deadline = setTimeout(() => {
     state.expired = true;
     connection.__knex__disposed ??= new Error('statement deadline passed');
-    sendCancel(connection, graceMs);
+    // Given its time even when the connection goes at once (no grace): the server goes on with a
+    // statement whose client has gone until it next writes to it.
+    sendCancel(connection, Math.max(graceMs, CANCEL_GRACE_MS));
     // The server ignores a cancel that reaches it before the statement does (a short deadline on a
     // loaded host); a second one halfway through the grace stops a statement that started since,
     // rather than leaving it running behind a destroyed connection.

@@ -146,11 +146,9 @@ interface GuardParams {
  * cannot be read, which a pooler whose server connections are all busy causes as well as a failover,
  * a standby serves only if it has lost its primary too (no WAL receiver connected) and has replayed
  * all it received: one still streaming may lack writes acknowledged since the last position seen.
- * While the primary's position is known, a standby serves only while it streams (a WAL receiver
- * connected): one that has stopped may hold WAL of a history the primary left (a failover's other
- * standby, ahead of the one promoted). A promoted one must be on the primary's timeline and have
- * reached its position: promoted while the primary at DB_HOSTNAME goes on taking writes, it has
- * none of them, and its own WAL soon runs past that position on a history of its own.
+ * A promoted one must be on the primary's timeline and have reached its position: promoted while
+ * the primary at DB_HOSTNAME goes on taking writes, it has none of them, and its own WAL soon runs
+ * past that position on a history of its own.
  */
 function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardParams> {
   const compiled = new WeakMap<Knex, { text: string; values: (params: P & GuardParams) => unknown[] }>();
@@ -164,8 +162,8 @@ function guarded<P extends object>(inner: Statement<P>): Statement<P & GuardPara
       const made = {
         text:
           `SELECT g.standby_fresh, q.* FROM (SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() >= $${String(slot)}::pg_lsn ` +
-          `AND (CASE WHEN $${String(slot + 1)}::boolean THEN pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
-          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver) ELSE EXISTS (SELECT FROM pg_stat_wal_receiver) END) ` +
+          `AND (NOT $${String(slot + 1)}::boolean OR (pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ` +
+          `AND NOT EXISTS (SELECT FROM pg_stat_wal_receiver))) ` +
           `ELSE $${String(slot + 1)}::boolean OR (pg_current_wal_lsn() >= $${String(slot)}::pg_lsn ` +
           `AND substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) = $${String(slot + 2)}::text) END) AS standby_fresh) g ` +
           `LEFT JOIN LATERAL (SELECT true AS standby_row, o.* FROM (${text}) o WHERE g.standby_fresh OFFSET 0) q ON true`,
