@@ -7,9 +7,9 @@ import type { Settings } from './settings';
 import { checkPorts, databaseProblem, listenProblem, StartupError, durabilityProblem } from './startup';
 
 /**
- * Ports → database → migrations → the server's durability settings → listen (API and metrics); any failure
- * before serving exits 1 with one line naming what to change. Loaded by main.ts only after tracing
- * has started, as it loads pg.
+ * Ports → database → migrations → the server's durability settings → listen (API and metrics); any
+ * failure before serving exits 1 with one line naming what to change. Loaded by main.ts only after
+ * tracing has started, as it loads pg.
  * @public main.ts loads it with require(), which knip does not follow.
  */
 export async function serve(settings: Settings, logger: Logger): Promise<void> {

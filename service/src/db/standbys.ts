@@ -131,7 +131,7 @@ interface StandbyState {
   lagMs: number | undefined;
 }
 
-/** The parameters carrying the least replay position, the primary's timeline, and whether the position is only the last one seen. */
+/** The guard's parameters: the least replay position, whether it is only the last one seen, the primary's timeline. */
 interface GuardParams {
   standbyLeast: string;
   primaryLost: boolean;
