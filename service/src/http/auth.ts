@@ -1,6 +1,8 @@
 import type { Request, RequestHandler, Response } from 'express';
 import { Passport } from 'passport';
 import { ExtractJwt, Strategy as JwtStrategy } from 'passport-jwt';
+import { confirmSoFar } from '../db/confirmed';
+import type { Database } from '../db/connection';
 import { errorFields } from '../db/errors';
 import { MAX_ID } from '../db/limits';
 import { ApiError, notAuthenticated } from './errors';
@@ -28,6 +30,15 @@ const NO_KEY = new Error('the token names no key of this service');
 
 /** 401 for a token that is valid but whose user does not exist (any more). */
 export const unknownCaller = (): ApiError => notAuthenticated(INVALID);
+
+/**
+ * `answer` (a 404 for something gone) once the synchronous standby has all `userId` committed so
+ * far, as what is gone may be their own change left on the primary alone (confirmSoFar); else 401,
+ * the same locked read of their row telling, as Caller.unlessGone would, that their user is gone.
+ */
+export async function confirmedUnlessGone(db: Database, userId: number, answer: ApiError): Promise<ApiError> {
+  return (await confirmSoFar(db, userId)) ? answer : unknownCaller();
+}
 
 /** How tokens were checked since start: by a look-up (cached), the full way and accepted, refused. */
 export interface TokenChecks {

@@ -1,8 +1,7 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
-import { confirmSoFar } from '../db/confirmed';
-import { unknownCaller, type Authentication, type Caller } from '../http/auth';
+import { confirmedUnlessGone, unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { changeConditionsHold, ifMatch, ifNoneMatch, preconditionFailed } from '../http/conditional';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
@@ -106,8 +105,6 @@ const listQueryOf = (rawQuery: Request['query']): ListQuery =>
  * Why a post the caller would change is not there: their user deleted since the request's look-up
  * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
  */
-const vanished = (me: Caller<User>, id: number): Promise<ApiError> => me.unlessGone(postNotFound(id));
-
 /**
  * Runs `change` on the caller's own post and returns what it returned (undefined: the post vanished):
  * under the request's If-Match and If-None-Match, checked and changed under the post's row lock,
@@ -122,10 +119,7 @@ async function changeOwnPost<T>(
 ): Promise<T> {
   const userId = me.user.id;
   // Gone may be this caller's own deletion, retried: said once the synchronous standby has it.
-  const missing = async () => {
-    await confirmSoFar(db, userId);
-    return vanished(me, id);
-  };
+  const missing = () => confirmedUnlessGone(db, userId, postNotFound(id));
   const match = ifMatch(req);
   const noneMatch = ifNoneMatch(req);
   if (match || noneMatch) {

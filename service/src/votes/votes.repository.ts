@@ -1,5 +1,4 @@
 import type { Knex } from 'knex';
-import { confirmSoFar } from '../db/confirmed';
 import type { Database } from '../db/connection';
 import { brokenConstraint } from '../db/errors';
 import { statement, type Statement } from '../db/statements';
@@ -90,12 +89,7 @@ export async function addVote(
   }
 }
 
-/**
- * Withdraws the vote; false when there was none, which is said only once the synchronous standby
- * has all committed so far: a withdrawal retried must not rest on one the primary alone holds.
- */
+/** Withdraws the vote; false when there was none (the route says so once the standby confirms). */
 export async function removeVote(db: Database, userId: number, postId: number): Promise<boolean> {
-  if ((await db.run(deleteVote, { userId, postId })).length > 0) return true;
-  await confirmSoFar(db, userId);
-  return false;
+  return (await db.run(deleteVote, { userId, postId })).length > 0;
 }

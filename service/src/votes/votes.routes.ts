@@ -1,7 +1,6 @@
 import type { Router } from 'express';
-import { confirmSoFar } from '../db/confirmed';
 import type { Database } from '../db/connection';
-import { unknownCaller, type Authentication, type Identified } from '../http/auth';
+import { confirmedUnlessGone, unknownCaller, type Authentication, type Identified } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
 import { sendJson } from '../http/json';
@@ -34,12 +33,10 @@ export function votesRoutes(
       const me = auth.caller(req);
       const userId = me.user.id;
       // The caller's deletion since the look-up takes their drafts and votes with it: each 404 and
-      // 409 below is 401 if their user is gone (unlessGone), a query only on those answers. A post
-      // gone may be the caller's own deletion on the primary alone: said once the standby has it.
-      const missingPost = async () => {
-        await confirmSoFar(db, userId);
-        return me.unlessGone(postNotFound(vote.post_id));
-      };
+      // 409 below is 401 if their user is gone, a query only on those answers. A post or vote gone
+      // may be the caller's own deletion or withdrawal on the primary alone: said once the standby
+      // has it (confirmedUnlessGone).
+      const missingPost = () => confirmedUnlessGone(db, userId, postNotFound(vote.post_id));
 
       if (vote.dir === 1) {
         // A post the caller cannot read cannot be voted on either: the insert itself asks, and
@@ -56,7 +53,7 @@ export function votesRoutes(
       }
       if (!(await posts.visible(vote.post_id, userId))) throw await missingPost();
       if (!(await removeVote(db, userId, vote.post_id)))
-        throw await me.unlessGone(new ApiError(404, 'Vote does not exist'));
+        throw await confirmedUnlessGone(db, userId, new ApiError(404, 'Vote does not exist'));
       sendJson(res.status(201), { message: 'successfully deleted vote' });
     })
     .all(methodNotAllowed(['POST']));
