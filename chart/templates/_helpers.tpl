@@ -533,6 +533,9 @@ Environment variables the chart itself sets in the API container: extraEnvVars m
 {{- define "social-posts.validateExtraEnvVars" -}}
 {{- $managed := keys ((include (print .Template.BasePath "/configmap.yaml") . | fromYaml).data) }}
 {{- $managed = concat $managed (list "SECRET_KEY" "SECRET_KEYS_ACCEPTED" "DB_PASSWORD") }}
+{{- if .Values.tracing.enabled }}
+{{- $managed = concat $managed (list "K8S_POD_NAME" "OTEL_RESOURCE_ATTRIBUTES") }}
+{{- end }}
 {{- range .Values.extraEnvVars }}
 {{- if has .name $managed }}
 {{- fail (printf "extraEnvVars: %s is set by the chart; use its value in values.yaml instead (see chart/README.md, Values)" .name) }}
@@ -541,13 +544,14 @@ Environment variables the chart itself sets in the API container: extraEnvVars m
 {{- end }}
 
 {{/*
-OTEL_RESOURCE_ATTRIBUTES: the chart's own (version, namespace, the release's Deployment, the pod by
-$(K8S_POD_NAME), which Kubernetes expands; none of them holds a character to encode) and
+OTEL_RESOURCE_ATTRIBUTES: the chart's own (the image's version as its tag says, namespace, the
+release's Deployment, the pod by $(K8S_POD_NAME), which Kubernetes expands; none of them holds a
+character to encode) and
 tracing.resourceAttributes, each value percent-encoded as the variable requires.
 */}}
 {{- define "social-posts.otelResourceAttributes" -}}
 {{- $pairs := list
-  (printf "service.version=%s" .Chart.AppVersion)
+  (printf "service.version=%s" (.Values.image.tag | default .Chart.AppVersion))
   (printf "k8s.namespace.name=%s" .Release.Namespace)
   (printf "k8s.deployment.name=%s" (include "social-posts.fullname" .))
   "k8s.pod.name=$(K8S_POD_NAME)" -}}

@@ -593,7 +593,7 @@ const table = {
         summary:
           "Base URL of an OTLP/HTTP collector (`http://collector:4318`), spans going to its `/v1/traces`; tracing is on only with it: unset, OpenTelemetry's SDK is not even loaded (see [Tracing](operations.md#tracing))",
         detail:
-          "OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TIMEOUT are read by the exporter as OpenTelemetry documents them. An incoming W3C traceparent is the parent of the request's span.",
+          "OTEL_EXPORTER_OTLP_HEADERS is read by the exporter as OpenTelemetry documents it. An incoming W3C traceparent is the parent of the request's span.",
       },
     }),
     protocol: variable({
@@ -632,7 +632,8 @@ const table = {
       env: 'OTEL_TRACES_SAMPLER_ARG',
       rule: Joi.number().min(0).max(1).default(1),
       docs: {
-        summary: 'The share of traces kept by the `traceidratio` samplers, from 0 to 1 (0.1: one in ten)',
+        summary:
+          'The share of traces kept by the `traceidratio` samplers, from 0 to 1 (0.1: one in ten); the others read none',
       },
     }),
     exportDelayMs: variable({
@@ -641,6 +642,14 @@ const table = {
       docs: {
         summary:
           'Milliseconds between two exports of the finished spans, fewer than a full batch (512 spans) waiting; a full batch goes at once',
+      },
+    }),
+    exportTimeoutMs: variable({
+      env: 'OTEL_EXPORTER_OTLP_TIMEOUT',
+      rule: Joi.number().integer().min(1).max(60_000).default(10_000),
+      docs: {
+        summary:
+          'Milliseconds the collector has to take one batch, and the most the shutdown waits for the last spans: past it they are lost and the shutdown goes on',
       },
     }),
   },
@@ -739,6 +748,15 @@ export function documentedVariables(): DocumentedVariable[] {
   });
 }
 
+/** A URL as it may be logged: a user and password written in it, which Node sends as Basic auth, left out. */
+function withoutCredentials(url: string): string {
+  const parsed = new URL(url);
+  if (parsed.username === '' && parsed.password === '') return url;
+  parsed.username = '';
+  parsed.password = '';
+  return parsed.toString();
+}
+
 /** The settings as they may be logged: secrets left out. */
 export function describeSettings(s: Settings): Record<string, unknown> {
   return {
@@ -782,13 +800,14 @@ export function describeSettings(s: Settings): Record<string, unknown> {
     shutdownTimeoutSeconds: s.shutdownTimeoutSeconds,
     tracing: s.tracing.endpoint
       ? {
-          endpoint: s.tracing.endpoint,
+          endpoint: withoutCredentials(s.tracing.endpoint),
           protocol: s.tracing.protocol,
           serviceName: s.tracing.serviceName,
           resourceAttributes: s.tracing.resourceAttributes,
           sampler: s.tracing.sampler,
           samplerArg: s.tracing.samplerArg,
           exportDelayMs: s.tracing.exportDelayMs,
+          exportTimeoutMs: s.tracing.exportTimeoutMs,
         }
       : 'off',
   };

@@ -117,8 +117,11 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     DiagLogLevel.WARN,
   );
   const url = `${endpoint.replace(/\/+$/, '')}/v1/traces`;
+  const timeoutMillis = settings.exportTimeoutMs;
   const exporter =
-    settings.protocol === 'http/json' ? new JsonExporter({ url }) : new ProtobufExporter({ url });
+    settings.protocol === 'http/json'
+      ? new JsonExporter({ url, timeoutMillis })
+      : new ProtobufExporter({ url, timeoutMillis });
   const provider = new TracerProvider({
     resource: resourceFromAttributes({
       ...settings.resourceAttributes,
@@ -127,7 +130,15 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     // The door (sampledAtTheDoor) has decided: every span that starts is in a request it took.
     sampler: new AlwaysOnSampler(),
     spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH },
-    spanProcessors: [new BatchSpanProcessor({ exporter, scheduledDelayMillis: settings.exportDelayMs })],
+    // The exporter's timeout only fires while no byte moves: the batch's own bound holds a collector
+    // that takes a batch slowly to the same time.
+    spanProcessors: [
+      new BatchSpanProcessor({
+        exporter,
+        scheduledDelayMillis: settings.exportDelayMs,
+        exportTimeoutMillis: timeoutMillis,
+      }),
+    ],
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   // W3C Trace Context only: the proxies in front (ingress-nginx, NGINX Gateway Fabric) send it.
@@ -138,7 +149,11 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     tracer,
     requestSpans: requestSpans(tracer, sampledAtTheDoor(samplerFor(settings.sampler, settings.samplerArg))),
     routeSpans: routeSpans(tracer),
-    flush: () => provider.shutdown(),
+    // Bounded as a whole, however many batches are left: the shutdown's time is the pod's grace.
+    flush: () =>
+      provider.forceFlush({ timeoutMillis }).catch((errors: unknown) => {
+        throw Array.isArray(errors) ? errors[0] : errors;
+      }),
   });
 }
 

@@ -225,6 +225,11 @@ describe('Extension points', () => {
       { extraEnvVars: [{ name, value: 'x' }] },
       `extraEnvVars: ${name} is set by the chart; use its value in values.yaml instead`,
     ]),
+    ...['OTEL_RESOURCE_ATTRIBUTES', 'K8S_POD_NAME'].map((name): [string, Record<string, unknown>, string] => [
+      `extraEnvVars naming ${name}, which the chart sets while tracing is on`,
+      { extraEnvVars: [{ name, value: 'x' }], tracing: { enabled: true, endpoint: 'http://collector:4318' } },
+      `extraEnvVars: ${name} is set by the chart; use its value in values.yaml instead`,
+    ]),
     [
       'an env var with both value and valueFrom',
       { extraEnvVars: [{ name: 'A', value: 'x', valueFrom: { fieldRef: {} } }] },

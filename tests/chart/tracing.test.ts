@@ -75,6 +75,14 @@ describe('Tracing in the chart', () => {
     });
   });
 
+  it("When the image's tag is set (a hotfix build, skaffold's), then service.version is that tag, the build the pods run", async () => {
+    const tagged = await render({ ...base, set: { ...traced, 'image.tag': '2.1.1-hotfix.1' } });
+    const attributes = (apiContainer(tagged).env ?? []).find(
+      (e) => e.name === 'OTEL_RESOURCE_ATTRIBUTES',
+    )?.value;
+    expect(attributes?.split(',')).toContain('service.version=2.1.1-hotfix.1');
+  });
+
   it("When tracing is on, then the pod's name comes from the downward API before the variable that expands it", () => {
     const names = (apiContainer(on).env ?? []).map((e) => e.name);
     expect(names.indexOf('K8S_POD_NAME')).toBeGreaterThanOrEqual(0);
