@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed]`
+ * `npm run bench -- --posts 10000[,100000,1000000] [--duration 10] [--connections 10,64] [--node image|current|PATH] [--reseed] [--memory-requests 100000]`
  *
  * For each size: seeds PostgreSQL, starts the service and the bare reference server on the same
  * data, measures every endpoint with autocannon against both at each connection count, then (at
@@ -20,7 +20,7 @@ import {
   type LadderStep,
   type SizeResult,
 } from './report';
-import { flag, loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
+import { flag, fmt, loadAverageText, log, machine, numbers, option, runMain, SIZES, usage } from './common';
 import { serverNode } from './node';
 import { call } from '../harness/client';
 import { benchToken } from './rounds';
@@ -42,6 +42,8 @@ const connectionCounts = numbers('connections', '10,64');
 /** The ladder and the deep pages run at this count only. */
 const firstCount = connectionCounts[0] ?? 10;
 const reseed = flag('reseed');
+/** Requests in the memory check: the resident size through their second tenth and their last. */
+const memoryRequests = Number(option('memory-requests', '100000'));
 /** Free text on the conditions (other load on the machine, say), printed with the figures. */
 const note = option('note', '');
 /** The Node the servers run on (tools/bench/node.ts): the image's release unless told otherwise. */
@@ -53,6 +55,10 @@ usage(
 usage(
   connectionCounts.every((c) => Number.isInteger(c) && c >= 1),
   '--connections takes positive whole numbers, comma-separated',
+);
+usage(
+  Number.isInteger(memoryRequests) && memoryRequests >= 10_000 && memoryRequests % 10 === 0,
+  '--memory-requests takes a whole number of at least 10000, a multiple of 10',
 );
 /** Seconds of warm-up before each measured run (JIT, pool connections, PostgreSQL's cache). */
 const WARMUP = 1;
@@ -300,7 +306,7 @@ async function livenessDuringLogins(service: Server): Promise<SizeResult['liveDu
   return { p50: live.latency.p50, p99: live.latency.p99, loginRps: Math.round(logins.requests.average) };
 }
 
-/** Memory: the same mix of requests, resident size after 20,000 and after 100,000 of them. */
+/** Memory: the same mix of requests, resident size through the second tenth of them and through the last. */
 async function residentMemory(
   service: Server,
   token: string,
@@ -325,14 +331,15 @@ async function residentMemory(
     }
     return median(samples);
   };
-  await run({ url: service.base, requests: mix, amount: 10_000 });
-  const rss20k = await residentDuring(10_000);
-  await run({ url: service.base, requests: mix, amount: 70_000 });
-  const rss100k = await residentDuring(10_000);
+  const tenth = memoryRequests / 10;
+  await run({ url: service.base, requests: mix, amount: tenth });
+  const early = await residentDuring(tenth);
+  await run({ url: service.base, requests: mix, amount: memoryRequests - 3 * tenth });
+  const late = await residentDuring(tenth);
   log(
-    `  resident memory (median through requests 10,000-20,000 and 90,000-100,000): ${rss20k.toFixed(1)} MB, ${rss100k.toFixed(1)} MB`,
+    `  resident memory (median through requests ${fmt(tenth)}-${fmt(2 * tenth)} and ${fmt(memoryRequests - tenth)}-${fmt(memoryRequests)}): ${early.toFixed(1)} MB, ${late.toFixed(1)} MB`,
   );
-  return { rss20k, rss100k };
+  return { requests: memoryRequests, early, late };
 }
 
 /** Login timing: unknown e-mail against known e-mail with a wrong password, interleaved. */
@@ -423,14 +430,14 @@ async function benchSize(posts: number): Promise<SizeResult> {
 /**
  * Rough seconds a size takes: the endpoint table at every count on both servers, the ladder (a
  * few seconds to start each rung's process), the deep pages, and the service-only checks (the
- * memory check is 100,000 requests, about a minute here).
+ * memory check's 100,000 requests, by default, take about a minute here).
  */
 function estimateSeconds(posts: number): number {
   const table = connectionCounts.length * ENDPOINTS * 2 * (WARMUP + duration);
   const ladder = LADDER.length * (WARMUP + duration + 3);
   const depths = DEPTHS.filter((d) => d < posts).length;
   const deep = 2 * (2 * depths - 1) * (WARMUP + deepDuration);
-  const checks = duration + 70 + 15 + 10;
+  const checks = duration + (70 * memoryRequests) / 100_000 + 15 + 10;
   // Waiting for idle: about 0.4 s a run, and the logins left queued (bcrypt: about 8 a second here).
   const settling = 0.4 * (connectionCounts.length * ENDPOINTS * 2 + LADDER.length + 2 * depths * 2);
   const loginQueues = connectionCounts.reduce((t, c) => t + (2 * c) / 8, 0);
