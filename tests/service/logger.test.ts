@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { logFormat } from '../../service/src/logger';
+import { describeOnEmbedded } from './helpers';
 
 const run = promisify(execFile);
 const root = path.join(__dirname, '..', '..');
@@ -52,7 +53,8 @@ const jsonLines = (out: string) =>
     .filter((line) => line.trim() !== '')
     .map((line) => JSON.parse(line) as { msg: string });
 
-describe('the log a person or a collector reads', () => {
+// Its processes open an in-memory database whatever the run: the PostgreSQL pass need not repeat it.
+describeOnEmbedded('the log a person or a collector reads', () => {
   jest.setTimeout(60_000);
 
   test('When the service runs in development on a terminal, then its log is human-readable lines, not JSON', async () => {

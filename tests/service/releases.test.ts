@@ -17,8 +17,10 @@ import {
   upgradeSources,
   versionProblems,
 } from '../../tools/harness/releases';
+import { describeOnEmbedded } from './helpers';
 
-describe('The releases of this tree', () => {
+// Files and git only: the embedded pass runs it, the PostgreSQL pass need not repeat it.
+describeOnEmbedded('The releases of this tree', () => {
   it('When CHANGELOG.md is read, then it is in Keep a Changelog form: Unreleased first, releases newest first with ISO dates, a record line and an Upgrading subsection each', () => {
     expect(changelogProblems()).toEqual([]);
   });
@@ -208,7 +210,7 @@ const allProblems = (root: string) => [
   ...changeProblems(root),
 ];
 
-describe('The release checks on a repository of the same shape', () => {
+describeOnEmbedded('The release checks on a repository of the same shape', () => {
   it('When nothing changed since the recorded release, then there is no problem', () => {
     expect(allProblems(releasedRepository())).toEqual([]);
   });
@@ -380,7 +382,7 @@ describe('The release checks on a repository of the same shape', () => {
   });
 });
 
-describe('The changelog form', () => {
+describeOnEmbedded('The changelog form', () => {
   const good = `# Changelog\n\nPreamble.\n\n## [Unreleased]\n\n### Added\n\n- Soon.\n\n${section('1.1.0', '2026-11-26', '0.3.0', 'pending')}\n${section('1.0.0', '2026-11-25', '0.2.0', 'a'.repeat(40))}`;
 
   it('When the file is in form, then its releases are read newest first, pending without a commit, and the entries under Unreleased apart', () => {
