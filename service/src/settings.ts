@@ -587,7 +587,13 @@ const table = {
       env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
       rule: Joi.string<string | undefined>()
         .uri({ scheme: ['http', 'https'] })
-        .empty(''),
+        .empty('')
+        // Joi takes some that Node's URL, which the exporter parses, does not (a port past 65535).
+        .custom((value: string, helpers) =>
+          URL.canParse(value)
+            ? value
+            : helpers.message({ custom: 'is not a URL Node can read: check its host and port' }),
+        ),
       docs: {
         section: 'Tracing (OpenTelemetry)',
         summary:

@@ -149,10 +149,19 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     tracer,
     requestSpans: requestSpans(tracer, sampledAtTheDoor(samplerFor(settings.sampler, settings.samplerArg))),
     routeSpans: routeSpans(tracer),
-    // Bounded as a whole, however many batches are left: the shutdown's time is the pod's grace.
+    // The batches left and those already on their way, bounded as a whole: the shutdown's time is
+    // the pod's grace.
     flush: () =>
-      provider.forceFlush({ timeoutMillis }).catch((errors: unknown) => {
-        throw Array.isArray(errors) ? errors[0] : errors;
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          reject(new Error(`the collector did not take them within OTEL_EXPORTER_OTLP_TIMEOUT`));
+        }, timeoutMillis);
+        void provider
+          .shutdown()
+          .then(resolve, reject)
+          .finally(() => {
+            clearTimeout(timer);
+          });
       }),
   });
 }

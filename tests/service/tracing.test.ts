@@ -508,7 +508,17 @@ describe.each([
   });
 });
 
-describe('The collector in the start-up line', () => {
+describe("The collector's URL", () => {
+  test('When its port is past 65535, which Node cannot read, then the settings refuse it naming the setting, without its value', () => {
+    expect(() =>
+      loadSettings(
+        testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://trace-user:s3cret-token@collector:99999' }),
+      ),
+    ).toThrow(
+      /^Invalid setting OTEL_EXPORTER_OTLP_ENDPOINT: is not a URL Node can read: check its host and port$/,
+    );
+  });
+
   test("When the endpoint's URL carries a user and password, then the settings as logged name the collector and leave both out", () => {
     const settings = loadSettings(
       testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'https://trace-user:s3cret-token@collector.example:4318' }),
@@ -524,12 +534,15 @@ describe('Tracing at shutdown', () => {
     ['refuses connections', 'closed'],
     ['accepts connections and never answers', 'silent'],
     ['answers a byte at a time and never ends', 'trickling'],
+    ['answers a batch sent before the signal a byte at a time', 'sent before'],
   ])(
     'When the collector %s, then a SIGTERM still shuts down in full within OTEL_EXPORTER_OTLP_TIMEOUT and exits 0, the lost spans logged',
     async (_how, kind) => {
+      let received = 0;
       // A trickle keeps the connection busy, which the exporter's own time-out does not count as waiting.
       const silent = createServer((_req, res) => {
-        if (kind !== 'trickling') return;
+        received += 1;
+        if (kind === 'closed' || kind === 'silent') return;
         res.writeHead(200, { 'content-type': 'application/x-protobuf' });
         const trickle = setInterval(() => res.write('\n'), 200);
         res.once('close', () => {
@@ -542,7 +555,8 @@ describe('Tracing at shutdown', () => {
       const collector = { endpoint: `http://127.0.0.1:${String(port)}` };
       // The exporter's own time-out bounds the wait on a collector that never answers.
       const svc = await startTraced(collector, {
-        OTEL_BSP_SCHEDULE_DELAY: '60000',
+        // Held for the shutdown, or sent at once and still on its way when the signal comes.
+        OTEL_BSP_SCHEDULE_DELAY: kind === 'sent before' ? '1' : '60000',
         OTEL_EXPORTER_OTLP_TIMEOUT: '1000',
       });
       try {
@@ -550,6 +564,14 @@ describe('Tracing at shutdown', () => {
           headers: { traceparent: traceparent(newTraceId()) },
         });
         expect(answer.status).toBe(200);
+        if (kind === 'sent before') {
+          const sent = await pollUntil(
+            () => received,
+            (count) => count > 0,
+            { withinMs: 10_000, everyMs: 20 },
+          );
+          expect(sent.held).toBe(true);
+        }
         const signalled = Date.now();
         expect(await svc.stop('SIGTERM')).toBe(0);
         // The time-out (1 s) and the rest of the shutdown, far from the batch's own 30 s default.
