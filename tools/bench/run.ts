@@ -320,7 +320,8 @@ async function residentMemory(
     { method: 'GET', path: '/no/such/path' },
   ];
   // A single reading lands anywhere in a garbage-collection cycle (±20 % seen); the median of
-  // readings taken through the last 10,000 requests of each stretch does not.
+  // readings taken through each stretch does not. One more at its end: a short stretch may be over
+  // before the first tick.
   const residentDuring = async (amount: number): Promise<number> => {
     const samples: number[] = [];
     const timer = setInterval(() => samples.push(rssMb(service.child.pid ?? 0)), 100);
@@ -329,6 +330,7 @@ async function residentMemory(
     } finally {
       clearInterval(timer);
     }
+    samples.push(rssMb(service.child.pid ?? 0));
     return median(samples);
   };
   const tenth = memoryRequests / 10;
