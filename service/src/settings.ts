@@ -588,7 +588,7 @@ const table = {
       rule: Joi.string<string | undefined>()
         .uri({ scheme: ['http', 'https'] })
         .empty('')
-        // Joi takes some that Node's URL, which the exporter parses, does not (a port past 65535).
+        // Joi takes some that Node's URL, which the exporter parses, does not (a port out of range).
         .custom((value: string, helpers) =>
           URL.canParse(value)
             ? value

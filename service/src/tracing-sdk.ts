@@ -154,7 +154,7 @@ export function startTracing(settings: TracingSettings, logger: Logger): void {
     flush: () =>
       new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
-          reject(new Error(`the collector did not take them within OTEL_EXPORTER_OTLP_TIMEOUT`));
+          reject(new Error('the collector did not take them within OTEL_EXPORTER_OTLP_TIMEOUT'));
         }, timeoutMillis);
         void provider
           .shutdown()

@@ -574,7 +574,7 @@ describe('Tracing at shutdown', () => {
         }
         const signalled = Date.now();
         expect(await svc.stop('SIGTERM')).toBe(0);
-        // The time-out (1 s) and the rest of the shutdown, far from the batch's own 30 s default.
+        // The time-out and the rest of the shutdown, far from the batch processor's own default.
         expect(Date.now() - signalled).toBeLessThan(10_000);
         expect(svc.lines.map((line) => line.msg)).toEqual(
           expect.arrayContaining([

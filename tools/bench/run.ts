@@ -432,7 +432,7 @@ async function benchSize(posts: number): Promise<SizeResult> {
 /**
  * Rough seconds a size takes: the endpoint table at every count on both servers, the ladder (a
  * few seconds to start each rung's process), the deep pages, and the service-only checks (the
- * memory check's 100,000 requests, by default, take about a minute here).
+ * memory check the longest of them).
  */
 function estimateSeconds(posts: number): number {
   const table = connectionCounts.length * ENDPOINTS * 2 * (WARMUP + duration);
