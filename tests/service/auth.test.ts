@@ -22,6 +22,18 @@ const api = () => request(svc.app);
 const login = (body: Record<string, string>) => api().post('/login').type('form').send(body);
 
 describe('POST /login', () => {
+  test('When a client reads /docs on tokens, then no claim it says a token must not carry is one the login issues', async () => {
+    const res = await login({ username: account.email, password: account.password }).expect(200);
+    const claims = Object.keys(jwt.decode((res.body as { access_token: string }).access_token) as object);
+    const { info } = (await api().get('/openapi.json').expect(200)).body as { info: { description: string } };
+    const refused = [...info.description.matchAll(/\bno ((?:`\w+`(?:, | or )?)+)/g)].flatMap(([, list]) =>
+      [...(list ?? '').matchAll(/`(\w+)`/g)].map(([, name]) => name),
+    );
+    expect(refused).toContain('jti');
+    expect(claims).toEqual(expect.arrayContaining(['iss', 'aud']));
+    expect(refused.filter((name) => claims.includes(name ?? ''))).toEqual([]);
+  });
+
   test('When the form credentials are right, then 200 with a bearer token', async () => {
     const res = await login({ username: account.email, password: account.password }).expect(200);
     expect(Object.keys(res.body as object).sort()).toEqual(['access_token', 'token_type']);

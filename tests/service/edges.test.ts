@@ -12,11 +12,12 @@ import {
   signToken,
   startTestService,
   TEST_SECRET,
+  uniqueEmail,
 } from './helpers';
 
 /**
  * The smaller edges an attack round found: ids and paging numbers written other than as plain
- * decimal integers, JSON bodies that are not UTF-8, the stock Swagger UI files, and tokens that
+ * decimal integers, JSON and form bodies that are not UTF-8, the stock Swagger UI files, and tokens that
  * do not name the release they are from.
  */
 
@@ -99,7 +100,7 @@ const postBytes = (path: string, bytes: Buffer) =>
     .serialize(() => bytes as unknown as string)
     .send({});
 
-describe('JSON bodies that are not UTF-8', () => {
+describe('Bodies that are not UTF-8', () => {
   const invalid = [
     ['a lone continuation byte', Buffer.from([0x80])],
     ['a truncated two-byte sequence', Buffer.from([0xc3])],
@@ -126,6 +127,24 @@ describe('JSON bodies that are not UTF-8', () => {
     const res = await postBytes('/users/', gzipSync(bytes)).set('Content-Encoding', 'gzip');
     expect(expectProblem(res, 400).detail).toBe('The request body is not valid UTF-8');
     expect(await databaseSnapshot(service.db)).toBe(before);
+  });
+
+  test('When a login form holds an invalid byte, then 400: it is not read as the password U+FFFD stands for', async () => {
+    const email = uniqueEmail('latin1');
+    await request(app())
+      .post('/users/')
+      .send({ email, password: '\ufffd'.repeat(8) })
+      .expect(201);
+    const body = Buffer.concat([
+      Buffer.from(`username=${encodeURIComponent(email)}&password=`),
+      Buffer.alloc(8, 0xff),
+    ]);
+    const res = await request(app())
+      .post('/login')
+      .set('Content-Type', 'application/x-www-form-urlencoded')
+      .serialize(() => body as unknown as string)
+      .send({});
+    expect(expectProblem(res, 400).detail).toBe('The request body is not valid UTF-8');
   });
 
   test('When the body is valid UTF-8 beyond ASCII, then it is stored as sent', async () => {

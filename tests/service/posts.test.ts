@@ -1,6 +1,8 @@
 import request from 'supertest';
 import {
   bearer,
+  connectionBeside,
+  describeOnPostgres,
   documentedAs,
   expectProblem,
   newAccount,
@@ -10,9 +12,11 @@ import {
   type Account,
   type PostBody,
   postsFixture,
+  rowsOf,
   vote,
 } from './helpers';
 import { MAX_ID } from '../../service/src/db/limits';
+import { waitFor } from '../../tools/harness/poll';
 import { countOf } from '../../tools/harness/postgres';
 
 const POST_KEYS = ['content', 'created_at', 'id', 'owner', 'published', 'title', 'user_id', 'votes'];
@@ -130,11 +134,17 @@ describe('POST /posts/', () => {
     expect(body.content).toBe(content);
   });
 
+  test('When the content is whitespace alone, then 201 and it is kept as sent: only a title must not be blank', async () => {
+    const body = await newPost(service.app, alice, { title: `Spaces ${token()}`, content: ' \n\t ' });
+    expect(body.content).toBe(' \n\t ');
+  });
+
   const invalidBodies: [string, Record<string, unknown>, string][] = [
     ['title is missing', { content: 'x' }, 'title'],
     ['content is missing', { title: 'x' }, 'content'],
     ['title is blank', { title: '   ', content: 'x' }, 'title'],
     ['title is empty', { title: '', content: 'x' }, 'title'],
+    ['content is empty', { title: 'x', content: '' }, 'content'],
     ['title has 301 characters', { title: 'a'.repeat(301), content: 'x' }, 'title'],
     ['content has 20,001 characters', { title: 'x', content: 'c'.repeat(20_001) }, 'content'],
     ['title contains a NUL character', { title: 'a\u0000b', content: 'x' }, 'title'],
@@ -803,5 +813,37 @@ describe('The answers and /openapi.json', () => {
     expect(publicPost(onFeed)).toEqual([]);
     // The two components differ where the answers do: the feed's owner has no e-mail address.
     expect(post(onFeed)).toEqual(["/owner must have required property 'email'"]);
+  });
+});
+
+describeOnPostgres('A PUT without conditions, beside a vote', () => {
+  test('When a vote holds the post as the PUT arrives, then the answer counts that vote and carries the ETag GET gives', async () => {
+    const created = await newPost(service.app, alice, { title: `Voted ${token()}` });
+    const [voting, watching] = [await connectionBeside(service.db), await connectionBeside(service.db)];
+    try {
+      // A vote as the service casts one, held open: it locks the post's row until it commits.
+      const trx = await voting.transaction();
+      await trx.raw('SELECT 1 FROM posts WHERE id = ? FOR SHARE', [created.id]);
+      await trx('votes').insert({ user_id: bob.user.id, post_id: created.id });
+      const put = api()
+        .put(`/posts/${created.id}`)
+        .set(bearer(alice))
+        .send({ title: 'Edited', content: 'c' });
+      const answer = put.then((res) => res);
+      await waitFor('the PUT to wait for the vote', 10_000, async () => {
+        const rows = await rowsOf<{ waiting: number }>(
+          watching,
+          "SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        );
+        return (rows[0]?.waiting ?? 0) > 0;
+      });
+      await trx.commit();
+      const res = await answer;
+      expect(res.status).toBe(200);
+      expect((res.body as PostBody).votes).toBe(1);
+      expect(res.headers.etag).toBe(await etagOf(alice, created.id));
+    } finally {
+      await Promise.all([voting.destroy(), watching.destroy()]);
+    }
   });
 });

@@ -37,7 +37,7 @@ describe('POST /users/', () => {
     ['a malformed e-mail', { email: 'not-an-email', password: 'password123' }, 'email'],
     ['an e-mail that is a number', { email: 42, password: 'password123' }, 'email'],
     ['a missing password', { email: 'x@example.com' }, 'password'],
-    ['a 7-character password', { email: 'x@example.com', password: 'short12' }, 'password'],
+    ['a 7-byte password', { email: 'x@example.com', password: 'short12' }, 'password'],
     ['a 73-byte password', { email: 'x@example.com', password: 'p'.repeat(73) }, 'password'],
     [
       'a password of 25 three-byte characters (75 bytes)',
@@ -55,9 +55,11 @@ describe('POST /users/', () => {
     expect(after).toEqual(before);
   });
 
-  test('When the password is exactly 72 bytes, then it is accepted and works for login', async () => {
+  test.each([
+    ['exactly 72 bytes', 'é'.repeat(36)],
+    ['8 bytes in 4 characters', 'é'.repeat(4)],
+  ])('When the password is %s, then it is accepted and works for login', async (_name, password) => {
     const email = uniqueEmail();
-    const password = 'é'.repeat(36); // 72 bytes in UTF-8
     await request(svc.app).post('/users/').send({ email, password }).expect(201);
     await request(svc.app).post('/login').type('form').send({ username: email, password }).expect(200);
   });

@@ -188,6 +188,7 @@ export const formBody: RequestHandler[] = [
       limit: BODY_LIMIT_BYTES,
       parameterLimit: 20,
       type: (req) => mediaType(req as Request) === FORM_TYPE,
+      verify: requireUtf8,
     }),
   ),
   requireForm,

@@ -6,11 +6,11 @@ import { CURSOR_MAX_LENGTH, decodeCursor, type Position } from './posts.cursor';
 const CONTROL = /(?![\t\n\r])\p{Cc}/u;
 
 /**
- * Text that is not only whitespace and that PostgreSQL stores as sent (no NUL, no lone surrogate),
- * without control characters but tab and line breaks: each would be six bytes (`\u0001`) in every
+ * Text that PostgreSQL stores as sent (no NUL, no lone surrogate), not only whitespace where
+ * `blank` refuses it (a title), without control characters but tab and line breaks: each would be six bytes (`\u0001`) in every
  * answer that carries it, which would make the largest page (docs/security.md) nearly twice as large.
  */
-function text(max: number): Joi.StringSchema {
+function text(max: number, { blank }: { blank: 'refused' | 'accepted' }): Joi.StringSchema {
   return Joi.string()
     .min(1)
     .max(max)
@@ -24,11 +24,12 @@ function text(max: number): Joi.StringSchema {
         });
       const surrogate = loneSurrogateError(value, helpers);
       if (surrogate) return surrogate;
-      if (value.trim() === '') return helpers.message({ custom: '{#label} must not be blank' });
+      if (blank === 'refused' && value.trim() === '')
+        return helpers.message({ custom: '{#label} must not be blank' });
       return value;
     })
     .description(
-      'Not blank; no control characters but tab, line feed and carriage return; no lone surrogates.',
+      `${blank === 'refused' ? 'Not blank; no' : 'No'} control characters but tab, line feed and carriage return; no lone surrogates.`,
     );
 }
 
@@ -44,8 +45,8 @@ export interface PostInput {
 
 /** Create and update take the same fields; `published` defaults to true in both. */
 export const postInput = Joi.object<PostInput, true>({
-  title: text(300).required(),
-  content: text(20_000).required(),
+  title: text(300, { blank: 'refused' }).required(),
+  content: text(20_000, { blank: 'accepted' }).required(),
   published: Joi.boolean().default(true),
 })
   .description('Unknown fields (such as `id`) are ignored.')

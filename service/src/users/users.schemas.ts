@@ -5,6 +5,8 @@ import { normaliseEmail } from './email';
 
 /** bcrypt reads this many bytes and ignores the rest. */
 const BCRYPT_MAX_BYTES = 72;
+/** The shortest password, counted in bytes as the longest is: a character may be several. */
+const PASSWORD_MIN_BYTES = 8;
 
 /**
  * A password bcrypt compares in full: it reads 72 bytes and stops at a NUL byte. Registration
@@ -15,14 +17,16 @@ export const bcryptComparable = (value: string): boolean =>
 
 /** Anything bcrypt would ignore is refused instead. */
 const password = Joi.string()
-  .min(8)
   .custom((value: string, helpers) => {
-    if (Buffer.byteLength(value, 'utf8') > BCRYPT_MAX_BYTES)
+    const bytes = Buffer.byteLength(value, 'utf8');
+    if (bytes < PASSWORD_MIN_BYTES)
+      return helpers.message({ custom: `{#label} must be at least ${PASSWORD_MIN_BYTES} bytes in UTF-8` });
+    if (bytes > BCRYPT_MAX_BYTES)
       return helpers.message({ custom: `{#label} must be at most ${BCRYPT_MAX_BYTES} bytes in UTF-8` });
     // A lone surrogate would be hashed as U+FFFD, which a password not sent then matches.
     return loneSurrogateError(value, helpers) ?? nulError(value, helpers) ?? value;
   })
-  .description(`8 characters to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL, no lone surrogate.`);
+  .description(`${PASSWORD_MIN_BYTES} to ${BCRYPT_MAX_BYTES} bytes (UTF-8), no NUL, no lone surrogate.`);
 
 export interface UserCreate {
   email: string;
