@@ -56,12 +56,12 @@ const tooLarge = (): ApiError =>
   // The body is never read: closing is the only way to be rid of it without reading it.
   new ApiError(413, BODY_TOO_LARGE, {}, { Connection: 'close' });
 
-/** The type of the error refusing a JSON body that is not UTF-8 (body-parser keeps a thrown error's type). */
+/** The type of the error refusing a body that is not UTF-8 (body-parser keeps a thrown error's type). */
 const INVALID_UTF8 = 'entity.utf8.invalid';
 
 /**
  * body-parser decodes leniently: an invalid byte becomes U+FFFD and would be stored as if sent.
- * The bytes, once any Content-Encoding is undone, are checked before the JSON is parsed.
+ * The bytes, once any Content-Encoding is undone, are checked before the JSON or form is parsed.
  */
 function requireUtf8(_req: IncomingMessage, _res: unknown, bytes: Buffer): void {
   if (!isUtf8(bytes)) throw Object.assign(new Error('the body is not UTF-8'), { type: INVALID_UTF8 });

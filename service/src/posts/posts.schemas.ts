@@ -7,8 +7,9 @@ const CONTROL = /(?![\t\n\r])\p{Cc}/u;
 
 /**
  * Text that PostgreSQL stores as sent (no NUL, no lone surrogate), not only whitespace where
- * `blank` refuses it (a title), without control characters but tab and line breaks: each would be six bytes (`\u0001`) in every
- * answer that carries it, which would make the largest page (docs/security.md) nearly twice as large.
+ * `blank` refuses it (a title), without control characters but tab and line breaks: each would be
+ * six bytes (`\u0001`) in every answer that carries it, which would make the largest page
+ * (docs/security.md) nearly twice as large.
  */
 function text(max: number, { blank }: { blank: 'refused' | 'accepted' }): Joi.StringSchema {
   return Joi.string()
