@@ -40,6 +40,21 @@ test('When a post is created twice with the same Idempotency-Key, then both answ
   expect(await postsWithKey(key)).toBe(1);
 });
 
+// The embedded database's log carries a refused key in its DETAIL line; the key must not pass for a PANIC there.
+test('When the key reads like a database log line, then its retry answers the one post and the service goes on', async () => {
+  const key = uniqueToken('k PANIC: x WARNING: y');
+  const first = await create(alice, key);
+  const again = await create(alice, key);
+
+  expect(again.status).toBe(201);
+  expect(again.body).toEqual(first.body);
+  await request(service.app)
+    .get(`/posts/${String((first.body as { id: number }).id)}`)
+    .set(bearer(alice))
+    .expect(200);
+  expect(process.exitCode ?? 0).toBe(0);
+});
+
 test('When the key is sent as an sf-string ("…") and then bare, then it is the same key', async () => {
   const key = uniqueToken('k');
   const quoted = await create(alice, `"${key}"`);

@@ -406,7 +406,7 @@ describeOnEmbedded('One process per embedded database folder, when several start
         `require(${JSON.stringify(require.resolve('@electric-sql/pglite'))});`,
         `const at = Number(process.env.AT);`,
         `while (Date.now() < at);`,
-        `openPGlite(${JSON.stringify(dir)}, 2000, () => undefined).then(`,
+        `openPGlite(${JSON.stringify(dir)}, 2000, () => undefined, () => process.exit(1)).then(`,
         `  async ({ close }) => { process.stdout.write('held'); await new Promise((r) => setTimeout(r, 1500)); await close(); },`,
         `  (error: Error) => { process.stdout.write(error.name); },`,
         `);`,

@@ -441,13 +441,25 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     pglite,
     ClientPgLite,
     close: closePGlite,
-    walFailed,
-  } = await openPGlite(db.embeddedDir, db.statementTimeoutMs, (error) => {
-    logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
-    process.exitCode = 1;
-    // Before the shutdown handler is in place (start-up, the migrate command) the error itself ends the process.
-    if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
-  });
+    failed,
+  } = await openPGlite(
+    db.embeddedDir,
+    db.statementTimeoutMs,
+    (error) => {
+      logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+      process.exitCode = 1;
+      // Before the shutdown handler is in place (start-up, the migrate command) the error itself ends the process.
+      if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
+    },
+    (error) => {
+      // This thread never gets back from the statement: no request can be answered, so the process ends here.
+      try {
+        logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+      } finally {
+        process.exit(1);
+      }
+    },
+  );
   const instance = knex({
     client: requestClient(ClientPgLite),
     dialect: 'postgres',
@@ -479,8 +491,8 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       close: () => Promise.resolve(),
     }),
     close: async () => {
-      // After its WAL failed PGlite is asked nothing more; closing it then only gives back its folder.
-      if (!walFailed()) await instance.destroy();
+      // After a failure PGlite is asked nothing more; closing it then only gives back its folder.
+      if (!failed()) await instance.destroy();
       await closePGlite();
     },
   };

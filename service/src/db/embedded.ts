@@ -148,44 +148,61 @@ function lockFolder(dir: string): () => void {
   throw inUse(`a process that keeps replacing ${file}`);
 }
 
-/** PGlite's error when it could not write its WAL (a full disk): its next statement never returns. */
+/** PGlite's error when it could not write its WAL (a full disk). */
 const WAL_WRITE_FAILED =
   /^could not (?:write|extend|fsync|create)[^"]* "pg_wal\/|^could not write to log file /;
 
-/** Every statement after the embedded database failed to write its WAL, which is never sent to it. */
-class EmbeddedWalError extends Error {
-  override name = 'EmbeddedWalError';
+/**
+ * A line PGlite's log starts at a severity that fails or ends a statement, and its message: after
+ * the line prefix (time and process), where no client's text can be, as PostgreSQL indents each
+ * further line of an entry with a tab.
+ */
+const SEVERE_LINE =
+  /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] (WARNING|ERROR|FATAL|PANIC): {2}(.*)$/;
+
+/** Every statement after the embedded database failed, which is never sent to it. */
+class EmbeddedFailure extends Error {
+  override name = 'EmbeddedFailure';
 }
 
-/** Whether the embedded database has failed to write its WAL: the first such failure, once it has. */
-interface WalState {
-  failure?: EmbeddedWalError;
+/** The embedded database's state: a PANIC's message once one is logged, the failure once it is seen. */
+interface EmbeddedState {
+  panic?: string;
+  failure?: EmbeddedFailure;
+}
+
+/** The one line that says why the process stops after the embedded database failed. */
+function failureMessage(cause: string): string {
+  return WAL_WRITE_FAILED.test(cause)
+    ? `the embedded database could not write its WAL (${cause}): it answers nothing after that, so the process stops; free space in DB_EMBEDDED_DIR and start again (every write answered 2xx is in the folder)`
+    : `the embedded database failed (${cause}): it answers nothing after that, so the process stops; start again (every write answered 2xx is in the folder)`;
 }
 
 /**
- * PGlite whose statements stop at the first failed write of its WAL: after one, PGlite spins on
- * the next statement for ever, holding this thread, so no request, probe or signal is served
- * again. The failed statement itself rolled back, and every earlier commit is in the WAL.
+ * PGlite whose statements stop at its first PANIC or failed write of its WAL: after one, PGlite
+ * spins on the next statement for ever, holding this thread, so no request, probe or signal is
+ * served again. The failed statement itself rolled back, and every earlier commit is in the WAL.
  */
 function guardedPGlite(
   Base: typeof PGlite,
-  state: WalState,
-  onWalFailed: (error: Error) => void,
+  state: EmbeddedState,
+  onFailed: (error: Error) => void,
 ): typeof PGlite {
+  const fail = (cause: string, error?: unknown) => {
+    if (state.failure) return;
+    state.failure = new EmbeddedFailure(failureMessage(cause), { cause: error });
+    onFailed(state.failure);
+  };
   class Guarded extends Base {
     override async query<T>(query: string, params?: unknown[], options?: QueryOptions): Promise<Results<T>> {
       if (state.failure) throw state.failure;
       try {
         return await super.query<T>(query, params, options);
       } catch (error) {
-        if (error instanceof Error && WAL_WRITE_FAILED.test(error.message)) {
-          state.failure = new EmbeddedWalError(
-            `the embedded database could not write its WAL (${error.message}): it answers nothing after that, so the process stops; free space in DB_EMBEDDED_DIR and start again (every write answered 2xx is in the folder)`,
-            { cause: error },
-          );
-          onWalFailed(state.failure);
-        }
+        if (error instanceof Error && WAL_WRITE_FAILED.test(error.message)) fail(error.message, error);
         throw error;
+      } finally {
+        if (state.panic !== undefined) fail(state.panic);
       }
     }
   }
@@ -194,18 +211,21 @@ function guardedPGlite(
 
 /**
  * A PGlite database in `dir` (or in memory for `memory://`), ready, the knex client for it, and
- * `close`, which closes it and gives back the folder's lock. `onWalFailed` hears of a failed write
- * of the WAL, after which every statement is refused.
+ * `close`, which closes it and gives back the folder's lock. `onFailed` hears of a PANIC or a
+ * failed write of the WAL once its statement returns, after which every statement is refused.
+ * `onStuck` hears of a PANIC whose statement will never return: PGlite goes on in the aborted
+ * transaction, looping in this thread, so `onStuck` must end the process itself.
  */
 export async function openPGlite(
   dir: string,
   statementTimeoutMs: number,
-  onWalFailed: (error: Error) => void,
+  onFailed: (error: Error) => void,
+  onStuck: (error: Error) => never,
 ): Promise<{
   pglite: PGlite;
   ClientPgLite: typeof knex.Client;
   close: () => Promise<void>;
-  walFailed: () => boolean;
+  failed: () => boolean;
 }> {
   const { PGlite: EmbeddedPGlite, pg_trgm, ClientPgLite } = loadEmbedded();
   let release = (): void => undefined;
@@ -213,12 +233,23 @@ export async function openPGlite(
     mkdirSync(dir, { recursive: true });
     release = lockFolder(dir);
   }
-  const state: WalState = {};
-  const pglite = new (guardedPGlite(EmbeddedPGlite, state, onWalFailed))(dir, { extensions: { pg_trgm } });
+  const state: EmbeddedState = {};
+  const pglite = new (guardedPGlite(EmbeddedPGlite, state, onFailed))(dir, {
+    extensions: { pg_trgm },
+    // A PANIC (a failed commit: its WAL write is in a critical section) is known only from this
+    // log; a warning or error after it, before the statement returns, is PGlite looping on.
+    onStderr: (line) => {
+      const severe = SEVERE_LINE.exec(line);
+      if (!severe) return false;
+      if (state.panic !== undefined) onStuck(new EmbeddedFailure(failureMessage(state.panic)));
+      if (severe[1] === 'PANIC') state.panic = severe[2];
+      return false;
+    },
+  });
   const close = async () => {
     try {
-      // After its WAL failed PGlite is asked nothing more, a close (which writes a checkpoint) included.
-      if (!pglite.closed && !state.failure) await pglite.close();
+      // After a failure PGlite is asked nothing more, a close (which writes a checkpoint) included.
+      if (!pglite.closed && !state.failure && state.panic === undefined) await pglite.close();
     } finally {
       release();
     }
@@ -232,5 +263,10 @@ export async function openPGlite(
     await close().catch(() => undefined);
     throw error;
   }
-  return { pglite, ClientPgLite, close, walFailed: () => state.failure !== undefined };
+  return {
+    pglite,
+    ClientPgLite,
+    close,
+    failed: () => state.failure !== undefined || state.panic !== undefined,
+  };
 }

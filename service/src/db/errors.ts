@@ -82,8 +82,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   if (name === 'KnexTimeoutError' || name === 'RequestBudgetError') return true;
   // A connection lost mid-change (deadline.ts): the client is told more, a retried migration is safe.
   if (name === 'ChangeInDoubtError') return true;
-  // The embedded database failed to write its WAL and is asked nothing more (embedded.ts).
-  if (name === 'EmbeddedWalError') return true;
+  // The embedded database failed (a PANIC, its WAL not written) and is asked nothing more (embedded.ts).
+  if (name === 'EmbeddedFailure') return true;
   if (code !== undefined) {
     if (UNAVAILABLE_ERRNO.has(code)) return true;
     // No database this process may trust: the client can only retry; the operator is told (operatorHint).
