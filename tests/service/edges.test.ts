@@ -25,21 +25,7 @@ const { service, owner } = postsFixture(['owner']);
 const app = () => service.app;
 
 describe('Integers in paths and queries', () => {
-  test.each([
-    '1e0',
-    '01',
-    '+1',
-    '%201',
-    '1%20',
-    '1.0',
-    '1.5',
-    '0x1',
-    '00',
-    '-0',
-    'abc',
-    '2147483648',
-    '99999999999999999999',
-  ])(
+  test.each(['1e0', '01', '+1', '%201', '1%20', '1.0', '1.5', '0x1', '00', '-0', 'abc'])(
     'When a post is addressed as /posts/%s, then 422 naming id, for every method, and nothing changes',
     async (written) => {
       const post = await newPost(app(), owner);
@@ -53,6 +39,23 @@ describe('Integers in paths and queries', () => {
       ]) {
         const problem = expectProblem(await call.set(bearer(owner)), 422);
         expect(problem.errors).toEqual([expect.objectContaining({ field: 'id' })]);
+      }
+      expect(await databaseSnapshot(service.db)).toBe(before);
+    },
+  );
+
+  test.each(['0', '2147483648', '99999999999999999999'])(
+    'When a post is addressed as /posts/%s, a plain decimal integer no post can have, then 404 for every method, as for any missing post, and nothing changes',
+    async (written) => {
+      await newPost(app(), owner);
+      const before = await databaseSnapshot(service.db);
+      for (const call of [
+        request(app()).get(`/posts/${written}`),
+        request(app()).put(`/posts/${written}`).send({ title: 't', content: 'c' }),
+        request(app()).delete(`/posts/${written}`),
+      ]) {
+        const problem = expectProblem(await call.set(bearer(owner)), 404);
+        expect(problem.detail).toMatch(/^post with id: \d+ was not found$/);
       }
       expect(await databaseSnapshot(service.db)).toBe(before);
     },

@@ -1,5 +1,5 @@
 import Joi from 'joi';
-import { hasNul, MAX_ID } from '../db/limits';
+import { hasNul } from '../db/limits';
 import { ApiError } from './errors';
 
 /**
@@ -74,8 +74,11 @@ function refuseNonCanonical(schema: Joi.Schema, value: unknown, where: 'query' |
     throw new ApiError(422, `Invalid ${where}: ${errors.map((e) => e.message).join('; ')}`, { errors });
 }
 
-/** An id in a path or body: a larger one is a 422 here rather than a database error. */
-export const idSchema = (): Joi.NumberSchema => Joi.number().integer().min(1).max(MAX_ID);
+/**
+ * An id in a path or body: any integer, as no post may be 404 for one and 422 for another; the
+ * routes answer one that no row can have (isPossibleId) as a missing post before it reaches SQL.
+ */
+export const idSchema = (): Joi.NumberSchema => Joi.number().integer().unsafe();
 
 /** For a joi `custom` rule: the NUL refusal every text field shares, or undefined when there is none. */
 export function nulError(value: string, helpers: Joi.CustomHelpers): Joi.ErrorReport | undefined {

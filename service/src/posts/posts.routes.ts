@@ -1,6 +1,7 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { Knex } from 'knex';
 import type { Database } from '../db/connection';
+import { isPossibleId } from '../db/limits';
 import { confirmedUnlessGone, unknownCaller, type Authentication, type Caller } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { changeConditionsHold, ifMatch, ifNoneMatch, preconditionFailed } from '../http/conditional';
@@ -122,6 +123,7 @@ async function changeOwnPost<T>(
   const userId = me.user.id;
   // Gone may be this caller's own deletion, retried: said once the synchronous standby has it.
   const missing = () => confirmedUnlessGone(db, userId, postNotFound(id));
+  if (!isPossibleId(id)) throw await missing();
   const match = ifMatch(req);
   const noneMatch = ifNoneMatch(req);
   if (match || noneMatch || db.kind === 'postgres') {
@@ -219,7 +221,7 @@ function onePostRoutes(router: Router, db: Database, auth: Authentication<User>)
     .route('/posts/:id')
     .get(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
-      const post = await getPost(db, id, { userId: auth.caller(req).user.id });
+      const post = isPossibleId(id) ? await getPost(db, id, { userId: auth.caller(req).user.id }) : undefined;
       if (!post) throw postNotFound(id);
       sendJson(res, post);
     })

@@ -1,5 +1,6 @@
 import type { Router } from 'express';
 import type { Database } from '../db/connection';
+import { isPossibleId } from '../db/limits';
 import { confirmedUnlessGone, unknownCaller, type Authentication, type Identified } from '../http/auth';
 import { jsonBody } from '../http/body';
 import { ApiError, methodNotAllowed, postNotFound } from '../http/errors';
@@ -37,6 +38,7 @@ export function votesRoutes(
       // may be the caller's own deletion or withdrawal on the primary alone: said once the standby
       // has it (confirmedUnlessGone).
       const missingPost = () => confirmedUnlessGone(db, userId, postNotFound(vote.post_id));
+      if (!isPossibleId(vote.post_id)) throw await missingPost();
 
       if (vote.dir === 1) {
         // A post the caller cannot read cannot be voted on either: the insert itself asks, and
