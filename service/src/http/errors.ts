@@ -29,7 +29,9 @@ export const notAuthenticated = (detail: string): ApiError =>
   new ApiError(401, detail, {}, { 'WWW-Authenticate': 'Bearer' });
 
 /** A post missing, or another user's draft: the two are answered alike, by posts and by votes. */
-export const postNotFound = (id: number): ApiError => new ApiError(404, `post with id: ${id} was not found`);
+/** The 404 of a missing post; `id` as the path wrote it, which a number rounds past the safe integers. */
+export const postNotFound = (id: number | string): ApiError =>
+  new ApiError(404, `post with id: ${String(id)} was not found`);
 
 /** What an error answer says: an ApiError, or a bare status and detail. */
 export interface Problem {

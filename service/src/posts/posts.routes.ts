@@ -102,16 +102,18 @@ const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'que
 const listQueryOf = (rawQuery: Request['query']): ListQuery =>
   Object.keys(rawQuery).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, rawQuery, 'query');
 
-/**
- * Why a post the caller would change is not there: their user deleted since the request's look-up
- * (and their posts with it) is 401, as for any token whose user no longer exists; otherwise 404.
- */
+/** The path's id as written (validated: a plain decimal integer), which `id` rounds past the safe integers. */
+const idAsSent = (req: Request, id: number): string | number =>
+  typeof req.params.id === 'string' ? req.params.id : id;
+
 /**
  * Runs `change` on the caller's own post and returns what it returned (undefined: the post vanished):
  * checked and changed under the post's row lock, with or without If-Match and If-None-Match (without
  * either, the last writer wins), so the answer counts every vote committed before the change. The
  * embedded database's one session runs one request's statements at a time, so no vote can hold the
- * row while a change waits: there the ownership check and the change are two statements.
+ * row while a change waits: there the ownership check and the change are two statements. A post
+ * not there is 404, or 401 when the caller's user was deleted since the request's look-up (and
+ * their posts with it), as for any token whose user no longer exists.
  */
 async function changeOwnPost<T>(
   db: Database,
@@ -122,7 +124,7 @@ async function changeOwnPost<T>(
 ): Promise<T> {
   const userId = me.user.id;
   // Gone may be this caller's own deletion, retried: said once the synchronous standby has it.
-  const missing = () => confirmedUnlessGone(db, userId, postNotFound(id));
+  const missing = () => confirmedUnlessGone(db, userId, postNotFound(idAsSent(req, id)));
   if (!isPossibleId(id)) throw await missing();
   const match = ifMatch(req);
   const noneMatch = ifNoneMatch(req);
@@ -222,7 +224,7 @@ function onePostRoutes(router: Router, db: Database, auth: Authentication<User>)
     .get(auth.required, async (req, res) => {
       const { id } = validate(postIdParams, req.params, 'path');
       const post = isPossibleId(id) ? await getPost(db, id, { userId: auth.caller(req).user.id }) : undefined;
-      if (!post) throw postNotFound(id);
+      if (!post) throw postNotFound(idAsSent(req, id));
       sendJson(res, post);
     })
     .put(auth.required, ...jsonBody, async (req, res) => {
