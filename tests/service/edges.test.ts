@@ -44,8 +44,8 @@ describe('Integers in paths and queries', () => {
     },
   );
 
-  test.each(['0', '2147483648', '99999999999999999999'])(
-    'When a post is addressed as /posts/%s, a plain decimal integer no post can have, then 404 for every method, as for any missing post, and nothing changes',
+  test.each(['0', '-1', '2147483648', '99999999999999999999', `1${'0'.repeat(309)}`])(
+    'When a post is addressed as /posts/%s, a plain decimal integer no post can have, then 404 naming it for every method, as for any missing post, and nothing changes',
     async (written) => {
       await newPost(app(), owner);
       const before = await databaseSnapshot(service.db);

@@ -175,12 +175,17 @@ describe('Validation', () => {
     expect(await totalOf(post)).toBe(0);
   });
 
-  test.each([0, -5, 2_147_483_648, 1e20])(
-    'When post_id is %p, an integer no post can have, then 404 for dir 1 and 0, as for any missing post',
-    async (postId) => {
+  test.each([
+    [0, '0'],
+    [-5, '-5'],
+    [2_147_483_648, '2147483648'],
+    [1e21, '1000000000000000000000'],
+  ])(
+    'When post_id is %p, an integer no post can have, then 404 naming it in digits for dir 1 and 0, as for any missing post',
+    async (postId, digits) => {
       for (const dir of [1, 0]) {
         const res = await api().post('/votes/').set(bearer(bob)).send({ post_id: postId, dir });
-        expect(expectProblem(res, 404).detail).toBe(`post with id: ${String(postId)} was not found`);
+        expect(expectProblem(res, 404).detail).toBe(`post with id: ${digits} was not found`);
       }
       expect(await totalOf(post)).toBe(0);
     },

@@ -28,10 +28,16 @@ export class ApiError extends Error {
 export const notAuthenticated = (detail: string): ApiError =>
   new ApiError(401, detail, {}, { 'WWW-Authenticate': 'Bearer' });
 
-/** A post missing, or another user's draft: the two are answered alike, by posts and by votes. */
-/** The 404 of a missing post; `id` as the path wrote it, which a number rounds past the safe integers. */
+/**
+ * A post missing, or another user's draft: the two are answered alike, by posts and by votes.
+ * `id` may be the path's text, which a number rounds past the safe integers; a whole number is
+ * written out in digits, never as `1e+21`.
+ */
 export const postNotFound = (id: number | string): ApiError =>
-  new ApiError(404, `post with id: ${String(id)} was not found`);
+  new ApiError(
+    404,
+    `post with id: ${typeof id === 'number' && Number.isInteger(id) ? BigInt(id).toString() : String(id)} was not found`,
+  );
 
 /** What an error answer says: an ApiError, or a bare status and detail. */
 export interface Problem {

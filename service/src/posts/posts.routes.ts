@@ -102,7 +102,10 @@ const DEFAULT_LIST_QUERY: ListQuery = Object.freeze(validate(listQuery, {}, 'que
 const listQueryOf = (rawQuery: Request['query']): ListQuery =>
   Object.keys(rawQuery).length === 0 ? DEFAULT_LIST_QUERY : validate(listQuery, rawQuery, 'query');
 
-/** The path's id as written (validated: a plain decimal integer), which `id` rounds past the safe integers. */
+/**
+ * The path's id as written (validated: a plain decimal integer), which `id` rounds past the safe
+ * integers.
+ */
 const idAsSent = (req: Request, id: number): string | number =>
   typeof req.params.id === 'string' ? req.params.id : id;
 

@@ -125,7 +125,9 @@ export const listQuery = Joi.object<ListQuery, true>({
 });
 
 export const postIdParams = Joi.object<{ id: number }, true>({
+  // Digits too many for a double read as Infinity: still a plain decimal integer, and no post's id.
   id: idSchema()
+    .allow(Infinity)
     .required()
     .description('A plain decimal integer: `1e0`, `01`, `+1` or ` 1` is 422, not post 1.'),
 });
