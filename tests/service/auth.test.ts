@@ -71,6 +71,18 @@ describe('POST /login', () => {
     expect(unknown.body).toEqual(wrong.body);
   });
 
+  test('When the username and password are longer than any account has, then the same 403 as an unknown e-mail, not 422', async () => {
+    const wrong = await login({ username: account.email, password: 'wrong-password' });
+    for (const form of [
+      { username: `${'u'.repeat(5000)}@example.com`, password: 'wrong-password' },
+      { username: account.email, password: 'p'.repeat(5000) },
+    ]) {
+      const res = await login(form);
+      expect(res.status).toBe(403);
+      expect(res.body).toEqual(wrong.body);
+    }
+  });
+
   test('When the password only shares its first 72 bytes with the real one, then 403', async () => {
     const email = uniqueEmail();
     const password = 'x'.repeat(72);

@@ -55,14 +55,14 @@ export interface LoginForm {
 }
 
 /**
- * Any string is accepted here: a malformed e-mail simply matches no user and gets the same 403.
+ * Any string is accepted here, of any length the body allows: a malformed or overlong e-mail, or an
+ * overlong password, simply matches no user and gets the same 403.
  * `username` is compared after the e-mail policy's normalisation (email.ts). The OpenAPI
  * component `LoginForm` is generated from this schema (see docs/openapi.ts).
  */
 export const loginForm = Joi.object<LoginForm, true>({
-  username: Joi.string().max(1000).required().description('The e-mail address.'),
+  username: Joi.string().required().description('The e-mail address.'),
   password: Joi.string()
-    .max(1000)
     .required()
     .meta({ swagger: { format: 'password' } }),
 }).meta({ className: 'LoginForm' });
