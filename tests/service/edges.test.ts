@@ -25,6 +25,12 @@ const { service, owner } = postsFixture(['owner']);
 const app = () => service.app;
 
 describe('Integers in paths and queries', () => {
+  const everyMethod = (written: string) => [
+    request(app()).get(`/posts/${written}`),
+    request(app()).put(`/posts/${written}`).send({ title: 't', content: 'c' }),
+    request(app()).delete(`/posts/${written}`),
+  ];
+
   test.each(['1e0', '01', '+1', '%201', '1%20', '1.0', '1.5', '0x1', '00', '-0', 'abc'])(
     'When a post is addressed as /posts/%s, then 422 naming id, for every method, and nothing changes',
     async (written) => {
@@ -32,11 +38,7 @@ describe('Integers in paths and queries', () => {
       expect(post.id).toBeGreaterThan(0);
       // The post exists as 1 or later; each spelling below would have reached id 1 before.
       const before = await databaseSnapshot(service.db);
-      for (const call of [
-        request(app()).get(`/posts/${written}`),
-        request(app()).put(`/posts/${written}`).send({ title: 't', content: 'c' }),
-        request(app()).delete(`/posts/${written}`),
-      ]) {
+      for (const call of everyMethod(written)) {
         const problem = expectProblem(await call.set(bearer(owner)), 422);
         expect(problem.errors).toEqual([expect.objectContaining({ field: 'id' })]);
       }
@@ -49,11 +51,7 @@ describe('Integers in paths and queries', () => {
     async (written) => {
       await newPost(app(), owner);
       const before = await databaseSnapshot(service.db);
-      for (const call of [
-        request(app()).get(`/posts/${written}`),
-        request(app()).put(`/posts/${written}`).send({ title: 't', content: 'c' }),
-        request(app()).delete(`/posts/${written}`),
-      ]) {
+      for (const call of everyMethod(written)) {
         const problem = expectProblem(await call.set(bearer(owner)), 404);
         expect(problem.detail).toBe(`post with id: ${written} was not found`);
       }

@@ -153,8 +153,8 @@ const WAL_WRITE_FAILED =
   /^could not (?:write|extend|fsync|create)[^"]* "pg_wal\/|^could not write to log file /;
 
 /**
- * A line PGlite's log starts at a severity that fails or ends a statement, and its message: after
- * the line prefix (time and process), where no client's text can be, as PostgreSQL indents each
+ * A line of PGlite's log at a warning or worse, with its severity and message, read right after
+ * the line's prefix (time and process), where no client's text can be: PostgreSQL indents each
  * further line of an entry with a tab.
  */
 const SEVERE_LINE =

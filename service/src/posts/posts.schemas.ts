@@ -125,7 +125,7 @@ export const listQuery = Joi.object<ListQuery, true>({
 });
 
 export const postIdParams = Joi.object<{ id: number }, true>({
-  // Digits too many for a double read as Infinity: still a plain decimal integer, and no post's id.
+  // More digits than a double holds read as Infinity: still a plain decimal integer, and no post's.
   id: idSchema()
     .allow(Infinity)
     .required()
