@@ -435,6 +435,9 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
       ? 'opening the embedded database'
       : 'creating the embedded database (PGlite initdb: the first start waits for it)',
   );
+  const sayFailed = (error: Error): void => {
+    logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+  };
   // Nothing more can be asked of it (embedded.ts): the process stops, through the graceful shutdown
   // when serving, so the requests under way get their 503 first; a restart recovers the folder.
   const {
@@ -446,7 +449,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     db.embeddedDir,
     db.statementTimeoutMs,
     (error) => {
-      logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+      sayFailed(error);
       process.exitCode = 1;
       // Before the shutdown handler is in place (start-up, the migrate command) the error itself ends the process.
       if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
@@ -454,7 +457,7 @@ async function openEmbedded(db: DatabaseConfig, logger: Logger): Promise<Databas
     (error) => {
       // This thread never gets back from the statement: no request can be answered, so the process ends here.
       try {
-        logger.fatal({ err: error, dir: db.embeddedDir }, error.message);
+        sayFailed(error);
       } finally {
         process.exit(1);
       }

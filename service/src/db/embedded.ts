@@ -234,6 +234,8 @@ export async function openPGlite(
     release = lockFolder(dir);
   }
   const state: EmbeddedState = {};
+  // A PANIC counts from the line that logs it, before its statement returns (if it ever does).
+  const failed = () => state.failure !== undefined || state.panic !== undefined;
   const pglite = new (guardedPGlite(EmbeddedPGlite, state, onFailed))(dir, {
     extensions: { pg_trgm },
     // A PANIC (a failed commit: its WAL write is in a critical section) is known only from this
@@ -249,7 +251,7 @@ export async function openPGlite(
   const close = async () => {
     try {
       // After a failure PGlite is asked nothing more, a close (which writes a checkpoint) included.
-      if (!pglite.closed && !state.failure && state.panic === undefined) await pglite.close();
+      if (!pglite.closed && !failed()) await pglite.close();
     } finally {
       release();
     }
@@ -263,10 +265,5 @@ export async function openPGlite(
     await close().catch(() => undefined);
     throw error;
   }
-  return {
-    pglite,
-    ClientPgLite,
-    close,
-    failed: () => state.failure !== undefined || state.panic !== undefined,
-  };
+  return { pglite, ClientPgLite, close, failed };
 }
