@@ -7,7 +7,7 @@
  * own grants for a login's password, holding only the actions that login may do (`auth: 'bearer'`).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import bcrypt from 'bcrypt';
 import { makeCa } from './certificates';
 import { tmpdir } from 'node:os';
@@ -103,14 +103,18 @@ export async function startRegistry(
       '',
     ].join('\n'),
   );
-  const child: ChildProcess = spawn(binary, ['serve', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let errors = '';
-  child.stderr?.on('data', (chunk: Buffer) => (errors += chunk.toString()));
+  // Its log goes to a file: a pipe fills while a test waits on a synchronous skopeo, and the
+  // registry, blocked writing its log, then answers nothing, skopeo's request included.
+  const log = path.join(folder, 'registry.log');
+  const logFd = openSync(log, 'w');
+  const child: ChildProcess = spawn(binary, ['serve', config], { stdio: ['ignore', 'ignore', logFd] });
+  closeSync(logFd);
+  const errors = () => readFileSync(log, 'utf8');
   const deadline = Date.now() + 30_000;
   for (;;) {
     if (child.exitCode !== null) {
       tokens?.kill('SIGTERM');
-      throw new Error(`docker-registry exited ${child.exitCode}: ${errors}`);
+      throw new Error(`docker-registry exited ${child.exitCode}: ${errors()}`);
     }
     try {
       // Up once it answers: served, or asked for a login when it takes none without one.
@@ -122,7 +126,7 @@ export async function startRegistry(
     if (Date.now() > deadline) {
       child.kill('SIGTERM');
       tokens?.kill('SIGTERM');
-      throw new Error(`docker-registry did not answer on ${host}: ${errors}`);
+      throw new Error(`docker-registry did not answer on ${host}: ${errors()}`);
     }
     await sleep(200);
   }
